@@ -1,0 +1,17 @@
+"""The check job: target -> tree -> rules -> report."""
+
+from __future__ import annotations
+
+from . import __version__
+from .engine import Checker
+from .model import CheckReport
+from .provenance import read_provenance
+from .rules import Rule
+from .targets import Target
+
+
+def run_check(target: Target, rules: tuple[Rule, ...]) -> CheckReport:
+    resolved = target.resolve()
+    fixes = Checker(resolved.tree).run(rules)
+    provenance = read_provenance(resolved.tree.root, resolved.tree.inspected(), resolved.dist_info)
+    return CheckReport(resolved.info, provenance, fixes, __version__)

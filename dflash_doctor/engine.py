@@ -1,0 +1,187 @@
+"""Evaluate rules on a tree: anchors -> forms -> one verdict per fix."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from .model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, Evidence, FixResult
+from .patterns import Match, NodeIndex
+from .rules import IGNORE, Anchor, Form, Rule
+from .source import SiteError, SourceTree, Symbol, search_name
+
+
+@dataclasses.dataclass(frozen=True)
+class FormHit:
+    form: Form
+    matches: tuple[Match, ...]  # empty for a form decided by ``unless`` alone
+
+
+def match_forms(forms: list[Form], module: cst.CSTNode) -> list[FormHit]:
+    """Forms matching this code, in rule order.
+
+    A match that lies inside code an earlier form already claimed is dropped:
+    the comprehension that shifts the ids also contains the raw read.
+    """
+    hits: list[FormHit] = []
+    claimed: set[int] = set()
+    module = NodeIndex(module)
+    for form in forms:
+        if any(next(pattern.find(module), None) is not None for pattern in form.unless):
+            continue
+        if not form.patterns:
+            hits.append(FormHit(form, ()))
+            continue
+        matches = [
+            found
+            for pattern in form.patterns
+            for found in pattern.find(module)
+            if id(found.node) not in claimed and _where_holds(form, found)
+        ]
+        if matches:
+            hits.append(FormHit(form, tuple(matches)))
+            for found in matches:
+                claimed.update(_subtree_ids(found.node))
+    return hits
+
+
+def _where_holds(form: Form, found: Match) -> bool:
+    for metavariable, test, pattern in form.where:
+        bound = found.bindings.get(metavariable)
+        if bound is None:
+            continue  # this pattern of the form does not bind it
+        contains = next(pattern.find(bound), None) is not None
+        if contains != (test == "contains"):
+            return False
+    return True
+
+
+def _subtree_ids(node: cst.CSTNode) -> set[int]:
+    ids = {id(node)}
+    stack = [node]
+    while stack:
+        for child in stack.pop().children:
+            ids.add(id(child))
+            stack.append(child)
+    return ids
+
+
+@dataclasses.dataclass(frozen=True)
+class SiteResult:
+    verdicts: frozenset[str]  # IGNORE included; empty when no form is recognised
+    evidence: tuple[Evidence, ...]
+    remedies: tuple[str, ...]
+
+
+def evaluate_site(rule: Rule, anchor: Anchor, symbol: Symbol) -> SiteResult:
+    module, offset = symbol.cst()
+    hits = match_forms(rule.forms_for(anchor.id), module)
+    if not hits:
+        note = "no known form of this fix matches this code"
+        return SiteResult(frozenset(), (Evidence(symbol.file, symbol.line, symbol.qualname, "unrecognised", note),), ())
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    evidence = []
+    for hit in hits:
+        lines = sorted({positions[found.node].start.line + offset for found in hit.matches}) or [symbol.line]
+        for line in lines:
+            evidence.append(Evidence(symbol.file, line, symbol.qualname, hit.form.id, hit.form.description))
+    return SiteResult(
+        frozenset(hit.form.verdict for hit in hits),
+        tuple(evidence),
+        tuple(hit.form.remedy for hit in hits if hit.form.remedy),
+    )
+
+
+class Checker:
+    """Runs rules against one tree; files are located and parsed once."""
+
+    def __init__(self, tree: SourceTree) -> None:
+        self.tree = tree
+
+    def _locate(self, rules: tuple[Rule, ...]) -> dict[tuple[str, str], list[Symbol] | SiteError]:
+        wanted = {(a.file, a.symbol) for rule in rules for a in rule.anchors}
+        wanted |= {(rule.applies.file, rule.applies.symbol) for rule in rules}
+        found: dict[tuple[str, str], list[Symbol] | SiteError] = {}
+        for file, symbol in sorted(wanted):
+            try:
+                parsed = self.tree.parsed(file)
+                found[(file, symbol)] = parsed.symbols(symbol) if parsed else []
+            except SiteError as exc:
+                found[(file, symbol)] = exc
+        # Only required anchors and applicability are looked for elsewhere in the
+        # package: an optional anchor names a variant that most trees lack, and
+        # a scan per run for each would cost more than the whole check.
+        required = {(a.file, a.symbol) for rule in rules for a in rule.anchors if not a.optional}
+        required |= {(rule.applies.file, rule.applies.symbol) for rule in rules}
+        moved = {search_name(symbol): (file, symbol) for (file, symbol), hit in found.items() if hit == [] and (file, symbol) in required}
+        for name, files in self.tree.files_defining(moved).items():
+            key = moved[name]
+            symbols: list[Symbol] = []
+            for other in files:
+                try:
+                    parsed = self.tree.parsed(other)
+                except SiteError:
+                    continue  # a broken unrelated file does not make the anchor unknown
+                symbols.extend(parsed.symbols(key[1]))
+            found[key] = symbols
+        return found
+
+    def run(self, rules: tuple[Rule, ...]) -> tuple[FixResult, ...]:
+        located = self._locate(rules)
+        return tuple(self._check(rule, located) for rule in rules)
+
+    def _check(self, rule: Rule, located) -> FixResult:
+        def result(status: str, evidence=(), reason: str = "", remedies=()) -> FixResult:
+            remedy = " ".join([rule.remedy, *dict.fromkeys(remedies)])
+            return FixResult(rule.id, status, rule.title, rule.prs, tuple(evidence), remedy, reason)
+
+        applies = located[(rule.applies.file, rule.applies.symbol)]
+        if isinstance(applies, SiteError):
+            return result(UNKNOWN, reason=f"cannot tell whether this vLLM has DFlash: {applies}")
+        if not applies:
+            return result(UNKNOWN, reason=f"cannot tell whether this vLLM has DFlash: {rule.applies.symbol} not found in {rule.applies.file} or elsewhere")
+        if not any(_holds_literal(symbol.node, rule.applies.literal) for symbol in applies):
+            where = applies[0]
+            evidence = [Evidence(where.file, where.line, where.qualname, "no-dflash", f"no {rule.applies.literal!r} in {where.qualname}")]
+            return result(NOT_APPLICABLE, evidence, reason="this vLLM has no DFlash support at all")
+
+        verdicts: set[str] = set()
+        evidence: list[Evidence] = []
+        remedies: list[str] = []
+        problems: list[str] = []
+        for anchor in rule.anchors:
+            symbols = located[(anchor.file, anchor.symbol)]
+            if isinstance(symbols, SiteError):
+                problems.append(str(symbols))
+                continue
+            if not symbols:
+                if not anchor.optional:
+                    problems.append(f"{anchor.symbol} not found ({anchor.file} or anywhere in the package)")
+                continue
+            for symbol in symbols:
+                try:
+                    site = evaluate_site(rule, anchor, symbol)
+                except (SiteError, cst.ParserSyntaxError) as exc:
+                    problems.append(f"{symbol.file}: {exc}")
+                    continue
+                evidence.extend(site.evidence)
+                remedies.extend(site.remedies)
+                if not site.verdicts:
+                    problems.append(f"{symbol.qualname} in {symbol.file}:{symbol.line} has a form this rule does not know")
+                verdicts |= site.verdicts - {IGNORE}
+        if problems:
+            return result(UNKNOWN, evidence, "; ".join(problems), remedies)
+        if not verdicts:
+            return result(UNKNOWN, evidence, "none of the code this rule reads decides the fix (all of it is off the DFlash path)", remedies)
+        if verdicts == {PRESENT}:
+            return result(PRESENT, evidence, remedies=remedies)
+        if verdicts == {ABSENT}:
+            return result(ABSENT, evidence, remedies=remedies)
+        return result(PARTIAL, evidence, "the fix holds for some configurations and not others", remedies)
+
+
+def _holds_literal(node: ast.AST, literal: str) -> bool:
+    return any(isinstance(n, ast.Constant) and n.value == literal for n in ast.walk(node))

@@ -1,0 +1,122 @@
+"""Result values: frozen, plain, and the only thing reporters see."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+PRESENT = "present"
+ABSENT = "absent"
+PARTIAL = "partial"
+NOT_APPLICABLE = "not-applicable"
+UNKNOWN = "unknown"
+VERDICTS = (PRESENT, ABSENT, PARTIAL, NOT_APPLICABLE, UNKNOWN)
+
+EXIT_OK = 0
+EXIT_MISSING = 1
+EXIT_UNKNOWN = 2
+EXIT_ERROR = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Evidence:
+    """Where a verdict was read: file relative to the tree, 1-based line."""
+
+    file: str
+    line: int | None
+    symbol: str
+    form: str
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        data = {"file": self.file, "line": self.line, "symbol": self.symbol, "form": self.form}
+        if self.note:
+            data["note"] = self.note
+        return data
+
+
+@dataclasses.dataclass(frozen=True)
+class FixResult:
+    id: str
+    status: str
+    title: str
+    prs: tuple[int, ...]
+    evidence: tuple[Evidence, ...]
+    remedy: str
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "status": self.status,
+            "title": self.title,
+            "prs": list(self.prs),
+            "evidence": [item.to_json() for item in self.evidence],
+            "remedy": self.remedy,
+            "reason": self.reason or None,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Provenance:
+    """What the tree says about itself: version, commit, and local edits."""
+
+    version: str | None
+    commit: str | None
+    commit_source: str | None
+    modified_files: tuple[str, ...] | None
+    record: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "commit": self.commit,
+            "commit_source": self.commit_source,
+            "modified_files": None if self.modified_files is None else list(self.modified_files),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetInfo:
+    kind: str
+    location: str
+    details: tuple[tuple[str, str], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "location": self.location, **dict(self.details)}
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckReport:
+    target: TargetInfo
+    vllm: Provenance
+    fixes: tuple[FixResult, ...]
+    tool_version: str
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code_for(fix.status for fix in self.fixes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": "dflash-doctor/check/v1",
+            "tool_version": self.tool_version,
+            "target": self.target.to_json(),
+            "vllm": self.vllm.to_json(),
+            "fixes": [fix.to_json() for fix in self.fixes],
+            "exit_code": self.exit_code,
+        }
+
+
+def exit_code_for(statuses) -> int:
+    """0 all present; 1 any absent/partial/not-applicable; else 2 any unknown."""
+    seen = set(statuses)
+    if seen & {ABSENT, PARTIAL, NOT_APPLICABLE}:
+        return EXIT_MISSING
+    if UNKNOWN in seen:
+        return EXIT_UNKNOWN
+    return EXIT_OK
+
+
+class ToolError(Exception):
+    """The tool could not run: reported as one line, exit code 3."""

@@ -1,0 +1,204 @@
+"""Code patterns with metavariables, matched structurally against libcst trees.
+
+A pattern is Python source in which ``$NAME`` stands for any expression
+(bound consistently: two ``$I`` must be the same code) and ``...`` stands for
+any expression, any block, or any run of arguments, elements or statements.
+Formatting, comments, parentheses and quote style never matter.
+
+Matching compares libcst nodes field by field, skipping layout fields; it
+does not use ``libcst.matchers``, whose import alone costs more than a check.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+from collections.abc import Iterator, Sequence
+from functools import cache
+
+import libcst as cst
+
+_METAVAR = re.compile(r"\$([A-Z_][A-Z0-9_]*)")
+_MV_PREFIX = "__mv_"
+# ``...`` among arguments, elements or dict entries becomes ``*__dots__`` or
+# ``**__dots__`` so that it may follow keyword arguments and stay valid Python.
+_DOTS = "__dots__"
+_ARG_ELLIPSIS = re.compile(r"(?<=[(,\[])\s*\.\.\.\s*(?=[,)\]])")
+_DICT_ELLIPSIS = re.compile(r"(?<=\{)\s*\.\.\.\s*(?=,)|(?<=,)\s*\.\.\.\s*(?=\})")
+# Fields that carry layout only: skipped so that formatting never matters.
+_LAYOUT_FIELDS = frozenset(
+    {
+        "lpar", "rpar", "comma", "semicolon", "leading_lines", "lines_after_decorators",
+        "header", "footer", "newline", "indent", "colon", "equal", "dot", "star",
+        "whitespace", "asynchronous", "metadata", "encoding", "default_indent",
+        "default_newline", "has_trailing_newline",
+    }
+)
+
+
+class PatternError(ValueError):
+    """A pattern in a rule file is not valid Python once metavariables are replaced."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Match:
+    node: cst.CSTNode
+    bindings: dict[str, cst.CSTNode]
+
+
+class Pattern:
+    """One parsed pattern; ``find`` yields its matches in a tree."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        text = _METAVAR.sub(lambda mo: _MV_PREFIX + mo.group(1), source.strip())
+        text = _DICT_ELLIPSIS.sub(" **" + _DOTS, text)
+        text = _ARG_ELLIPSIS.sub(" *" + _DOTS, text)
+        try:
+            node: cst.CSTNode = cst.parse_expression(text)
+        except cst.ParserSyntaxError:
+            try:
+                statement = cst.parse_statement(text)
+            except cst.ParserSyntaxError as exc:
+                raise PatternError(f"pattern {source!r} is not Python: {exc.message}") from None
+            node = statement
+            if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+                node = statement.body[0]
+        self.node = node
+        self.words = frozenset(_words(node))
+
+    def find(self, where: "cst.CSTNode | NodeIndex") -> Iterator[Match]:
+        index = where if isinstance(where, NodeIndex) else NodeIndex(where)
+        if not self.words <= index.words:
+            return
+        for candidate in index.by_type.get(type(self.node), ()):
+            bindings: dict[str, cst.CSTNode] = {}
+            if _match(self.node, candidate, bindings):
+                yield Match(candidate, bindings)
+
+
+@cache
+def _fields(node_type: type) -> tuple[str, ...]:
+    return tuple(
+        f.name
+        for f in dataclasses.fields(node_type)
+        if f.name not in _LAYOUT_FIELDS and not f.name.startswith("whitespace")
+    )
+
+
+def children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """Child nodes that carry meaning (layout nodes are skipped)."""
+    for name in _fields(type(node)):
+        value = getattr(node, name)
+        if isinstance(value, cst.CSTNode):
+            yield value
+        elif isinstance(value, Sequence) and not isinstance(value, str):
+            for item in value:
+                if isinstance(item, cst.CSTNode):
+                    yield item
+
+
+def _match(pattern: object, target: object, bindings: dict[str, cst.CSTNode]) -> bool:
+    if isinstance(pattern, cst.Name) and pattern.value.startswith(_MV_PREFIX):
+        name = pattern.value[len(_MV_PREFIX):]
+        bound = bindings.get(name)
+        if bound is None:
+            bindings[name] = target
+            return True
+        return _match(bound, target, {})
+    if isinstance(pattern, cst.Ellipsis) or _is_elided_block(pattern):
+        return True
+    if isinstance(pattern, cst.SimpleString):
+        return isinstance(target, cst.SimpleString) and _literal(pattern.value) == _literal(target.value)
+    if type(pattern) is not type(target):
+        return False
+    if not isinstance(pattern, cst.CSTNode):
+        return pattern == target
+    for name in _fields(type(pattern)):
+        want, have = getattr(pattern, name), getattr(target, name)
+        if name == "orelse" and want is None:
+            continue  # ``if x: ...`` matches with or without an else
+        if isinstance(want, Sequence) and not isinstance(want, str):
+            if not isinstance(have, Sequence) or not _match_sequence(list(want), list(have), bindings):
+                return False
+        elif not _match(want, have, bindings):
+            return False
+    return True
+
+
+def _match_sequence(want: list, have: list, bindings: dict[str, cst.CSTNode]) -> bool:
+    if not want:
+        return not have
+    head, rest = want[0], want[1:]
+    if _is_bare_ellipsis(head):
+        for skip in range(len(have) + 1):
+            trial = dict(bindings)
+            if _match_sequence(rest, have[skip:], trial):
+                bindings.update(trial)
+                return True
+        return False
+    if not have:
+        return False
+    trial = dict(bindings)
+    if _match(head, have[0], trial) and _match_sequence(rest, have[1:], trial):
+        bindings.update(trial)
+        return True
+    return False
+
+
+def _is_elided_block(node: object) -> bool:
+    """``if x: ...`` in a pattern matches any body, on one line or many."""
+    if isinstance(node, cst.SimpleStatementSuite):
+        return len(node.body) == 1 and isinstance(node.body[0], cst.Expr) and isinstance(node.body[0].value, cst.Ellipsis)
+    if isinstance(node, cst.IndentedBlock):
+        return len(node.body) == 1 and _is_bare_ellipsis(node.body[0])
+    return False
+
+
+def _is_bare_ellipsis(item: object) -> bool:
+    if isinstance(item, (cst.Arg, cst.StarredElement, cst.StarredDictElement)):
+        return isinstance(item.value, cst.Name) and item.value.value == _DOTS
+    if isinstance(item, cst.SimpleStatementLine) and len(item.body) == 1:
+        statement = item.body[0]
+        return isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Ellipsis)
+    return False
+
+
+class NodeIndex:
+    """Every node of a tree grouped by type, and the words it holds, built in
+    one walk so that each pattern only tries nodes of its own root type."""
+
+    def __init__(self, tree: cst.CSTNode) -> None:
+        self.by_type: dict[type, list[cst.CSTNode]] = {}
+        self.words: set[str] = set()
+        stack = [tree]
+        while stack:
+            node = stack.pop()
+            self.by_type.setdefault(type(node), []).append(node)
+            if isinstance(node, cst.Name):
+                self.words.add(node.value)
+            elif isinstance(node, cst.SimpleString):
+                value = _literal(node.value)
+                if isinstance(value, str):
+                    self.words.add(value)
+            stack.extend(reversed(list(children(node))))
+
+
+def _words(node: cst.CSTNode) -> Iterator[str]:
+    """Names and string values a match must contain (metavariables excluded)."""
+    if isinstance(node, cst.Name) and not node.value.startswith(_MV_PREFIX) and node.value != _DOTS:
+        yield node.value
+    elif isinstance(node, cst.SimpleString):
+        value = _literal(node.value)
+        if isinstance(value, str):
+            yield value
+    for child in children(node):
+        yield from _words(child)
+
+
+def _literal(value: str) -> object:
+    try:
+        return ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return None

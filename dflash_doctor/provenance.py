@@ -1,0 +1,98 @@
+"""What a tree says about itself: version, build commit, local edits."""
+
+from __future__ import annotations
+
+import ast
+import base64
+import csv
+import io
+import json
+import re
+from pathlib import Path
+
+from .model import Provenance
+
+_LOCAL_SHA = re.compile(r"\+g([0-9a-f]{7,40})\b")
+_COMMIT = re.compile(r"^g?([0-9a-f]{7,40})$")
+
+
+def find_dist_info(root: Path, package: str = "vllm") -> Path | None:
+    """The ``vllm-*.dist-info`` directory beside the package, if any."""
+    candidates = sorted(root.glob(f"{package}-*.dist-info"))
+    return candidates[-1] if candidates else None
+
+
+def read_provenance(root: Path, inspected: dict[str, str], dist_info: Path | None) -> Provenance:
+    """``inspected`` maps each file the rules read to its sha256 hex digest."""
+    metadata = _read_text(dist_info / "METADATA") if dist_info else None
+    version = _metadata_version(metadata) if metadata else None
+    version_py = _read_text(root / "vllm" / "_version.py")
+    version_file = _version_file_values(version_py) if version_py else {}
+    version = version or version_file.get("__version__")
+
+    commit, source = None, None
+    direct_url = _read_text(dist_info / "direct_url.json") if dist_info else None
+    if direct_url:
+        try:
+            commit = json.loads(direct_url).get("vcs_info", {}).get("commit_id")
+        except (json.JSONDecodeError, AttributeError):
+            commit = None
+        source = "direct_url.json" if commit else None
+    if not commit and version_file.get("__commit_id__"):
+        found = _COMMIT.match(version_file["__commit_id__"])
+        if found:
+            commit, source = found.group(1), "_version.py"
+    if not commit and version:
+        found = _LOCAL_SHA.search(version)
+        if found:
+            commit, source = found.group(1), "version"
+
+    record = _read_text(dist_info / "RECORD") if dist_info else None
+    modified = _modified_files(record, inspected) if record else None
+    return Provenance(version, commit, source, modified, record=str(dist_info / "RECORD") if record else None)
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def _metadata_version(metadata: str) -> str | None:
+    for line in metadata.splitlines():
+        if line.startswith("Version:"):
+            return line.split(":", 1)[1].strip()
+        if not line.strip():
+            break
+    return None
+
+
+def _version_file_values(text: str) -> dict[str, str]:
+    """String assignments in ``_version.py``, read without executing it."""
+    values: dict[str, str] = {}
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return values
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    values[target.id] = node.value.value
+    return values
+
+
+def record_digest(sha256_hex: str) -> str:
+    """The RECORD spelling of a sha256: urlsafe base64 without padding."""
+    return base64.urlsafe_b64encode(bytes.fromhex(sha256_hex)).rstrip(b"=").decode()
+
+
+def _modified_files(record: str, inspected: dict[str, str]) -> tuple[str, ...]:
+    expected: dict[str, str] = {}
+    for row in csv.reader(io.StringIO(record)):
+        if len(row) >= 2 and row[1].startswith("sha256="):
+            expected[row[0]] = row[1][len("sha256="):]
+    return tuple(
+        sorted(path for path, digest in inspected.items() if path in expected and expected[path] != record_digest(digest))
+    )

@@ -1,0 +1,10 @@
+from __future__ import annotations
+
+import json
+
+from ..model import CheckReport
+
+
+class JsonReporter:
+    def render(self, report: CheckReport, terminal: bool) -> str:
+        return json.dumps(report.to_json(), indent=2) + "\n"

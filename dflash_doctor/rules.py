@@ -1,0 +1,185 @@
+"""Rules are data: one TOML file per fix in ``rules/``; this module loads them."""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from .model import ABSENT, PARTIAL, PRESENT, ToolError
+from .patterns import Pattern, PatternError
+
+IGNORE = "ignore"  # a form that locates code off the DFlash path: evidence only
+FORM_VERDICTS = (PRESENT, ABSENT, PARTIAL, IGNORE)
+
+
+def rules_dir() -> Path:
+    """``rules/`` inside the installed package, or beside it in a checkout."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "rules", here.parent / "rules"):
+        if candidate.is_dir():
+            return candidate
+    raise ToolError("the rules directory is missing from this installation")
+
+
+@dataclasses.dataclass(frozen=True)
+class Anchor:
+    id: str
+    file: str
+    symbol: str
+    optional: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.symbol.rsplit(".", 1)[-1]
+
+
+@dataclasses.dataclass(frozen=True)
+class Applies:
+    """The rule applies when ``symbol`` in ``file`` holds the string ``literal``."""
+
+    file: str
+    symbol: str
+    literal: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Form:
+    id: str
+    verdict: str
+    anchors: tuple[str, ...]
+    description: str
+    patterns: tuple[Pattern, ...]
+    unless: tuple[Pattern, ...]
+    where: tuple[tuple[str, str, Pattern], ...]  # (metavariable, contains|not_contains, pattern)
+    remedy: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    anchor: str
+    code: str
+    expect: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    id: str
+    title: str
+    prs: tuple[int, ...]
+    first_release: str | None
+    what: str
+    why: str
+    remedy: str
+    applies: Applies
+    anchors: tuple[Anchor, ...]
+    forms: tuple[Form, ...]
+    cases: tuple[Case, ...]
+    source: Path
+
+    def anchor(self, anchor_id: str) -> Anchor:
+        for anchor in self.anchors:
+            if anchor.id == anchor_id:
+                return anchor
+        raise KeyError(anchor_id)
+
+    def forms_for(self, anchor_id: str) -> list[Form]:
+        return [form for form in self.forms if anchor_id in form.anchors]
+
+
+def _require(data: dict[str, Any], key: str, where: str) -> Any:
+    if key not in data:
+        raise ToolError(f"{where}: missing key {key!r}")
+    return data[key]
+
+
+def _prose(text: str) -> str:
+    """Rule texts are wrapped in the TOML file; one line each everywhere else."""
+    return " ".join(text.split())
+
+
+def _patterns(values: list[str], where: str) -> tuple[Pattern, ...]:
+    try:
+        return tuple(Pattern(value) for value in values)
+    except PatternError as exc:
+        raise ToolError(f"{where}: {exc}") from None
+
+
+def load_rule(path: Path) -> Rule:
+    where = path.name
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ToolError(f"{where}: cannot load rule: {exc}") from None
+    anchors = tuple(
+        Anchor(_require(a, "id", where), _require(a, "file", where), _require(a, "symbol", where), a.get("optional", False))
+        for a in _require(data, "anchors", where)
+    )
+    anchor_ids = {anchor.id for anchor in anchors}
+    forms = []
+    for raw in _require(data, "forms", where):
+        form_where = f"{where}: form {raw.get('id')!r}"
+        verdict = _require(raw, "verdict", form_where)
+        if verdict not in FORM_VERDICTS:
+            raise ToolError(f"{form_where}: verdict must be one of {', '.join(FORM_VERDICTS)}")
+        unknown_anchors = set(raw.get("anchors", [])) - anchor_ids
+        if unknown_anchors or not raw.get("anchors"):
+            raise ToolError(f"{form_where}: anchors must name declared anchors (bad: {sorted(unknown_anchors)})")
+        if not raw.get("patterns") and not raw.get("unless"):
+            raise ToolError(f"{form_where}: needs patterns or unless")
+        where_clauses = []
+        for metavariable, tests in raw.get("where", {}).items():
+            for test, pattern in tests.items():
+                if test not in ("contains", "not_contains"):
+                    raise ToolError(f"{form_where}: where test must be contains or not_contains")
+                where_clauses.append((metavariable, test, _patterns([pattern], form_where)[0]))
+        forms.append(
+            Form(
+                id=_require(raw, "id", form_where),
+                verdict=verdict,
+                anchors=tuple(raw["anchors"]),
+                description=raw.get("description", ""),
+                patterns=_patterns(raw.get("patterns", []), form_where),
+                unless=_patterns(raw.get("unless", []), form_where),
+                where=tuple(where_clauses),
+                remedy=_prose(raw.get("remedy", "")),
+            )
+        )
+    cases = tuple(
+        Case(_require(c, "name", where), _require(c, "anchor", where), _require(c, "code", where), tuple(c.get("expect", [])))
+        for c in data.get("cases", [])
+    )
+    applies = _require(data, "applies", where)
+    return Rule(
+        id=_require(data, "id", where),
+        title=_require(data, "title", where),
+        prs=tuple(data.get("prs", [])),
+        first_release=data.get("first_release"),
+        what=_prose(_require(data, "what", where)),
+        why=_prose(_require(data, "why", where)),
+        remedy=_prose(_require(data, "remedy", where)),
+        applies=Applies(applies["file"], applies["symbol"], applies["literal"]),
+        anchors=anchors,
+        forms=tuple(forms),
+        cases=cases,
+        source=path,
+    )
+
+
+@cache
+def load_rules() -> tuple[Rule, ...]:
+    return tuple(load_rule(path) for path in sorted(rules_dir().glob("*.toml")))
+
+
+def select(only: list[str] | None) -> tuple[Rule, ...]:
+    rules = load_rules()
+    if not only:
+        return rules
+    known = {rule.id for rule in rules}
+    unknown = [fix_id for fix_id in only if fix_id not in known]
+    if unknown:
+        raise ToolError(f"unknown fix id {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    return tuple(rule for rule in rules if rule.id in only)

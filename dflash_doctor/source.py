@@ -1,0 +1,179 @@
+"""Read-only access to a vLLM tree: files, symbol location, parse caches.
+
+Location is cheap (stdlib ``ast`` over the few files the rules name, one
+byte scan of the package when a symbol moved); libcst parses only the
+located function or class, never whole files.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import hashlib
+import os
+import re
+import textwrap
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import libcst as cst
+
+MAX_SOURCE_BYTES = 8 * 1024 * 1024
+
+
+class SiteError(Exception):
+    """A file the rules need cannot be read as Python; the reason is user-facing."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Symbol:
+    """A located function or class."""
+
+    file: str
+    qualname: str
+    node: ast.AST
+    parsed: "ParsedFile"
+
+    @property
+    def line(self) -> int:
+        return self.node.lineno
+
+    def cst(self) -> tuple[cst.Module, int]:
+        """The symbol alone as a libcst module, and the line offset to add back."""
+        lines = self.parsed.text.splitlines(keepends=True)
+        first = self.node.lineno - 1
+        segment = textwrap.dedent("".join(lines[first : self.node.end_lineno]))
+        try:
+            return cst.parse_module(segment), first
+        except cst.ParserSyntaxError:
+            # Dedent fails on bodies holding less-indented string literals: parse
+            # the whole file once and take the statement from there.
+            module = cst.parse_module(self.parsed.text)
+            return cst.Module(body=[_cst_statement_at(module, self.node.lineno)]), 0
+
+
+class ParsedFile:
+    def __init__(self, relpath: str, data: bytes) -> None:
+        self.relpath = relpath
+        self.sha256 = hashlib.sha256(data).hexdigest()
+        if len(data) > MAX_SOURCE_BYTES:
+            raise SiteError(f"{relpath} is {len(data)} bytes, too large for a Python source")
+        if b"\x00" in data:
+            raise SiteError(f"{relpath} is a binary file, not Python source")
+        try:
+            self.text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise SiteError(f"{relpath} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        try:
+            self.tree = ast.parse(self.text, filename=relpath)
+        except SyntaxError as exc:
+            raise SiteError(f"{relpath} does not parse: {exc.msg} (line {exc.lineno})") from None
+
+    def symbols(self, qualname: str) -> list[Symbol]:
+        """Defs with this qualified name; else defs with the same last name (moved)."""
+        exact, moved = [], []
+        wanted_name = search_name(qualname)
+        for found_qualname, node in _walk_defs(self.tree, ""):
+            if found_qualname == qualname:
+                exact.append(Symbol(self.relpath, found_qualname, node, self))
+            elif node.name == wanted_name and not wanted_name.startswith("__"):
+                moved.append(Symbol(self.relpath, found_qualname, node, self))
+        return exact or moved
+
+
+def search_name(qualname: str) -> str:
+    """The name to look for when a symbol moved: a method's own name, or its
+    class's name for dunder methods (every class has an ``__init__``)."""
+    parts = qualname.split(".")
+    if parts[-1].startswith("__") and len(parts) > 1:
+        return parts[-2]
+    return parts[-1]
+
+
+_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _walk_defs(node: ast.AST, prefix: str):
+    """Defs in statement position only: expressions cannot hold a def."""
+    for field in _BODIES:
+        for child in getattr(node, field, ()) or ():
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                qualname = f"{prefix}{child.name}"
+                yield qualname, child
+                yield from _walk_defs(child, qualname + ".")
+            elif isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)):
+                yield from _walk_defs(child, prefix)
+
+
+def _cst_statement_at(module: cst.Module, line: int) -> cst.CSTNode:
+    wrapper = cst.MetadataWrapper(module, unsafe_skip_copy=True)
+    positions = wrapper.resolve(cst.metadata.PositionProvider)
+    for node, position in positions.items():
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)) and position.start.line <= line:
+            header = position.start.line + len(node.decorators) if node.decorators else position.start.line
+            if header == line or position.start.line == line:
+                return node
+    raise SiteError(f"cannot isolate the definition at line {line}")
+
+
+class SourceTree:
+    """A vLLM package on disk: ``root`` holds ``vllm/`` (and maybe dist-info)."""
+
+    def __init__(self, root: Path, package: str = "vllm") -> None:
+        self.root = root
+        self.package = package
+        self._parsed: dict[str, ParsedFile | SiteError | None] = {}
+
+    def read(self, relpath: str) -> bytes | None:
+        path = self.root / relpath
+        try:
+            if not path.is_file():
+                return None
+            return path.read_bytes()
+        except OSError as exc:
+            raise SiteError(f"{relpath} cannot be read: {exc.strerror}") from None
+
+    def parsed(self, relpath: str) -> ParsedFile | None:
+        """The parsed file, None when it does not exist; raises SiteError."""
+        if relpath not in self._parsed:
+            try:
+                data = self.read(relpath)
+                self._parsed[relpath] = None if data is None else ParsedFile(relpath, data)
+            except SiteError as exc:
+                self._parsed[relpath] = exc
+        result = self._parsed[relpath]
+        if isinstance(result, SiteError):
+            raise result
+        return result
+
+    def files_defining(self, names: Iterable[str]) -> Mapping[str, list[str]]:
+        """One scan of the package: which files define each name (moved code)."""
+        names = sorted(set(names))
+        found: dict[str, list[str]] = {name: [] for name in names}
+        if not names:
+            return found
+        pattern = re.compile(
+            rb"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+(" + b"|".join(re.escape(n.encode()) for n in names) + rb")\b",
+            re.M,
+        )
+        base = self.root / self.package
+        for directory, subdirs, files in os.walk(base):
+            subdirs.sort()
+            for filename in sorted(files):
+                if not filename.endswith(".py"):
+                    continue
+                path = Path(directory, filename)
+                try:
+                    data = path.read_bytes()
+                except OSError:
+                    continue
+                for match in pattern.finditer(data):
+                    relpath = path.relative_to(self.root).as_posix()
+                    bucket = found[match.group(1).decode()]
+                    if relpath not in bucket:
+                        bucket.append(relpath)
+        return found
+
+    def inspected(self) -> dict[str, str]:
+        """relpath -> sha256 of every file read so far that parsed."""
+        return {path: parsed.sha256 for path, parsed in self._parsed.items() if isinstance(parsed, ParsedFile)}

@@ -1,0 +1,22 @@
+"""Targets: where the vLLM tree to check lives. One file per kind."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Protocol
+
+from ..model import TargetInfo
+from ..source import SourceTree
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedTarget:
+    tree: SourceTree
+    info: TargetInfo
+    dist_info: Path | None
+
+
+class Target(Protocol):
+    def resolve(self) -> ResolvedTarget:
+        """Find the tree; raise ToolError when there is none to check."""

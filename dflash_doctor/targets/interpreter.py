@@ -1,0 +1,71 @@
+"""The environment of a Python interpreter, asked with the stdlib probe."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from ..model import TargetInfo, ToolError
+from ..provenance import find_dist_info
+from ..source import SourceTree
+from . import ResolvedTarget
+from .path import package_root
+
+PROBE_TIMEOUT_S = 60
+
+
+def probe_source() -> str:
+    return Path(__file__).resolve().parent.parent.joinpath("probe.py").read_text(encoding="utf-8")
+
+
+def parse_probe_output(stdout: str, who: str) -> dict:
+    """The last marked line of the probe's output; junk before it is ignored."""
+    from ..probe import MARKER
+
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(MARKER):
+            try:
+                answer = json.loads(line[len(MARKER):])
+            except json.JSONDecodeError:
+                break
+            if isinstance(answer, dict):
+                return answer
+            break
+    raise ToolError(f"{who} did not answer the probe (printed {len(stdout)} bytes without a probe result)")
+
+
+class InterpreterTarget:
+    def __init__(self, python: str) -> None:
+        self.python = python
+
+    def resolve(self) -> ResolvedTarget:
+        who = f"interpreter {self.python}"
+        try:
+            proc = subprocess.run(
+                [self.python, "-", "locate"],
+                input=probe_source(),
+                capture_output=True,
+                text=True,
+                timeout=PROBE_TIMEOUT_S,
+                errors="replace",
+            )
+        except FileNotFoundError:
+            raise ToolError(f"{who} not found") from None
+        except PermissionError:
+            raise ToolError(f"{who} is not executable") from None
+        except OSError as exc:
+            raise ToolError(f"{who} cannot be run: {exc.strerror or exc}") from None
+        except subprocess.TimeoutExpired:
+            raise ToolError(f"{who} did not answer within {PROBE_TIMEOUT_S} s") from None
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["no error output"])[-1]
+            raise ToolError(f"{who} failed (exit {proc.returncode}): {last}")
+        answer = parse_probe_output(proc.stdout, who)
+        if answer.get("error"):
+            raise ToolError(f"{who}: {answer['error']}")
+        package_dir = Path(answer["package_dir"])
+        root = package_root(package_dir)
+        dist_info = Path(answer["dist_info"]) if answer.get("dist_info") else find_dist_info(root)
+        details = (("python", str(answer.get("python") or self.python)),)
+        return ResolvedTarget(SourceTree(root), TargetInfo("python", str(root), details), dist_info)
