@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+from collections.abc import Sequence
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, Evidence, FixResult
-from .patterns import Match, NodeIndex
+from .patterns import Match, NodeIndex, children
 from .rules import IGNORE, Anchor, Form, Rule
 from .source import SiteError, SourceTree, Symbol, search_name
 
@@ -63,7 +64,7 @@ def _subtree_ids(node: cst.CSTNode) -> set[int]:
     ids = {id(node)}
     stack = [node]
     while stack:
-        for child in stack.pop().children:
+        for child in children(stack.pop()):
             ids.add(id(child))
             stack.append(child)
     return ids
@@ -82,17 +83,51 @@ def evaluate_site(rule: Rule, anchor: Anchor, symbol: Symbol) -> SiteResult:
     if not hits:
         note = "no known form of this fix matches this code"
         return SiteResult(frozenset(), (Evidence(symbol.file, symbol.line, symbol.qualname, "unrecognised", note),), ())
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    lines = _line_finder(symbol, module, offset)
     evidence = []
     for hit in hits:
-        lines = sorted({positions[found.node].start.line + offset for found in hit.matches}) or [symbol.line]
-        for line in lines:
+        for line in sorted({lines(found.node) for found in hit.matches}) or [symbol.line]:
             evidence.append(Evidence(symbol.file, line, symbol.qualname, hit.form.id, hit.form.description))
     return SiteResult(
         frozenset(hit.form.verdict for hit in hits),
         tuple(evidence),
         tuple(hit.form.remedy for hit in hits if hit.form.remedy),
     )
+
+
+def _line_finder(symbol: Symbol, module: cst.Module, offset: int):
+    """Map a node of the symbol's tree to its line in the file.
+
+    Positions come from libcst's code generation, which is costly on a long
+    function; so it runs only on the one top-level statement of the body
+    that holds the node, whose first line the stdlib ast already knows.
+    """
+    definition = module.body[0] if len(module.body) == 1 else None
+    body = getattr(getattr(definition, "body", None), "body", None)
+    starts = sorted({_first_line(stmt) for stmt in getattr(symbol.node, "body", [])})
+    if not isinstance(body, Sequence) or len(body) != len(starts):
+        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        return lambda node: positions[node].start.line + offset
+    owners = {}
+    for index, statement in enumerate(body):
+        for node_id in _subtree_ids(statement):
+            owners[node_id] = index
+
+    def line(node: cst.CSTNode) -> int:
+        index = owners.get(id(node))
+        if index is None:
+            return symbol.line
+        statement = body[index]
+        alone = cst.Module(body=[statement.with_changes(leading_lines=())])
+        positions = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
+        return starts[index] + positions[node].start.line - 1
+
+    return line
+
+
+def _first_line(statement: ast.stmt) -> int:
+    decorators = getattr(statement, "decorator_list", None)
+    return min([statement.lineno, *(d.lineno for d in decorators)]) if decorators else statement.lineno
 
 
 class Checker:

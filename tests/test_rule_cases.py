@@ -1,0 +1,97 @@
+"""`rules test`: every shipped rule's snippets pass, and the harness catches bad rules."""
+
+from pathlib import Path
+
+import pytest
+
+from dflash_doctor.model import ToolError
+from dflash_doctor.rules import load_rule, load_rules
+from dflash_doctor.rulestest import check_rule, run_rule_cases
+
+from conftest import run_cli
+
+RULE_HEADER = '''
+id = "demo"
+title = "demo"
+what = "w"
+why = "y"
+remedy = "r"
+[applies]
+file = "vllm/config/speculative.py"
+symbol = "SpeculativeConfig"
+literal = "dflash"
+[[anchors]]
+id = "site"
+file = "vllm/x.py"
+symbol = "f"
+[[forms]]
+id = "good"
+verdict = "present"
+anchors = ["site"]
+patterns = ["good()"]
+[[forms]]
+id = "bad"
+verdict = "absent"
+anchors = ["site"]
+patterns = ["bad()"]
+'''
+
+
+def test_every_shipped_rule_case_passes():
+    results = list(run_rule_cases())
+    assert results, "no rule cases ran"
+    assert [line for line, ok in results if not ok] == []
+
+
+def test_shipped_rules_are_the_three_fixes_each_with_cases():
+    rules = load_rules()
+    assert {rule.id for rule in rules} == {"layer-offset", "swa-config", "cache-drop"}
+    assert all(len(rule.cases) >= 4 for rule in rules)
+
+
+def test_rule_without_cases_fails(tmp_path: Path):
+    path = tmp_path / "demo.toml"
+    path.write_text(RULE_HEADER)
+    results = list(check_rule(load_rule(path)))
+    assert results == [("demo: the rule has no cases", False)]
+
+
+def test_form_without_a_case_fails(tmp_path: Path):
+    path = tmp_path / "demo.toml"
+    path.write_text(RULE_HEADER + '[[cases]]\nname = "g"\nanchor = "site"\nexpect = ["good"]\ncode = "def f():\\n    good()\\n"\n')
+    failures = [line for line, ok in check_rule(load_rule(path)) if not ok]
+    assert "demo: form bad has no case that matches it" in failures
+
+
+def test_wrong_expectation_fails(tmp_path: Path):
+    path = tmp_path / "demo.toml"
+    path.write_text(RULE_HEADER + '[[cases]]\nname = "g"\nanchor = "site"\nexpect = ["bad"]\ncode = "def f():\\n    good()\\n"\n')
+    failures = [line for line, ok in check_rule(load_rule(path)) if not ok]
+    assert any("expected ['bad'], got ['good']" in line for line in failures)
+
+
+@pytest.mark.parametrize(
+    "mutation, message",
+    [
+        (lambda t: t.replace('verdict = "absent"', 'verdict = "maybe"'), "verdict must be one of"),
+        (lambda t: t.replace('patterns = ["bad()"]', 'patterns = ["bad("]'), "is not Python"),
+        (lambda t: t.replace('anchors = ["site"]\npatterns = ["bad()"]', 'anchors = ["nowhere"]\npatterns = ["bad()"]'), "anchors must name declared anchors"),
+        (lambda t: t + "[[[", "cannot load rule"),
+    ],
+)
+def test_malformed_rule_is_a_clear_error(tmp_path: Path, mutation, message):
+    path = tmp_path / "demo.toml"
+    path.write_text(mutation(RULE_HEADER))
+    with pytest.raises(ToolError, match=message):
+        load_rule(path)
+
+
+def test_rules_cli_list_show_test():
+    listed = run_cli("rules", "list")
+    assert listed.returncode == 0
+    assert [line.split()[0] for line in listed.stdout.splitlines()] == ["cache-drop", "layer-offset", "swa-config"]
+    shown = run_cli("rules", "show", "layer-offset")
+    assert shown.returncode == 0 and "#40727" in shown.stdout and "raw-dflash-ids" in shown.stdout
+    tested = run_cli("rules", "test")
+    assert tested.returncode == 0 and "FAIL" not in tested.stdout
+    assert run_cli("rules", "show", "nope").returncode == 3
