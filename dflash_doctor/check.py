@@ -13,5 +13,5 @@ from .targets import Target
 def run_check(target: Target, rules: tuple[Rule, ...]) -> CheckReport:
     resolved = target.resolve()
     fixes = Checker(resolved.tree).run(rules)
-    provenance = read_provenance(resolved.tree.root, resolved.tree.inspected(), resolved.dist_info)
+    provenance = read_provenance(resolved.tree)
     return CheckReport(resolved.info, provenance, fixes, __version__)

@@ -65,7 +65,6 @@ class Provenance:
     commit: str | None
     commit_source: str | None
     modified_files: tuple[str, ...] | None
-    record: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from .model import Provenance
+from .source import SiteError, SourceTree
 
 _LOCAL_SHA = re.compile(r"\+g([0-9a-f]{7,40})\b")
 _COMMIT = re.compile(r"^g?([0-9a-f]{7,40})$")
@@ -22,16 +23,19 @@ def find_dist_info(root: Path, package: str = "vllm") -> Path | None:
     return candidates[-1] if candidates else None
 
 
-def read_provenance(root: Path, inspected: dict[str, str], dist_info: Path | None) -> Provenance:
-    """``inspected`` maps each file the rules read to its sha256 hex digest."""
-    metadata = _read_text(dist_info / "METADATA") if dist_info else None
+def read_provenance(tree: SourceTree) -> Provenance:
+    """Version, commit and local edits of the files the rules read so far."""
+    metadata = tree.dist_info_text("METADATA")
     version = _metadata_version(metadata) if metadata else None
-    version_py = _read_text(root / "vllm" / "_version.py")
-    version_file = _version_file_values(version_py) if version_py else {}
+    try:
+        version_py = tree.read("vllm/_version.py")
+    except SiteError:
+        version_py = None
+    version_file = _version_file_values(version_py.decode("utf-8", "replace")) if version_py else {}
     version = version or version_file.get("__version__")
 
     commit, source = None, None
-    direct_url = _read_text(dist_info / "direct_url.json") if dist_info else None
+    direct_url = tree.dist_info_text("direct_url.json")
     if direct_url:
         try:
             commit = json.loads(direct_url).get("vcs_info", {}).get("commit_id")
@@ -47,16 +51,9 @@ def read_provenance(root: Path, inspected: dict[str, str], dist_info: Path | Non
         if found:
             commit, source = found.group(1), "version"
 
-    record = _read_text(dist_info / "RECORD") if dist_info else None
-    modified = _modified_files(record, inspected) if record else None
-    return Provenance(version, commit, source, modified, record=str(dist_info / "RECORD") if record else None)
-
-
-def _read_text(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
+    record = tree.dist_info_text("RECORD")
+    modified = _modified_files(record, tree.inspected()) if record else None
+    return Provenance(version, commit, source, modified)
 
 
 def _metadata_version(metadata: str) -> str | None:

@@ -117,21 +117,28 @@ def _cst_statement_at(module: cst.Module, line: int) -> cst.CSTNode:
 
 
 class SourceTree:
-    """A vLLM package on disk: ``root`` holds ``vllm/`` (and maybe dist-info)."""
+    """The files of a vLLM package, wherever they are, parsed at most once.
 
-    def __init__(self, root: Path, package: str = "vllm") -> None:
-        self.root = root
-        self.package = package
+    Subclasses say how bytes are read and how moved symbols are searched:
+    ``DirectoryTree`` on this machine; a probe snapshot for remote trees.
+    """
+
+    package = "vllm"
+
+    def __init__(self) -> None:
         self._parsed: dict[str, ParsedFile | SiteError | None] = {}
 
     def read(self, relpath: str) -> bytes | None:
-        path = self.root / relpath
-        try:
-            if not path.is_file():
-                return None
-            return path.read_bytes()
-        except OSError as exc:
-            raise SiteError(f"{relpath} cannot be read: {exc.strerror}") from None
+        """The file's bytes, None if it does not exist; raises SiteError."""
+        raise NotImplementedError
+
+    def files_defining(self, names: Iterable[str]) -> Mapping[str, list[str]]:
+        """Which package files define each name (``def``/``class``), for moved code."""
+        raise NotImplementedError
+
+    def dist_info_text(self, name: str) -> str | None:
+        """A file of the package's dist-info (METADATA, RECORD, direct_url.json)."""
+        raise NotImplementedError
 
     def parsed(self, relpath: str) -> ParsedFile | None:
         """The parsed file, None when it does not exist; raises SiteError."""
@@ -146,18 +153,48 @@ class SourceTree:
             raise result
         return result
 
+    def inspected(self) -> dict[str, str]:
+        """relpath -> sha256 of every file read so far that parsed."""
+        return {path: parsed.sha256 for path, parsed in self._parsed.items() if isinstance(parsed, ParsedFile)}
+
+
+def definition_pattern(names: Iterable[str]) -> re.Pattern[bytes]:
+    alternatives = b"|".join(re.escape(name.encode()) for name in sorted(set(names)))
+    return re.compile(rb"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+(" + alternatives + rb")\b", re.M)
+
+
+class DirectoryTree(SourceTree):
+    """A tree on this machine: ``root`` holds ``vllm/`` (and maybe dist-info)."""
+
+    def __init__(self, root: Path, dist_info: Path | None) -> None:
+        super().__init__()
+        self.root = root
+        self.dist_info = dist_info
+
+    def dist_info_text(self, name: str) -> str | None:
+        if self.dist_info is None:
+            return None
+        try:
+            return (self.dist_info / name).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+
+    def read(self, relpath: str) -> bytes | None:
+        path = self.root / relpath
+        try:
+            if not path.is_file():
+                return None
+            return path.read_bytes()
+        except OSError as exc:
+            raise SiteError(f"{relpath} cannot be read: {exc.strerror}") from None
+
     def files_defining(self, names: Iterable[str]) -> Mapping[str, list[str]]:
-        """One scan of the package: which files define each name (moved code)."""
         names = sorted(set(names))
         found: dict[str, list[str]] = {name: [] for name in names}
         if not names:
             return found
-        pattern = re.compile(
-            rb"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+(" + b"|".join(re.escape(n.encode()) for n in names) + rb")\b",
-            re.M,
-        )
-        base = self.root / self.package
-        for directory, subdirs, files in os.walk(base):
+        pattern = definition_pattern(names)
+        for directory, subdirs, files in os.walk(self.root / self.package):
             subdirs.sort()
             for filename in sorted(files):
                 if not filename.endswith(".py"):
@@ -173,7 +210,3 @@ class SourceTree:
                     if relpath not in bucket:
                         bucket.append(relpath)
         return found
-
-    def inspected(self) -> dict[str, str]:
-        """relpath -> sha256 of every file read so far that parsed."""
-        return {path: parsed.sha256 for path, parsed in self._parsed.items() if isinstance(parsed, ParsedFile)}

@@ -95,3 +95,11 @@ def test_rules_cli_list_show_test():
     tested = run_cli("rules", "test")
     assert tested.returncode == 0 and "FAIL" not in tested.stdout
     assert run_cli("rules", "show", "nope").returncode == 3
+
+
+def test_fix_pages_in_docs_are_generated_from_the_rules():
+    from dflash_doctor.docs import rule_markdown
+
+    docs = Path(__file__).resolve().parent.parent / "docs" / "fixes"
+    for rule in load_rules():
+        assert (docs / f"{rule.id}.md").read_text() == rule_markdown(rule), f"regenerate docs/fixes/{rule.id}.md"

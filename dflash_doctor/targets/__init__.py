@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Protocol
 
 from ..model import TargetInfo
@@ -14,7 +13,6 @@ from ..source import SourceTree
 class ResolvedTarget:
     tree: SourceTree
     info: TargetInfo
-    dist_info: Path | None
 
 
 class Target(Protocol):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..model import TargetInfo, ToolError
 from ..provenance import find_dist_info
-from ..source import SourceTree
+from ..source import DirectoryTree
 from . import ResolvedTarget
 from .path import package_root
 
@@ -68,4 +68,4 @@ class InterpreterTarget:
         root = package_root(package_dir)
         dist_info = Path(answer["dist_info"]) if answer.get("dist_info") else find_dist_info(root)
         details = (("python", str(answer.get("python") or self.python)),)
-        return ResolvedTarget(SourceTree(root), TargetInfo("python", str(root), details), dist_info)
+        return ResolvedTarget(DirectoryTree(root, dist_info), TargetInfo("python", str(root), details))
