@@ -6,11 +6,14 @@ from .rules import Rule
 
 
 def rule_markdown(rule: Rule) -> str:
-    prs = ", ".join(f"#{pr}" for pr in rule.prs)
+    prs = ", ".join(f"#{pr}" for pr in rule.prs) or "none"
+    unmerged = ", ".join(f"#{pr}" for pr in rule.unmerged_prs)
     out = [
         f"# {rule.id}: {rule.title}",
         "",
-        f"PRs: {prs}. First release with the fix: {rule.first_release or 'none yet'}.",
+        f"Merged PRs: {prs}." + (f" Unmerged PRs people build from: {unmerged}." if unmerged else ""),
+        "",
+        f"First release with the fix: {rule.first_release or 'none yet'}.",
         "",
         "## What",
         "",

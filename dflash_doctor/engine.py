@@ -170,8 +170,8 @@ class Checker:
 
     def _check(self, rule: Rule, located) -> FixResult:
         def result(status: str, evidence=(), reason: str = "", remedies=()) -> FixResult:
-            remedy = " ".join([rule.remedy, *dict.fromkeys(remedies)])
-            return FixResult(rule.id, status, rule.title, rule.prs, tuple(evidence), remedy, reason)
+            remedy = "none needed" if status == PRESENT else " ".join([rule.remedy, *dict.fromkeys(remedies)])
+            return FixResult(rule.id, status, rule.title, rule.prs + rule.unmerged_prs, tuple(evidence), remedy, reason)
 
         applies = located[(rule.applies.file, rule.applies.symbol)]
         if isinstance(applies, SiteError):

@@ -69,7 +69,8 @@ class Case:
 class Rule:
     id: str
     title: str
-    prs: tuple[int, ...]
+    prs: tuple[int, ...]  # merged upstream
+    unmerged_prs: tuple[int, ...]  # closed or open PRs that people build from
     first_release: str | None
     what: str
     why: str
@@ -157,6 +158,7 @@ def load_rule(path: Path) -> Rule:
         id=_require(data, "id", where),
         title=_require(data, "title", where),
         prs=tuple(data.get("prs", [])),
+        unmerged_prs=tuple(data.get("unmerged_prs", [])),
         first_release=data.get("first_release"),
         what=_prose(_require(data, "what", where)),
         why=_prose(_require(data, "why", where)),

@@ -58,4 +58,4 @@ def test_only_selects_fixes_and_exit_code_follows(release):
     code, report = check_json("--release", "0.22.0", "--only", "layer-offset")
     assert statuses(report) == {"layer-offset": "present"}
     assert code == 0
-    assert report["fixes"][0]["prs"] == [40727]
+    assert report["fixes"][0]["prs"] == [40727, 40898]

@@ -13,7 +13,7 @@ def rules_list() -> int:
     from ..rules import load_rules
 
     for rule in load_rules():
-        prs = ", ".join(f"#{pr}" for pr in rule.prs)
+        prs = ", ".join(f"#{pr}" for pr in rule.prs + rule.unmerged_prs)
         typer.echo(f"{rule.id:<14} {prs:<28} {rule.title}")
     return EXIT_OK
 
