@@ -91,6 +91,8 @@ class CheckReport:
     vllm: Provenance
     fixes: tuple[FixResult, ...]
     tool_version: str
+    # Extra top-level JSON sections added by options of `check` (ancestry, draft, probes, ...).
+    sections: tuple[tuple[str, Any], ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -103,6 +105,7 @@ class CheckReport:
             "target": self.target.to_json(),
             "vllm": self.vllm.to_json(),
             "fixes": [fix.to_json() for fix in self.fixes],
+            **dict(self.sections),
             "exit_code": self.exit_code,
         }
 
