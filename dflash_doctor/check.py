@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from . import __version__
-from .engine import Checker
+from .cache import checked_fixes
 from .model import CheckReport
 from .provenance import read_provenance
 from .rules import Rule
@@ -12,6 +12,6 @@ from .targets import Target
 
 def run_check(target: Target, rules: tuple[Rule, ...]) -> CheckReport:
     resolved = target.resolve()
-    fixes = Checker(resolved.tree).run(rules)
+    fixes = checked_fixes(resolved.tree, rules)
     provenance = read_provenance(resolved.tree)
     return CheckReport(resolved.info, provenance, fixes, __version__)

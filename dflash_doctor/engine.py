@@ -135,6 +135,7 @@ class Checker:
 
     def __init__(self, tree: SourceTree) -> None:
         self.tree = tree
+        self.scanned = False  # True once the package was searched for moved code
 
     def _locate(self, rules: tuple[Rule, ...]) -> dict[tuple[str, str], list[Symbol] | SiteError]:
         wanted = {(a.file, a.symbol) for rule in rules for a in rule.anchors}
@@ -152,6 +153,7 @@ class Checker:
         required = {(a.file, a.symbol) for rule in rules for a in rule.anchors if not a.optional}
         required |= {(rule.applies.file, rule.applies.symbol) for rule in rules}
         moved = {search_name(symbol): (file, symbol) for (file, symbol), hit in found.items() if hit == [] and (file, symbol) in required}
+        self.scanned = bool(moved)
         for name, files in self.tree.files_defining(moved).items():
             key = moved[name]
             symbols: list[Symbol] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from typing import Any
 
 PRESENT = "present"
@@ -34,6 +35,28 @@ class Evidence:
             data["note"] = self.note
         return data
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Evidence":
+        return cls(data["file"], data["line"], data["symbol"], data["form"], data.get("note", ""))
+
+
+@dataclasses.dataclass(frozen=True)
+class Waiver:
+    """An accepted gap from a waivers file: the fix does not fail the gate until ``until`` has passed."""
+
+    id: str
+    reason: str
+    target: str | None = None  # glob against the target's location and details (host, python, release)
+    until: datetime.date | None = None  # last day the waiver applies
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "target": self.target,
+            "reason": self.reason,
+            "until": self.until.isoformat() if self.until else None,
+        }
+
 
 @dataclasses.dataclass(frozen=True)
 class FixResult:
@@ -44,6 +67,7 @@ class FixResult:
     evidence: tuple[Evidence, ...]
     remedy: str
     reason: str = ""
+    waiver: Waiver | None = None  # set when an active waiver covers this (non-present) fix
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -54,7 +78,13 @@ class FixResult:
             "evidence": [item.to_json() for item in self.evidence],
             "remedy": self.remedy,
             "reason": self.reason or None,
+            "waiver": self.waiver.to_json() if self.waiver else None,
         }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "FixResult":
+        evidence = tuple(Evidence.from_json(item) for item in data["evidence"])
+        return cls(data["id"], data["status"], data["title"], tuple(data["prs"]), evidence, data["remedy"], data["reason"] or "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,10 +123,11 @@ class CheckReport:
     tool_version: str
     # Extra top-level JSON sections added by options of `check` (ancestry, draft, probes, ...).
     sections: tuple[tuple[str, Any], ...] = ()
+    strict: bool = False  # --strict: unknown fails the gate like absent
 
     @property
     def exit_code(self) -> int:
-        return exit_code_for(fix.status for fix in self.fixes)
+        return exit_code_for((fix.status for fix in self.fixes if fix.waiver is None), strict=self.strict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -106,14 +137,15 @@ class CheckReport:
             "vllm": self.vllm.to_json(),
             "fixes": [fix.to_json() for fix in self.fixes],
             **dict(self.sections),
+            "strict": self.strict,
             "exit_code": self.exit_code,
         }
 
 
-def exit_code_for(statuses) -> int:
-    """0 all present; 1 any absent/partial/not-applicable; else 2 any unknown."""
+def exit_code_for(statuses, strict: bool = False) -> int:
+    """0 all present; 1 any absent/partial/not-applicable (or unknown when strict); else 2 any unknown."""
     seen = set(statuses)
-    if seen & {ABSENT, PARTIAL, NOT_APPLICABLE}:
+    if seen & {ABSENT, PARTIAL, NOT_APPLICABLE} or (strict and UNKNOWN in seen):
         return EXIT_MISSING
     if UNKNOWN in seen:
         return EXIT_UNKNOWN

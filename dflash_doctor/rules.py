@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import tomllib
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .model import ABSENT, PARTIAL, PRESENT, ToolError
-from .patterns import Pattern, PatternError
+
+if TYPE_CHECKING:
+    from .patterns import Pattern
 
 IGNORE = "ignore"  # a form that locates code off the DFlash path: evidence only
 FORM_VERDICTS = (PRESENT, ABSENT, PARTIAL, IGNORE)
@@ -47,14 +49,31 @@ class Applies:
 
 @dataclasses.dataclass(frozen=True)
 class Form:
+    """One known code form. Patterns are kept as source and compiled on first
+    use, so that reading rule metadata never imports libcst."""
+
     id: str
     verdict: str
     anchors: tuple[str, ...]
     description: str
-    patterns: tuple[Pattern, ...]
-    unless: tuple[Pattern, ...]
-    where: tuple[tuple[str, str, Pattern], ...]  # (metavariable, contains|not_contains, pattern)
+    pattern_sources: tuple[str, ...]
+    unless_sources: tuple[str, ...]
+    where_sources: tuple[tuple[str, str, str], ...]  # (metavariable, contains|not_contains, pattern)
     remedy: str = ""
+    where_file: str = ""
+
+    @cached_property
+    def patterns(self) -> tuple[Pattern, ...]:
+        return _compile(self.pattern_sources, self.where_file)
+
+    @cached_property
+    def unless(self) -> tuple[Pattern, ...]:
+        return _compile(self.unless_sources, self.where_file)
+
+    @cached_property
+    def where(self) -> tuple[tuple[str, str, Pattern], ...]:
+        compiled = _compile(tuple(source for _, _, source in self.where_sources), self.where_file)
+        return tuple((name, test, pattern) for (name, test, _), pattern in zip(self.where_sources, compiled))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,9 +121,11 @@ def _prose(text: str) -> str:
     return " ".join(text.split())
 
 
-def _patterns(values: list[str], where: str) -> tuple[Pattern, ...]:
+def _compile(sources: tuple[str, ...], where: str) -> tuple[Pattern, ...]:
+    from .patterns import Pattern, PatternError
+
     try:
-        return tuple(Pattern(value) for value in values)
+        return tuple(Pattern(source) for source in sources)
     except PatternError as exc:
         raise ToolError(f"{where}: {exc}") from None
 
@@ -136,17 +157,18 @@ def load_rule(path: Path) -> Rule:
             for test, pattern in tests.items():
                 if test not in ("contains", "not_contains"):
                     raise ToolError(f"{form_where}: where test must be contains or not_contains")
-                where_clauses.append((metavariable, test, _patterns([pattern], form_where)[0]))
+                where_clauses.append((metavariable, test, pattern))
         forms.append(
             Form(
                 id=_require(raw, "id", form_where),
                 verdict=verdict,
                 anchors=tuple(raw["anchors"]),
                 description=raw.get("description", ""),
-                patterns=_patterns(raw.get("patterns", []), form_where),
-                unless=_patterns(raw.get("unless", []), form_where),
-                where=tuple(where_clauses),
+                pattern_sources=tuple(raw.get("patterns", [])),
+                unless_sources=tuple(raw.get("unless", [])),
+                where_sources=tuple(where_clauses),
                 remedy=_prose(raw.get("remedy", "")),
+                where_file=form_where,
             )
         )
     cases = tuple(

@@ -7,10 +7,17 @@ from collections.abc import Iterator
 import libcst as cst
 
 from .engine import match_forms
+from .model import ToolError
 from .rules import IGNORE, Rule, load_rules
 
 
 def check_rule(rule: Rule) -> Iterator[tuple[str, bool]]:
+    for form in rule.forms:
+        try:
+            form.patterns, form.unless, form.where
+        except ToolError as exc:
+            yield f"{rule.id}: {exc}", False
+            return
     if not rule.cases:
         yield f"{rule.id}: the rule has no cases", False
         return

@@ -15,8 +15,10 @@ import re
 import textwrap
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import libcst as cst
+if TYPE_CHECKING:
+    import libcst as cst
 
 MAX_SOURCE_BYTES = 8 * 1024 * 1024
 
@@ -40,6 +42,8 @@ class Symbol:
 
     def cst(self) -> tuple[cst.Module, int]:
         """The symbol alone as a libcst module, and the line offset to add back."""
+        import libcst as cst
+
         lines = self.parsed.text.splitlines(keepends=True)
         first = self.node.lineno - 1
         segment = textwrap.dedent("".join(lines[first : self.node.end_lineno]))
@@ -106,6 +110,8 @@ def _walk_defs(node: ast.AST, prefix: str):
 
 
 def _cst_statement_at(module: cst.Module, line: int) -> cst.CSTNode:
+    import libcst as cst
+
     wrapper = cst.MetadataWrapper(module, unsafe_skip_copy=True)
     positions = wrapper.resolve(cst.metadata.PositionProvider)
     for node, position in positions.items():
@@ -126,7 +132,9 @@ class SourceTree:
     package = "vllm"
 
     def __init__(self) -> None:
+        self._data: dict[str, bytes | None | SiteError] = {}
         self._parsed: dict[str, ParsedFile | SiteError | None] = {}
+        self._remembered: dict[str, str] = {}
 
     def read(self, relpath: str) -> bytes | None:
         """The file's bytes, None if it does not exist; raises SiteError."""
@@ -140,11 +148,28 @@ class SourceTree:
         """A file of the package's dist-info (METADATA, RECORD, direct_url.json)."""
         raise NotImplementedError
 
+    def data(self, relpath: str) -> bytes | None:
+        """``read`` once per file; raises SiteError."""
+        if relpath not in self._data:
+            try:
+                self._data[relpath] = self.read(relpath)
+            except SiteError as exc:
+                self._data[relpath] = exc
+        result = self._data[relpath]
+        if isinstance(result, SiteError):
+            raise result
+        return result
+
+    def digest(self, relpath: str) -> str | None:
+        """sha256 of the file's bytes, None when it does not exist; raises SiteError."""
+        data = self.data(relpath)
+        return None if data is None else hashlib.sha256(data).hexdigest()
+
     def parsed(self, relpath: str) -> ParsedFile | None:
         """The parsed file, None when it does not exist; raises SiteError."""
         if relpath not in self._parsed:
             try:
-                data = self.read(relpath)
+                data = self.data(relpath)
                 self._parsed[relpath] = None if data is None else ParsedFile(relpath, data)
             except SiteError as exc:
                 self._parsed[relpath] = exc
@@ -153,9 +178,14 @@ class SourceTree:
             raise result
         return result
 
+    def remember_inspected(self, digests: Mapping[str, str]) -> None:
+        """Files a cached result read: they count as inspected without a parse."""
+        self._remembered.update(digests)
+
     def inspected(self) -> dict[str, str]:
-        """relpath -> sha256 of every file read so far that parsed."""
-        return {path: parsed.sha256 for path, parsed in self._parsed.items() if isinstance(parsed, ParsedFile)}
+        """relpath -> sha256 of every file read that parsed (or a cached result read)."""
+        parsed = {path: p.sha256 for path, p in self._parsed.items() if isinstance(p, ParsedFile)}
+        return {**self._remembered, **parsed}
 
 
 def definition_pattern(names: Iterable[str]) -> re.Pattern[bytes]:

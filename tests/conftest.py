@@ -4,6 +4,7 @@ small trees built from them for altered-code tests."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,9 @@ import pytest
 
 from dflash_doctor.rules import load_rules
 from dflash_doctor.targets.release import release_tree
+
+# Every check in the tests evaluates the rules; the results cache has its own test.
+os.environ["DFLASH_DOCTOR_NO_CACHE"] = "1"
 
 # Files a check of these releases reads, plus what makes a tree a tree.
 TREE_FILES = ["vllm/__init__.py", "vllm/_version.py"]

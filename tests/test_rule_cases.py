@@ -74,7 +74,6 @@ def test_wrong_expectation_fails(tmp_path: Path):
     "mutation, message",
     [
         (lambda t: t.replace('verdict = "absent"', 'verdict = "maybe"'), "verdict must be one of"),
-        (lambda t: t.replace('patterns = ["bad()"]', 'patterns = ["bad("]'), "is not Python"),
         (lambda t: t.replace('anchors = ["site"]\npatterns = ["bad()"]', 'anchors = ["nowhere"]\npatterns = ["bad()"]'), "anchors must name declared anchors"),
         (lambda t: t + "[[[", "cannot load rule"),
     ],
@@ -84,6 +83,13 @@ def test_malformed_rule_is_a_clear_error(tmp_path: Path, mutation, message):
     path.write_text(mutation(RULE_HEADER))
     with pytest.raises(ToolError, match=message):
         load_rule(path)
+
+
+def test_pattern_that_is_not_python_fails_rules_test(tmp_path: Path):
+    path = tmp_path / "demo.toml"
+    path.write_text(RULE_HEADER.replace('patterns = ["bad()"]', 'patterns = ["bad("]'))
+    failures = [line for line, ok in check_rule(load_rule(path)) if not ok]
+    assert len(failures) == 1 and "form 'bad'" in failures[0] and "is not Python" in failures[0]
 
 
 def test_rules_cli_list_show_test():

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from ..model import ToolError
+from ..paths import write_atomically
 
 PathOption = typer.Option(None, "--path", help="site-packages, a source checkout, or the vllm directory.")
 PythonOption = typer.Option(None, "--python", help="Interpreter whose environment holds vllm (never imported).")
@@ -34,24 +33,6 @@ def choose_target(path: Optional[Path], python: Optional[str], release: Optional
     from ..targets.interpreter import InterpreterTarget
 
     return InterpreterTarget(python or sys.executable)
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write a whole file or nothing: temp file in the same directory, fsync, rename."""
-    directory = path.parent if str(path.parent) else Path(".")
-    try:
-        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
-    except OSError as exc:
-        raise ToolError(f"cannot write {path}: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except OSError as exc:
-        Path(temp).unlink(missing_ok=True)
-        raise ToolError(f"cannot write {path}: {exc.strerror}") from None
 
 
 def emit(text: str, output: Optional[Path]) -> None:

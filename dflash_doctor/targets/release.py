@@ -17,20 +17,13 @@ import zipfile
 from pathlib import Path
 
 from ..model import ToolError
+from ..paths import cache_dir
 from . import ResolvedTarget
 from .path import PathTarget
 
 RELEASE = re.compile(r"\d+(\.\d+){1,3}((a|b|rc|\.post|\.dev)\d+)?")
 DOWNLOAD_TIMEOUT_S = 1800
 COMPLETE = ".complete"
-
-
-def cache_dir() -> Path:
-    configured = os.environ.get("DFLASH_DOCTOR_CACHE")
-    if configured:
-        return Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "dflash-doctor"
 
 
 def release_tree(version: str) -> Path:

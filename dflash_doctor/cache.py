@@ -1,0 +1,80 @@
+"""Check results remembered by the content of the files they were read from.
+
+The key is the tool's own code, the bytes of the selected rule files and the
+sha256 of every file the rules name, so a hit is exactly the answer a fresh
+evaluation would give. A run that had to search the package for moved code
+is not cached (its answer depends on files outside the key). A hit needs no
+parse and no libcst import. ``DFLASH_DOCTOR_NO_CACHE=1`` turns it off; a cache
+that cannot be read or written is skipped, never an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from functools import cache
+from pathlib import Path
+
+from .model import FixResult, ToolError
+from .paths import cache_dir, write_atomically
+from .rules import Rule
+from .source import SiteError, SourceTree
+
+DISABLE_ENV = "DFLASH_DOCTOR_NO_CACHE"
+
+
+def checked_fixes(tree: SourceTree, rules: tuple[Rule, ...]) -> tuple[FixResult, ...]:
+    key = None if os.environ.get(DISABLE_ENV) else _key(tree, rules)
+    if key is not None:
+        cached = _load(key)
+        if cached is not None:
+            tree.remember_inspected(cached["inspected"])
+            return tuple(FixResult.from_json(fix) for fix in cached["fixes"])
+    from .engine import Checker
+
+    checker = Checker(tree)
+    fixes = checker.run(rules)
+    if key is not None and not checker.scanned:
+        entry = {"inspected": tree.inspected(), "fixes": [fix.to_json() for fix in fixes]}
+        try:
+            path = _path(key)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(path, json.dumps(entry))
+        except (OSError, ToolError):
+            pass
+    return fixes
+
+
+def _key(tree: SourceTree, rules: tuple[Rule, ...]) -> str | None:
+    files = sorted({a.file for rule in rules for a in rule.anchors} | {rule.applies.file for rule in rules})
+    try:
+        material = {
+            "tool": _tool_digest(),
+            "rules": [hashlib.sha256(rule.source.read_bytes()).hexdigest() for rule in rules],
+            "files": {relpath: tree.digest(relpath) for relpath in files},
+        }
+    except (OSError, SiteError):
+        return None
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+@cache
+def _tool_digest() -> str:
+    """Hash of the package's own sources: a changed engine never reads old results."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).resolve().parent.rglob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _path(key: str) -> Path:
+    return cache_dir() / "results" / key[:2] / f"{key}.json"
+
+
+def _load(key: str) -> dict | None:
+    try:
+        entry = json.loads(_path(key).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return entry if isinstance(entry, dict) and "fixes" in entry and "inspected" in entry else None
