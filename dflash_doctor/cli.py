@@ -15,7 +15,7 @@ app = typer.Typer(
     name="dflash-doctor",
     help="Tell whether a vLLM install runs DFlash speculative decoding correctly.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from .rules import Rule
 
 
@@ -43,3 +45,47 @@ def rule_markdown(rule: Rule) -> str:
     extra = [form.remedy for form in rule.forms if form.remedy]
     out += [f"{line}" for line in extra]
     return "\n".join(out) + "\n"
+
+
+def schemas_markdown(schema_dir: Path) -> str:
+    """docs/schemas.md: every JSON Schema file of schemas/, embedded as it is shipped."""
+    import json
+
+    out = [
+        "# JSON Schemas",
+        "",
+        "Every JSON report names its schema in its `schema` key. The files below are shipped in",
+        "`schemas/` of the repository and the tests validate real reports against them.",
+        "What the fields mean, with examples: [JSON reports](report-json.md).",
+    ]
+    for path in sorted(schema_dir.glob("*.schema.json")):
+        schema = json.loads(path.read_text(encoding="utf-8"))
+        out += ["", f"## {schema.get('title', path.name)}", "", f"`schemas/{path.name}`", ""]
+        if schema.get("description"):
+            out += [schema["description"], ""]
+        out += ["```json", path.read_text(encoding="utf-8").rstrip("\n"), "```"]
+    return "\n".join(out) + "\n"
+
+
+def generated_pages(repo: Path) -> dict[Path, str]:
+    """The docs pages made from data (rules/, schemas/): path -> text."""
+    from .rules import load_rules
+
+    pages = {repo / "docs" / "fixes" / f"{rule.id}.md": rule_markdown(rule) for rule in load_rules()}
+    pages[repo / "docs" / "schemas.md"] = schemas_markdown(repo / "schemas")
+    return pages
+
+
+def main() -> None:
+    """``python -m dflash_doctor.docs``: regenerate those pages in this checkout."""
+    repo = Path(__file__).resolve().parent.parent
+    if not (repo / "docs").is_dir() or not (repo / "schemas").is_dir():
+        raise SystemExit(f"dflash-doctor: error: {repo} is not a dflash-doctor checkout (no docs/ or schemas/)")
+    for path, text in generated_pages(repo).items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        print(path.relative_to(repo))
+
+
+if __name__ == "__main__":
+    main()

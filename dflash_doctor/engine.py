@@ -118,6 +118,8 @@ def _line_finder(symbol: Symbol, module: cst.Module, offset: int):
         if index is None:
             return symbol.line
         statement = body[index]
+        if node is statement:  # the copy below without leading lines is another node
+            return starts[index]
         alone = cst.Module(body=[statement.with_changes(leading_lines=())])
         positions = MetadataWrapper(alone, unsafe_skip_copy=True).resolve(PositionProvider)
         return starts[index] + positions[node].start.line - 1

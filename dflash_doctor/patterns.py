@@ -202,3 +202,78 @@ def _literal(value: str) -> object:
         return ast.literal_eval(value)
     except (ValueError, SyntaxError):
         return None
+
+
+# Bound code that can stand anywhere an operand can without parentheses.
+_ATOMS = (
+    cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.SimpleString, cst.ConcatenatedString,
+    cst.FormattedString, cst.Integer, cst.Float, cst.Imaginary, cst.List, cst.Set, cst.Dict,
+    cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp,
+)
+
+
+class Template:
+    """Replacement code of a patch: Python source in which ``$NAME`` stands for
+    the code a pattern bound to that name. It is concrete code (no ``...``):
+    one expression, or one simple statement."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        text = _METAVAR.sub(lambda mo: _MV_PREFIX + mo.group(1), source.strip())
+        try:
+            node: cst.CSTNode = cst.parse_expression(text)
+        except cst.ParserSyntaxError:
+            try:
+                statement = cst.parse_statement(text)
+            except cst.ParserSyntaxError as exc:
+                raise PatternError(f"template {source!r} is not Python: {exc.message}") from None
+            if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
+                raise PatternError(f"template {source!r} must be one expression or one simple statement")
+            node = statement.body[0]
+        if _contains(node, cst.Ellipsis):
+            raise PatternError(f"template {source!r} must be concrete code, without ...")
+        self.node = node
+        self.metavariables = metavariables(node)
+
+    def render(self, bindings: dict[str, cst.CSTNode]) -> cst.CSTNode:
+        """The template with each ``$NAME`` replaced by the code bound to it."""
+        missing = self.metavariables - bindings.keys()
+        if missing:
+            raise PatternError(f"template {self.source!r} needs ${', $'.join(sorted(missing))}, which the match did not bind")
+        return self.node.visit(_Substitute(bindings))
+
+
+class _Substitute(cst.CSTTransformer):
+    def __init__(self, bindings: dict[str, cst.CSTNode]) -> None:
+        super().__init__()
+        self.bindings = bindings
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.CSTNode:
+        if not original_node.value.startswith(_MV_PREFIX):
+            return updated_node
+        bound = self.bindings[original_node.value[len(_MV_PREFIX):]]
+        if isinstance(bound, cst.BaseExpression) and not isinstance(bound, _ATOMS) and not bound.lpar:
+            bound = bound.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+        return bound
+
+
+def metavariables(node: cst.CSTNode) -> frozenset[str]:
+    """The ``$NAME``s a parsed pattern or template uses."""
+    found = set()
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, cst.Name) and item.value.startswith(_MV_PREFIX):
+            found.add(item.value[len(_MV_PREFIX):])
+        stack.extend(children(item))
+    return frozenset(found)
+
+
+def _contains(node: cst.CSTNode, node_type: type) -> bool:
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, node_type):
+            return True
+        stack.extend(children(item))
+    return False

@@ -1,16 +1,65 @@
-"""Stdlib-only probe, run by the inspected interpreter as ``python - locate``.
+"""Stdlib-only probe, run by the inspected interpreter: ``python - MODE [REQUEST]``.
 
-It finds vllm WITHOUT importing it (``find_spec`` of a top-level package
-does not execute it) and prints one marked JSON line, so that anything a
-site hook prints before it cannot be mistaken for the answer. It must run on
-any Python 3 the server has: no imports from dflash_doctor, no f-strings
-with ``=``, nothing newer than 3.8.
+It finds vllm WITHOUT importing it (``find_spec`` of a top-level package does
+not execute it) and prints one marked line, so that whatever a shell rc file
+or site hook prints before it cannot be mistaken for the answer.
+
+- ``locate``: where vllm and its dist-info are (for local interpreters).
+- ``collect REQUEST``: also the bytes of the files the rules read, the files
+  that define symbols that moved, and the dist-info texts, as zlib-compressed
+  JSON (for ssh, and for ``dflash-doctor probe-script``).
+
+It must run on any Python 3.6+ a server has: no imports from dflash_doctor, no
+f-strings, nothing newer. dflash_doctor imports ``scan_definitions`` from here
+so that local and remote trees are searched by the same code.
 """
 
+import base64
+import hashlib
 import json
+import os
+import re
+import socket
 import sys
+import zlib
 
 MARKER = "DFLASH-DOCTOR-PROBE:"
+MAX_FILE_BYTES = 8 * 1024 * 1024
+DIST_INFO_FILES = ("METADATA", "RECORD", "direct_url.json")
+
+
+def definition_pattern(names):
+    alternatives = b"|".join(re.escape(name.encode()) for name in sorted(set(names)))
+    return re.compile(br"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+(" + alternatives + br")\b", re.M)
+
+
+def defines(data, name):
+    return definition_pattern([name]).search(data) is not None
+
+
+def scan_definitions(root, package, names):
+    """{name: [relpath, ...]}: the package's .py files that define each name."""
+    found = dict((name, []) for name in sorted(set(names)))
+    if not found:
+        return found
+    pattern = definition_pattern(found)
+    for directory, subdirs, files in os.walk(os.path.join(root, package)):
+        subdirs.sort()
+        for filename in sorted(files):
+            if not filename.endswith(".py"):
+                continue
+            path = os.path.join(directory, filename)
+            try:
+                with open(path, "rb") as handle:
+                    data = handle.read()
+            except (IOError, OSError):
+                continue
+            relpath = os.path.relpath(path, root).replace(os.sep, "/")
+            for match in pattern.finditer(data):
+                bucket = found[match.group(1).decode()]
+                if relpath not in bucket:
+                    bucket.append(relpath)
+    return found
 
 
 def locate():
@@ -26,26 +75,102 @@ def locate():
         answer.setdefault("error", "vllm is not installed in this interpreter's environment")
         return answer
     answer["package_dir"] = list(spec.submodule_search_locations)[0]
+    answer["version"] = None
+    answer["dist_info"] = None
     try:
         from importlib import metadata
 
         dist = metadata.distribution("vllm")
         answer["version"] = dist.version
         answer["dist_info"] = str(getattr(dist, "_path", "") or "") or None
-    except Exception:  # noqa: BLE001 - any metadata failure just means "not recorded"
-        answer["version"] = None
-        answer["dist_info"] = None
+    except Exception:  # noqa: BLE001 - any metadata failure only means "not recorded"
+        pass
+    if not answer["dist_info"]:
+        parent = os.path.dirname(answer["package_dir"])
+        candidates = sorted(n for n in os.listdir(parent) if n.startswith("vllm-") and n.endswith(".dist-info"))
+        answer["dist_info"] = os.path.join(parent, candidates[-1]) if candidates else None
     return answer
 
 
-def main():
-    mode = sys.argv[1] if len(sys.argv) > 1 else "locate"
-    if mode != "locate":
-        answer = {"error": "unknown probe mode %r" % mode}
-    else:
-        answer = locate()
-    sys.stdout.write("\n" + MARKER + json.dumps(answer) + "\n")
+def _read(path):
+    """(bytes, None) or (None, reason)."""
+    try:
+        if not os.path.isfile(path):
+            return None, None
+        if os.path.getsize(path) > MAX_FILE_BYTES:
+            return None, "larger than %d bytes" % MAX_FILE_BYTES
+        with open(path, "rb") as handle:
+            return handle.read(), None
+    except (IOError, OSError) as exc:
+        return None, "cannot be read: %s" % (exc.strerror or exc)
 
+
+def collect(request):
+    """``request``: {"files": [relpath], "anchors": [[relpath, name]]}."""
+    answer = locate()
+    answer["host"] = socket.gethostname()
+    if answer.get("error"):
+        return answer
+    root = os.path.dirname(answer["package_dir"])
+    answer["root"] = root
+    files, errors = {}, {}
+
+    def take(relpath):
+        if relpath in files or relpath in errors:
+            return files.get(relpath)
+        data, error = _read(os.path.join(root, relpath))
+        if error:
+            errors[relpath] = error
+        files[relpath] = data
+        return data
+
+    for relpath in request.get("files", []):
+        take(relpath)
+    missing = [name for relpath, name in request.get("anchors", []) if not defines(take(relpath) or b"", name)]
+    search = scan_definitions(root, "vllm", missing) if missing else {}
+    for relpaths in search.values():
+        for relpath in relpaths:
+            take(relpath)
+    dist_info = {}
+    if answer.get("dist_info"):
+        for name in DIST_INFO_FILES:
+            data, _ = _read(os.path.join(answer["dist_info"], name))
+            if data is not None:
+                dist_info[name] = data.decode("utf-8", "replace")
+    answer["files"] = dict(
+        (relpath, None if data is None else base64.b64encode(data).decode("ascii")) for relpath, data in files.items()
+    )
+    answer["sha256"] = dict(
+        (relpath, hashlib.sha256(data).hexdigest()) for relpath, data in files.items() if data is not None
+    )
+    answer["file_errors"] = errors
+    answer["search"] = search
+    answer["dist_info_files"] = dist_info
+    return answer
+
+
+def encode(answer):
+    return base64.b64encode(zlib.compress(json.dumps(answer).encode("utf-8"), 6)).decode("ascii")
+
+
+def main(argv):
+    mode = argv[1] if len(argv) > 1 else "collect"
+    try:
+        if mode == "locate":
+            payload = json.dumps(locate())
+        elif mode == "collect":
+            request = json.loads(base64.b64decode(argv[2]).decode("utf-8")) if len(argv) > 2 else REQUEST
+            payload = encode(collect(request))
+        else:
+            payload = json.dumps({"error": "unknown probe mode %r" % mode})
+    except Exception as exc:  # noqa: BLE001 - the answer must always come back as one line
+        payload = json.dumps({"error": "probe failed: %s: %s" % (type(exc).__name__, exc)})
+    sys.stdout.write("\n" + MARKER + payload + "\n")
+    sys.stdout.flush()
+
+
+# ``dflash-doctor probe-script`` fills this with the rules' request.
+REQUEST = {"files": [], "anchors": []}
 
 if __name__ in ("__main__", "<stdin>"):
-    main()
+    main(sys.argv)

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from .model import Provenance
-from .source import SiteError, SourceTree
+from .source import SiteError, SourceTree, parse_python
 
 _LOCAL_SHA = re.compile(r"\+g([0-9a-f]{7,40})\b")
 _COMMIT = re.compile(r"^g?([0-9a-f]{7,40})$")
@@ -69,7 +69,7 @@ def _version_file_values(text: str) -> dict[str, str]:
     """String assignments in ``_version.py``, read without executing it."""
     values: dict[str, str] = {}
     try:
-        tree = ast.parse(text)
+        tree = parse_python(text, "vllm/_version.py")
     except SyntaxError:
         return values
     for node in tree.body:

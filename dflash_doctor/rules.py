@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .model import ABSENT, PARTIAL, PRESENT, ToolError
 
 if TYPE_CHECKING:
-    from .patterns import Pattern
+    from .patterns import Pattern, Template
 
 IGNORE = "ignore"  # a form that locates code off the DFlash path: evidence only
 FORM_VERDICTS = (PRESENT, ABSENT, PARTIAL, IGNORE)
@@ -61,6 +61,7 @@ class Form:
     where_sources: tuple[tuple[str, str, str], ...]  # (metavariable, contains|not_contains, pattern)
     remedy: str = ""
     where_file: str = ""
+    patch: FormPatch | None = None
 
     @cached_property
     def patterns(self) -> tuple[Pattern, ...]:
@@ -74,6 +75,45 @@ class Form:
     def where(self) -> tuple[tuple[str, str, Pattern], ...]:
         compiled = _compile(tuple(source for _, _, source in self.where_sources), self.where_file)
         return tuple((name, test, pattern) for (name, test, _), pattern in zip(self.where_sources, compiled))
+
+
+@dataclasses.dataclass(frozen=True)
+class Rewrite:
+    """Inside a match of its form, the code ``find`` matches becomes ``replace``
+    (``$NAME`` in ``replace`` is the code ``find`` bound to it)."""
+
+    find_source: str
+    replace_source: str
+    where_file: str = ""
+
+    @cached_property
+    def find(self) -> Pattern:
+        return _compile((self.find_source,), self.where_file)[0]
+
+    @cached_property
+    def replace(self) -> Template:
+        import libcst as cst
+
+        from .patterns import PatternError, Template, metavariables
+
+        try:
+            template = Template(self.replace_source)
+        except PatternError as exc:
+            raise ToolError(f"{self.where_file}: {exc}") from None
+        unbound = template.metavariables - metavariables(self.find.node)
+        if unbound:
+            raise ToolError(f"{self.where_file}: replace uses ${', $'.join(sorted(unbound))}, which find does not bind")
+        if isinstance(template.node, cst.BaseExpression) != isinstance(self.find.node, cst.BaseExpression):
+            raise ToolError(f"{self.where_file}: find and replace must both be expressions or both statements")
+        return template
+
+
+@dataclasses.dataclass(frozen=True)
+class FormPatch:
+    """How a patch turns code of its form into the present form ``produces``."""
+
+    produces: str
+    rewrites: tuple[Rewrite, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +139,7 @@ class Rule:
     forms: tuple[Form, ...]
     cases: tuple[Case, ...]
     source: Path
+    patch_refusal: str = ""  # why forms without a patch are not patched in place
 
     def anchor(self, anchor_id: str) -> Anchor:
         for anchor in self.anchors:
@@ -169,8 +210,10 @@ def load_rule(path: Path) -> Rule:
                 where_sources=tuple(where_clauses),
                 remedy=_prose(raw.get("remedy", "")),
                 where_file=form_where,
+                patch=_form_patch(raw, verdict, form_where),
             )
         )
+    _check_patches(forms, where)
     cases = tuple(
         Case(_require(c, "name", where), _require(c, "anchor", where), _require(c, "code", where), tuple(c.get("expect", [])))
         for c in data.get("cases", [])
@@ -190,7 +233,40 @@ def load_rule(path: Path) -> Rule:
         forms=tuple(forms),
         cases=cases,
         source=path,
+        patch_refusal=_prose(data.get("patch_refusal", "")),
     )
+
+
+def _form_patch(raw: dict[str, Any], verdict: str, where: str) -> FormPatch | None:
+    """``patch.produces`` and ``patch.rewrite = [{find, replace}, ...]`` of a form."""
+    if "patch" not in raw:
+        return None
+    patch = raw["patch"]
+    if verdict not in (ABSENT, PARTIAL) or not raw.get("patterns"):
+        raise ToolError(f"{where}: only an absent or partial form with patterns can have a patch")
+    rewrites = _require(patch, "rewrite", f"{where}: patch")
+    if not isinstance(rewrites, list) or not rewrites:
+        raise ToolError(f"{where}: patch.rewrite must be a list of {{find, replace}} tables")
+    return FormPatch(
+        produces=_require(patch, "produces", f"{where}: patch"),
+        rewrites=tuple(
+            Rewrite(_require(r, "find", f"{where}: patch.rewrite"), _require(r, "replace", f"{where}: patch.rewrite"), where)
+            for r in rewrites
+        ),
+    )
+
+
+def _check_patches(forms: list[Form], where: str) -> None:
+    """A patch must produce a present form that the rule reads at the same anchors."""
+    by_id = {form.id: form for form in forms}
+    for form in forms:
+        if form.patch is None:
+            continue
+        produced = by_id.get(form.patch.produces)
+        if produced is None or produced.verdict != PRESENT:
+            raise ToolError(f"{form.where_file}: patch.produces must name a present form of this rule")
+        if not set(form.anchors) <= set(produced.anchors):
+            raise ToolError(f"{form.where_file}: patch.produces names a form that is not read at the same anchors")
 
 
 @cache

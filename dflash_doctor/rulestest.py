@@ -1,4 +1,5 @@
-"""`rules test`: every rule's snippets must produce exactly the forms they name."""
+"""`rules test`: every rule's snippets must produce exactly the forms they name,
+and every declared patch, applied to a snippet, must produce its present form."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from .engine import match_forms
-from .model import ToolError
+from .model import ABSENT, PARTIAL, ToolError
 from .rules import IGNORE, Rule, load_rules
 
 
@@ -15,6 +16,8 @@ def check_rule(rule: Rule) -> Iterator[tuple[str, bool]]:
     for form in rule.forms:
         try:
             form.patterns, form.unless, form.where
+            for rewrite in form.patch.rewrites if form.patch else ():
+                rewrite.find, rewrite.replace
         except ToolError as exc:
             yield f"{rule.id}: {exc}", False
             return
@@ -22,23 +25,56 @@ def check_rule(rule: Rule) -> Iterator[tuple[str, bool]]:
         yield f"{rule.id}: the rule has no cases", False
         return
     covered: set[str] = set()
+    patched: set[str] = set()
     for case in rule.cases:
         try:
             module = cst.parse_module(case.code.strip() + "\n")
-            got = [hit.form.id for hit in match_forms(rule.forms_for(case.anchor), module)]
+            hits = match_forms(rule.forms_for(case.anchor), module)
         except (cst.ParserSyntaxError, KeyError) as exc:
             yield f"{rule.id}: {case.name}: case does not run: {exc}", False
             continue
+        got = [hit.form.id for hit in hits]
         covered.update(got)
         ok = got == list(case.expect)
         detail = "" if ok else f" (expected {list(case.expect) or 'no form'}, got {got or 'no form'})"
         yield f"{rule.id}: {case.name}{detail}", ok
+        missing = [hit.form for hit in hits if hit.form.verdict in (ABSENT, PARTIAL)]
+        if ok and missing and all(form.patch for form in missing):
+            line, patch_ok, applied = _check_patch(rule, case.anchor, case.name, module)
+            if applied:
+                patched.update(form.id for form in missing)
+            yield line, patch_ok
     for form in rule.forms:
         if form.id not in covered:
             yield f"{rule.id}: form {form.id} has no case that matches it", False
+        elif form.patch and form.id not in patched:
+            yield f"{rule.id}: the patch of form {form.id} has no case to be tried on", False
     decisive = {form.verdict for form in rule.forms if form.id in covered} - {IGNORE}
     if not decisive >= {"present", "absent"} and not decisive >= {"present", "partial"}:
         yield f"{rule.id}: needs at least one positive and one negative case", False
+
+
+def _check_patch(rule: Rule, anchor: str, name: str, module: cst.Module) -> tuple[str, bool, bool]:
+    """Patch the snippet: (line, ok, applied). A refusal is safe, so it passes;
+    patched code must compile, hold the produced forms and nothing absent or partial."""
+    from .patching.codemod import PatchRefused, apply_edits, site_edits
+
+    forms = rule.forms_for(anchor)
+    try:
+        edits = site_edits(forms, module)
+        code = apply_edits(module, edits).code
+        compile(code, name, "exec", dont_inherit=True)
+        got = match_forms(forms, cst.parse_module(code))
+    except PatchRefused as exc:
+        return f"{rule.id}: {name}: the patch refuses this code ({exc})", True, False
+    except (SyntaxError, cst.ParserSyntaxError) as exc:
+        return f"{rule.id}: {name}: the patched code does not compile: {exc}", False, True
+    produced = sorted({edit.form.patch.produces for edit in edits})
+    still = sorted(hit.form.id for hit in got if hit.form.verdict in (ABSENT, PARTIAL))
+    missing = sorted(set(produced) - {hit.form.id for hit in got})
+    ok = not still and not missing
+    detail = "" if ok else f" (still {still or 'nothing'}, missing {missing or 'nothing'})"
+    return f"{rule.id}: {name}: patched to {', '.join(produced)}{detail}", ok, True
 
 
 def run_rule_cases(rules: tuple[Rule, ...] | None = None) -> Iterator[tuple[str, bool]]:

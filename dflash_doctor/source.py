@@ -13,6 +13,7 @@ import hashlib
 import os
 import re
 import textwrap
+import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,6 +22,10 @@ if TYPE_CHECKING:
     import libcst as cst
 
 MAX_SOURCE_BYTES = 8 * 1024 * 1024
+# ast.parse is not thread-safe on CPython 3.11 before 3.11.8 ("AST constructor
+# recursion depth mismatch", gh-106905); parsing is GIL-bound anyway, so fleet
+# checks lose nothing by taking turns here while their network waits overlap.
+_AST_LOCK = threading.Lock()
 
 
 class SiteError(Exception):
@@ -56,6 +61,12 @@ class Symbol:
             return cst.Module(body=[_cst_statement_at(module, self.node.lineno)]), 0
 
 
+def parse_python(text: str, filename: str = "<unknown>") -> ast.Module:
+    """``ast.parse`` that is safe to call from several threads at once."""
+    with _AST_LOCK:
+        return ast.parse(text, filename=filename)
+
+
 class ParsedFile:
     def __init__(self, relpath: str, data: bytes) -> None:
         self.relpath = relpath
@@ -69,7 +80,7 @@ class ParsedFile:
         except UnicodeDecodeError as exc:
             raise SiteError(f"{relpath} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
         try:
-            self.tree = ast.parse(self.text, filename=relpath)
+            self.tree = parse_python(self.text, relpath)
         except SyntaxError as exc:
             raise SiteError(f"{relpath} does not parse: {exc.msg} (line {exc.lineno})") from None
 
@@ -188,11 +199,6 @@ class SourceTree:
         return {**self._remembered, **parsed}
 
 
-def definition_pattern(names: Iterable[str]) -> re.Pattern[bytes]:
-    alternatives = b"|".join(re.escape(name.encode()) for name in sorted(set(names)))
-    return re.compile(rb"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+(" + alternatives + rb")\b", re.M)
-
-
 class DirectoryTree(SourceTree):
     """A tree on this machine: ``root`` holds ``vllm/`` (and maybe dist-info)."""
 
@@ -219,10 +225,9 @@ class DirectoryTree(SourceTree):
             raise SiteError(f"{relpath} cannot be read: {exc.strerror}") from None
 
     def files_defining(self, names: Iterable[str]) -> Mapping[str, list[str]]:
-        names = sorted(set(names))
-        found: dict[str, list[str]] = {name: [] for name in names}
-        if not names:
-            return found
+        from .probe import scan_definitions
+
+        return scan_definitions(str(self.root), self.package, names)
         pattern = definition_pattern(names)
         for directory, subdirs, files in os.walk(self.root / self.package):
             subdirs.sort()

@@ -7,7 +7,7 @@ import typer
 
 
 def register_all(app: typer.Typer) -> None:
-    from . import check, rules
+    from . import accept, ancestry, check, config, patch, probe, releases, rules
 
-    for module in (check, rules):
+    for module in (check, rules, accept, probe, releases, ancestry, config, patch):
         module.register(app)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import sys
 from enum import Enum
 from pathlib import Path
@@ -7,12 +8,66 @@ from typing import Optional
 
 import typer
 
-from .options import OnlyOption, PathOption, PythonOption, ReleaseOption, choose_target, emit
+from ..model import ToolError
+from .options import (
+    AcceptNewHostKeyOption,
+    ConnectTimeoutOption,
+    FromProbeOption,
+    HostOption,
+    HostsFileOption,
+    IdentityOption,
+    JobsOption,
+    KnownHostsOption,
+    OnlyOption,
+    PathOption,
+    PythonOption,
+    ReleaseOption,
+    SshConfigOption,
+    choose_targets,
+)
 
 
 class Format(str, Enum):
     table = "table"
     json = "json"
+    sarif = "sarif"
+    junit = "junit"
+
+
+def parse_outputs(default_format: str, specs: list[str]) -> list[tuple[str, Path]]:
+    """``FORMAT=FILE`` pairs; a bare path is the ``--format`` report. Checked before the run."""
+    from ..reporters import FORMATS
+
+    outputs: list[tuple[str, Path]] = []
+    for spec in specs:
+        name, sep, rest = spec.partition("=")
+        if sep and name.isalpha():  # FORMAT=FILE (a bare path holding "=" can be written ./a=b)
+            if name not in FORMATS:
+                raise ToolError(f"--output {spec}: unknown report format {name!r} (formats: {', '.join(FORMATS)})")
+            if not rest:
+                raise ToolError(f"--output {spec}: no file after {name}=")
+            outputs.append((name, Path(rest)))
+        else:
+            outputs.append((default_format, Path(spec)))
+    formats = [name for name, _ in outputs]
+    twice = sorted({name for name in formats if formats.count(name) > 1})
+    if twice:
+        raise ToolError(f"--output names the {twice[0]} report twice (a bare path is the --format report)")
+    paths = [str(path.resolve()) for _, path in outputs]
+    if len(set(paths)) != len(paths):
+        raise ToolError("--output names the same file for two reports")
+    return outputs
+
+
+def with_ancestry(report, repo: Path, main_ref: Optional[str], rules):
+    """The report with an ``ancestry`` section for its recorded build commit."""
+    from ..ancestry import ancestry_report
+    from ..model import ToolError
+
+    if not report.vllm.commit:
+        raise ToolError(f"--repo: {report.target.location} records no build commit to look up (version {report.vllm.version})")
+    section = ancestry_report(repo, report.vllm.commit, report.vllm.commit_source, rules=rules, main_ref=main_ref)
+    return dataclasses.replace(report, sections=(*report.sections, ("ancestry", section)))
 
 
 def check(
@@ -20,19 +75,71 @@ def check(
     python: Optional[str] = PythonOption,
     release: Optional[str] = ReleaseOption,
     only: Optional[list[str]] = OnlyOption,
-    format: Format = typer.Option(Format.table, "--format", help="table or json."),
-    output: Optional[Path] = typer.Option(None, "--output", help="Write the report to this file instead of standard output."),
+    format: Format = typer.Option(Format.table, "--format", help="Report on standard output (or in the bare --output path)."),
+    output: Optional[list[str]] = typer.Option(
+        None, "--output", metavar="[FORMAT=]FILE",
+        help="Write a report to a file, atomically (repeatable): json=report.json, sarif=report.sarif, junit=junit.xml, "
+        "table=report.txt; a bare path takes the --format report instead of standard output.",
+    ),
+    waivers: Optional[Path] = typer.Option(None, "--waivers", help="TOML file of accepted gaps: waived fixes do not fail the gate."),
+    strict: bool = typer.Option(False, "--strict", help="unknown fails the gate like absent (exit 1)."),
+    host: Optional[list[str]] = HostOption,
+    hosts_file: Optional[Path] = HostsFileOption,
+    identity: Optional[Path] = IdentityOption,
+    known_hosts: Optional[Path] = KnownHostsOption,
+    ssh_config: Optional[Path] = SshConfigOption,
+    connect_timeout: float = ConnectTimeoutOption,
+    accept_new_host_key: bool = AcceptNewHostKeyOption,
+    jobs: int = JobsOption,
+    from_probe: Optional[Path] = FromProbeOption,
+    repo: Optional[Path] = typer.Option(None, "--repo", help="A vLLM clone: add which PRs the target's build commit contains (see `ancestry`)."),
+    main_ref: Optional[str] = typer.Option(None, "--main-ref", help="With --repo: the main line (default origin/main, else main)."),
 ) -> int:
-    """Check whether the three DFlash fixes are in a vLLM tree. Exit: 0 all present,
-    1 any absent/partial/not-applicable, 2 otherwise any unknown, 3 could not run."""
+    """Check whether the three DFlash fixes are in a vLLM tree. Exit: 0 all present (or waived),
+    1 any absent/partial/not-applicable (or unknown with --strict), 2 otherwise any unknown, 3 could not run."""
     from ..check import run_check
+    from ..paths import write_atomically
     from ..reporters import reporter
-    from ..rules import select
+    from ..rules import load_rules, select
+    from ..waivers import apply_waivers, load_waivers, waiver_summary
 
     rules = select(only)
-    report = run_check(choose_target(path, python, release), rules)
-    emit(reporter(format.value).render(report, terminal=output is None and sys.stdout.isatty()), output)
-    return report.exit_code
+    outputs = parse_outputs(format.value, output or [])
+    waiver_list = load_waivers(waivers, {rule.id for rule in load_rules()}) if waivers is not None else None
+    ssh = {
+        "identity": identity, "known_hosts": known_hosts, "ssh_config": ssh_config,
+        "connect_timeout": connect_timeout, "accept_new_host_key": accept_new_host_key,
+    }
+    targets, fleet = choose_targets(path, python, release, host, hosts_file, from_probe, ssh, rules)
+
+    def finish(report):
+        report = dataclasses.replace(report, strict=strict)
+        if repo is not None:
+            report = with_ancestry(report, repo, main_ref, rules)
+        return apply_waivers(report, waiver_list, waivers) if waiver_list is not None else report
+
+    if fleet:
+        from ..fleet import HostOutcome, check_targets, fleet_exit_code
+
+        outcomes = [
+            HostOutcome(o.host, report=finish(o.report)) if o.report else o
+            for o in check_targets(targets, rules, jobs, progress=sys.stderr.isatty())
+        ]
+        render = lambda name, terminal: reporter(name).render_fleet(outcomes, terminal)  # noqa: E731
+        reports, code = [o.report for o in outcomes if o.report], fleet_exit_code(outcomes)
+    else:
+        report = finish(run_check(targets[0][1], rules))
+        render = lambda name, terminal: reporter(name).render(report, terminal)  # noqa: E731
+        reports, code = [report], report.exit_code
+    rendered = [(file, render(name, False)) for name, file in outputs]
+    for file, text in rendered:
+        write_atomically(file, text)
+    if not any(name == format.value for name, _ in outputs):
+        sys.stdout.write(render(format.value, sys.stdout.isatty()))
+    for report in reports:
+        for line in waiver_summary(report):
+            print(f"dflash-doctor: {line}", file=sys.stderr)
+    return code
 
 
 def register(app: typer.Typer) -> None:

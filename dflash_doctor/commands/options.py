@@ -15,6 +15,66 @@ PathOption = typer.Option(None, "--path", help="site-packages, a source checkout
 PythonOption = typer.Option(None, "--python", help="Interpreter whose environment holds vllm (never imported).")
 ReleaseOption = typer.Option(None, "--release", help="A released wheel, e.g. 0.20.1 (downloaded once into the cache).")
 OnlyOption = typer.Option(None, "--only", help="Only this fix id (repeatable).")
+HostOption = typer.Option(None, "--host", help="[user@]host[:port] or an ~/.ssh/config alias (repeatable); --python is then the remote interpreter.")
+HostsFileOption = typer.Option(None, "--hosts-file", help="One host per line, # comments.")
+IdentityOption = typer.Option(None, "--identity", help="Private key for ssh (else the agent and the default keys).")
+KnownHostsOption = typer.Option(None, "--known-hosts", help="Known hosts file (default ~/.ssh/known_hosts).")
+SshConfigOption = typer.Option(None, "--ssh-config", help="ssh config file for host aliases (default ~/.ssh/config).")
+ConnectTimeoutOption = typer.Option(10.0, "--connect-timeout", min=0.1, help="Seconds to connect, see the banner and authenticate.")
+AcceptNewHostKeyOption = typer.Option(False, "--accept-new-host-key", help="Trust an unknown host key on first use and record it.")
+JobsOption = typer.Option(4, "--jobs", min=1, help="Hosts checked at once.")
+FromProbeOption = typer.Option(None, "--from-probe", help="Evaluate answers of `dflash-doctor probe-script`: a file, or a directory of them.")
+
+
+def read_hosts_file(path: Path) -> list[str]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ToolError(f"cannot read hosts file {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    hosts = [line.split("#", 1)[0].strip() for line in lines]
+    return [host for host in hosts if host]
+
+
+def choose_targets(
+    path: Optional[Path],
+    python: Optional[str],
+    release: Optional[str],
+    hosts: Optional[list[str]],
+    hosts_file: Optional[Path],
+    from_probe: Optional[Path],
+    ssh: dict,
+    rules,
+) -> tuple[list[tuple[str, object]], bool]:
+    """The targets the options name, and whether they make a fleet (one report per host)."""
+    hosts = list(hosts or []) + (read_hosts_file(hosts_file) if hosts_file is not None else [])
+    remote = bool(hosts) or hosts_file is not None
+    local = [name for name, value in (("--path", path), ("--release", release), ("--from-probe", from_probe)) if value]
+    if remote and local:
+        raise ToolError(f"give hosts or {local[0]}, not both")
+    if len(local) > 1:
+        raise ToolError(f"give one target, not {' and '.join(local)}")
+    if remote:
+        if not hosts:
+            raise ToolError(f"no hosts in {hosts_file}")
+        from ..targets.probing import probe_request
+        from ..targets.ssh import SshOptions, SshTarget
+
+        options = SshOptions(python=python or "python3", **ssh)
+        request = probe_request(rules)
+        targets = [(host, SshTarget(host, options, request)) for host in hosts]
+        return targets, len(hosts) > 1 or hosts_file is not None
+    if from_probe is not None:
+        from ..targets.snapshot import ProbeFileTarget
+
+        if from_probe.is_dir():
+            files = sorted(p for p in from_probe.iterdir() if p.is_file() and not p.name.startswith("."))
+            if not files:
+                raise ToolError(f"no probe files in {from_probe}")
+            return [(p.stem, ProbeFileTarget(p)) for p in files], True
+        if not from_probe.is_file():
+            raise ToolError(f"no such probe file or directory: {from_probe}")
+        return [(from_probe.stem, ProbeFileTarget(from_probe))], False
+    return [("local", choose_target(path, python, release))], False
 
 
 def choose_target(path: Optional[Path], python: Optional[str], release: Optional[str]):

@@ -8,3 +8,8 @@ from ..model import CheckReport
 class JsonReporter:
     def render(self, report: CheckReport, terminal: bool) -> str:
         return json.dumps(report.to_json(), indent=2) + "\n"
+
+    def render_fleet(self, outcomes, terminal: bool) -> str:
+        from ..fleet import fleet_json
+
+        return json.dumps(fleet_json(outcomes), indent=2) + "\n"

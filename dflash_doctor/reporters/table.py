@@ -9,6 +9,12 @@ from ..model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, CheckRepo
 STYLES = {PRESENT: "bold green", ABSENT: "bold red", PARTIAL: "bold yellow", NOT_APPLICABLE: "bold red", UNKNOWN: "bold magenta"}
 
 
+def _waiver_note(fix: FixResult) -> str:
+    waiver = fix.waiver
+    until = f" until {waiver.until.isoformat()}" if waiver.until else ""
+    return f"waived{until}: {waiver.reason}"
+
+
 def _evidence_lines(fix: FixResult) -> list[str]:
     lines = [f"{e.file}:{e.line} {e.symbol} [{e.form}]" for e in fix.evidence]
     if fix.reason:
@@ -28,23 +34,58 @@ def _header(report: CheckReport) -> str:
     return f"vLLM {vllm.version or 'unknown version'}{commit} at {report.target.location} ({report.target.kind}); {modified}"
 
 
+def _status_of(report: CheckReport, fix_id: str) -> str:
+    for fix in report.fixes:
+        if fix.id == fix_id:
+            return f"{fix.status} (waived)" if fix.waiver else fix.status
+    return "-"
+
+
 class TableReporter:
     def render(self, report: CheckReport, terminal: bool) -> str:
         if not terminal:
             return self._plain(report)
         from rich.console import Console
+        from rich.markup import escape
         from rich.table import Table
 
         table = Table(title=_header(report), title_justify="left", show_lines=True)
         for column in ("fix", "verdict", "evidence", "remedy"):
             table.add_column(column, overflow="fold")
         for fix in report.fixes:
+            # Evidence reads "[form-id]": escaped so rich does not take it for markup.
             table.add_row(
-                f"{fix.id}\n{fix.title}",
-                f"[{STYLES[fix.status]}]{fix.status}[/]",
-                "\n".join(_evidence_lines(fix)),
-                fix.remedy,
+                escape(f"{fix.id}\n{fix.title}"),
+                f"[{STYLES[fix.status]}]{fix.status}[/]" + (f"\n{escape(_waiver_note(fix))}" if fix.waiver else ""),
+                escape("\n".join(_evidence_lines(fix))),
+                escape(fix.remedy),
             )
+        buffer = io.StringIO()
+        Console(file=buffer, force_terminal=True, width=160).print(table)
+        return buffer.getvalue()
+
+    def render_fleet(self, outcomes, terminal: bool) -> str:
+        """One row per host, one column per fix; a host that failed shows its error."""
+        fix_ids = sorted({f.id for o in outcomes if o.report for f in o.report.fixes})
+        if not terminal:
+            lines = ["\t".join(["host", *fix_ids])]
+            for o in outcomes:
+                cells = [f"error: {o.error}"] if o.report is None else [_status_of(o.report, i) for i in fix_ids]
+                lines.append("\t".join([o.host, *cells]))
+            return "\n".join(lines) + "\n"
+        from rich.console import Console
+        from rich.markup import escape
+        from rich.table import Table
+
+        table = Table(title="DFlash fixes per host", title_justify="left")
+        for column in ("host", *fix_ids):
+            table.add_column(column, overflow="fold")
+        for o in outcomes:
+            if o.report is None:
+                table.add_row(escape(o.host), f"[bold red]error[/]: {escape(o.error or '')}", *[""] * (len(fix_ids) - 1))
+            else:
+                cells = [_status_of(o.report, fix_id) for fix_id in fix_ids]
+                table.add_row(escape(o.host), *[f"[{STYLES[c]}]{c}[/]" if c in STYLES else c for c in cells])
         buffer = io.StringIO()
         Console(file=buffer, force_terminal=True, width=160).print(table)
         return buffer.getvalue()
@@ -53,6 +94,8 @@ class TableReporter:
         out = [_header(report)]
         for fix in report.fixes:
             out.append(f"{fix.id}: {fix.status} - {fix.title}")
+            if fix.waiver:
+                out.append(f"    {_waiver_note(fix)}")
             out.extend(f"    {line}" for line in _evidence_lines(fix))
             if fix.status != PRESENT:
                 out.append(f"    remedy: {fix.remedy}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
@@ -11,28 +10,9 @@ from ..provenance import find_dist_info
 from ..source import DirectoryTree
 from . import ResolvedTarget
 from .path import package_root
+from .probing import parse_probe_output, probe_source
 
 PROBE_TIMEOUT_S = 60
-
-
-def probe_source() -> str:
-    return Path(__file__).resolve().parent.parent.joinpath("probe.py").read_text(encoding="utf-8")
-
-
-def parse_probe_output(stdout: str, who: str) -> dict:
-    """The last marked line of the probe's output; junk before it is ignored."""
-    from ..probe import MARKER
-
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(MARKER):
-            try:
-                answer = json.loads(line[len(MARKER):])
-            except json.JSONDecodeError:
-                break
-            if isinstance(answer, dict):
-                return answer
-            break
-    raise ToolError(f"{who} did not answer the probe (printed {len(stdout)} bytes without a probe result)")
 
 
 class InterpreterTarget:

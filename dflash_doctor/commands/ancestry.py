@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .options import OnlyOption, PathOption, PythonOption, ReleaseOption, choose_target, emit
+from ..model import ToolError
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+
+
+def ancestry(
+    repo: Path = typer.Option(..., "--repo", help="A vLLM clone to judge the commit in."),
+    commit: Optional[str] = typer.Option(
+        None, "--commit", help="Commit to judge: full or short sha, or a ref. Default: the target's recorded build commit."
+    ),
+    path: Optional[Path] = PathOption,
+    python: Optional[str] = PythonOption,
+    release: Optional[str] = ReleaseOption,
+    only: Optional[list[str]] = OnlyOption,
+    pr: Optional[list[int]] = typer.Option(None, "--pr", help="Only this PR (repeatable; any PR number)."),
+    main_ref: Optional[str] = typer.Option(
+        None, "--main-ref", help="The main line whose first-parent commits end in (#N). Default: origin/main, else main."
+    ),
+    remote: str = typer.Option("origin", "--remote", help="Remote for --fetch and fetch hints."),
+    fetch: bool = typer.Option(
+        False, "--fetch", help="Fetch refs/pull/N/head and the main branch from --remote first (otherwise no network)."
+    ),
+    format: Format = typer.Option(Format.table, "--format", help="table or json."),
+    output: Optional[Path] = typer.Option(None, "--output", help="Write the report to this file instead of standard output."),
+) -> int:
+    """Is each fix's PR in a commit? Decided with git: merge-commit, patch-id, merge-tree.
+    Exit: 0 all contained, 1 any missing, 2 otherwise any unknown, 3 could not run."""
+    import json
+
+    from ..ancestry import commit_from_target, judge, render
+    from ..rules import select
+
+    rules = select(only)
+    if commit is not None:
+        if path or python or release:
+            raise ToolError("give --commit or a target (--path/--python/--release), not both")
+        source = "--commit"
+    else:
+        commit, source = commit_from_target(choose_target(path, python, release))
+    report = judge(repo, commit, source, rules=rules, prs=pr, main_ref=main_ref, remote=remote, fetch=fetch)
+    if format is Format.json:
+        text = json.dumps(report.to_json(), indent=2) + "\n"
+    else:
+        text = render(report, terminal=output is None and sys.stdout.isatty())
+    emit(text, output)
+    return report.exit_code
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(ancestry)

@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .options import emit
+
+
+class LintFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+def config(
+    path: Path = typer.Argument(..., metavar="PATH", help="The drafter's config.json, or the model directory holding it."),
+    target_config: Optional[Path] = typer.Option(
+        None, "--target-config", help="The target model's config.json (or directory), to range-check the layer ids."
+    ),
+    format: LintFormat = typer.Option(LintFormat.table, "--format", help="table or json."),
+    output: Optional[Path] = typer.Option(None, "--output", help="Write the report to this file instead of standard output."),
+) -> int:
+    """Lint a DFlash drafter config: format, layer ids, layer types, windows, mask
+    token, block size, causality. Exit: 0 no error finding, 1 any error finding,
+    3 could not run (file missing or not a JSON object)."""
+    from .. import __version__
+    from ..draft.config import lint_report
+    from ..draft.render import lint_lines, lint_table
+
+    report = lint_report(path, target_config)
+    draft = report.to_json()
+    if format is LintFormat.json:
+        document = {"schema": "dflash-doctor/config/v1", "tool_version": __version__, "draft": draft, "exit_code": report.exit_code}
+        text = json.dumps(document, indent=2) + "\n"
+    elif output is None and sys.stdout.isatty():
+        text = lint_table(draft)
+    else:
+        text = "\n".join(lint_lines(draft)) + "\n"
+    emit(text, output)
+    return report.exit_code
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(config)

@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from ..model import EXIT_OK
+from .options import OnlyOption
+
+
+def probe_script(only: Optional[list[str]] = OnlyOption) -> int:
+    """Print the stdlib-only probe as a standalone script for a fleet engine.
+
+    Run it on each server with the vLLM interpreter (e.g. `python3 probe.py > HOST.probe`);
+    then `dflash-doctor check --from-probe DIR` evaluates every answer locally.
+    """
+    import json
+
+    from ..rules import select
+    from ..targets.probing import probe_request, probe_source
+
+    request = json.dumps(probe_request(select(only)), sort_keys=True)
+    source = probe_source().replace('REQUEST = {"files": [], "anchors": []}', f"REQUEST = {request}", 1)
+    typer.echo("#!/usr/bin/env python3", nl=True)
+    typer.echo(source, nl=False)
+    return EXIT_OK
+
+
+def register(app: typer.Typer) -> None:
+    app.command("probe-script")(probe_script)

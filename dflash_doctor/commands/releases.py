@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+import contextlib
+import sys
+from enum import Enum
+from typing import Optional
+
+import typer
+
+
+class MatrixFormat(str, Enum):
+    table = "table"
+    json = "json"
+    markdown = "markdown"
+
+
+def releases(
+    first: Optional[str] = typer.Option(None, "--from", help="Oldest release in the matrix (default 0.20.0, the first with DFlash)."),
+    last: Optional[str] = typer.Option(None, "--to", help="Newest release in the matrix (default: the newest on the index)."),
+    format: MatrixFormat = typer.Option(MatrixFormat.table, "--format", help="table, json or markdown."),
+    offline: bool = typer.Option(False, "--offline", help="Do not ask the package index: only releases already in the cache."),
+) -> int:
+    """The matrix release × fix from checking each real wheel, and the first release with each fix.
+    Exit: 0 the matrix was computed, 3 it could not be (no release list, a release that could not be checked)."""
+    from ..releases import Matrix, is_downloaded, plan, release_row, render_markdown, render_plain, render_rich, rules_digest
+    from ..rules import load_rules
+
+    rules = load_rules()
+    digest = rules_digest(rules)
+    versions, note = plan(first, last, offline, digest)
+    if note != "package index":
+        print(f"dflash-doctor: releases from the {note}", file=sys.stderr)
+    rows = []
+    with _progress(len(versions)) as show:
+        for done, version in enumerate(versions):
+            show(done, f"vllm {version}" + ("" if is_downloaded(version) else ": downloading the wheel"))
+            rows.append(release_row(version, rules, digest))
+    matrix = Matrix(rules, tuple(rows), note, digest)
+    if format is MatrixFormat.json:
+        import json
+
+        text = json.dumps(matrix.to_json(), indent=2) + "\n"
+    elif format is MatrixFormat.markdown:
+        text = render_markdown(matrix)
+    else:
+        text = render_rich(matrix) if sys.stdout.isatty() else render_plain(matrix)
+    sys.stdout.write(text)
+    failed = [row for row in rows if row.error]
+    if failed:
+        first_error = failed[0]
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        print(f"dflash-doctor: error: release {first_error.release} could not be checked: {first_error.error}{more}", file=sys.stderr)
+    return matrix.exit_code
+
+
+@contextlib.contextmanager
+def _progress(total: int):
+    """``show(done, description)``: a rich progress bar on standard error when it is a terminal, else nothing."""
+    if not sys.stderr.isatty():
+        yield lambda done, description: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("releases", total=total)
+        yield lambda done, description: bar.update(task, completed=done, description=description)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(releases)

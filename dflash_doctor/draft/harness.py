@@ -1,0 +1,264 @@
+"""Child side of the probe sandbox: run as ``python -I -S harness.py``.
+
+Stdlib only; the tool imports it only for ``SAFE_BUILTIN_NAMES``. Reads one
+JSON request on stdin, prints one JSON answer on stdout:
+
+    request  {"globals": {name: spec}, "program": [{"name", "source"}],
+              "data": {name: json}, "calls": [call], "call_timeout_s": float}
+    call     {"id": str, "expr": str, "bind": {name: spec}}
+    answer   {"results": {id: outcome}}
+    outcome  {"value": json} | {"error": {"type", "message"}} | {"gap": str}
+             | {"missing_key": str} | {"timeout": true}
+
+The program holds functions taken out of a vLLM tree. It runs with a small
+set of builtins (no open, no eval, no real import) under CPU, memory and file
+size limits; each call has its own timer. Stubs are described by ``spec``:
+
+    plain JSON               itself, with dict values read as specs
+    {"$data": name}          a deep copy of request data (never read as specs)
+    {"$obj": label, "data": name}     attributes from request data; a missing
+                                      attribute raises AttributeError (a config)
+    {"$obj": label, "attrs": {..}}    attributes from specs; a missing one is a gap
+    {"$class": label, "body": src, "attrs": {..}}  an instance of a class whose
+                                      methods are ``src``; missing attributes are gaps
+    {"$gap": label}          anything done with it is a gap: the probe cannot know
+    {"$returns": spec}       a function returning the spec (any arguments)
+    {"$noop": label}         every attribute is a function doing nothing (a logger)
+    {"$unset_env": label}    an ``os`` whose environment is empty (anything else is a gap)
+
+A gap is raised as a BaseException, so no ``except Exception`` in the
+inspected code can swallow it and take another path.
+"""
+
+import copy
+import json
+import signal
+import sys
+
+SAFE_BUILTIN_NAMES = (
+    "abs all any bool callable dict divmod enumerate filter float frozenset getattr hasattr "
+    "int isinstance issubclass iter len list map max min next range repr reversed round set "
+    "setattr slice sorted str sum tuple zip property staticmethod classmethod object "
+    "Exception ValueError TypeError KeyError IndexError AttributeError NotImplementedError "
+    "RuntimeError AssertionError ZeroDivisionError StopIteration LookupError ArithmeticError"
+).split()
+
+
+class ProbeGap(BaseException):
+    """The code touched something the probe does not know."""
+
+
+class CallTimeout(BaseException):
+    pass
+
+
+class MissingConfigKey(AttributeError):
+    def __init__(self, label, key):
+        AttributeError.__init__(self, "%r object has no attribute %r" % (label, key))
+        self.key = key
+
+
+def _raise_gap(self, *args, **kwargs):
+    raise ProbeGap(object.__getattribute__(self, "_label"))
+
+
+class Gap:
+    """Stands for something the probe does not know: any use of it is a gap."""
+
+    def __init__(self, label):
+        object.__setattr__(self, "_label", label)
+
+    __getattr__ = _raise_gap
+
+
+for _name in (
+    "__call__ __bool__ __iter__ __len__ __eq__ __ne__ __lt__ __le__ __gt__ __ge__ __hash__ "
+    "__contains__ __getitem__ __index__ __int__ __float__ __str__ __format__ __repr__ "
+    "__add__ __radd__ __sub__ __rsub__ __mul__ __or__ __ror__ __and__ __instancecheck__ "
+    "__subclasscheck__ __setattr__ __enter__"
+).split():
+    setattr(Gap, _name, _raise_gap)
+
+
+class Obj:
+    """Attributes given up front; anything else is a gap or a missing key."""
+
+    def __init__(self, label, attrs, missing_is_gap):
+        object.__setattr__(self, "_label", label)
+        object.__setattr__(self, "_missing_is_gap", missing_is_gap)
+        for key, value in attrs.items():
+            object.__setattr__(self, key, value)
+
+    def __getattr__(self, name):
+        label = object.__getattribute__(self, "_label")
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if object.__getattribute__(self, "_missing_is_gap"):
+            raise ProbeGap("%s.%s" % (label, name))
+        raise MissingConfigKey(label, name)
+
+
+class NoOp:
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
+class Constructed(Gap):
+    """What ``SomeClass(...)`` returns when SomeClass came from an import: it can
+    only be returned (the probe reports which class was built), not used."""
+
+    def __init__(self, path):
+        Gap.__init__(self, "an instance of %s" % path)
+        object.__setattr__(self, "path", path)
+
+
+class ImportedName(Gap):
+    """A name imported inside probed code: it can be looked into and called."""
+
+    def __init__(self, path):
+        Gap.__init__(self, path)
+        object.__setattr__(self, "path", path)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return ImportedName(object.__getattribute__(self, "path") + "." + name)
+
+    def __call__(self, *args, **kwargs):
+        return Constructed(object.__getattribute__(self, "path"))
+
+
+def _plain_name(name):
+    if isinstance(name, str) and name.startswith("__"):
+        raise ProbeGap("a dunder attribute (%s)" % name)
+    return name
+
+
+def safe_getattr(obj, name, *default):
+    return getattr(obj, _plain_name(name), *default)
+
+
+def safe_hasattr(obj, name):
+    return hasattr(obj, _plain_name(name))
+
+
+def safe_setattr(obj, name, value):
+    setattr(obj, _plain_name(name), value)
+
+
+def fake_import(name, globals=None, locals=None, fromlist=(), level=0):
+    """Imports inside probed functions give names that record what they build."""
+    if level:
+        raise ProbeGap("relative import in probed code")
+    return ImportedName(name if fromlist else name.partition(".")[0])
+
+
+def build(spec, data, namespace):
+    if isinstance(spec, list):
+        return [build(item, data, namespace) for item in spec]
+    if not isinstance(spec, dict):
+        return spec
+    if "$data" in spec:
+        return copy.deepcopy(data[spec["$data"]])
+    if "$obj" in spec:
+        if "data" in spec:
+            keys = {k: v for k, v in copy.deepcopy(data[spec["data"]]).items() if not k.startswith("__")}
+            return Obj(spec["$obj"], keys, False)
+        return Obj(spec["$obj"], build(spec.get("attrs", {}), data, namespace), True)
+    if "$class" in spec:
+        body = {}
+        exec(spec["body"], namespace, body)
+        cls = type(spec["$class"], (Obj,), body)
+        return cls(spec["$class"], build(spec.get("attrs", {}), data, namespace), True)
+    if "$gap" in spec:
+        return Gap(spec["$gap"])
+    if "$returns" in spec:
+        value = build(spec["$returns"], data, namespace)
+        return lambda *args, **kwargs: value
+    if "$noop" in spec:
+        return NoOp()
+    if "$unset_env" in spec:
+        return Obj(spec["$unset_env"], {"environ": {}, "getenv": lambda key, default=None: default}, True)
+    return {key: build(value, data, namespace) for key, value in spec.items()}
+
+
+def to_json(value, depth=0):
+    if depth > 20:
+        return {"$repr": "too deep"}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [to_json(item, depth + 1) for item in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted((to_json(item, depth + 1) for item in value), key=repr)
+    if isinstance(value, dict):
+        return {str(key): to_json(item, depth + 1) for key, item in value.items()}
+    if isinstance(value, Constructed):
+        return {"$constructed": object.__getattribute__(value, "path")}
+    if isinstance(value, Gap):
+        raise ProbeGap(object.__getattribute__(value, "_label"))
+    return {"$repr": type(value).__name__}
+
+
+def limit_resources():
+    try:
+        import resource
+    except ImportError:  # not on POSIX: the parent's timeout still applies
+        return
+    for name, value in (("RLIMIT_AS", 1 << 30), ("RLIMIT_CPU", 20), ("RLIMIT_FSIZE", 0), ("RLIMIT_NPROC", 0)):
+        limit = getattr(resource, name, None)
+        if limit is None:
+            continue
+        try:
+            resource.setrlimit(limit, (value, value))
+        except (ValueError, OSError):
+            pass
+
+
+def on_alarm(signum, frame):
+    raise CallTimeout()
+
+
+def main():
+    request = json.loads(sys.stdin.read())
+    limit_resources()
+    builtins = {name: __builtins__[name] if isinstance(__builtins__, dict) else getattr(__builtins__, name)
+                for name in SAFE_BUILTIN_NAMES}
+    builtins.update(__import__=fake_import, getattr=safe_getattr, hasattr=safe_hasattr, setattr=safe_setattr)
+    namespace = {"__builtins__": builtins, "__name__": "probed"}
+    data = request.get("data", {})
+    for name, spec in request.get("globals", {}).items():
+        namespace[name] = build(spec, data, namespace)
+    signal.signal(signal.SIGALRM, on_alarm)
+    timeout = float(request.get("call_timeout_s", 2.0))
+    # One statement at a time: a definition that fails leaves a gap, not a dead program.
+    for chunk in request["program"]:
+        try:
+            exec(chunk["source"], namespace)
+        except BaseException as exc:  # noqa: B036 - any failure is reported, never raised
+            namespace[chunk["name"]] = Gap("%s (could not be defined: %s: %s)" % (chunk["name"], type(exc).__name__, exc))
+    results = {}
+    for call in request["calls"]:
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+        try:
+            for name, spec in call.get("bind", {}).items():
+                namespace[name] = build(spec, data, namespace)
+            outcome = {"value": to_json(eval(call["expr"], namespace))}
+        except ProbeGap as exc:
+            outcome = {"gap": str(exc.args[0]) if exc.args else "?"}
+        except CallTimeout:
+            outcome = {"timeout": True}
+        except MissingConfigKey as exc:
+            outcome = {"missing_key": exc.key}
+        except RecursionError:
+            outcome = {"error": {"type": "RecursionError", "message": "recursion too deep"}}
+        except Exception as exc:
+            outcome = {"error": {"type": type(exc).__name__, "message": str(exc)[:500]}}
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        results[call["id"]] = outcome
+    sys.stdout.write(json.dumps({"results": results}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,216 @@
+"""Write a patch plan, or undo it, with the safety rules of the patch command.
+
+Under the lock, before anything is written: every file must still have the
+bytes the check read, and every new source must compile. Then, per file: the
+original goes to the backup, the manifest records the change, and the file is
+replaced atomically with its mode and owner kept. Restore writes the backup
+back, only over a file that still has the bytes the patch wrote.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+from collections.abc import Iterator
+from pathlib import PurePosixPath
+
+from ..model import ToolError
+from .files import TEMP_SUFFIX, FileStat, TreeFiles
+from .plan import FileChange
+from .state import (
+    APPLIED, BACKUPS, CHANGED, LOCK, MANIFEST, STATE_DIR, AppliedPatch, PatchedFile, State, read_state, sha256,
+    write_state,
+)
+
+
+def apply_changes(files: TreeFiles, changes: tuple[FileChange, ...], tool_version: str) -> None:
+    applied_at = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+    with _locked_state(files, [change.file for change in changes]) as (state, like):
+        for change in changes:
+            current = files.read(change.file)
+            if current is None or sha256(current) != change.sha256_before:
+                now = "is gone" if current is None else f"has sha256 {sha256(current)[:12]}"
+                raise ToolError(
+                    f"{change.file} changed since it was checked (it {now}, the check read {change.sha256_before[:12]}); "
+                    "nothing was changed: run patch again"
+                )
+            try:
+                compile(change.after, change.file, "exec", dont_inherit=True)
+            except (SyntaxError, ValueError) as exc:
+                raise ToolError(f"the patched {change.file} does not compile ({exc}); nothing was changed") from None
+        done: list[str] = []
+        for change in changes:
+            patches = tuple(
+                AppliedPatch(site.fix, site.symbol, site.form, site.produces, tool_version, applied_at) for site in change.sites
+            )
+            try:
+                _write_patched(files, state, like, change, patches)
+            except ToolError as exc:
+                if done:
+                    raise ToolError(f"{exc} (already patched in this run: {', '.join(done)})") from None
+                raise
+            done.append(change.file)
+
+
+def _write_patched(files: TreeFiles, state: State, like: FileStat, change: FileChange, patches) -> None:
+    mode = files.stat(change.file)
+    if mode is None:
+        raise ToolError(f"{change.file} is gone; nothing was changed for it")
+    entry = state.get(change.file)
+    fresh_backup = False
+    if entry is not None and entry.status(change.sha256_before) == APPLIED:
+        # Patched before for another fix: the backup already holds the original.
+        new_entry = PatchedFile(change.file, entry.sha256_before, change.sha256_after, entry.patches + patches)
+        backup = files.read(new_entry.backup)
+        if backup is None or sha256(backup) != new_entry.sha256_before:
+            raise ToolError(f"the backup {new_entry.backup} of {change.file} is missing or damaged; {change.file} is unchanged")
+    else:
+        # First patch of this file, or a record of bytes it no longer has (reinstalled since).
+        new_entry = PatchedFile(change.file, change.sha256_before, change.sha256_after, patches)
+        backup = files.read(new_entry.backup)
+        if backup is None or sha256(backup) != new_entry.sha256_before:
+            try:
+                files.write_atomic(new_entry.backup, change.before, mode)
+            except ToolError as exc:
+                raise ToolError(f"cannot keep a backup of {change.file}, so it is unchanged: {exc}") from None
+            fresh_backup = True
+    previous = dict(state)
+    state[change.file] = new_entry
+    write_state(files, state, like)
+    try:
+        files.write_atomic(change.file, change.after, mode)
+    except ToolError:
+        state.clear()
+        state.update(previous)
+        with contextlib.suppress(ToolError):
+            write_state(files, state, like)
+            if fresh_backup and _unused(state, new_entry.backup):
+                files.remove(new_entry.backup)
+        raise
+    if entry is not None and _unused(state, entry.backup):
+        files.remove(entry.backup)
+    try:
+        drop_stale_bytecode(files, change.file)
+    except ToolError as exc:
+        raise ToolError(f"{change.file} is patched, but {exc}: remove it by hand, or Python may run the old code") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class RestorePlan:
+    restore: tuple[PatchedFile, ...]  # files that still have the patched bytes
+    forget: tuple[PatchedFile, ...]  # records of files that already have their original bytes
+
+
+def plan_restore(files: TreeFiles, only: frozenset[str] | None) -> RestorePlan:
+    return _restore_plan(files, read_state(files), only)
+
+
+def _restore_plan(files: TreeFiles, state: State, only: frozenset[str] | None) -> RestorePlan:
+    selected = [entry for entry in state.values() if only is None or entry.fixes & only]
+    restore, forget = [], []
+    for entry in selected:
+        others = entry.fixes - only if only is not None else frozenset()
+        if others:
+            raise ToolError(
+                f"{entry.file} also holds the patch for {', '.join(sorted(others))}: "
+                "restore those too (--only each) or everything; nothing was changed"
+            )
+        current = files.read(entry.file)
+        status = entry.status(None if current is None else sha256(current))
+        if status == CHANGED:
+            now = "is gone" if current is None else f"has sha256 {sha256(current)[:12]}"
+            raise ToolError(
+                f"{entry.file} was changed since dflash-doctor patched it (it {now}, the patch wrote "
+                f"{entry.sha256_after[:12]}); not restoring over someone else's edit. Nothing was changed; "
+                f"the original is in {entry.backup}"
+            )
+        (restore if status == APPLIED else forget).append(entry)
+    return RestorePlan(tuple(restore), tuple(forget))
+
+
+def apply_restore(files: TreeFiles, plan: RestorePlan) -> None:
+    only = frozenset(fix for entry in plan.restore + plan.forget for fix in entry.fixes)
+    with _locked_state(files, [entry.file for entry in plan.restore]) as (state, like):
+        again = _restore_plan(files, state, only)  # the same judgement, now under the lock
+        if {e.file for e in again.restore} != {e.file for e in plan.restore}:
+            raise ToolError("the patched files changed while restore was asking; nothing was changed: run restore again")
+        for entry in again.restore:
+            original = files.read(entry.backup)
+            if original is None or sha256(original) != entry.sha256_before:
+                raise ToolError(f"the backup {entry.backup} of {entry.file} is missing or damaged; {entry.file} is unchanged")
+            files.write_atomic(entry.file, original, files.stat(entry.file))
+            drop_stale_bytecode(files, entry.file)
+            _forget(files, state, like, entry)
+        for entry in again.forget:
+            _forget(files, state, like, entry)
+
+
+def _forget(files: TreeFiles, state: State, like: FileStat, entry: PatchedFile) -> None:
+    del state[entry.file]
+    write_state(files, state, like)
+    if _unused(state, entry.backup):
+        files.remove(entry.backup)
+
+
+def _unused(state: State, backup: str) -> bool:
+    return all(other.backup != backup for other in state.values())
+
+
+@contextlib.contextmanager
+def _locked_state(files: TreeFiles, writing: list[str]) -> Iterator[tuple[State, FileStat]]:
+    """The manifest under the lock, and how state files are created (the
+    owner of the directory that holds vllm/). Temp files an interrupted run
+    left beside the files about to be written are removed first. When
+    nothing stays patched, the state directory is removed again, so a
+    restored tree is the tree it was."""
+    root = files.stat("")
+    if root is None:
+        raise ToolError(f"{files.location} is gone")
+    dir_like = FileStat(0o755, root.uid, root.gid)
+    like = FileStat(0o644, root.uid, root.gid)
+    files.make_dir(STATE_DIR, dir_like)
+    with files.lock(LOCK):
+        try:
+            state = read_state(files)
+            files.make_dir(BACKUPS, dir_like)
+            _remove_temps(files, [MANIFEST, *writing])
+            yield state, like
+        finally:
+            with contextlib.suppress(ToolError):
+                if files.read(MANIFEST) is None:
+                    _remove_state_dir(files)
+
+
+def _remove_state_dir(files: TreeFiles) -> None:
+    with contextlib.suppress(ToolError):
+        _remove_temps(files, [MANIFEST])
+        files.remove(BACKUPS)
+        files.remove(LOCK)  # still held by us: a waiting run fails at once and finds no state
+        files.remove(STATE_DIR)
+
+
+def _remove_temps(files: TreeFiles, relpaths: list[str]) -> None:
+    """Temp files an interrupted write left: beside these files, and among the backups."""
+    backups = [f"{BACKUPS}/{name}" for name in files.list_dir(BACKUPS) if name.endswith(TEMP_SUFFIX)]
+    for relpath in relpaths:
+        path = PurePosixPath(relpath)
+        files.remove(str(path.with_name(f".{path.name}{TEMP_SUFFIX}")))
+    for relpath in backups:
+        files.remove(relpath)
+
+
+def drop_stale_bytecode(files: TreeFiles, relpath: str) -> None:
+    """Remove bytecode of this file that Python would use without looking at
+    the source again (unchecked hash-based .pyc); timestamp and checked pycs
+    notice the new bytes by themselves."""
+    path = PurePosixPath(relpath)
+    cache = str(path.parent / "__pycache__")
+    for name in files.list_dir(cache):
+        if not (name.startswith(f"{path.stem}.") and name.endswith(".pyc")):
+            continue
+        header = files.read(f"{cache}/{name}") or b""
+        flags = int.from_bytes(header[4:8], "little")
+        if flags & 0b01 and not flags & 0b10:
+            files.remove(f"{cache}/{name}")
+

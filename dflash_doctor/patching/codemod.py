@@ -1,0 +1,160 @@
+"""Apply the patches rules declare, on libcst trees only (no I/O).
+
+A patch belongs to a form: for each match of that form, the one piece of
+code that a rewrite's ``find`` matches and that holds the match or lies in it
+is replaced by the rendered ``replace``. ``find`` may be wider than the form
+(an assignment around a read), so a patch can insist on the context it was
+written for. Anything that does not fit exactly (no patch declared, no place
+or more than one place found, two edits overlapping) is refused with the
+reason; nothing is guessed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import libcst as cst
+
+from ..engine import match_forms
+from ..model import ABSENT, PARTIAL
+from ..patterns import NodeIndex, PatternError, children
+from ..rules import Form
+
+
+class PatchRefused(Exception):
+    """This code cannot be patched; the message says why (user-facing)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SiteEdit:
+    """The edits that turn one form found at a site into its present form."""
+
+    form: Form
+    replacements: tuple[tuple[cst.CSTNode, cst.CSTNode], ...]  # (node in the tree, its replacement)
+
+
+def site_edits(forms: list[Form], site: cst.CSTNode) -> list[SiteEdit]:
+    """Edits for every absent or partial form at ``site`` (a def, or a rule case)."""
+    edits = []
+    index = NodeIndex(site)
+    for hit in match_forms(forms, site):
+        form = hit.form
+        if form.verdict not in (ABSENT, PARTIAL):
+            continue
+        if form.patch is None:
+            raise PatchRefused(f"no patch is declared for form {form.id} ({form.description})")
+        replacements = []
+        for match in hit.matches:
+            found = [
+                (rewrite, where)
+                for rewrite in form.patch.rewrites
+                for where in rewrite.find.find(index)
+                if _overlap(where.node, match.node)
+            ]
+            if len(found) != 1:
+                shown = _code(match.node)
+                if not found:
+                    raise PatchRefused(f"the patch for form {form.id} does not fit this code: {shown}")
+                raise PatchRefused(f"the patch for form {form.id} would change {len(found)} places in: {shown}")
+            rewrite, where = found[0]
+            try:
+                replacements.append((where.node, rewrite.replace.render(where.bindings)))
+            except PatternError as exc:
+                raise PatchRefused(str(exc)) from None
+        edits.append(SiteEdit(form, tuple(replacements)))
+    _refuse_overlaps([old for edit in edits for old, _ in edit.replacements])
+    return edits
+
+
+def apply_edits(site: cst.CSTNode, edits: list[SiteEdit]) -> cst.CSTNode:
+    """``site`` with every replacement made (nodes are matched by identity)."""
+    new_nodes = {id(old): new for edit in edits for old, new in edit.replacements}
+    return site.visit(_Replace(new_nodes))
+
+
+class _Replace(cst.CSTTransformer):
+    def __init__(self, new_nodes: dict[int, cst.CSTNode]) -> None:
+        super().__init__()
+        self.new_nodes = new_nodes
+
+    def on_leave(self, original_node, updated_node):
+        return self.new_nodes.get(id(original_node), updated_node)
+
+
+def patch_definitions(text: str, relpath: str, qualname: str, forms: list[Form]) -> tuple[str, list[SiteEdit]]:
+    """The file's text with every def of this qualified name patched, and the edits made.
+
+    Each def is cut out by its lines, dedented, parsed and patched alone, and
+    its new lines are put back: the rest of the file keeps its exact bytes,
+    and a large file is never parsed whole by libcst.
+    """
+    from ..source import ParsedFile, SiteError
+
+    def located() -> list:
+        try:
+            return [s.node for s in ParsedFile(relpath, text.encode("utf-8")).symbols(qualname) if s.qualname == qualname]
+        except SiteError as exc:
+            raise PatchRefused(str(exc)) from None
+
+    done: list[SiteEdit] = []
+    found = located()
+    if not found:
+        raise PatchRefused(f"{qualname} is no longer in {relpath}")
+    for index in range(len(found)):
+        if index and done:
+            found = located()  # an edit above moves the lines below
+        node = found[index]
+        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))]) - 1
+        lines = _LINE.findall(text)
+        segment = lines[first:node.end_lineno]
+        prefix = segment[0][: len(segment[0]) - len(segment[0].lstrip(" \t"))]
+        module = cst.parse_module("".join(_dedent(segment, prefix, qualname)))
+        edits = site_edits(forms, module)
+        if edits:
+            patched = _LINE.findall(apply_edits(module, edits).code)
+            text = "".join(lines[:first] + [line if not line.strip() else prefix + line for line in patched] + lines[node.end_lineno:])
+        done.extend(edits)
+    return text, done
+
+
+_LINE = re.compile(r"[^\n]*\n|[^\n]+$")
+
+
+def _dedent(segment: list[str], prefix: str, qualname: str) -> list[str]:
+    """Blank lines stay as they are, so that putting the prefix back gives the same bytes."""
+    out = []
+    for line in segment:
+        if not line.strip():
+            out.append(line)
+        elif line.startswith(prefix):
+            out.append(line[len(prefix):])
+        else:
+            raise PatchRefused(f"cannot cut {qualname} out to patch it: a line in it is indented less than its def")
+    return out
+
+
+def _overlap(one: cst.CSTNode, other: cst.CSTNode) -> bool:
+    """One node is the other or lies inside it."""
+    return id(other) in _subtree_ids(one) or id(one) in _subtree_ids(other)
+
+
+def _subtree_ids(node: cst.CSTNode) -> set[int]:
+    ids = {id(node)}
+    stack = [node]
+    while stack:
+        for child in children(stack.pop()):
+            ids.add(id(child))
+            stack.append(child)
+    return ids
+
+
+def _refuse_overlaps(nodes: list[cst.CSTNode]) -> None:
+    inner = {inner_id for node in nodes for inner_id in _subtree_ids(node) - {id(node)}}
+    if any(id(node) in inner for node in nodes):
+        raise PatchRefused("two edits of this patch overlap")
+
+
+def _code(node: cst.CSTNode) -> str:
+    text = " ".join(cst.Module(body=[]).code_for_node(node).split())
+    return text if len(text) <= 120 else text[:117] + "..."

@@ -1,0 +1,162 @@
+"""What dflash-doctor patched in a tree, kept beside the package.
+
+``.dflash-doctor/`` sits next to ``vllm/`` (a name Python can never import):
+``manifest.json`` records each patched file with the sha256 of its original
+and patched bytes and which fix, form and tool version did it; ``backups/``
+holds the original bytes; ``lock`` serialises patch and restore.
+
+The manifest is written before a file is replaced and the file is judged by
+its bytes alone: it is patched when it has the recorded patched hash, the
+original when it has the original hash, and changed by someone else
+otherwise. So a run that dies at any point leaves a state that reads true.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from ..model import PRESENT, CheckReport, ToolError
+from ..source import SiteError, SourceTree
+
+if TYPE_CHECKING:
+    from .files import FileStat, TreeFiles
+
+STATE_DIR = ".dflash-doctor"
+MANIFEST = f"{STATE_DIR}/manifest.json"
+LOCK = f"{STATE_DIR}/lock"
+BACKUPS = f"{STATE_DIR}/backups"
+SCHEMA = "dflash-doctor/patch-state/v1"
+
+APPLIED = "applied"
+ORIGINAL = "original"
+CHANGED = "changed"
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class AppliedPatch:
+    fix: str
+    symbol: str
+    form: str  # the form the check found
+    produces: str  # the present form the patch made
+    tool_version: str
+    applied_at: str
+
+
+@dataclasses.dataclass(frozen=True)
+class PatchedFile:
+    file: str
+    sha256_before: str  # the original bytes, kept in the backup
+    sha256_after: str
+    patches: tuple[AppliedPatch, ...]
+
+    @property
+    def backup(self) -> str:
+        return backup_path(self.file, self.sha256_before)
+
+    @property
+    def fixes(self) -> frozenset[str]:
+        return frozenset(patch.fix for patch in self.patches)
+
+    def status(self, current_sha256: str | None) -> str:
+        if current_sha256 == self.sha256_after:
+            return APPLIED
+        if current_sha256 == self.sha256_before:
+            return ORIGINAL
+        return CHANGED
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sha256_before": self.sha256_before,
+            "sha256_after": self.sha256_after,
+            "backup": self.backup,
+            "patches": [dataclasses.asdict(patch) for patch in self.patches],
+        }
+
+
+def backup_path(relpath: str, sha256_before: str) -> str:
+    """Named after the file and its content; never ends in ``.py``."""
+    return f"{BACKUPS}/{PurePosixPath(relpath).name}.{sha256_before[:16]}"
+
+
+State = dict[str, PatchedFile]
+
+
+def parse_state(text: str) -> State:
+    """Raises ValueError when the manifest is not one this tool wrote."""
+    data = json.loads(text)
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("files"), dict):
+        raise ValueError(f"not a {SCHEMA} manifest")
+    state: State = {}
+    for relpath, entry in data["files"].items():
+        try:
+            patches = tuple(AppliedPatch(**patch) for patch in entry["patches"])
+            state[relpath] = PatchedFile(relpath, entry["sha256_before"], entry["sha256_after"], patches)
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"entry {relpath}: {exc}") from None
+    return state
+
+
+def read_state(files: TreeFiles) -> State:
+    data = files.read(MANIFEST)
+    if data is None:
+        return {}
+    try:
+        return parse_state(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ToolError(f"{MANIFEST} in {files.location} cannot be read ({exc}); nothing was changed") from None
+
+
+def write_state(files: TreeFiles, state: State, like: FileStat) -> None:
+    """The manifest, atomically; no manifest at all when nothing is patched."""
+    if not state:
+        files.remove(MANIFEST)
+        return
+    data = {"schema": SCHEMA, "files": {relpath: state[relpath].to_json() for relpath in sorted(state)}}
+    files.write_atomic(MANIFEST, (json.dumps(data, indent=2) + "\n").encode("utf-8"), like)
+
+
+def mark_local_patches(report: CheckReport, tree: SourceTree) -> CheckReport:
+    """Tell a patched tree from a release with the fix: evidence of a form a
+    local patch made gets a note, the fix a reason, and the report a
+    ``local_patches`` section. Trees without a manifest are left as they are."""
+    try:
+        data = tree.read(MANIFEST)
+        state = parse_state(data.decode("utf-8")) if data else {}
+    except (SiteError, ValueError, UnicodeDecodeError):
+        return report
+    if not state:
+        return report
+    section = []
+    applied: dict[tuple[str, str, str], AppliedPatch] = {}
+    for relpath, entry in sorted(state.items()):
+        try:
+            status = entry.status(tree.digest(relpath))
+        except SiteError:
+            status = CHANGED
+        section.append({"file": relpath, "status": status, **entry.to_json()})
+        if status == APPLIED:
+            for patch in entry.patches:
+                applied[(relpath, patch.symbol, patch.produces)] = patch
+    fixes = []
+    for fix in report.fixes:
+        evidence = []
+        for item in fix.evidence:
+            patch = applied.get((item.file, item.symbol, item.form))
+            if patch is not None and patch.fix == fix.id:
+                note = f"patched locally by dflash-doctor {patch.tool_version} on {patch.applied_at} (was {patch.form})"
+                item = dataclasses.replace(item, note=note)
+            evidence.append(item)
+        marked = evidence != list(fix.evidence)
+        reason = fix.reason
+        if marked and fix.status == PRESENT:
+            reason = "present because of a local dflash-doctor patch; `dflash-doctor restore` undoes it"
+        fixes.append(dataclasses.replace(fix, evidence=tuple(evidence), reason=reason))
+    return dataclasses.replace(report, fixes=tuple(fixes), sections=report.sections + (("local_patches", section),))

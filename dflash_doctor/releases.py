@@ -1,0 +1,304 @@
+"""The release matrix: vLLM releases × fixes, each cell the verdict of a real check.
+
+Releases come from the package index (``pip index versions vllm``); each one
+is checked on its wheel (``release_tree``: downloaded once, ``.py`` files and
+dist-info kept). The report of every release is cached in
+``<cache>/matrix/``, keyed by release, rules content and tool version, so a
+second run checks nothing. Without the index (offline, or ``--offline``) the
+matrix covers the releases already in the cache, and says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .model import EXIT_ERROR, EXIT_OK, PRESENT, ToolError
+from .paths import cache_dir, write_atomically
+from .rules import Rule
+from .targets.release import COMPLETE, RELEASE
+
+# The first vLLM release with a DFlash code path: older ones are not-applicable for every fix.
+DEFAULT_FROM = "0.20.0"
+INDEX_TIMEOUT_S = 20
+NO_CACHE_ENV = "DFLASH_DOCTOR_NO_CACHE"
+_SUFFIX_RANK = {".dev": 0, "a": 1, "b": 2, "rc": 3, "": 4, ".post": 5}
+
+
+def version_key(version: str) -> tuple:
+    """Sort key for the versions RELEASE accepts (PEP 440 order for these forms)."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)*)(\.dev|a|b|rc|\.post)?(\d+)?", version)
+    if match is None:
+        raise ToolError(f"not a release version: {version!r} (expected e.g. 0.20.1)")
+    numbers = tuple(int(part) for part in match.group(1).split("."))
+    numbers += (0,) * (4 - len(numbers))
+    return numbers, _SUFFIX_RANK[match.group(2) or ""], int(match.group(3) or 0)
+
+
+def rules_digest(rules: Iterable[Rule]) -> str:
+    digest = hashlib.sha256()
+    for rule in sorted(rules, key=lambda rule: rule.id):
+        digest.update(rule.id.encode() + b"\0" + rule.source.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    release: str
+    statuses: tuple[tuple[str, str], ...]  # (fix id, verdict)
+    cached: bool
+    commit: str | None = None
+    error: str = ""
+
+    def status(self, fix_id: str) -> str | None:
+        return dict(self.statuses).get(fix_id)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"release": self.release, "cached": self.cached}
+        if self.error:
+            data["error"] = self.error
+        else:
+            data["commit"] = self.commit
+            data["fixes"] = dict(self.statuses)
+        return data
+
+
+@dataclasses.dataclass(frozen=True)
+class Matrix:
+    rules: tuple[Rule, ...]
+    rows: tuple[Row, ...]  # oldest first
+    index_note: str  # where the list of releases came from
+    rules_digest: str
+
+    @property
+    def fix_ids(self) -> tuple[str, ...]:
+        return tuple(rule.id for rule in self.rules)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_ERROR if any(row.error for row in self.rows) else EXIT_OK
+
+    def present_from(self, fix_ids: Iterable[str]) -> str | None:
+        """The oldest checked release from which every later checked release has all these fixes present."""
+        fix_ids = tuple(fix_ids)
+        since = None
+        for row in self.rows:
+            if row.error:
+                continue
+            if all(row.status(fix_id) == PRESENT for fix_id in fix_ids):
+                since = since or row.release
+            else:
+                since = None
+        return since
+
+    def to_json(self) -> dict[str, Any]:
+        checked = [row.release for row in self.rows if not row.error]
+        fixes = []
+        for rule in self.rules:
+            since = self.present_from([rule.id])
+            fixes.append(
+                {
+                    "id": rule.id,
+                    "title": rule.title,
+                    "present_from": since,
+                    "present_in_oldest_checked": bool(checked) and since == checked[0],
+                    "first_release_in_rules": rule.first_release,
+                }
+            )
+        return {
+            "schema": "dflash-doctor/releases/v1",
+            "tool_version": __version__,
+            "rules_digest": self.rules_digest,
+            "releases_from": self.index_note,
+            "fixes": fixes,
+            "all_present_from": self.present_from(self.fix_ids),
+            "releases": [row.to_json() for row in self.rows],
+            "exit_code": self.exit_code,
+        }
+
+
+def index_releases() -> list[str]:
+    """Every final vLLM release the configured package index lists, oldest first; ToolError when it cannot say."""
+    command = [
+        sys.executable, "-m", "pip", "index", "versions", "vllm", "--disable-pip-version-check",
+        "--timeout", str(INDEX_TIMEOUT_S), "--retries", "1",
+    ]
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=INDEX_TIMEOUT_S * 4)
+    except subprocess.TimeoutExpired:
+        raise ToolError(f"pip index versions vllm did not answer within {INDEX_TIMEOUT_S * 4} s") from None
+    except OSError as exc:
+        raise ToolError(f"cannot run pip: {exc.strerror or exc}") from None
+    for line in proc.stdout.splitlines():
+        if line.startswith("Available versions:"):
+            versions = [v.strip() for v in line.split(":", 1)[1].split(",")]
+            return sorted((v for v in versions if RELEASE.fullmatch(v)), key=version_key)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR")]
+    raise ToolError(f"pip index versions vllm: {errors[-1] if errors else 'exit ' + str(proc.returncode)}")
+
+
+def cached_releases(digest: str) -> list[str]:
+    """Releases answerable without the network: a cached matrix row, or an extracted wheel."""
+    found = set()
+    for path in (cache_dir() / "matrix").glob(f"*-{digest[:16]}-{__version__}.json"):
+        found.add(path.name.rsplit("-", 2)[0])
+    for path in (cache_dir() / "releases").glob(f"*/{COMPLETE}"):
+        found.add(path.parent.name)
+    return sorted((v for v in found if RELEASE.fullmatch(v)), key=version_key)
+
+
+def in_range(versions: Iterable[str], first: str | None, last: str | None) -> list[str]:
+    low = version_key(first or DEFAULT_FROM)
+    high = version_key(last) if last else None
+    if high is not None and high < low:
+        raise ToolError(f"--from {first or DEFAULT_FROM} is newer than --to {last}")
+    return [v for v in versions if version_key(v) >= low and (high is None or version_key(v) <= high)]
+
+
+def plan(first: str | None, last: str | None, offline: bool, digest: str) -> tuple[list[str], str]:
+    """The releases to put in the matrix, and where their list came from."""
+    for bound in (first, last):
+        if bound is not None:
+            version_key(bound)  # a bad bound is an error before any network use
+    reason = "--offline"
+    if not offline:
+        try:
+            listed = index_releases()
+        except ToolError as exc:
+            reason = str(exc)
+        else:
+            releases = in_range(listed, first, last)
+            if not releases:
+                raise ToolError(f"the package index lists no vLLM release from {first or DEFAULT_FROM} to {last or 'the newest'}")
+            return releases, "package index"
+    releases = in_range(cached_releases(digest), first, last)
+    if not releases:
+        raise ToolError(f"cannot list vLLM releases ({reason}) and no release in the range is cached")
+    return releases, f"cache only ({reason})"
+
+
+def _row_path(release: str, digest: str) -> Path:
+    return cache_dir() / "matrix" / f"{release}-{digest[:16]}-{__version__}.json"
+
+
+def is_downloaded(release: str) -> bool:
+    return (cache_dir() / "releases" / release / COMPLETE).is_file()
+
+
+def release_row(release: str, rules: tuple[Rule, ...], digest: str) -> Row:
+    """One release's verdicts: from the matrix cache, else by checking its wheel."""
+    use_cache = not os.environ.get(NO_CACHE_ENV)
+    path = _row_path(release, digest)
+    if use_cache:
+        try:
+            report = json.loads(path.read_text(encoding="utf-8"))
+            return _row(release, report, cached=True)
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    from .check import run_check
+    from .targets.release import ReleaseTarget
+
+    try:
+        report = run_check(ReleaseTarget(release), rules).to_json()
+    except ToolError as exc:
+        return Row(release, (), cached=False, error=str(exc))
+    if use_cache:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(path, json.dumps(report))
+        except (OSError, ToolError):
+            pass  # a cache that cannot be written only costs time
+    return _row(release, report, cached=False)
+
+
+def _row(release: str, report: dict[str, Any], cached: bool) -> Row:
+    statuses = tuple((fix["id"], fix["status"]) for fix in report["fixes"])
+    return Row(release, statuses, cached=cached, commit=report["vllm"]["commit"])
+
+
+# Rendering ------------------------------------------------------------------------------------
+
+
+def _cells(matrix: Matrix, row: Row) -> list[str]:
+    if row.error:
+        return [f"error: {row.error}"] + [""] * (len(matrix.fix_ids) - 1)
+    return [row.status(fix_id) or "-" for fix_id in matrix.fix_ids]
+
+
+def _all_present(matrix: Matrix, row: Row) -> str:
+    return "yes" if not row.error and all(row.status(f) == PRESENT for f in matrix.fix_ids) else ""
+
+
+def _since_lines(matrix: Matrix) -> list[str]:
+    data = matrix.to_json()
+    lines = []
+    for fix in data["fixes"]:
+        since = fix["present_from"]
+        if since is None:
+            text = "not present in the newest release checked"
+        else:
+            text = since + (" (or earlier: the oldest release checked)" if fix["present_in_oldest_checked"] else "")
+        if since and fix["first_release_in_rules"] not in (None, since) and not fix["present_in_oldest_checked"]:
+            text += f" (the rule says {fix['first_release_in_rules']})"
+        lines.append(f"{fix['id']}: {text}")
+    every = data["all_present_from"]
+    lines.append(f"every fix: {every or 'no release checked has them all'}")
+    return lines
+
+
+def render_plain(matrix: Matrix) -> str:
+    header = ["release", *matrix.fix_ids, "all present"]
+    body = [[row.release, *_cells(matrix, row), _all_present(matrix, row)] for row in matrix.rows]
+    widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header) - 1)]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1] for line in [header, *body]]
+    lines = [line.rstrip() for line in lines]
+    lines += ["", "present from (every later release checked has it):"]
+    lines += [f"  {line}" for line in _since_lines(matrix)]
+    lines.append(f"releases from: {matrix.index_note}")
+    return "\n".join(lines) + "\n"
+
+
+def render_rich(matrix: Matrix) -> str:
+    import io
+
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from .reporters.table import STYLES
+
+    table = Table(title="vLLM releases × DFlash fixes", title_justify="left")
+    for column in ("release", *matrix.fix_ids, "all present"):
+        table.add_column(column)
+    for row in matrix.rows:
+        cells = [f"[{STYLES[c]}]{c}[/]" if c in STYLES else escape(c) for c in _cells(matrix, row)]
+        table.add_row(row.release, *cells, _all_present(matrix, row))
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=True, width=160)
+    console.print(table)
+    console.print("present from (every later release checked has it):")
+    for line in _since_lines(matrix):
+        console.print(f"  {escape(line)}")
+    console.print(f"releases from: {escape(matrix.index_note)}")
+    return buffer.getvalue()
+
+
+def render_markdown(matrix: Matrix) -> str:
+    header = ["release", *(f"`{fix_id}`" for fix_id in matrix.fix_ids), "all present"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in matrix.rows:
+        cells = [cell.replace("|", "\\|") for cell in _cells(matrix, row)]
+        lines.append("| " + " | ".join([row.release, *cells, _all_present(matrix, row)]) + " |")
+    lines += ["", "Present from (every later release checked has it):", ""]
+    lines += [f"- {line}" for line in _since_lines(matrix)]
+    lines += ["", f"Releases from: {matrix.index_note}."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,105 @@
+"""JUnit XML for test-report dashboards: one testcase per fix and target.
+
+``present`` passes; ``absent``, ``partial`` and ``not-applicable`` are
+failures (verdict, reason, evidence, remedy); ``unknown`` is an error (the
+tool could not decide: exit code 2), or a failure with ``--strict``; a waived
+fix is skipped with the waiver's reason.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+
+from ..model import PRESENT, UNKNOWN, CheckReport, FixResult
+
+
+class JunitReporter:
+    def render(self, report: CheckReport, terminal: bool) -> str:
+        return junit_document([report])
+
+    def render_fleet(self, outcomes, terminal: bool) -> str:
+        return junit_document([o.report for o in outcomes if o.report], [(o.host, o.error) for o in outcomes if not o.report])
+
+
+def junit_document(reports: Sequence[CheckReport], unreachable: Sequence[tuple[str, str]] = ()) -> str:
+    """One testsuite per target; several reports (a fleet) make several suites.
+    A host that could not be checked is a suite with one erroring testcase."""
+    root = ET.Element("testsuites", name="dflash-doctor")
+    totals = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
+    suites = [_suite(report) for report in reports] + [_unreachable_suite(host, error) for host, error in unreachable]
+    for suite in suites:
+        root.append(suite)
+        for key in totals:
+            totals[key] += int(suite.get(key))
+    for key, value in totals.items():
+        root.set(key, str(value))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _unreachable_suite(host: str, error: str) -> ET.Element:
+    suite = ET.Element("testsuite", name=f"dflash-doctor check {host}", tests="1", failures="0", errors="1", skipped="0")
+    case = ET.SubElement(suite, "testcase", classname=host, name="check")
+    ET.SubElement(case, "error", message=f"could not be checked: {error}", type="unreachable").text = error
+    return suite
+
+
+def _suite(report: CheckReport) -> ET.Element:
+    target = report.target
+    suite = ET.Element("testsuite", name=f"dflash-doctor check {target.kind} {target.location}")
+    properties = ET.SubElement(suite, "properties")
+    for name, value in (
+        ("target.kind", target.kind),
+        ("target.location", target.location),
+        *((f"target.{key}", value) for key, value in target.details),
+        ("vllm.version", report.vllm.version),
+        ("vllm.commit", report.vllm.commit),
+        ("tool_version", report.tool_version),
+        ("strict", str(report.strict).lower()),
+        ("exit_code", str(report.exit_code)),
+    ):
+        if value is not None:
+            ET.SubElement(properties, "property", name=name, value=value)
+    counts = dict.fromkeys(("failures", "errors", "skipped"), 0)
+    for fix in report.fixes:
+        case = ET.SubElement(suite, "testcase", classname=f"{target.kind}:{target.location}", name=fix.id)
+        outcome = _outcome(fix, report.strict)
+        if outcome is not None:
+            element = ET.SubElement(case, outcome, message=_headline(fix), type=fix.status)
+            if outcome != "skipped":
+                element.text = _details(fix)
+            counts[{"failure": "failures", "error": "errors", "skipped": "skipped"}[outcome]] += 1
+        else:
+            ET.SubElement(case, "system-out").text = _details(fix)
+    suite.set("tests", str(len(report.fixes)))
+    for key, value in counts.items():
+        suite.set(key, str(value))
+    return suite
+
+
+def _outcome(fix: FixResult, strict: bool) -> str | None:
+    if fix.waiver is not None:
+        return "skipped"
+    if fix.status == PRESENT:
+        return None
+    if fix.status == UNKNOWN and not strict:
+        return "error"
+    return "failure"
+
+
+def _headline(fix: FixResult) -> str:
+    if fix.waiver is not None:
+        until = f" until {fix.waiver.until.isoformat()}" if fix.waiver.until else ""
+        return f"{fix.status}, waived{until}: {fix.waiver.reason}"
+    return f"{fix.status}: {fix.title}"
+
+
+def _details(fix: FixResult) -> str:
+    lines = [f"verdict: {fix.status}", f"fix: {fix.title}"]
+    if fix.reason:
+        lines.append(f"reason: {fix.reason}")
+    lines += [f"evidence: {e.file}:{e.line} {e.symbol} [{e.form}]" for e in fix.evidence]
+    if fix.status != PRESENT:
+        lines.append(f"remedy: {fix.remedy}")
+    return "\n".join(lines)

@@ -1,0 +1,196 @@
+"""SARIF 2.1.0 for code-scanning dashboards.
+
+One rule per fix (help text from ``rules/``), one result per fix that is not
+``present``, located at the evidence (paths relative to the ``VLLM_ROOT`` base
+id), waived fixes carried as ``suppressions``, one run (and one code-scanning
+category) per target.
+
+``fixes``: SARIF fixes are exact byte edits, and only `dflash-doctor patch`
+knows them. ``SarifReporter(fixes_for=...)`` takes a callable that returns the
+SARIF ``fix`` objects (``description`` + ``artifactChanges``) for a result; the
+default emits none rather than a guess.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..model import PRESENT, UNKNOWN, CheckReport, Evidence, FixResult
+
+SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+ROOT_ID = "VLLM_ROOT"
+# Targets whose location is a directory on this machine (a file: URI is truthful for them).
+LOCAL_KINDS = ("path", "python", "release")
+FINGERPRINT = "dflashDoctorFix/v1"
+
+FixesFor = Callable[[CheckReport, FixResult], Sequence[dict[str, Any]]]
+
+
+class SarifReporter:
+    def __init__(self, fixes_for: FixesFor | None = None) -> None:
+        self.fixes_for = fixes_for
+
+    def render(self, report: CheckReport, terminal: bool) -> str:
+        return json.dumps(self.log([report]), indent=2) + "\n"
+
+    def render_fleet(self, outcomes, terminal: bool) -> str:
+        """A run per host; a host that could not be checked is a failed invocation."""
+        from .. import __version__
+
+        log = self.log([o.report for o in outcomes if o.report])
+        for o in outcomes:
+            if o.report is None:
+                log["runs"].append({
+                    "tool": {"driver": {"name": "dflash-doctor", "version": __version__, "semanticVersion": __version__}},
+                    "automationDetails": {"id": f"dflash-doctor/ssh:{o.host}/"},
+                    "invocations": [{
+                        "executionSuccessful": False,
+                        "exitCode": 3,
+                        "toolExecutionNotifications": [{"level": "error", "message": {"text": f"{o.host}: {o.error}"}}],
+                    }],
+                    "results": [],
+                })
+        return json.dumps(log, indent=2) + "\n"
+
+    def log(self, reports: Sequence[CheckReport]) -> dict[str, Any]:
+        """One SARIF log, one run per target (several for a fleet)."""
+        from ..rules import load_rules
+
+        rules = {rule.id: rule for rule in load_rules()}
+        return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": [self._run(report, rules) for report in reports]}
+
+    def _run(self, report: CheckReport, rules: dict) -> dict[str, Any]:
+        from .. import __version__
+
+        descriptors = [_descriptor(fix, rules.get(fix.id)) for fix in report.fixes]
+        results = [
+            self._result(report, fix, index, rules.get(fix.id))
+            for index, fix in enumerate(report.fixes)
+            if fix.status != PRESENT
+        ]
+        return {
+            "tool": {
+                "driver": {
+                    "name": "dflash-doctor",
+                    "version": __version__,
+                    "semanticVersion": __version__,
+                    "rules": descriptors,
+                }
+            },
+            # One category per target: uploads for host B never close host A's alerts,
+            # and a fleet's runs stay distinct in one file (code scanning refuses duplicates).
+            "automationDetails": {"id": f"dflash-doctor/{report.target.kind}:{report.target.location}/"},
+            "originalUriBaseIds": {ROOT_ID: _root(report)},
+            "invocations": [{"executionSuccessful": True, "exitCode": report.exit_code}],
+            "results": results,
+            "properties": {
+                "target": report.target.to_json(),
+                "vllm": report.vllm.to_json(),
+                "strict": report.strict,
+            },
+        }
+
+    def _result(self, report: CheckReport, fix: FixResult, index: int, rule) -> dict[str, Any]:
+        deciding, related = _split_evidence(fix, rule)
+        result: dict[str, Any] = {
+            "ruleId": fix.id,
+            "ruleIndex": index,
+            "kind": "fail",
+            "level": "warning" if fix.status == UNKNOWN and not report.strict else "error",
+            "message": {"text": _message(fix)},
+            "locations": [_location(item) for item in deciding] or [_anchor_location(rule)],
+            "partialFingerprints": {FINGERPRINT: _fingerprint(report, fix)},
+            "properties": {"status": fix.status, "prs": list(fix.prs)},
+        }
+        if related:
+            result["relatedLocations"] = [_location(item) for item in related]
+        if fix.waiver is not None:
+            result["suppressions"] = [_suppression(fix)]
+        if self.fixes_for is not None:
+            fixes = list(self.fixes_for(report, fix))
+            if fixes:
+                result["fixes"] = fixes
+        return result
+
+
+def _descriptor(fix: FixResult, rule) -> dict[str, Any]:
+    descriptor: dict[str, Any] = {
+        "id": fix.id,
+        "name": "".join(part.capitalize() for part in fix.id.split("-")),
+        "shortDescription": {"text": fix.title},
+        "defaultConfiguration": {"level": "error"},
+        "properties": {"tags": ["vllm", "dflash"]},
+    }
+    if rule is None:  # a report from an older rule set: the result still carries its remedy
+        return descriptor
+    from ..docs import rule_markdown
+
+    descriptor["fullDescription"] = {"text": rule.what}
+    descriptor["help"] = {
+        "text": f"What: {rule.what}\n\nWhy: {rule.why}\n\nRemedy: {rule.remedy}",
+        "markdown": rule_markdown(rule),
+    }
+    descriptor["properties"].update(
+        {"prs": list(rule.prs), "unmerged_prs": list(rule.unmerged_prs), "first_release": rule.first_release}
+    )
+    return descriptor
+
+
+def _message(fix: FixResult) -> str:
+    text = f"{fix.id} is {fix.status}: {fix.title}."
+    if fix.reason:
+        text += f" {fix.reason[0].upper()}{fix.reason[1:]}."
+    return f"{text} Remedy: {fix.remedy}"
+
+
+def _split_evidence(fix: FixResult, rule) -> tuple[list[Evidence], list[Evidence]]:
+    """Evidence whose form carries the fix's verdict is where the result is; the rest is related."""
+    verdicts = {form.id: form.verdict for form in rule.forms} if rule is not None else {}
+    deciding = [item for item in fix.evidence if verdicts.get(item.form) == fix.status]
+    if not deciding:
+        return list(fix.evidence), []
+    return deciding, [item for item in fix.evidence if item not in deciding]
+
+
+def _location(item: Evidence) -> dict[str, Any]:
+    physical: dict[str, Any] = {"artifactLocation": {"uri": item.file, "uriBaseId": ROOT_ID}}
+    if item.line:
+        physical["region"] = {"startLine": item.line}
+    note = f" {item.note}" if item.note else ""
+    return {
+        "physicalLocation": physical,
+        "logicalLocations": [{"fullyQualifiedName": item.symbol}],
+        "message": {"text": f"{item.symbol} [{item.form}]{note}"},
+    }
+
+
+def _anchor_location(rule) -> dict[str, Any]:
+    """No evidence (e.g. the file is missing): the file the rule reads first."""
+    uri = rule.anchors[0].file if rule is not None else "vllm/__init__.py"
+    return {"physicalLocation": {"artifactLocation": {"uri": uri, "uriBaseId": ROOT_ID}}}
+
+
+def _root(report: CheckReport) -> dict[str, Any]:
+    location = report.target.location
+    if report.target.kind in LOCAL_KINDS and location.startswith("/"):
+        return {"uri": Path(location).as_uri().rstrip("/") + "/"}
+    return {"description": {"text": f"{report.target.kind} {location}"}}
+
+
+def _fingerprint(report: CheckReport, fix: FixResult) -> str:
+    """Stable across runs on the same target, so dashboards track one alert per fix and target."""
+    return hashlib.sha256(f"{fix.id}\0{report.target.kind}\0{report.target.location}".encode()).hexdigest()[:32]
+
+
+def _suppression(fix: FixResult) -> dict[str, Any]:
+    waiver = fix.waiver
+    return {
+        "kind": "external",
+        "status": "accepted",
+        "justification": waiver.reason,
+        "properties": {"until": waiver.until.isoformat() if waiver.until else None, "target": waiver.target},
+    }

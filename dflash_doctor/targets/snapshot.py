@@ -1,0 +1,70 @@
+"""A tree known only through a probe answer: from ssh, or from probe files."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from ..model import TargetInfo, ToolError
+from ..source import SiteError, SourceTree
+from . import ResolvedTarget
+from .probing import parse_probe_output
+
+
+class SnapshotTree(SourceTree):
+    """The files the probe sent; anything it did not send cannot be judged."""
+
+    def __init__(self, answer: dict) -> None:
+        super().__init__()
+        self.root = answer.get("root", "")
+        self._files: dict[str, str | None] = answer.get("files", {})
+        self._sha256: dict[str, str] = answer.get("sha256", {})
+        self._errors: dict[str, str] = answer.get("file_errors", {})
+        self._search: dict[str, list[str]] = answer.get("search", {})
+        self._dist_info: dict[str, str] = answer.get("dist_info_files", {})
+
+    def read(self, relpath: str) -> bytes | None:
+        if relpath in self._errors:
+            raise SiteError(f"{relpath} {self._errors[relpath]}")
+        if relpath not in self._files:
+            raise SiteError(f"{relpath} was not collected by the probe")
+        encoded = self._files[relpath]
+        if encoded is None:
+            return None
+        data = base64.b64decode(encoded)
+        if hashlib.sha256(data).hexdigest() != self._sha256.get(relpath):
+            raise SiteError(f"{relpath} arrived damaged (sha256 differs from the probe's)")
+        return data
+
+    def files_defining(self, names: Iterable[str]) -> Mapping[str, list[str]]:
+        return {name: list(self._search.get(name, [])) for name in names}
+
+    def dist_info_text(self, name: str) -> str | None:
+        return self._dist_info.get(name)
+
+
+def snapshot_target(answer: dict, kind: str, who: str, details: tuple[tuple[str, str], ...] = ()) -> ResolvedTarget:
+    if answer.get("error"):
+        raise ToolError(f"{who}: {answer['error']}")
+    if "files" not in answer:
+        raise ToolError(f"{who}: the probe answer has no files (was it made with `dflash-doctor probe-script`?)")
+    host = answer.get("host") or who
+    info = TargetInfo(kind, f"{host}:{answer.get('root', '')}", (("host", host), ("python", answer.get("python") or ""), *details))
+    return ResolvedTarget(SnapshotTree(answer), info)
+
+
+class ProbeFileTarget:
+    """One file written by the standalone probe script (``probe-script``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def resolve(self) -> ResolvedTarget:
+        try:
+            text = self.path.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise ToolError(f"cannot read probe file {self.path}: {exc.strerror}") from None
+        answer = parse_probe_output(text, f"probe file {self.path}")
+        return snapshot_target(answer, "probe", f"probe file {self.path}", (("probe_file", str(self.path)),))

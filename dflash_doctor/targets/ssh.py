@@ -1,0 +1,227 @@
+"""A vLLM tree on another machine, read over one ssh connection.
+
+One connection and one exec channel per host: the probe goes to the remote
+interpreter on stdin (``python - collect REQUEST``) and the files the rules
+need come back compressed on stdout. Nothing is installed or written there.
+Host keys are verified against known_hosts; an unknown key is refused unless
+``accept_new_host_key`` (then recorded), a changed key is always refused.
+Keys and the agent are the only authentication.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import os
+import re
+import shlex
+import socket
+from pathlib import Path
+
+from ..model import ToolError
+from . import ResolvedTarget
+from .probing import encode_request, parse_probe_output, probe_source
+from .snapshot import snapshot_target
+
+HOST_SPEC = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<host>\[[^\]]+\]|[^:@\s]+)(?::(?P<port>\d{1,5}))?$")
+
+
+@dataclasses.dataclass(frozen=True)
+class SshOptions:
+    python: str = "python3"
+    identity: Path | None = None
+    known_hosts: Path | None = None  # default ~/.ssh/known_hosts
+    ssh_config: Path | None = None  # default ~/.ssh/config
+    connect_timeout: float = 10.0
+    accept_new_host_key: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class HostSpec:
+    """``[user@]host[:port]`` as given, resolved through ssh_config."""
+
+    given: str
+    hostname: str
+    port: int
+    user: str | None
+    identity_files: tuple[str, ...]
+    proxy_jump: str | None
+    proxy_command: str | None
+
+
+def fingerprint(key) -> str:
+    """OpenSSH's SHA256 fingerprint of a host key."""
+    digest = base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
+    return f"{key.get_name()} SHA256:{digest}"
+
+
+def parse_host(given: str, options: SshOptions) -> HostSpec:
+    import paramiko
+
+    found = HOST_SPEC.match(given.strip())
+    if not found:
+        raise ToolError(f"not a host: {given!r} (expected [user@]host[:port])")
+    alias = found["host"].strip("[]")
+    config_path = options.ssh_config or Path.home() / ".ssh" / "config"
+    config = paramiko.SSHConfig()
+    if config_path.is_file():
+        try:
+            config = paramiko.SSHConfig.from_path(str(config_path))
+        except (OSError, paramiko.ssh_exception.ConfigParseError) as exc:
+            raise ToolError(f"cannot read ssh config {config_path}: {exc}") from None
+    entry = config.lookup(alias)
+    port = int(found["port"] or entry.get("port", 22))
+    if not 0 < port < 65536:
+        raise ToolError(f"not a port: {port} in {given!r}")
+    return HostSpec(
+        given=given,
+        hostname=entry.get("hostname", alias),
+        port=port,
+        user=found["user"] or entry.get("user"),
+        identity_files=tuple(entry.get("identityfile", [])),
+        proxy_jump=entry.get("proxyjump"),
+        proxy_command=entry.get("proxycommand"),
+    )
+
+
+class _HostKeyPolicy:
+    """Refuse unknown keys naming the fingerprint, or record them on request."""
+
+    def __init__(self, accept_new: bool, known_hosts: Path) -> None:
+        self.accept_new = accept_new
+        self.known_hosts = known_hosts
+
+    def missing_host_key(self, client, hostname, key) -> None:
+        if not self.accept_new:
+            raise ToolError(
+                f"{hostname}: unknown host key {fingerprint(key)}; verify it and add it to {self.known_hosts}, "
+                "or pass --accept-new-host-key to trust it on first use"
+            )
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        self.known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with open(self.known_hosts, "a", encoding="utf-8") as handle:
+            handle.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+
+
+class SshTarget:
+    """One host; ``resolve`` makes the single round trip."""
+
+    def __init__(self, given: str, options: SshOptions, request: dict) -> None:
+        self.given = given
+        self.options = options
+        self.request = request
+        self.bytes_sent = 0
+        self.bytes_received = 0
+
+    def resolve(self) -> ResolvedTarget:
+        spec = parse_host(self.given, self.options)
+        client = self._connect(spec)
+        try:
+            stdout = self._run_probe(client, spec)
+        finally:
+            client.close()
+        answer = parse_probe_output(stdout, f"{self.given}: {self.options.python}")
+        details = (("bytes_sent", str(self.bytes_sent)), ("bytes_received", str(self.bytes_received)))
+        resolved = snapshot_target(answer, "ssh", f"{self.given}: {self.options.python}", details)
+        info = dataclasses.replace(resolved.info, location=f"{self.given}:{answer.get('root', '')}",
+                                   details=(("host", self.given), ("python", self.options.python), *details))
+        return dataclasses.replace(resolved, info=info)
+
+    def _connect(self, spec: HostSpec):
+        import logging
+
+        import paramiko
+
+        # paramiko's transport thread logs failures itself; ours are reported as one line.
+        logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+        known_hosts = self.options.known_hosts or Path.home() / ".ssh" / "known_hosts"
+        client = paramiko.SSHClient()
+        if known_hosts.is_file():
+            try:
+                client.load_host_keys(str(known_hosts))
+            except (OSError, paramiko.SSHException) as exc:
+                raise ToolError(f"cannot read known hosts {known_hosts}: {exc}") from None
+        client.set_missing_host_key_policy(_HostKeyPolicy(self.options.accept_new_host_key, known_hosts))
+        identities = [str(self.options.identity)] if self.options.identity else [os.path.expanduser(p) for p in spec.identity_files]
+        who = f"{spec.given}"
+        try:
+            client.connect(
+                spec.hostname,
+                port=spec.port,
+                username=spec.user,
+                key_filename=identities or None,
+                allow_agent=True,
+                look_for_keys=not identities,
+                timeout=self.options.connect_timeout,
+                banner_timeout=self.options.connect_timeout,
+                auth_timeout=self.options.connect_timeout,
+                sock=self._proxy_socket(spec),
+            )
+        except ToolError:
+            client.close()
+            raise
+        except paramiko.BadHostKeyException as exc:
+            client.close()
+            raise ToolError(
+                f"{who}: host key changed: expected {fingerprint(exc.expected_key)}, got {fingerprint(exc.key)}; refusing"
+            ) from None
+        except paramiko.AuthenticationException:
+            client.close()
+            raise ToolError(f"{who}: authentication failed (keys and agent tried; passwords are never used)") from None
+        except (socket.timeout, TimeoutError):
+            client.close()
+            raise ToolError(f"{who}: timed out after {self.options.connect_timeout:g} s") from None
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            client.close()
+            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            if "banner" in reason or reason == "No existing session":  # the handshake never started
+                raise ToolError(f"{who}: timed out after {self.options.connect_timeout:g} s waiting for the SSH banner") from None
+            raise ToolError(f"{who}: cannot connect: {reason}") from None
+        return client
+
+    def _proxy_socket(self, spec: HostSpec):
+        import paramiko
+
+        if spec.proxy_command:
+            return paramiko.ProxyCommand(spec.proxy_command)
+        if spec.proxy_jump and spec.proxy_jump.lower() != "none":
+            if "," in spec.proxy_jump:
+                raise ToolError(f"{spec.given}: ProxyJump with several hops is not supported; use ProxyCommand")
+            jump = SshTarget(spec.proxy_jump, self.options, self.request)
+            jump_client = jump._connect(parse_host(spec.proxy_jump, self.options))
+            try:
+                return jump_client.get_transport().open_channel(
+                    "direct-tcpip", (spec.hostname, spec.port), ("127.0.0.1", 0), timeout=self.options.connect_timeout
+                )
+            except (paramiko.SSHException, OSError) as exc:
+                jump_client.close()
+                raise ToolError(f"{spec.given}: jump host {spec.proxy_jump} cannot reach {spec.hostname}:{spec.port}: {exc}") from None
+        return None
+
+    def _run_probe(self, client, spec: HostSpec) -> str:
+        import paramiko
+
+        command = f"{shlex.quote(self.options.python)} - collect {encode_request(self.request)}"
+        script = probe_source().encode()
+        try:
+            stdin, stdout, stderr = client.exec_command(command, timeout=max(60.0, self.options.connect_timeout))
+            stdin.write(script)
+            stdin.channel.shutdown_write()
+            output = stdout.read()
+            errors = stderr.read()
+            status = stdout.channel.recv_exit_status()
+        except (socket.timeout, TimeoutError):
+            raise ToolError(f"{spec.given}: the probe did not finish in time") from None
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise ToolError(f"{spec.given}: the probe could not run: {exc}") from None
+        self.bytes_sent = len(command) + len(script)
+        self.bytes_received = len(output) + len(errors)
+        text = output.decode("utf-8", "replace")
+        if status != 0 and "DFLASH-DOCTOR-PROBE:" not in text:
+            last = (errors.decode("utf-8", "replace").strip().splitlines() or [f"exit {status}"])[-1]
+            if status == 127:
+                raise ToolError(f"{spec.given}: remote interpreter {self.options.python} not found ({last})")
+            raise ToolError(f"{spec.given}: remote interpreter {self.options.python} failed (exit {status}): {last}")
+        return text

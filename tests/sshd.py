@@ -1,0 +1,76 @@
+"""A real OpenSSH server on 127.0.0.1 for the tests, with its own keys."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def keygen(path: Path) -> Path:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return path
+
+
+class SshServer:
+    """``sshd -D`` with a generated host key accepting one generated user key."""
+
+    def __init__(self, workdir: Path, user_key: Path, host_key: Path | None = None) -> None:
+        self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.host_key = host_key or keygen(workdir / "host_key")
+        self.log = workdir / "sshd.log"
+        authorized = workdir / "authorized_keys"
+        authorized.write_text(Path(f"{user_key}.pub").read_text())
+        config = workdir / "sshd_config"
+        config.write_text(
+            f"Port {self.port}\nListenAddress 127.0.0.1\nHostKey {self.host_key}\n"
+            f"AuthorizedKeysFile {authorized}\nPidFile none\nUsePAM no\nStrictModes no\n"
+            "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
+            "AllowTcpForwarding yes\nLogLevel DEBUG1\nSubsystem sftp internal-sftp\n"
+        )
+        Path("/run/sshd").mkdir(exist_ok=True)
+        self.process = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(self.log)])
+        # Ready when it says so: a probe connection would count in the tests' tallies.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.log.exists() and "Server listening on" in self.log.read_text(errors="replace"):
+                return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"sshd did not start: {self.log.read_text() if self.log.exists() else ''}")
+
+    @property
+    def host_public_key_line(self) -> str:
+        kind, blob = Path(f"{self.host_key}.pub").read_text().split()[:2]
+        return f"[127.0.0.1]:{self.port} {kind} {blob}\n"
+
+    def log_count(self, needle: str) -> int:
+        return self.log.read_text(errors="replace").count(needle)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+def client_env() -> dict:
+    """No agent: only the keys a test names."""
+    return {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}

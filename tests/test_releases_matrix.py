@@ -1,0 +1,208 @@
+"""The release matrix on real wheels, its cache, its offline behaviour; and what
+the terminal sees (progress only on a terminal, NO_COLOR)."""
+
+import json
+import os
+import pty
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from conftest import run_cli
+
+SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "schemas" / "releases-v1.schema.json").read_text())
+THREE = ("0.20.1", "0.22.0", "0.33.0")
+KNOWN = {
+    "0.20.1": {"cache-drop": "absent", "layer-offset": "absent", "swa-config": "absent"},
+    "0.22.0": {"cache-drop": "absent", "layer-offset": "present", "swa-config": "absent"},
+    "0.33.0": {"cache-drop": "present", "layer-offset": "present", "swa-config": "present"},
+}
+COLOUR = re.compile(r"\x1b\[[0-9;]*3[0-7]m|\x1b\[[0-9;]*;3[0-7];")
+
+
+@pytest.fixture
+def cache(tmp_path, release):
+    """A cache directory of its own holding the real trees of three releases (linked, not copied)."""
+    root = tmp_path / "cache"
+    (root / "releases").mkdir(parents=True)
+    for version in THREE:
+        (root / "releases" / version).symlink_to(release(version))
+    return root
+
+
+def env_for(cache: Path, **extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "DFLASH_DOCTOR_NO_CACHE"}
+    return {**env, "DFLASH_DOCTOR_CACHE": str(cache), **extra}
+
+
+def matrix(*args: str, env: dict) -> tuple[int, dict, str]:
+    proc = run_cli("releases", *args, "--format", "json", env=env)
+    assert proc.stdout, proc.stderr
+    data = json.loads(proc.stdout)
+    jsonschema.Draft202012Validator(SCHEMA).validate(data)
+    return proc.returncode, data, proc.stderr
+
+
+def unreachable_index_env(cache: Path) -> dict:
+    """pip pointed at a port on 127.0.0.1 where nothing listens, with no other index or link."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {k: v for k, v in env_for(cache).items() if not k.startswith("PIP_")}
+    return {**env, "PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": f"http://127.0.0.1:{port}/simple", "PIP_RETRIES": "0"}
+
+
+@pytest.mark.release
+def test_matrix_of_three_real_releases_then_from_the_cache_alone(cache):
+    env = env_for(cache)
+    code, data, stderr = matrix("--offline", "--from", "0.20.0", env=env)
+    assert code == 0 and data["exit_code"] == 0
+    assert [row["release"] for row in data["releases"]] == list(THREE)
+    assert {row["release"]: row["fixes"] for row in data["releases"]} == KNOWN
+    assert not any(row["cached"] for row in data["releases"])
+    since = {fix["id"]: fix["present_from"] for fix in data["fixes"]}
+    assert since == {"layer-offset": "0.22.0", "swa-config": "0.33.0", "cache-drop": "0.33.0"}
+    assert data["all_present_from"] == "0.33.0"
+    assert data["releases_from"] == "cache only (--offline)" and "cache only (--offline)" in stderr
+    assert len(list((cache / "matrix").glob("*.json"))) == 3
+
+    # The trees are gone: the second run answers from the matrix cache, checking nothing.
+    for version in THREE:
+        (cache / "releases" / version).unlink()
+    code, again, _ = matrix("--offline", "--from", "0.20.0", env=env)
+    assert code == 0 and all(row["cached"] for row in again["releases"])
+    assert [row["fixes"] for row in again["releases"]] == [row["fixes"] for row in data["releases"]]
+    assert again["fixes"] == data["fixes"]
+
+
+@pytest.mark.release
+def test_range_bounds_and_a_fix_present_in_the_oldest_release(cache):
+    code, data, _ = matrix("--offline", "--from", "0.22.0", "--to", "0.33.0", env=env_for(cache))
+    assert [row["release"] for row in data["releases"]] == ["0.22.0", "0.33.0"]
+    layer = next(fix for fix in data["fixes"] if fix["id"] == "layer-offset")
+    assert layer["present_from"] == "0.22.0" and layer["present_in_oldest_checked"] is True
+
+
+@pytest.mark.release
+def test_releases_come_from_the_package_index(cache):
+    """The real index (pip's configured one) lists 0.22.0; its tree is in the cache, so nothing is downloaded."""
+    code, data, stderr = matrix("--from", "0.22.0", "--to", "0.22.0", env=env_for(cache))
+    assert code == 0, stderr
+    assert data["releases_from"] == "package index" and stderr == ""
+    assert [row["release"] for row in data["releases"]] == ["0.22.0"]
+
+
+@pytest.mark.release
+def test_unreachable_index_falls_back_to_the_cached_releases(cache):
+    code, data, stderr = matrix("--from", "0.20.0", env=unreachable_index_env(cache))
+    assert code == 0
+    assert [row["release"] for row in data["releases"]] == list(THREE)
+    assert data["releases_from"].startswith("cache only (pip index versions vllm")
+    assert stderr.startswith("dflash-doctor: releases from the cache only")
+
+
+@pytest.mark.release
+def test_a_range_without_releases_is_an_error(tmp_path):
+    proc = run_cli("releases", "--from", "0.20.3", "--to", "0.20.9", env=env_for(tmp_path / "empty"))
+    assert proc.returncode == 3 and proc.stdout == ""
+    assert proc.stderr.splitlines() == ["dflash-doctor: error: the package index lists no vLLM release from 0.20.3 to 0.20.9"]
+
+
+def test_nothing_listed_and_nothing_cached_is_an_error(tmp_path):
+    proc = run_cli("releases", "--offline", env=env_for(tmp_path / "empty"))
+    assert proc.returncode == 3 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        "dflash-doctor: error: cannot list vLLM releases (--offline) and no release in the range is cached"
+    ]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--from", "latest"), "not a release version: 'latest'"),
+        (("--to", "0.2x"), "not a release version: '0.2x'"),
+        (("--from", "0.30.0", "--to", "0.22.0"), "--from 0.30.0 is newer than --to 0.22.0"),
+        (("--format", "html"), "html"),
+    ],
+)
+def test_bad_arguments(tmp_path, args, message):
+    proc = run_cli("releases", "--offline", *args, env=env_for(tmp_path / "empty"))
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.splitlines()) == 1 and message in proc.stderr
+
+
+@pytest.mark.release
+def test_a_release_that_cannot_be_checked_is_marked_and_exits_3(cache):
+    broken = cache / "releases" / "0.21.0"
+    broken.mkdir()
+    (broken / ".complete").write_text("0.21.0\n")  # a cache entry whose tree is gone
+    proc = run_cli("releases", "--offline", "--from", "0.20.0", "--format", "json", env=env_for(cache))
+    assert proc.returncode == 3
+    data = json.loads(proc.stdout)
+    jsonschema.Draft202012Validator(SCHEMA).validate(data)
+    bad = next(row for row in data["releases"] if row["release"] == "0.21.0")
+    assert "no vllm package under" in bad["error"] and data["exit_code"] == 3
+    assert len([row for row in data["releases"] if "fixes" in row]) == 3
+    assert proc.stderr.splitlines()[-1].startswith("dflash-doctor: error: release 0.21.0 could not be checked: no vllm package")
+    assert not list((cache / "matrix").glob("0.21.0-*"))  # a failure is never cached
+
+
+@pytest.mark.release
+def test_table_and_markdown(cache):
+    env = env_for(cache)
+    table = run_cli("releases", "--offline", "--from", "0.20.0", env=env)
+    assert table.returncode == 0
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["release", "cache-drop", "layer-offset", "swa-config", "all", "present"]
+    assert lines[1].split() == ["0.20.1", "absent", "absent", "absent"]
+    assert lines[3].split() == ["0.33.0", "present", "present", "present", "yes"]
+    assert "  layer-offset: 0.22.0" in lines and "  every fix: 0.33.0" in lines
+    assert "\x1b[" not in table.stdout + table.stderr  # not a terminal: no colour, no progress
+    markdown = run_cli("releases", "--offline", "--from", "0.20.0", "--format", "markdown", env=env).stdout
+    assert "| release | `cache-drop` | `layer-offset` | `swa-config` | all present |" in markdown
+    assert "| 0.22.0 | absent | present | absent |  |" in markdown
+    assert "- every fix: 0.33.0" in markdown
+
+
+def run_on_terminal(args: list[str], env: dict) -> str:
+    """Run the CLI with standard output and error on a real pseudo-terminal; everything it drew."""
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "dflash_doctor", *args], stdout=follower, stderr=follower, env=env)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed: the process is done
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    proc.wait(timeout=600)
+    os.close(leader)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+@pytest.mark.release
+def test_progress_bar_only_on_a_terminal(cache):
+    env = env_for(cache, DFLASH_DOCTOR_NO_CACHE="1", COLUMNS="120", TERM="xterm")
+    drawn = run_on_terminal(["releases", "--offline", "--from", "0.20.0"], env)
+    assert "━" in drawn and "vllm 0." in drawn  # the bar and the release being checked
+    assert "0.33.0" in drawn and "present" in drawn
+    piped = run_cli("releases", "--offline", "--from", "0.20.0", env=env)
+    assert "━" not in piped.stderr and "vllm 0." not in piped.stderr
+
+
+def test_no_color_is_respected_on_a_terminal(mini_tree):
+    tree = str(mini_tree("0.20.1"))
+    env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    env.update(TERM="xterm-256color", COLUMNS="160")
+    coloured = run_on_terminal(["check", "--path", tree], env)
+    assert "absent" in coloured and COLOUR.search(coloured)
+    plain = run_on_terminal(["check", "--path", tree], {**env, "NO_COLOR": "1"})
+    assert "absent" in plain and "layer-offset" in plain and not COLOUR.search(plain)
