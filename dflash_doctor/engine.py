@@ -224,3 +224,11 @@ class Checker:
 
 def _holds_literal(node: ast.AST, literal: str) -> bool:
     return any(isinstance(n, ast.Constant) and n.value == literal for n in ast.walk(node))
+
+
+def warm_up(rules: tuple[Rule, ...]) -> None:
+    """Compile the rules' patterns now (libcst is imported with this module):
+    run in a thread while a remote round trip waits on the network."""
+    for rule in rules:
+        for form in rule.forms:
+            form.patterns, form.unless, form.where

@@ -25,13 +25,15 @@ class HostOutcome:
         return {"host": self.host, "error": self.error, "exit_code": EXIT_ERROR}
 
 
-def check_targets(named_targets: list[tuple[str, Any]], rules: tuple[Rule, ...], jobs: int, progress: bool) -> list[HostOutcome]:
+def check_targets(
+    named_targets: list[tuple[str, Any]], rules: tuple[Rule, ...], jobs: int, progress: bool, **check_options
+) -> list[HostOutcome]:
     """Run ``check`` on each (name, target) in parallel; failures stay per host."""
     from .check import run_check
 
     def one(name: str, target) -> HostOutcome:
         try:
-            return HostOutcome(name, report=run_check(target, rules))
+            return HostOutcome(name, report=run_check(target, rules, **check_options))
         except ToolError as exc:
             return HostOutcome(name, error=str(exc))
 

@@ -66,3 +66,10 @@ def check_json(*args: str, **kwargs) -> tuple[int, dict]:
 
 def statuses(report: dict) -> dict[str, str]:
     return {fix["id"]: fix["status"] for fix in report["fixes"]}
+
+
+def assert_error(proc, fragment: str) -> None:
+    assert proc.returncode == 3, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dflash-doctor: error: ") and fragment in lines[0], lines

@@ -16,7 +16,7 @@ import jsonschema
 import prometheus_client
 import pytest
 
-from conftest import run_cli
+from conftest import assert_error, run_cli
 from dflash_doctor.cli import main
 from metrics_server import (
     COLLAPSED,
@@ -28,7 +28,6 @@ from metrics_server import (
     free_port,
     geometric,
 )
-from test_bad_input import assert_error
 
 QWEN3_8B = ("--drafter", "Qwen3-8B-DFlash-b16")
 

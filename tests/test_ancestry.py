@@ -11,8 +11,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import run_cli
-from test_bad_input import assert_error
+from conftest import assert_error, run_cli
 from dflash_doctor.ancestry import apply_pr, judge, render
 from dflash_doctor.model import ToolError
 from gitrepos import DFLASH, SCHEDULER, SPECULATIVE, SWA, Repo, build_vllm_like, generate_history

@@ -8,14 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import check_json, run_cli, statuses
-
-
-def assert_error(proc, fragment: str) -> None:
-    assert proc.returncode == 3, (proc.returncode, proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("dflash-doctor: error: ") and fragment in lines[0], lines
+from conftest import assert_error, check_json, run_cli, statuses
 
 
 def test_nonexistent_path():

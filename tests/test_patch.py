@@ -221,6 +221,21 @@ def test_patch_check_restore_cycle(tmp_path, version):
     assert statuses(after) == statuses(before) and "local_patches" not in after
 
 
+def test_python_target_is_patched_where_its_vllm_lives(tmp_path, mini_tree):
+    from test_bad_input import make_venv
+
+    root = mini_tree("0.20.1")
+    original = snapshot(root)
+    python = make_venv(tmp_path / "venv", root)
+    proc = run_cli("patch", "--python", str(python), "--only", "layer-offset", "--yes")
+    assert proc.returncode == 0, proc.stderr
+    _, report = check_json("--python", str(python), "--only", "layer-offset")
+    assert report["target"]["kind"] == "python" and statuses(report) == {"layer-offset": "present"}
+    assert report["local_patches"][0]["file"] == RESOLVER and (root / STATE / "manifest.json").is_file()
+    assert run_cli("restore", "--python", str(python), "--yes").returncode == 0
+    assert snapshot(root) == original
+
+
 def test_layer_offset_patch_shifts_only_dflash_ids(tmp_path, mini_tree):
     root = mini_tree("0.20.1")
     zlab, zlab_small, speculators, eagle = resolver_answers(root)

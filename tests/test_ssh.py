@@ -75,6 +75,16 @@ def ssh_check(client, *args: str) -> subprocess.CompletedProcess:
     return run_cli("check", *client["args"], *args, env=client["env"])
 
 
+def fleet_validator():
+    import jsonschema
+    from referencing import Registry, Resource
+
+    schemas = Path(__file__).resolve().parent.parent / "schemas"
+    fleet, check = (json.loads((schemas / f"{n}-v1.schema.json").read_text()) for n in ("fleet", "check"))
+    registry = Registry().with_resource(check["$id"], Resource.from_contents(check))
+    return jsonschema.Draft202012Validator(fleet, registry=registry)
+
+
 def host(srv: SshServer) -> str:
     return f"127.0.0.1:{srv.port}"
 
@@ -113,6 +123,7 @@ def test_many_hosts_in_parallel_with_one_broken(server, client, remotes):
     proc = ssh_check(client, *args, "--python", str(remotes["0.33.0"]), "--format", "json", "--jobs", "4")
     assert proc.stdout, proc.stderr
     fleet = json.loads(proc.stdout)
+    assert list(fleet_validator().iter_errors(fleet)) == []
     assert fleet["schema"] == "dflash-doctor/fleet/v1"
     assert len(fleet["hosts"]) == 4
     for entry in fleet["hosts"][:3]:

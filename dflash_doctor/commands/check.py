@@ -59,6 +59,13 @@ def parse_outputs(default_format: str, specs: list[str]) -> list[tuple[str, Path
     return outputs
 
 
+def _warm_up(rules) -> None:
+    """Import the engine and compile the patterns while ssh waits on the network."""
+    from ..engine import warm_up
+
+    warm_up(rules)
+
+
 def with_ancestry(report, repo: Path, main_ref: Optional[str], rules):
     """The report with an ``ancestry`` section for its recorded build commit."""
     from ..ancestry import ancestry_report
@@ -94,6 +101,8 @@ def check(
     from_probe: Optional[Path] = FromProbeOption,
     repo: Optional[Path] = typer.Option(None, "--repo", help="A vLLM clone: add which PRs the target's build commit contains (see `ancestry`)."),
     main_ref: Optional[str] = typer.Option(None, "--main-ref", help="With --repo: the main line (default origin/main, else main)."),
+    draft_config: Optional[Path] = typer.Option(None, "--draft-config", help="The drafter's config.json (or its directory): lint it and probe what this vLLM computes for it."),
+    target_config: Optional[Path] = typer.Option(None, "--target-config", help="With --draft-config: the target model's config.json, for the layer range."),
 ) -> int:
     """Check whether the three DFlash fixes are in a vLLM tree. Exit: 0 all present (or waived),
     1 any absent/partial/not-applicable (or unknown with --strict), 2 otherwise any unknown, 3 could not run."""
@@ -111,6 +120,13 @@ def check(
         "connect_timeout": connect_timeout, "accept_new_host_key": accept_new_host_key,
     }
     targets, fleet = choose_targets(path, python, release, host, hosts_file, from_probe, ssh, rules)
+    if host or hosts_file:
+        import threading
+
+        threading.Thread(target=_warm_up, args=(rules,), daemon=True).start()
+    if target_config is not None and draft_config is None:
+        raise ToolError("--target-config needs --draft-config")
+    drafter = {"draft_config": draft_config, "target_config": target_config}
 
     def finish(report):
         report = dataclasses.replace(report, strict=strict)
@@ -123,12 +139,12 @@ def check(
 
         outcomes = [
             HostOutcome(o.host, report=finish(o.report)) if o.report else o
-            for o in check_targets(targets, rules, jobs, progress=sys.stderr.isatty())
+            for o in check_targets(targets, rules, jobs, progress=sys.stderr.isatty(), **drafter)
         ]
         render = lambda name, terminal: reporter(name).render_fleet(outcomes, terminal)  # noqa: E731
         reports, code = [o.report for o in outcomes if o.report], fleet_exit_code(outcomes)
     else:
-        report = finish(run_check(targets[0][1], rules))
+        report = finish(run_check(targets[0][1], rules, **drafter))
         render = lambda name, terminal: reporter(name).render(report, terminal)  # noqa: E731
         reports, code = [report], report.exit_code
     rendered = [(file, render(name, False)) for name, file in outputs]

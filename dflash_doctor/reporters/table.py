@@ -34,6 +34,22 @@ def _header(report: CheckReport) -> str:
     return f"vLLM {vllm.version or 'unknown version'}{commit} at {report.target.location} ({report.target.kind}); {modified}"
 
 
+def _section_lines(report: CheckReport) -> list[str]:
+    """The drafter lint, the probes and the ancestry, when the check had them."""
+    sections = dict(report.sections)
+    lines: list[str] = []
+    if "draft" in sections or "probes" in sections:
+        from ..draft.render import lint_lines, probe_lines
+
+        lines += lint_lines(sections["draft"]) if "draft" in sections else []
+        lines += probe_lines(sections["probes"]) if "probes" in sections else []
+    if "ancestry" in sections:
+        ancestry = sections["ancestry"]
+        lines.append(f"ancestry of {ancestry['commit']} in {ancestry['repo']}:")
+        lines += [f"    #{pr['pr']} ({pr['fix']}): {pr['status']} by {pr['method']}" for pr in ancestry["prs"]]
+    return lines
+
+
 def _status_of(report: CheckReport, fix_id: str) -> str:
     for fix in report.fixes:
         if fix.id == fix_id:
@@ -62,7 +78,8 @@ class TableReporter:
             )
         buffer = io.StringIO()
         Console(file=buffer, force_terminal=True, width=160).print(table)
-        return buffer.getvalue()
+        extra = _section_lines(report)
+        return buffer.getvalue() + ("\n".join(extra) + "\n" if extra else "")
 
     def render_fleet(self, outcomes, terminal: bool) -> str:
         """One row per host, one column per fix; a host that failed shows its error."""
@@ -99,4 +116,5 @@ class TableReporter:
             out.extend(f"    {line}" for line in _evidence_lines(fix))
             if fix.status != PRESENT:
                 out.append(f"    remedy: {fix.remedy}")
+        out.extend(_section_lines(report))
         return "\n".join(out) + "\n"

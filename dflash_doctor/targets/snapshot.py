@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -30,10 +29,10 @@ class SnapshotTree(SourceTree):
             raise SiteError(f"{relpath} {self._errors[relpath]}")
         if relpath not in self._files:
             raise SiteError(f"{relpath} was not collected by the probe")
-        encoded = self._files[relpath]
-        if encoded is None:
+        text = self._files[relpath]
+        if text is None:
             return None
-        data = base64.b64decode(encoded)
+        data = text.encode("latin-1")
         if hashlib.sha256(data).hexdigest() != self._sha256.get(relpath):
             raise SiteError(f"{relpath} arrived damaged (sha256 differs from the probe's)")
         return data

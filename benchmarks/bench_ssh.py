@@ -1,0 +1,78 @@
+"""`check --host` over ssh on loopback beside a local `check --path` of the same tree.
+
+Starts a real sshd on 127.0.0.1 (the tests' helper), makes a venv whose
+interpreter sees the real vLLM release tree, then times both commands as
+fresh processes, interleaved, and reports medians, the ratio, the bytes
+moved and the connections / exec channels sshd logged:
+
+    python benchmarks/bench_ssh.py [--runs 7] [--release 0.33.0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from sshd import SshServer, client_env, keygen  # noqa: E402
+
+from dflash_doctor.targets.release import release_tree  # noqa: E402
+
+
+def timed(command: list[str], env: dict) -> tuple[float, str]:
+    start = time.perf_counter()
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    return time.perf_counter() - start, proc.stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--release", default="0.33.0")
+    args = parser.parse_args()
+    root = release_tree(args.release)
+    with tempfile.TemporaryDirectory() as scratch:
+        work = Path(scratch)
+        key = keygen(work / "user")
+        server = SshServer(work / "sshd", key)
+        try:
+            subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(work / "venv")], check=True)
+            site = next((work / "venv").glob("lib/python3*/site-packages"))
+            (site / "vllm.pth").write_text(f"{root}\n")
+            (work / "known_hosts").write_text(server.host_public_key_line)
+            env = {**client_env(), "HOME": str(work), "DFLASH_DOCTOR_NO_CACHE": "1"}
+            cli = [sys.executable, "-m", "dflash_doctor", "check", "--format", "json"]
+            remote = cli + ["--host", f"127.0.0.1:{server.port}", "--python", str(work / "venv/bin/python"),
+                            "--identity", str(key), "--known-hosts", str(work / "known_hosts")]
+            local = cli + ["--path", str(root)]
+            before = server.log_count("Connection from"), server.log_count("request exec")
+            samples: dict[str, list[float]] = {"local": [], "ssh": []}
+            report = {}
+            for _ in range(args.runs):
+                samples["local"].append(timed(local, env)[0])
+                seconds, out = timed(remote, env)
+                samples["ssh"].append(seconds)
+                report = json.loads(out)
+            connections = server.log_count("Connection from") - before[0]
+            execs = server.log_count("request exec") - before[1]
+        finally:
+            server.stop()
+    local_s, ssh_s = statistics.median(samples["local"]), statistics.median(samples["ssh"])
+    target = report["target"]
+    print(f"vLLM {args.release}, {args.runs} runs each, median wall time, results cache off")
+    print(f"  check --path (local):       {local_s:.3f} s")
+    print(f"  check --host (ssh loopback): {ssh_s:.3f} s = {ssh_s / local_s:.2f}x local")
+    print(f"  per check: {connections / args.runs:g} connection(s), {execs / args.runs:g} exec channel(s); "
+          f"{int(target['bytes_sent']):,} bytes sent, {int(target['bytes_received']):,} bytes received")
+
+
+if __name__ == "__main__":
+    main()
