@@ -11,13 +11,14 @@ does not use ``libcst.matchers``, whose import alone costs more than a check.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import re
 from collections.abc import Iterator, Sequence
 from functools import cache
 
 import libcst as cst
+
+from .source import literal_value
 
 _METAVAR = re.compile(r"\$([A-Z_][A-Z0-9_]*)")
 _MV_PREFIX = "__mv_"
@@ -110,7 +111,7 @@ def _match(pattern: object, target: object, bindings: dict[str, cst.CSTNode]) ->
     if isinstance(pattern, cst.Ellipsis) or _is_elided_block(pattern):
         return True
     if isinstance(pattern, cst.SimpleString):
-        return isinstance(target, cst.SimpleString) and _literal(pattern.value) == _literal(target.value)
+        return isinstance(target, cst.SimpleString) and _literal(pattern) == _literal(target)
     if type(pattern) is not type(target):
         return False
     if not isinstance(pattern, cst.CSTNode):
@@ -179,7 +180,7 @@ class NodeIndex:
             if isinstance(node, cst.Name):
                 self.words.add(node.value)
             elif isinstance(node, cst.SimpleString):
-                value = _literal(node.value)
+                value = _literal(node)
                 if isinstance(value, str):
                     self.words.add(value)
             stack.extend(reversed(list(children(node))))
@@ -190,18 +191,15 @@ def _words(node: cst.CSTNode) -> Iterator[str]:
     if isinstance(node, cst.Name) and not node.value.startswith(_MV_PREFIX) and node.value != _DOTS:
         yield node.value
     elif isinstance(node, cst.SimpleString):
-        value = _literal(node.value)
+        value = _literal(node)
         if isinstance(value, str):
             yield value
     for child in children(node):
         yield from _words(child)
 
 
-def _literal(value: str) -> object:
-    try:
-        return ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-        return None
+def _literal(node: cst.SimpleString) -> object:
+    return literal_value(node.value)
 
 
 # Bound code that can stand anywhere an operand can without parentheses.

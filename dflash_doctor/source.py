@@ -67,6 +67,15 @@ def parse_python(text: str, filename: str = "<unknown>") -> ast.Module:
         return ast.parse(text, filename=filename)
 
 
+def literal_value(source: str) -> object:
+    """``ast.literal_eval`` under the same lock (it parses too); None if not a literal."""
+    try:
+        with _AST_LOCK:
+            return ast.literal_eval(source)
+    except (ValueError, SyntaxError):
+        return None
+
+
 class ParsedFile:
     def __init__(self, relpath: str, data: bytes) -> None:
         self.relpath = relpath

@@ -15,7 +15,7 @@ import copy
 import dataclasses
 from collections.abc import Iterable
 
-from ..source import SiteError, SourceTree, Symbol, search_name
+from ..source import SiteError, SourceTree, Symbol, parse_python, search_name
 from .harness import SAFE_BUILTIN_NAMES
 from .sandbox import Chunk
 
@@ -109,7 +109,7 @@ class ProgramBuilder:
     def expression_function(self, symbol_file: str, name: str, expression: ast.expr) -> str:
         """Wrap an expression of a module (e.g. a lambda's body) as ``def name(): return ...``."""
         parsed = self._parsed(symbol_file)
-        definition = ast.parse(f"def {name}():\n    return None").body[0]
+        definition = parse_python(f"def {name}():\n    return None").body[0]
         definition.body[0].value = copy.deepcopy(expression)
         self._add_function(parsed, ast.fix_missing_locations(definition), symbol_file, 0)
         return name
@@ -272,7 +272,7 @@ class ProgramBuilder:
 
 
 def attribute_names(source: str) -> set[str]:
-    return {n.attr for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Attribute)}
+    return {n.attr for n in ast.walk(parse_python(source)) if isinstance(n, ast.Attribute)}
 
 
 def _stripped(node: ast.FunctionDef) -> ast.FunctionDef:
