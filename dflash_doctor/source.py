@@ -10,8 +10,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import hashlib
-import os
-import re
 import textwrap
 import threading
 from collections.abc import Iterable, Mapping
@@ -237,20 +235,3 @@ class DirectoryTree(SourceTree):
         from .probe import scan_definitions
 
         return scan_definitions(str(self.root), self.package, names)
-        pattern = definition_pattern(names)
-        for directory, subdirs, files in os.walk(self.root / self.package):
-            subdirs.sort()
-            for filename in sorted(files):
-                if not filename.endswith(".py"):
-                    continue
-                path = Path(directory, filename)
-                try:
-                    data = path.read_bytes()
-                except OSError:
-                    continue
-                for match in pattern.finditer(data):
-                    relpath = path.relative_to(self.root).as_posix()
-                    bucket = found[match.group(1).decode()]
-                    if relpath not in bucket:
-                        bucket.append(relpath)
-        return found

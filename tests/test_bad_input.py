@@ -6,7 +6,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from conftest import assert_error, check_json, run_cli, statuses
 

@@ -299,3 +299,16 @@ def test_ansible_recipe_collects_answers_for_from_probe(server, client, remotes,
     assert all("fixes" in h for h in hosts), hosts
     assert [statuses(h)["layer-offset"] for h in hosts] == ["present", "absent"]
     assert fleet.returncode == 1
+
+
+def test_ancestry_takes_the_commit_from_a_remote_target(server, client, remotes, tmp_path):
+    from gitrepos import Repo
+
+    srv = server()
+    trust(client, srv)
+    repo = Repo.init(tmp_path / "clone")
+    repo.commit("Initial import (#1)", {"README.md": "x\n"})
+    proc = run_cli("ancestry", "--repo", str(repo.path), "--host", host(srv), "--python", str(remotes["0.33.0"]),
+                   *client["args"], "--format", "json", env=client["env"])
+    # the 0.33.0 wheel records commit 4ba787ec9, which this toy clone does not have
+    assert proc.returncode == 3 and "4ba787ec9" in proc.stderr, proc.stderr

@@ -7,7 +7,19 @@ from typing import Optional
 
 import typer
 
-from .options import OnlyOption, PathOption, PythonOption, ReleaseOption, choose_target, emit
+from .options import (
+    AcceptNewHostKeyOption,
+    ConnectTimeoutOption,
+    IdentityOption,
+    KnownHostsOption,
+    OnlyOption,
+    PathOption,
+    PythonOption,
+    ReleaseOption,
+    SshConfigOption,
+    choose_targets,
+    emit,
+)
 from ..model import ToolError
 
 
@@ -35,6 +47,12 @@ def ancestry(
     ),
     format: Format = typer.Option(Format.table, "--format", help="table or json."),
     output: Optional[Path] = typer.Option(None, "--output", help="Write the report to this file instead of standard output."),
+    host: Optional[str] = typer.Option(None, "--host", help="Take the commit from a remote target ([user@]host[:port]); --python is its interpreter."),
+    identity: Optional[Path] = IdentityOption,
+    known_hosts: Optional[Path] = KnownHostsOption,
+    ssh_config: Optional[Path] = SshConfigOption,
+    connect_timeout: float = ConnectTimeoutOption,
+    accept_new_host_key: bool = AcceptNewHostKeyOption,
 ) -> int:
     """Is each fix's PR in a commit? Decided with git: merge-commit, patch-id, merge-tree.
     Exit: 0 all contained, 1 any missing, 2 otherwise any unknown, 3 could not run."""
@@ -45,11 +63,16 @@ def ancestry(
 
     rules = select(only)
     if commit is not None:
-        if path or python or release:
-            raise ToolError("give --commit or a target (--path/--python/--release), not both")
+        if path or python or release or host:
+            raise ToolError("give --commit or a target (--path/--python/--release/--host), not both")
         source = "--commit"
     else:
-        commit, source = commit_from_target(choose_target(path, python, release))
+        ssh = {
+            "identity": identity, "known_hosts": known_hosts, "ssh_config": ssh_config,
+            "connect_timeout": connect_timeout, "accept_new_host_key": accept_new_host_key,
+        }
+        targets, _ = choose_targets(path, python, release, [host] if host else None, None, None, ssh, rules)
+        commit, source = commit_from_target(targets[0][1])
     report = judge(repo, commit, source, rules=rules, prs=pr, main_ref=main_ref, remote=remote, fetch=fetch)
     if format is Format.json:
         text = json.dumps(report.to_json(), indent=2) + "\n"
