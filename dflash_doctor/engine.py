@@ -10,7 +10,7 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, Evidence, FixResult
-from .patterns import Match, NodeIndex, children
+from .patterns import Match, NodeIndex, subtree_ids
 from .rules import IGNORE, Anchor, Form, Rule
 from .source import SiteError, SourceTree, Symbol, search_name
 
@@ -45,7 +45,7 @@ def match_forms(forms: list[Form], module: cst.CSTNode) -> list[FormHit]:
         if matches:
             hits.append(FormHit(form, tuple(matches)))
             for found in matches:
-                claimed.update(_subtree_ids(found.node))
+                claimed.update(subtree_ids(found.node))
     return hits
 
 
@@ -58,16 +58,6 @@ def _where_holds(form: Form, found: Match) -> bool:
         if contains != (test == "contains"):
             return False
     return True
-
-
-def _subtree_ids(node: cst.CSTNode) -> set[int]:
-    ids = {id(node)}
-    stack = [node]
-    while stack:
-        for child in children(stack.pop()):
-            ids.add(id(child))
-            stack.append(child)
-    return ids
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +100,7 @@ def _line_finder(symbol: Symbol, module: cst.Module, offset: int):
         return lambda node: positions[node].start.line + offset
     owners = {}
     for index, statement in enumerate(body):
-        for node_id in _subtree_ids(statement):
+        for node_id in subtree_ids(statement):
             owners[node_id] = index
 
     def line(node: cst.CSTNode) -> int:
@@ -231,4 +221,4 @@ def warm_up(rules: tuple[Rule, ...]) -> None:
     run in a thread while a remote round trip waits on the network."""
     for rule in rules:
         for form in rule.forms:
-            form.patterns, form.unless, form.where
+            form.compiled()

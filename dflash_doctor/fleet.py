@@ -7,7 +7,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .model import EXIT_ERROR, CheckReport, ToolError, exit_code_for
+from .model import EXIT_ERROR, EXIT_MISSING, EXIT_OK, EXIT_UNKNOWN, CheckReport, ToolError
 from .rules import Rule
 
 FLEET_SCHEMA = "dflash-doctor/fleet/v1"
@@ -51,10 +51,13 @@ def check_targets(
 
 
 def fleet_exit_code(outcomes: list[HostOutcome]) -> int:
-    """The worst over all hosts: 3 if any host could not be checked."""
-    if any(outcome.report is None for outcome in outcomes):
-        return EXIT_ERROR
-    return exit_code_for(status for o in outcomes for status in (f.status for f in o.report.fixes if f.waiver is None))
+    """The worst over all hosts: 3 if any host could not be checked, else 1 if
+    any host's own code is 1 (its --strict and waivers counted), else 2, else 0."""
+    codes = {EXIT_ERROR if o.report is None else o.report.exit_code for o in outcomes}
+    for code in (EXIT_ERROR, EXIT_MISSING, EXIT_UNKNOWN):
+        if code in codes:
+            return code
+    return EXIT_OK
 
 
 def fleet_json(outcomes: list[HostOutcome]) -> dict[str, Any]:

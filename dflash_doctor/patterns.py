@@ -166,6 +166,17 @@ def _is_bare_ellipsis(item: object) -> bool:
     return False
 
 
+def subtree_ids(node: cst.CSTNode) -> set[int]:
+    """``id()`` of the node and of every node below it."""
+    ids = {id(node)}
+    stack = [node]
+    while stack:
+        for child in children(stack.pop()):
+            ids.add(id(child))
+            stack.append(child)
+    return ids
+
+
 class NodeIndex:
     """Every node of a tree grouped by type, and the words it holds, built in
     one walk so that each pattern only tries nodes of its own root type."""

@@ -76,6 +76,11 @@ class Form:
         compiled = _compile(tuple(source for _, _, source in self.where_sources), self.where_file)
         return tuple((name, test, pattern) for (name, test, _), pattern in zip(self.where_sources, compiled))
 
+    def compiled(self) -> tuple:
+        """Every pattern and template, compiled now (and cached); raises ToolError on a bad one."""
+        rewrites = self.patch.rewrites if self.patch else ()
+        return (*self.patterns, *self.unless, *self.where, *(r.find for r in rewrites), *(r.replace for r in rewrites))
+
 
 @dataclasses.dataclass(frozen=True)
 class Rewrite:

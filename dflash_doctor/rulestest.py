@@ -15,9 +15,7 @@ from .rules import IGNORE, Rule, load_rules
 def check_rule(rule: Rule) -> Iterator[tuple[str, bool]]:
     for form in rule.forms:
         try:
-            form.patterns, form.unless, form.where
-            for rewrite in form.patch.rewrites if form.patch else ():
-                rewrite.find, rewrite.replace
+            form.compiled()
         except ToolError as exc:
             yield f"{rule.id}: {exc}", False
             return

@@ -69,7 +69,6 @@ def _warm_up(rules) -> None:
 def with_ancestry(report, repo: Path, main_ref: Optional[str], rules):
     """The report with an ``ancestry`` section for its recorded build commit."""
     from ..ancestry import ancestry_report
-    from ..model import ToolError
 
     if not report.vllm.commit:
         raise ToolError(f"--repo: {report.target.location} records no build commit to look up (version {report.vllm.version})")
@@ -137,10 +136,13 @@ def check(
     if fleet:
         from ..fleet import HostOutcome, check_targets, fleet_exit_code
 
-        outcomes = [
-            HostOutcome(o.host, report=finish(o.report)) if o.report else o
-            for o in check_targets(targets, rules, jobs, progress=sys.stderr.isatty(), **drafter)
-        ]
+        def finish_host(outcome):
+            try:
+                return HostOutcome(outcome.host, report=finish(outcome.report)) if outcome.report else outcome
+            except ToolError as exc:
+                return HostOutcome(outcome.host, error=str(exc))
+
+        outcomes = [finish_host(o) for o in check_targets(targets, rules, jobs, progress=sys.stderr.isatty(), **drafter)]
         render = lambda name, terminal: reporter(name).render_fleet(outcomes, terminal)  # noqa: E731
         reports, code = [o.report for o in outcomes if o.report], fleet_exit_code(outcomes)
     else:

@@ -18,7 +18,7 @@ import libcst as cst
 
 from ..engine import match_forms
 from ..model import ABSENT, PARTIAL
-from ..patterns import NodeIndex, PatternError, children
+from ..patterns import NodeIndex, PatternError, subtree_ids
 from ..rules import Form
 
 
@@ -136,21 +136,11 @@ def _dedent(segment: list[str], prefix: str, qualname: str) -> list[str]:
 
 def _overlap(one: cst.CSTNode, other: cst.CSTNode) -> bool:
     """One node is the other or lies inside it."""
-    return id(other) in _subtree_ids(one) or id(one) in _subtree_ids(other)
-
-
-def _subtree_ids(node: cst.CSTNode) -> set[int]:
-    ids = {id(node)}
-    stack = [node]
-    while stack:
-        for child in children(stack.pop()):
-            ids.add(id(child))
-            stack.append(child)
-    return ids
+    return id(other) in subtree_ids(one) or id(one) in subtree_ids(other)
 
 
 def _refuse_overlaps(nodes: list[cst.CSTNode]) -> None:
-    inner = {inner_id for node in nodes for inner_id in _subtree_ids(node) - {id(node)}}
+    inner = {inner_id for node in nodes for inner_id in subtree_ids(node) - {id(node)}}
     if any(id(node) in inner for node in nodes):
         raise PatchRefused("two edits of this patch overlap")
 
