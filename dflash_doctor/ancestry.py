@@ -790,9 +790,8 @@ def render(report: AncestryReport, terminal: bool) -> str:
             out.append(f"{entry.fix or '-'} #{entry.pr}: {entry.status} ({entry.method}) - {entry.reason}")
             out.extend(f"    {line}" for line in _evidence_lines(entry))
         return "\n".join(out) + "\n"
-    import io
 
-    from rich.console import Console
+    from .terminal import terminal_text
     from rich.table import Table
 
     table = Table(title=_header(report), title_justify="left", show_lines=True)
@@ -806,6 +805,4 @@ def render(report: AncestryReport, terminal: bool) -> str:
             entry.method,
             "\n".join([*_evidence_lines(entry), entry.reason]),
         )
-    buffer = io.StringIO()
-    Console(file=buffer, force_terminal=True, width=160).print(table)
-    return buffer.getvalue()
+    return terminal_text(table)

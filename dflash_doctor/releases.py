@@ -268,9 +268,8 @@ def render_plain(matrix: Matrix) -> str:
 
 
 def render_rich(matrix: Matrix) -> str:
-    import io
 
-    from rich.console import Console
+    from .terminal import terminal_text
     from rich.markup import escape
     from rich.table import Table
 
@@ -282,14 +281,12 @@ def render_rich(matrix: Matrix) -> str:
     for row in matrix.rows:
         cells = [f"[{STYLES[c]}]{c}[/]" if c in STYLES else escape(c) for c in _cells(matrix, row)]
         table.add_row(row.release, *cells, _all_present(matrix, row))
-    buffer = io.StringIO()
-    console = Console(file=buffer, force_terminal=True, width=160)
-    console.print(table)
-    console.print("present from (every later release checked has it):")
-    for line in _since_lines(matrix):
-        console.print(f"  {escape(line)}")
-    console.print(f"releases from: {escape(matrix.index_note)}")
-    return buffer.getvalue()
+    return terminal_text(
+        table,
+        "present from (every later release checked has it):",
+        *(f"  {escape(line)}" for line in _since_lines(matrix)),
+        f"releases from: {escape(matrix.index_note)}",
+    )
 
 
 def render_markdown(matrix: Matrix) -> str:

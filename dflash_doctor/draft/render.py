@@ -6,7 +6,6 @@ is the rich form of the findings for a terminal.
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 SEVERITY_STYLES = {"error": "bold red", "warning": "bold yellow", "info": "cyan"}
@@ -22,7 +21,7 @@ def lint_lines(draft: dict[str, Any]) -> list[str]:
 
 
 def lint_table(draft: dict[str, Any]) -> str:
-    from rich.console import Console
+    from ..terminal import terminal_text
     from rich.table import Table
 
     table = Table(title=f"drafter config {draft['path']} ({draft['format']} format); {_target(draft)}", title_justify="left", show_lines=True)
@@ -31,11 +30,7 @@ def lint_table(draft: dict[str, Any]) -> str:
     for finding in draft["findings"]:
         style = SEVERITY_STYLES.get(finding["severity"], "")
         table.add_row(f"[{style}]{finding['severity']}[/]", f"{finding['code']}\n{finding['message']}", finding["fix"])
-    buffer = io.StringIO()
-    console = Console(file=buffer, force_terminal=True, width=160)
-    console.print(table)
-    console.print(f"{draft['errors']} error(s), {draft['warnings']} warning(s)")
-    return buffer.getvalue()
+    return terminal_text(table, f"{draft['errors']} error(s), {draft['warnings']} warning(s)")
 
 
 def probe_lines(probes: dict[str, Any]) -> list[str]:

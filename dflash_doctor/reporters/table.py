@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import io
-
+from ..terminal import terminal_text
 from ..model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, CheckReport, FixResult
 
 STYLES = {PRESENT: "bold green", ABSENT: "bold red", PARTIAL: "bold yellow", NOT_APPLICABLE: "bold red", UNKNOWN: "bold magenta"}
@@ -61,7 +60,6 @@ class TableReporter:
     def render(self, report: CheckReport, terminal: bool) -> str:
         if not terminal:
             return self._plain(report)
-        from rich.console import Console
         from rich.markup import escape
         from rich.table import Table
 
@@ -76,10 +74,8 @@ class TableReporter:
                 escape("\n".join(_evidence_lines(fix))),
                 escape(fix.remedy),
             )
-        buffer = io.StringIO()
-        Console(file=buffer, force_terminal=True, width=160).print(table)
         extra = _section_lines(report)
-        return buffer.getvalue() + ("\n".join(extra) + "\n" if extra else "")
+        return terminal_text(table) + ("\n".join(extra) + "\n" if extra else "")
 
     def render_fleet(self, outcomes, terminal: bool) -> str:
         """One row per host, one column per fix; a host that failed shows its error."""
@@ -90,7 +86,6 @@ class TableReporter:
                 cells = [f"error: {o.error}"] if o.report is None else [_status_of(o.report, i) for i in fix_ids]
                 lines.append("\t".join([o.host, *cells]))
             return "\n".join(lines) + "\n"
-        from rich.console import Console
         from rich.markup import escape
         from rich.table import Table
 
@@ -103,9 +98,7 @@ class TableReporter:
             else:
                 cells = [_status_of(o.report, fix_id) for fix_id in fix_ids]
                 table.add_row(escape(o.host), *[f"[{STYLES[c]}]{c}[/]" if c in STYLES else c for c in cells])
-        buffer = io.StringIO()
-        Console(file=buffer, force_terminal=True, width=160).print(table)
-        return buffer.getvalue()
+        return terminal_text(table)
 
     def _plain(self, report: CheckReport) -> str:
         out = [_header(report)]
