@@ -26,6 +26,9 @@ import zlib
 MARKER = "DFLASH-DOCTOR-PROBE:"
 MAX_FILE_BYTES = 8 * 1024 * 1024
 DIST_INFO_FILES = ("METADATA", "RECORD", "direct_url.json")
+# What `dflash-doctor patch` wrote beside the package (dflash_doctor.patching.state).
+PATCH_STATE_DIR = ".dflash-doctor"
+PATCH_MANIFEST = PATCH_STATE_DIR + "/manifest.json"
 
 
 def definition_pattern(names):
@@ -105,6 +108,21 @@ def _read(path):
         return None, "cannot be read: %s" % (exc.strerror or exc)
 
 
+def patched_files(manifest):
+    """The package files a patch manifest names, so a check can tell a patched tree;
+    none from a manifest this tool did not write (a damaged one must not fail the probe)."""
+    try:
+        names = json.loads(manifest.decode("utf-8"))["files"]
+    except (AttributeError, ValueError, KeyError, TypeError):
+        return []
+    if not isinstance(names, dict):
+        return []
+    return [
+        name for name in sorted(names)
+        if isinstance(name, str) and name.startswith("vllm/") and ".." not in name.split("/")
+    ]
+
+
 def collect(request):
     """``request``: {"files": [relpath], "anchors": [[relpath, name]]}."""
     answer = locate()
@@ -130,6 +148,9 @@ def collect(request):
     search = scan_definitions(root, "vllm", missing) if missing else {}
     for relpaths in search.values():
         for relpath in relpaths:
+            take(relpath)
+    if os.path.isfile(os.path.join(root, PATCH_MANIFEST)):
+        for relpath in patched_files(take(PATCH_MANIFEST)):
             take(relpath)
     dist_info = {}
     if answer.get("dist_info"):

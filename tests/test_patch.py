@@ -28,6 +28,7 @@ import pytest
 
 from conftest import check_json, run_cli, statuses
 from dflash_doctor.targets.release import release_tree
+from test_ancestry import copy, history  # noqa: F401 - fixtures: a vLLM-shaped git repository
 
 RESOLVER = "vllm/v1/worker/gpu_model_runner.py"
 SCHEDULER = "vllm/v1/core/sched/scheduler.py"
@@ -873,3 +874,49 @@ def test_a_patch_must_produce_a_present_form(tmp_path):
     path.write_text(RULE.format(replace="good($X)").replace('patch.produces = "good"', 'patch.produces = "bad"'))
     with pytest.raises(ToolError, match="patch.produces must name a present form"):
         load_rule(path)
+
+
+# ---------------------------------------------------------------- patch --repo --pr (a git checkout)
+
+
+def test_patch_repo_pr_dry_run_confirmation_apply_and_again(copy):
+    from gitrepos import SPECULATIVE as REPO_SPECULATIVE
+
+    copy.git("checkout", "--quiet", "releases/v0.20")
+    original = (copy.path / REPO_SPECULATIVE).read_bytes()
+    args = ("--repo", str(copy.path), "--pr", "53388")
+    dry = run_cli("patch", *args, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert '+        return self.use_eagle() and self.method != "dflash"' in dry.stdout
+    assert "nothing was changed" in dry.stderr
+    asked = run_cli("patch", *args)
+    assert_refused(asked, "there is no terminal to ask on")
+    assert (copy.path / REPO_SPECULATIVE).read_bytes() == original and copy.git("status", "--porcelain") == ""
+    applied = run_cli("patch", *args, "--yes")
+    assert applied.returncode == 0, applied.stderr
+    assert f"#53388 applied to {REPO_SPECULATIVE}" in applied.stderr
+    assert 'self.method != "dflash"' in (copy.path / REPO_SPECULATIVE).read_text()
+    assert copy.git("status", "--porcelain").split() == ["M", REPO_SPECULATIVE]
+    again = run_cli("patch", *args, "--yes")
+    assert again.returncode == 0 and "#53388 is already in" in again.stderr
+
+
+def test_patch_repo_pr_conflict_lists_the_files_and_changes_nothing(copy):
+    from gitrepos import SPECULATIVE as REPO_SPECULATIVE
+
+    copy.git("checkout", "--quiet", "releases/v0.20")
+    copy.replace(REPO_SPECULATIVE, "        return self.use_eagle()\n", "        return self.use_eagle()  # local\n")
+    edited = (copy.path / REPO_SPECULATIVE).read_bytes()
+    proc = run_cli("patch", "--repo", str(copy.path), "--pr", "53388", "--yes")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert f"conflicts with {copy.path} in {REPO_SPECULATIVE}; nothing was changed" in proc.stderr
+    assert (copy.path / REPO_SPECULATIVE).read_bytes() == edited
+
+
+def test_patch_repo_pr_bad_input(copy, tmp_path):
+    from conftest import assert_error
+
+    assert_error(run_cli("patch", "--repo", str(copy.path)), "give --repo and --pr together")
+    assert_error(run_cli("patch", "--repo", str(copy.path), "--pr", "53388", "--path", str(tmp_path)), "without --path")
+    assert_error(run_cli("patch", "--repo", str(tmp_path), "--pr", "53388", "--yes"), str(tmp_path))
+    assert_error(run_cli("patch", "--repo", str(copy.path), "--pr", "54163", "--yes"), "fetch origin +refs/pull/54163/head")

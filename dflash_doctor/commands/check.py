@@ -122,7 +122,8 @@ def check(
     if host or hosts_file:
         import threading
 
-        threading.Thread(target=_warm_up, args=(rules,), daemon=True).start()
+        # Not a daemon: a daemon thread still importing at interpreter exit can abort the process.
+        threading.Thread(target=_warm_up, args=(rules,)).start()
     if target_config is not None and draft_config is None:
         raise ToolError("--target-config needs --draft-config")
     drafter = {"draft_config": draft_config, "target_config": target_config}

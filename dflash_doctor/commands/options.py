@@ -15,7 +15,7 @@ PathOption = typer.Option(None, "--path", help="site-packages, a source checkout
 PythonOption = typer.Option(None, "--python", help="Interpreter whose environment holds vllm (never imported).")
 ReleaseOption = typer.Option(None, "--release", help="A released wheel, e.g. 0.20.1 (downloaded once into the cache).")
 OnlyOption = typer.Option(None, "--only", help="Only this fix id (repeatable).")
-HostOption = typer.Option(None, "--host", help="[user@]host[:port] or an ~/.ssh/config alias (repeatable); --python is then the remote interpreter.")
+HostOption = typer.Option(None, "--host", help="host, user@host or host:port, or an ~/.ssh/config alias (repeatable); --python is then the remote interpreter.")
 HostsFileOption = typer.Option(None, "--hosts-file", help="One host per line, # comments.")
 IdentityOption = typer.Option(None, "--identity", help="Private key for ssh (else the agent and the default keys).")
 KnownHostsOption = typer.Option(None, "--known-hosts", help="Known hosts file (default ~/.ssh/known_hosts).")

@@ -1,35 +1,72 @@
 """`patch` and `restore`: apply a missing fix in place, or give the original back.
 
 The verdict report goes to standard output (the diff, with ``--dry-run``);
-what is patched or refused goes to standard error.
+what is patched or refused goes to standard error. With ``--host`` the
+check, the writes (SFTP) and the re-check share one ssh connection.
+``patch --repo DIR --pr N`` applies a PR's change to a git checkout instead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from ..model import EXIT_OK, ToolError
-from .options import OnlyOption, PathOption, PythonOption, choose_target
+from ..model import EXIT_MISSING, EXIT_OK, ToolError
+from .options import (
+    AcceptNewHostKeyOption, ConnectTimeoutOption, IdentityOption, KnownHostsOption, OnlyOption, PathOption, PythonOption,
+    SshConfigOption, choose_target,
+)
 
 ReleaseRefusedOption = typer.Option(None, "--release", help="Refused: release trees are a download cache, not an install.")
 YesOption = typer.Option(False, "--yes", "-y", help="Apply without asking (needed when there is no terminal).")
+HostOption = typer.Option(None, "--host", help="host, user@host or host:port, or an ~/.ssh/config alias; --python is then the remote interpreter.")
 
 
 def patch(
     path: Optional[Path] = PathOption,
     python: Optional[str] = PythonOption,
     release: Optional[str] = ReleaseRefusedOption,
+    host: Optional[str] = HostOption,
     only: Optional[list[str]] = OnlyOption,
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the unified diff and change nothing."),
     yes: bool = YesOption,
+    repo: Optional[Path] = typer.Option(None, "--repo", help="A vLLM git checkout: apply --pr's change to its working tree instead."),
+    pr: Optional[int] = typer.Option(None, "--pr", help="With --repo: the PR whose change to apply (its landing on main, else refs/pull/N/head)."),
+    main_ref: Optional[str] = typer.Option(None, "--main-ref", help="With --repo: the main line (default origin/main, else main)."),
+    remote: str = typer.Option("origin", "--remote", help="With --repo: the remote named in fetch hints."),
+    identity: Optional[Path] = IdentityOption,
+    known_hosts: Optional[Path] = KnownHostsOption,
+    ssh_config: Optional[Path] = SshConfigOption,
+    connect_timeout: float = ConnectTimeoutOption,
+    accept_new_host_key: bool = AcceptNewHostKeyOption,
 ) -> int:
     """Patch missing DFlash fixes into an installed vLLM, prove them, and keep a backup.
     Exit: 0 every selected fix present afterwards, 1 some still absent/partial/not-applicable
-    (refused, with the reason), 2 some unknown, 3 could not run (nothing half-written)."""
+    (refused, with the reason), 2 some unknown, 3 could not run (nothing half-written).
+    With --repo/--pr: 0 applied or already there, 1 conflict (nothing changed), 3 could not run."""
+    if repo is not None or pr is not None:
+        given = [name for name, value in (("--path", path), ("--python", python), ("--release", release),
+                                          ("--host", host), ("--only", only)) if value]
+        if given:
+            raise ToolError(f"--repo/--pr patch a git checkout: give them without {given[0]}")
+        if repo is None or pr is None:
+            raise ToolError("give --repo and --pr together")
+        return _patch_repo(repo, pr, main_ref, remote, dry_run, yes)
+    ssh = {"identity": identity, "known_hosts": known_hosts, "ssh_config": ssh_config,
+           "connect_timeout": connect_timeout, "accept_new_host_key": accept_new_host_key}
+    from ..rules import select
+
+    rules = select(only)
+    target = _installed_target(path, python, release, host, ssh, rules)
+    with _connection(target) as client:
+        return _patch(target, client, rules, dry_run, yes)
+
+
+def _patch(target, client, rules, dry_run: bool, yes: bool) -> int:
     from .. import __version__
     from ..cache import checked_fixes
     from ..check import run_check
@@ -37,10 +74,8 @@ def patch(
     from ..patching import files_for
     from ..patching.apply import apply_changes
     from ..patching.plan import plan_patches
-    from ..rules import select
 
-    rules = select(only)
-    target, resolved = _installed_target(path, python, release)
+    resolved = _resolve(target)
     plan = plan_patches(resolved.tree, rules, checked_fixes(resolved.tree, rules))
     for change in plan.changes:
         for site in change.sites:
@@ -52,7 +87,7 @@ def patch(
         _say("dry run: nothing was changed" if plan.changes else "nothing to patch")
         return exit_code_for(fix.status for fix in plan.after)
     if plan.changes:
-        files = files_for(resolved)
+        files = files_for(resolved, client)
         _confirm(f"Patch {', '.join(plan.fixes)} in {resolved.info.location}?", yes,
                  "".join(change.diff() for change in plan.changes))
         apply_changes(files, plan.changes, __version__)
@@ -66,19 +101,34 @@ def restore(
     path: Optional[Path] = PathOption,
     python: Optional[str] = PythonOption,
     release: Optional[str] = ReleaseRefusedOption,
+    host: Optional[str] = HostOption,
     only: Optional[list[str]] = OnlyOption,
     yes: bool = YesOption,
+    identity: Optional[Path] = IdentityOption,
+    known_hosts: Optional[Path] = KnownHostsOption,
+    ssh_config: Optional[Path] = SshConfigOption,
+    connect_timeout: float = ConnectTimeoutOption,
+    accept_new_host_key: bool = AcceptNewHostKeyOption,
 ) -> int:
     """Give back the files `patch` changed, byte for byte, and re-check. Refuses a file
     changed since it was patched. Exit: 0 restored (or nothing to restore), 3 could not run."""
+    from ..rules import select
+
+    ssh = {"identity": identity, "known_hosts": known_hosts, "ssh_config": ssh_config,
+           "connect_timeout": connect_timeout, "accept_new_host_key": accept_new_host_key}
+    rules = select(only)
+    target = _installed_target(path, python, release, host, ssh, rules)
+    with _connection(target) as client:
+        return _restore(target, client, rules, bool(only), yes)
+
+
+def _restore(target, client, rules, only: bool, yes: bool) -> int:
     from ..check import run_check
     from ..patching import files_for
     from ..patching.apply import apply_restore, plan_restore
-    from ..rules import select
 
-    rules = select(only)
-    target, resolved = _installed_target(path, python, release)
-    files = files_for(resolved)
+    resolved = _resolve(target)
+    files = files_for(resolved, client)
     plan = plan_restore(files, frozenset(rule.id for rule in rules) if only else None)
     if not plan.restore and not plan.forget:
         _say("nothing to restore: dflash-doctor has not patched " + ("these fixes" if only else "this tree"))
@@ -94,19 +144,67 @@ def restore(
     return EXIT_OK
 
 
-def _installed_target(path: Optional[Path], python: Optional[str], release: Optional[str]):
-    """The target and its resolved tree; release trees are refused."""
+RELEASE_REFUSAL = "release trees are dflash-doctor's download cache, not an installation; give --path, --python or --host"
+
+
+def _installed_target(path: Optional[Path], python: Optional[str], release: Optional[str], host: Optional[str], ssh: dict, rules):
+    """The target the options name; release trees are refused."""
+    if release is not None:
+        raise ToolError(f"--release: {RELEASE_REFUSAL}")
+    if host is None:
+        return choose_target(path, python, None)
+    if path is not None:
+        raise ToolError("give one target, not --host and --path")
+    from ..targets.probing import probe_request
+    from ..targets.ssh import SshOptions, SshTarget
+
+    return SshTarget(host, SshOptions(python=python or "python3", **ssh), probe_request(rules))
+
+
+@contextlib.contextmanager
+def _connection(target):
+    """An ssh target's one connection, open for the check, the writes and the re-check (None locally)."""
+    from ..targets.ssh import SshTarget
+
+    if isinstance(target, SshTarget):
+        with target.connected() as client:
+            yield client
+    else:
+        yield None
+
+
+def _resolve(target):
+    """The target's tree; a local one must not be the release cache."""
     from ..paths import cache_dir
 
-    refusal = "release trees are dflash-doctor's download cache, not an installation; give --path or --python"
-    if release is not None:
-        raise ToolError(f"--release: {refusal}")
-    target = choose_target(path, python, None)
     resolved = target.resolve()
-    releases = (cache_dir() / "releases").resolve()
-    if Path(resolved.info.location).resolve().is_relative_to(releases):
-        raise ToolError(f"{resolved.info.location}: {refusal}")
-    return target, resolved
+    if resolved.info.kind != "ssh":
+        releases = (cache_dir() / "releases").resolve()
+        if Path(resolved.info.location).resolve().is_relative_to(releases):
+            raise ToolError(f"{resolved.info.location}: {RELEASE_REFUSAL}")
+    return resolved
+
+
+def _patch_repo(repo: Path, pr: int, main_ref: Optional[str], remote: str, dry_run: bool, yes: bool) -> int:
+    """A PR's change, 3-way merged into a git checkout's working tree (see ``ancestry.apply_pr``)."""
+    from ..ancestry import apply_pr
+
+    outcome = apply_pr(repo, pr, main_ref=main_ref, remote=remote, dry_run=True)
+    if outcome.status == "would-apply":
+        if dry_run:
+            sys.stdout.write(outcome.diff)
+            _say(f"#{pr} would change {', '.join(outcome.files)}; dry run: nothing was changed")
+            return EXIT_OK
+        _confirm(f"Apply #{pr} to {', '.join(outcome.files)} in {repo}?", yes, outcome.diff)
+        outcome = apply_pr(repo, pr, main_ref=main_ref, remote=remote)
+    if outcome.status == "conflict":
+        _say(f"#{pr} conflicts with {repo} in {', '.join(outcome.conflicts)}; nothing was changed")
+        return EXIT_MISSING
+    if outcome.status == "already-present":
+        _say(f"#{pr} is already in {repo}: nothing to apply")
+        return EXIT_OK
+    _say(f"#{pr} applied to {', '.join(outcome.files)} in {repo} (not committed; `git diff` shows it)")
+    return EXIT_OK
 
 
 def _confirm(question: str, yes: bool, shown: str = "") -> None:

@@ -1,6 +1,7 @@
 """What dflash-doctor patched in a tree, kept beside the package.
 
-``.dflash-doctor/`` sits next to ``vllm/`` (a name Python can never import):
+``.dflash-doctor/`` sits next to ``vllm/`` (a name Python can never import;
+the remote probe collects the manifest too, so ssh checks are marked):
 ``manifest.json`` records each patched file with the sha256 of its original
 and patched bytes and which fix, form and tool version did it; ``backups/``
 holds the original bytes; ``lock`` serialises patch and restore.
@@ -20,13 +21,13 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from ..model import PRESENT, CheckReport, ToolError
+from ..probe import PATCH_MANIFEST as MANIFEST
+from ..probe import PATCH_STATE_DIR as STATE_DIR
 from ..source import SiteError, SourceTree
 
 if TYPE_CHECKING:
     from .files import FileStat, TreeFiles
 
-STATE_DIR = ".dflash-doctor"
-MANIFEST = f"{STATE_DIR}/manifest.json"
 LOCK = f"{STATE_DIR}/lock"
 BACKUPS = f"{STATE_DIR}/backups"
 SCHEMA = "dflash-doctor/patch-state/v1"

@@ -11,6 +11,7 @@ Keys and the agent are the only authentication.
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -113,14 +114,32 @@ class SshTarget:
         self.request = request
         self.bytes_sent = 0
         self.bytes_received = 0
+        self._open: tuple[HostSpec, object] | None = None
 
-    def resolve(self) -> ResolvedTarget:
+    @contextlib.contextmanager
+    def connected(self):
+        """Keep one connection open: yields the paramiko client, and every
+        ``resolve`` inside runs its probe on it (patch: check, write, re-check)."""
         spec = parse_host(self.given, self.options)
         client = self._connect(spec)
+        self._open = (spec, client)
         try:
-            stdout = self._run_probe(client, spec)
+            yield client
         finally:
+            self._open = None
             client.close()
+
+    def resolve(self) -> ResolvedTarget:
+        if self._open is not None:
+            spec, client = self._open
+            stdout = self._run_probe(client, spec)
+        else:
+            spec = parse_host(self.given, self.options)
+            client = self._connect(spec)
+            try:
+                stdout = self._run_probe(client, spec)
+            finally:
+                client.close()
         answer = parse_probe_output(stdout, f"{self.given}: {self.options.python}")
         details = (("bytes_sent", str(self.bytes_sent)), ("bytes_received", str(self.bytes_received)))
         resolved = snapshot_target(answer, "ssh", f"{self.given}: {self.options.python}", details)
