@@ -48,6 +48,21 @@ class Match:
     bindings: dict[str, cst.CSTNode]
 
 
+def _parse_code(text: str, what: str) -> cst.CSTNode:
+    """An expression, else a statement (a lone simple statement unwrapped)."""
+    try:
+        return cst.parse_expression(text)
+    except cst.ParserSyntaxError:
+        pass
+    try:
+        statement = cst.parse_statement(text)
+    except cst.ParserSyntaxError as exc:
+        raise PatternError(f"{what} is not Python: {exc.message}") from None
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+        return statement.body[0]
+    return statement
+
+
 class Pattern:
     """One parsed pattern; ``find`` yields its matches in a tree."""
 
@@ -56,18 +71,8 @@ class Pattern:
         text = _METAVAR.sub(lambda mo: _MV_PREFIX + mo.group(1), source.strip())
         text = _DICT_ELLIPSIS.sub(" **" + _DOTS, text)
         text = _ARG_ELLIPSIS.sub(" *" + _DOTS, text)
-        try:
-            node: cst.CSTNode = cst.parse_expression(text)
-        except cst.ParserSyntaxError:
-            try:
-                statement = cst.parse_statement(text)
-            except cst.ParserSyntaxError as exc:
-                raise PatternError(f"pattern {source!r} is not Python: {exc.message}") from None
-            node = statement
-            if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
-                node = statement.body[0]
-        self.node = node
-        self.words = frozenset(_words(node))
+        self.node = _parse_code(text, f"pattern {source!r}")
+        self.words = frozenset(_words(self.node))
 
     def find(self, where: "cst.CSTNode | NodeIndex") -> Iterator[Match]:
         index = where if isinstance(where, NodeIndex) else NodeIndex(where)
@@ -229,16 +234,9 @@ class Template:
     def __init__(self, source: str) -> None:
         self.source = source
         text = _METAVAR.sub(lambda mo: _MV_PREFIX + mo.group(1), source.strip())
-        try:
-            node: cst.CSTNode = cst.parse_expression(text)
-        except cst.ParserSyntaxError:
-            try:
-                statement = cst.parse_statement(text)
-            except cst.ParserSyntaxError as exc:
-                raise PatternError(f"template {source!r} is not Python: {exc.message}") from None
-            if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1):
-                raise PatternError(f"template {source!r} must be one expression or one simple statement")
-            node = statement.body[0]
+        node = _parse_code(text, f"template {source!r}")
+        if not isinstance(node, (cst.BaseExpression, cst.BaseSmallStatement)):
+            raise PatternError(f"template {source!r} must be one expression or one simple statement")
         if _contains(node, cst.Ellipsis):
             raise PatternError(f"template {source!r} must be concrete code, without ...")
         self.node = node

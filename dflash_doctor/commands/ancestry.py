@@ -16,7 +16,9 @@ from .options import (
     PathOption,
     PythonOption,
     ReleaseOption,
+    SingleHostOption,
     SshConfigOption,
+    ssh_options,
     choose_targets,
     emit,
 )
@@ -47,7 +49,7 @@ def ancestry(
     ),
     format: Format = typer.Option(Format.table, "--format", help="table or json."),
     output: Optional[Path] = typer.Option(None, "--output", help="Write the report to this file instead of standard output."),
-    host: Optional[str] = typer.Option(None, "--host", help="Take the commit from a remote target ([user@]host[:port]); --python is its interpreter."),
+    host: Optional[str] = SingleHostOption,
     identity: Optional[Path] = IdentityOption,
     known_hosts: Optional[Path] = KnownHostsOption,
     ssh_config: Optional[Path] = SshConfigOption,
@@ -67,10 +69,7 @@ def ancestry(
             raise ToolError("give --commit or a target (--path/--python/--release/--host), not both")
         source = "--commit"
     else:
-        ssh = {
-            "identity": identity, "known_hosts": known_hosts, "ssh_config": ssh_config,
-            "connect_timeout": connect_timeout, "accept_new_host_key": accept_new_host_key,
-        }
+        ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, accept_new_host_key)
         targets, _ = choose_targets(path, python, release, [host] if host else None, None, None, ssh, rules)
         commit, source = commit_from_target(targets[0][1])
     report = judge(repo, commit, source, rules=rules, prs=pr, main_ref=main_ref, remote=remote, fetch=fetch)

@@ -23,6 +23,7 @@ from .options import (
     PythonOption,
     ReleaseOption,
     SshConfigOption,
+    ssh_options,
     choose_targets,
 )
 
@@ -114,10 +115,7 @@ def check(
     rules = select(only)
     outputs = parse_outputs(format.value, output or [])
     waiver_list = load_waivers(waivers, {rule.id for rule in load_rules()}) if waivers is not None else None
-    ssh = {
-        "identity": identity, "known_hosts": known_hosts, "ssh_config": ssh_config,
-        "connect_timeout": connect_timeout, "accept_new_host_key": accept_new_host_key,
-    }
+    ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, accept_new_host_key)
     targets, fleet = choose_targets(path, python, release, host, hosts_file, from_probe, ssh, rules)
     if host or hosts_file:
         import threading

@@ -16,6 +16,7 @@ PythonOption = typer.Option(None, "--python", help="Interpreter whose environmen
 ReleaseOption = typer.Option(None, "--release", help="A released wheel, e.g. 0.20.1 (downloaded once into the cache).")
 OnlyOption = typer.Option(None, "--only", help="Only this fix id (repeatable).")
 HostOption = typer.Option(None, "--host", help="host, user@host or host:port, or an ~/.ssh/config alias (repeatable); --python is then the remote interpreter.")
+SingleHostOption = typer.Option(None, "--host", help="host, user@host or host:port, or an ~/.ssh/config alias; --python is then the remote interpreter.")
 HostsFileOption = typer.Option(None, "--hosts-file", help="One host per line, # comments.")
 IdentityOption = typer.Option(None, "--identity", help="Private key for ssh (else the agent and the default keys).")
 KnownHostsOption = typer.Option(None, "--known-hosts", help="Known hosts file (default ~/.ssh/known_hosts).")
@@ -24,6 +25,14 @@ ConnectTimeoutOption = typer.Option(10.0, "--connect-timeout", min=0.1, help="Se
 AcceptNewHostKeyOption = typer.Option(False, "--accept-new-host-key", help="Trust an unknown host key on first use and record it.")
 JobsOption = typer.Option(4, "--jobs", min=1, help="Hosts checked at once.")
 FromProbeOption = typer.Option(None, "--from-probe", help="Evaluate answers of `dflash-doctor probe-script`: a file, or a directory of them.")
+
+
+def ssh_options(identity, known_hosts, ssh_config, connect_timeout, accept_new_host_key) -> dict:
+    """The shared ssh options as SshOptions keywords (--python is added with the host)."""
+    return {
+        "identity": identity, "known_hosts": known_hosts, "ssh_config": ssh_config,
+        "connect_timeout": connect_timeout, "accept_new_host_key": accept_new_host_key,
+    }
 
 
 def read_hosts_file(path: Path) -> list[str]:

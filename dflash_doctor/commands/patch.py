@@ -17,20 +17,28 @@ import typer
 
 from ..model import EXIT_MISSING, EXIT_OK, ToolError
 from .options import (
-    AcceptNewHostKeyOption, ConnectTimeoutOption, IdentityOption, KnownHostsOption, OnlyOption, PathOption, PythonOption,
-    SshConfigOption, choose_target,
+    AcceptNewHostKeyOption,
+    ConnectTimeoutOption,
+    IdentityOption,
+    KnownHostsOption,
+    OnlyOption,
+    PathOption,
+    PythonOption,
+    SingleHostOption,
+    SshConfigOption,
+    choose_target,
+    ssh_options,
 )
 
 ReleaseRefusedOption = typer.Option(None, "--release", help="Refused: release trees are a download cache, not an install.")
 YesOption = typer.Option(False, "--yes", "-y", help="Apply without asking (needed when there is no terminal).")
-HostOption = typer.Option(None, "--host", help="host, user@host or host:port, or an ~/.ssh/config alias; --python is then the remote interpreter.")
 
 
 def patch(
     path: Optional[Path] = PathOption,
     python: Optional[str] = PythonOption,
     release: Optional[str] = ReleaseRefusedOption,
-    host: Optional[str] = HostOption,
+    host: Optional[str] = SingleHostOption,
     only: Optional[list[str]] = OnlyOption,
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the unified diff and change nothing."),
     yes: bool = YesOption,
@@ -56,8 +64,7 @@ def patch(
         if repo is None or pr is None:
             raise ToolError("give --repo and --pr together")
         return _patch_repo(repo, pr, main_ref, remote, dry_run, yes)
-    ssh = {"identity": identity, "known_hosts": known_hosts, "ssh_config": ssh_config,
-           "connect_timeout": connect_timeout, "accept_new_host_key": accept_new_host_key}
+    ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, accept_new_host_key)
     from ..rules import select
 
     rules = select(only)
@@ -101,7 +108,7 @@ def restore(
     path: Optional[Path] = PathOption,
     python: Optional[str] = PythonOption,
     release: Optional[str] = ReleaseRefusedOption,
-    host: Optional[str] = HostOption,
+    host: Optional[str] = SingleHostOption,
     only: Optional[list[str]] = OnlyOption,
     yes: bool = YesOption,
     identity: Optional[Path] = IdentityOption,
@@ -114,8 +121,7 @@ def restore(
     changed since it was patched. Exit: 0 restored (or nothing to restore), 3 could not run."""
     from ..rules import select
 
-    ssh = {"identity": identity, "known_hosts": known_hosts, "ssh_config": ssh_config,
-           "connect_timeout": connect_timeout, "accept_new_host_key": accept_new_host_key}
+    ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, accept_new_host_key)
     rules = select(only)
     target = _installed_target(path, python, release, host, ssh, rules)
     with _connection(target) as client:
