@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import re
 import shutil
 import tempfile
@@ -330,9 +329,9 @@ def fetch_refs(repository: Repository, remote: str, branch: str | None, prs: Ite
 
 
 def _read_cache(path: Path, kind: str) -> list[str] | None:
-    from .cache import DISABLE_ENV
+    from .paths import caches_disabled
 
-    if os.environ.get(DISABLE_ENV):
+    if caches_disabled():
         return None
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -343,10 +342,10 @@ def _read_cache(path: Path, kind: str) -> list[str] | None:
 
 def _write_cache(repository: Repository, path: Path, kind: str, lines: Iterable[str]) -> None:
     """Best effort: a read-only or shallow repository is judged all the same, just not cached."""
-    from .cache import DISABLE_ENV
+    from .paths import caches_disabled
     from .paths import write_atomically
 
-    if repository.shallow or os.environ.get(DISABLE_ENV):
+    if repository.shallow or caches_disabled():
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -12,20 +12,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from functools import cache
 from pathlib import Path
 
 from .model import FixResult, ToolError
-from .paths import cache_dir, write_atomically
+from .paths import cache_dir, caches_disabled, write_atomically
 from .rules import Rule
 from .source import SiteError, SourceTree
 
-DISABLE_ENV = "DFLASH_DOCTOR_NO_CACHE"
-
-
 def checked_fixes(tree: SourceTree, rules: tuple[Rule, ...]) -> tuple[FixResult, ...]:
-    key = None if os.environ.get(DISABLE_ENV) else _key(tree, rules)
+    key = None if caches_disabled() else _key(tree, rules)
     if key is not None:
         cached = _load(key)
         if cached is not None:

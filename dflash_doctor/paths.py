@@ -18,6 +18,11 @@ def cache_dir() -> Path:
     return Path(base) / "dflash-doctor"
 
 
+def caches_disabled() -> bool:
+    """``DFLASH_DOCTOR_NO_CACHE`` set: every result is computed afresh, nothing cached is read or written."""
+    return bool(os.environ.get("DFLASH_DOCTOR_NO_CACHE"))
+
+
 def write_atomically(path: Path, text: str) -> None:
     """Write a whole file or nothing: temp file in the same directory, fsync, rename."""
     directory = path.parent if str(path.parent) else Path(".")

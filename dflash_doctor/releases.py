@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import re
 import subprocess
 import sys
@@ -23,14 +22,13 @@ from typing import Any
 
 from . import __version__
 from .model import EXIT_ERROR, EXIT_OK, PRESENT, ToolError
-from .paths import cache_dir, write_atomically
+from .paths import cache_dir, caches_disabled, write_atomically
 from .rules import Rule
 from .targets.release import COMPLETE, RELEASE
 
 # The first vLLM release with a DFlash code path: older ones are not-applicable for every fix.
 DEFAULT_FROM = "0.20.0"
 INDEX_TIMEOUT_S = 20
-NO_CACHE_ENV = "DFLASH_DOCTOR_NO_CACHE"
 _SUFFIX_RANK = {".dev": 0, "a": 1, "b": 2, "rc": 3, "": 4, ".post": 5}
 
 
@@ -196,7 +194,7 @@ def is_downloaded(release: str) -> bool:
 
 def release_row(release: str, rules: tuple[Rule, ...], digest: str) -> Row:
     """One release's verdicts: from the matrix cache, else by checking its wheel."""
-    use_cache = not os.environ.get(NO_CACHE_ENV)
+    use_cache = not caches_disabled()
     path = _row_path(release, digest)
     if use_cache:
         try:
