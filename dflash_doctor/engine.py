@@ -129,9 +129,13 @@ class Checker:
         self.tree = tree
         self.scanned = False  # True once the package was searched for moved code
 
-    def _locate(self, rules: tuple[Rule, ...]) -> dict[tuple[str, str], list[Symbol] | SiteError]:
-        wanted = {(a.file, a.symbol) for rule in rules for a in rule.anchors}
-        wanted |= {(rule.applies.file, rule.applies.symbol) for rule in rules}
+    def _locate(self, wanted: set[tuple[str, str]], required: set[tuple[str, str]]) -> dict:
+        """(file, symbol) -> symbols found, or the SiteError that stopped the search.
+
+        Only ``required`` pairs are looked for elsewhere in the package when
+        their file lacks them: an optional anchor names a variant most trees
+        lack, and a scan per run for each would cost more than the whole check.
+        """
         found: dict[tuple[str, str], list[Symbol] | SiteError] = {}
         for file, symbol in sorted(wanted):
             try:
@@ -139,13 +143,8 @@ class Checker:
                 found[(file, symbol)] = parsed.symbols(symbol) if parsed else []
             except SiteError as exc:
                 found[(file, symbol)] = exc
-        # Only required anchors and applicability are looked for elsewhere in the
-        # package: an optional anchor names a variant that most trees lack, and
-        # a scan per run for each would cost more than the whole check.
-        required = {(a.file, a.symbol) for rule in rules for a in rule.anchors if not a.optional}
-        required |= {(rule.applies.file, rule.applies.symbol) for rule in rules}
         moved = {search_name(symbol): (file, symbol) for (file, symbol), hit in found.items() if hit == [] and (file, symbol) in required}
-        self.scanned = bool(moved)
+        self.scanned |= bool(moved)
         for name, files in self.tree.files_defining(moved).items():
             key = moved[name]
             symbols: list[Symbol] = []
@@ -159,7 +158,13 @@ class Checker:
         return found
 
     def run(self, rules: tuple[Rule, ...]) -> tuple[FixResult, ...]:
-        located = self._locate(rules)
+        """Applicability first: the anchors of a rule that does not apply are never looked for."""
+        applies = {(rule.applies.file, rule.applies.symbol) for rule in rules}
+        located = self._locate(applies, applies)
+        applicable = [rule for rule in rules if _applies(rule, located[(rule.applies.file, rule.applies.symbol)])]
+        anchors = {(a.file, a.symbol) for rule in applicable for a in rule.anchors}
+        required = {(a.file, a.symbol) for rule in applicable for a in rule.anchors if not a.optional}
+        located.update(self._locate(anchors - applies, required))
         return tuple(self._check(rule, located) for rule in rules)
 
     def _check(self, rule: Rule, located) -> FixResult:
@@ -172,7 +177,7 @@ class Checker:
             return result(UNKNOWN, reason=f"cannot tell whether this vLLM has DFlash: {applies}")
         if not applies:
             return result(UNKNOWN, reason=f"cannot tell whether this vLLM has DFlash: {rule.applies.symbol} not found in {rule.applies.file} or elsewhere")
-        if not any(_holds_literal(symbol.node, rule.applies.literal) for symbol in applies):
+        if not _applies(rule, applies):
             where = applies[0]
             evidence = [Evidence(where.file, where.line, where.qualname, "no-dflash", f"no {rule.applies.literal!r} in {where.qualname}")]
             return result(NOT_APPLICABLE, evidence, reason="this vLLM has no DFlash support at all")
@@ -210,6 +215,10 @@ class Checker:
         if verdicts == {ABSENT}:
             return result(ABSENT, evidence, remedies=remedies)
         return result(PARTIAL, evidence, "the fix holds for some configurations and not others", remedies)
+
+
+def _applies(rule: Rule, symbols: list[Symbol] | SiteError) -> bool:
+    return isinstance(symbols, list) and any(_holds_literal(s.node, rule.applies.literal) for s in symbols)
 
 
 def _holds_literal(node: ast.AST, literal: str) -> bool:
