@@ -14,7 +14,7 @@ def rules_list() -> int:
 
     for rule in load_rules():
         prs = ", ".join(f"#{pr}" for pr in rule.prs + rule.unmerged_prs)
-        typer.echo(f"{rule.id:<14} {prs:<28} {rule.title}")
+        typer.echo(f"{rule.id:<14} {prs:<32} {rule.title}")
     return EXIT_OK
 
 

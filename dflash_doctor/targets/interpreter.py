@@ -43,7 +43,7 @@ class InterpreterTarget:
             raise ToolError(f"{who} failed (exit {proc.returncode}): {last}")
         answer = parse_probe_output(proc.stdout, who)
         if answer.get("error"):
-            raise ToolError(f"{who}: {answer['error']}")
+            raise ToolError(f"{who}: {answer['error']} (point at it with --python, --path, --release or --host)")
         package_dir = Path(answer["package_dir"])
         root = package_root(package_dir)
         dist_info = Path(answer["dist_info"]) if answer.get("dist_info") else find_dist_info(root)
