@@ -15,6 +15,17 @@ import pytest
 from dflash_doctor.rules import load_rules
 from dflash_doctor.targets.release import release_tree
 
+# The rule texts and applicability of the small demo rules that tests write.
+DEMO_RULE_PREAMBLE = '''
+what = "w"
+why = "y"
+remedy = "r"
+[applies]
+file = "vllm/config/speculative.py"
+symbol = "SpeculativeConfig"
+literal = "dflash"
+'''
+
 # Every check in the tests evaluates the rules; the results cache has its own test.
 os.environ["DFLASH_DOCTOR_NO_CACHE"] = "1"
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import check_json, run_cli, statuses
+from conftest import DEMO_RULE_PREAMBLE, check_json, run_cli, statuses
 from dflash_doctor.targets.release import release_tree
 from test_ancestry import copy, history  # noqa: F401 - fixtures: a vLLM-shaped git repository
 
@@ -535,14 +535,7 @@ def test_reinstalled_file_is_recorded_as_changed_and_patched_afresh(tmp_path, mi
 DEMO_RULE = """
 id = "demo"
 title = "a second fix in the same function"
-what = "w"
-why = "y"
-remedy = "r"
-[applies]
-file = "vllm/config/speculative.py"
-symbol = "SpeculativeConfig"
-literal = "dflash"
-[[anchors]]
+""" + DEMO_RULE_PREAMBLE + """[[anchors]]
 id = "resolver"
 file = "vllm/v1/worker/gpu_model_runner.py"
 symbol = "GPUModelRunner._get_eagle3_aux_layers_from_config"
@@ -800,14 +793,7 @@ def _patched_resolver_bytes(mini_tree) -> bytes:
 RULE = '''
 id = "demo"
 title = "demo"
-what = "w"
-why = "y"
-remedy = "r"
-[applies]
-file = "vllm/config/speculative.py"
-symbol = "SpeculativeConfig"
-literal = "dflash"
-[[anchors]]
+''' + DEMO_RULE_PREAMBLE + '''[[anchors]]
 id = "site"
 file = "vllm/x.py"
 symbol = "f"

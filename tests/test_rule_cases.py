@@ -8,19 +8,12 @@ from dflash_doctor.model import ToolError
 from dflash_doctor.rules import load_rule, load_rules
 from dflash_doctor.rulestest import check_rule, run_rule_cases
 
-from conftest import run_cli
+from conftest import DEMO_RULE_PREAMBLE, run_cli
 
 RULE_HEADER = '''
 id = "demo"
 title = "demo"
-what = "w"
-why = "y"
-remedy = "r"
-[applies]
-file = "vllm/config/speculative.py"
-symbol = "SpeculativeConfig"
-literal = "dflash"
-[[anchors]]
+''' + DEMO_RULE_PREAMBLE + '''[[anchors]]
 id = "site"
 file = "vllm/x.py"
 symbol = "f"
