@@ -200,28 +200,16 @@ def to_json(value, depth=0):
     return {"$repr": type(value).__name__}
 
 
-def limit_resources():
-    try:
-        import resource
-    except ImportError:  # not on POSIX: the parent's timeout still applies
-        return
-    for name, value in (("RLIMIT_AS", 1 << 30), ("RLIMIT_CPU", 20), ("RLIMIT_FSIZE", 0), ("RLIMIT_NPROC", 0)):
-        limit = getattr(resource, name, None)
-        if limit is None:
-            continue
-        try:
-            resource.setrlimit(limit, (value, value))
-        except (ValueError, OSError):
-            pass
-
-
 def on_alarm(signum, frame):
     raise CallTimeout()
 
 
 def main():
     request = json.loads(sys.stdin.read())
-    limit_resources()
+    # The boundary goes up before any tree code is compiled (sandbox.child_program() provides the module).
+    import lockdown
+
+    lockdown.lockdown(request.get("limits"))
     builtins = {name: __builtins__[name] if isinstance(__builtins__, dict) else getattr(__builtins__, name)
                 for name in SAFE_BUILTIN_NAMES}
     builtins.update(__import__=fake_import, getattr=safe_getattr, hasattr=safe_hasattr, setattr=safe_setattr)

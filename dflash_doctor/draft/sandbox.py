@@ -1,23 +1,60 @@
 """Run functions taken from a vLLM tree in a separate, isolated interpreter.
 
-The child is ``python -I -S dflash_doctor/draft/harness.py``: no site, no
-user environment, small builtins, resource limits, a timer per call and a
-timeout for the whole run. Nothing from the inspected tree is imported here.
+The child runs ``child_program()`` (lockdown.py + harness.py) as
+``python -I -S -c``: empty environment, no inherited descriptors, an empty
+temporary working directory, its own session; once it has read its request
+it puts up lockdown.py's boundary (no_new_privs, rlimits, namespaces, a
+seccomp allow-list) before any tree code is compiled. The parent holds one
+wall deadline for the whole run, caps what it reads, kills the whole process
+group when the run ends, and measures the child's peak RSS. Nothing from the
+inspected tree is imported here.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import os
+import selectors
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-HARNESS = Path(__file__).with_name("harness.py")
+HERE = Path(__file__).parent
+LOCKDOWN = HERE / "lockdown.py"
+HARNESS = HERE / "harness.py"
 RUN_TIMEOUT_S = 20.0
 CALL_TIMEOUT_S = 2.0
+MAX_OUTPUT_BYTES = 8 << 20
+LIMITS = {"memory_bytes": 512 << 20, "cpu_s": 20, "open_files": 8}
+# Loads the two module texts under their names, then runs ``tail``.
+BOOTSTRAP = """import sys, types
+def _load(name, source):
+    module = types.ModuleType(name)
+    module.__file__ = name + ".py"
+    sys.modules[name] = module
+    exec(compile(source, module.__file__, "exec"), module.__dict__)
+    return module
+_load("lockdown", {lockdown!r})
+{tail}
+"""
+# What isolation_status() runs: the boundary, then an open and a socket that must both be refused.
+STATUS_CHECK = """import os, socket
+layers = sys.modules["lockdown"].lockdown(None)
+for attempt in (lambda: os.open("/", os.O_RDONLY), lambda: socket.socket()):
+    try:
+        attempt()
+    except PermissionError:
+        continue
+    raise SystemExit("a system call the filter must refuse was allowed")
+sys.stdout.write(", ".join(layers))
+"""
 
 
 class SandboxError(Exception):
@@ -66,6 +103,142 @@ class Outcome:
         return None
 
 
+@dataclasses.dataclass(frozen=True)
+class ChildRun:
+    """A finished child: what it wrote, how it ended, and the most memory it held."""
+
+    stdout: bytes
+    stderr: bytes
+    exit_code: int  # negative: killed by that signal
+    peak_rss_bytes: int
+
+    def failure(self) -> str | None:
+        """Why this run gave no answer (None when it exited 0)."""
+        if self.exit_code == 0:
+            return None
+        if self.exit_code < 0:
+            name = signal.Signals(-self.exit_code).name if -self.exit_code in signal.valid_signals() else str(-self.exit_code)
+            return f"the probe process was killed by {name}"
+        last = (self.stderr.decode("utf-8", "replace").strip().splitlines() or ["no message"])[-1]
+        return f"the probe process failed (exit {self.exit_code}): {''.join(c if c.isprintable() else '?' for c in last[:300])}"
+
+
+def _program(tail: str) -> str:
+    return BOOTSTRAP.format(lockdown=LOCKDOWN.read_text(encoding="utf-8"), tail=tail)
+
+
+@functools.cache
+def child_program() -> str:
+    """The whole child, one self-contained text: what runs locally under
+    ``python -I -S -c`` and what a remote host is sent."""
+    return _program(f"_load('harness', {HARNESS.read_text(encoding='utf-8')!r}).main()")
+
+
+@functools.cache
+def isolation_status() -> tuple[bool, str]:
+    """Whether this machine gives the boundary: (True, the layers in force) or
+    (False, why not). Probed once per process with a tiny locked child."""
+    try:
+        result = run_isolated(_program(STATUS_CHECK), b"", wall_s=RUN_TIMEOUT_S, max_output_bytes=1 << 16)
+    except SandboxError as exc:
+        return False, str(exc)
+    why = result.failure()
+    if why is not None:
+        return False, why
+    return True, result.stdout.decode("ascii", "replace")
+
+
+def run_isolated(program: str, request: bytes, *, wall_s: float, max_output_bytes: int) -> ChildRun:
+    """Run ``program`` in a fresh child fed ``request`` on stdin.
+
+    One deadline for the whole run; stdout and stderr together are capped at
+    ``max_output_bytes``. Raises SandboxError on a failed start, the deadline or
+    the cap; the child's whole process group is killed in every case."""
+    with tempfile.TemporaryDirectory(prefix="dflash-doctor-child-") as cwd:
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", program],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                cwd=cwd, env={}, close_fds=True, start_new_session=True,
+            )
+        except OSError as exc:
+            raise SandboxError(f"the probe process could not start: {exc.strerror}") from None
+        try:
+            stdout, stderr = _exchange(proc, request, time.monotonic() + wall_s, wall_s, max_output_bytes)
+        finally:
+            _end(proc)
+            exit_code, peak = _reap(proc)
+    return ChildRun(stdout, stderr, exit_code, peak)
+
+
+def _exchange(proc: subprocess.Popen, request: bytes, deadline: float, wall_s: float, cap: int) -> tuple[bytes, bytes]:
+    """Write the request and read both outputs until the child exits."""
+    out: dict[int, list[bytes]] = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
+    total = 0
+    pending = memoryview(request)
+    with selectors.DefaultSelector() as selector:
+        for fd in out:
+            selector.register(fd, selectors.EVENT_READ)
+        stdin = proc.stdin.fileno()
+        os.set_blocking(stdin, False)
+        if pending:
+            selector.register(stdin, selectors.EVENT_WRITE)
+        else:
+            proc.stdin.close()
+        while len(selector.get_map()) > 0:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise SandboxError(f"the probe process did not finish within {wall_s:g} s")
+            for key, _ in selector.select(remaining):
+                if key.fd == stdin:
+                    try:
+                        pending = pending[os.write(stdin, pending[:1 << 16]):]
+                    except BrokenPipeError:  # the child stopped reading: its exit tells why
+                        pending = pending[:0]
+                    if not pending:
+                        selector.unregister(stdin)
+                        proc.stdin.close()
+                    continue
+                data = os.read(key.fd, 1 << 16)
+                if not data:
+                    selector.unregister(key.fd)
+                    continue
+                total += len(data)
+                if total > cap:
+                    raise SandboxError(f"the probe process wrote more than {cap} bytes")
+                out[key.fd].append(data)
+    _wait_exit(proc.pid, deadline, wall_s)
+    return b"".join(out[proc.stdout.fileno()]), b"".join(out[proc.stderr.fileno()])
+
+
+def _wait_exit(pid: int, deadline: float, wall_s: float) -> None:
+    """Wait, without reaping, until the child has exited (its outputs closed first)."""
+    pause = 0.001
+    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        if time.monotonic() + pause > deadline:
+            raise SandboxError(f"the probe process did not finish within {wall_s:g} s")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """Kill the child's process group (before reaping: its pid still names the group)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        stream.close()
+
+
+def _reap(proc: subprocess.Popen) -> tuple[int, int]:
+    """The child's exit code and peak RSS in bytes (ru_maxrss is KiB on Linux, bytes on macOS)."""
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    scale = 1 if sys.platform == "darwin" else 1024
+    return proc.returncode, usage.ru_maxrss * scale
+
+
 def run(program: Sequence[Chunk], calls: Sequence[Call], data: dict[str, Any], globals_: dict[str, Any]) -> dict[str, Outcome]:
     """Outcomes by call id. ``globals_`` are stubs bound before the program runs
     (gaps, loggers, envs); a program statement that fails leaves a gap under its name."""
@@ -75,24 +248,14 @@ def run(program: Sequence[Chunk], calls: Sequence[Call], data: dict[str, Any], g
         "data": data,
         "calls": [{"id": call.id, "expr": call.expr, "bind": dict(call.bind)} for call in calls],
         "call_timeout_s": CALL_TIMEOUT_S,
+        "limits": LIMITS,
     }
+    result = run_isolated(child_program(), json.dumps(request).encode(), wall_s=RUN_TIMEOUT_S, max_output_bytes=MAX_OUTPUT_BYTES)
+    why = result.failure()
+    if why is not None:
+        raise SandboxError(why)
     try:
-        proc = subprocess.run(
-            [sys.executable, "-I", "-S", str(HARNESS)],
-            input=json.dumps(request),
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT_S,
-        )
-    except subprocess.TimeoutExpired:
-        raise SandboxError(f"the probe process did not finish within {RUN_TIMEOUT_S:g} s") from None
-    except OSError as exc:
-        raise SandboxError(f"the probe process could not start: {exc.strerror}") from None
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
-        raise SandboxError(f"the probe process failed (exit {proc.returncode}): {last}")
-    try:
-        answer = json.loads(proc.stdout)
+        answer = json.loads(result.stdout)
         results = answer["results"]
     except (ValueError, KeyError, TypeError):
         raise SandboxError("the probe process gave no readable answer") from None
