@@ -17,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -293,14 +294,31 @@ def test_files_and_the_operators_environment_stay_unread(tmp_path, monkeypatch):
     assert hostname not in json.dumps(outcome.value)
 
 
-def test_the_working_directory_is_empty_and_removed(tmp_path):
-    outcome = run_hostile(tmp_path, """
-        def where():
-            return _module("os").getcwd()
-    """, "where()")
-    # getcwd is refused too; the parent removes the directory either way.
-    assert outcome.error_type == "PermissionError"
-    assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("dflash-doctor-child-*"))
+def test_the_working_directory_is_removed_and_no_descriptor_is_inherited(tmp_path, monkeypatch):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    secret = tmp_path / "secret"
+    secret.write_text(SECRET)
+    held = os.open(secret, os.O_RDONLY)
+    os.set_inheritable(held, True)
+    try:
+        outcome = run_hostile(tmp_path, """
+            def descriptors():
+                os, refused = _module("os"), _real("OSError")
+                found = []
+                for fd in range(64):
+                    try:
+                        found.append([fd, os.read(fd, 100).decode()])
+                    except refused:
+                        pass
+                return found
+        """, "descriptors()")
+    finally:
+        os.close(held)
+    # stdin is at its end; stdout and stderr are write-only pipes; nothing else is open.
+    assert outcome.value == [[0, ""]]
+    assert list(scratch.iterdir()) == []
 
 
 # -- bounds -----------------------------------------------------------------------------------

@@ -114,8 +114,8 @@ def arch():
     if not sys.platform.startswith("linux"):
         raise LockdownError("seccomp needs Linux; this is %s" % sys.platform)
     machine = os.uname().machine
-    if machine not in ARCHES:
-        raise LockdownError("no system call table for %s" % machine)
+    if machine not in ARCHES or ctypes.sizeof(ctypes.c_void_p) != 8:
+        raise LockdownError("no system call table for a %d-bit python on %s" % (8 * ctypes.sizeof(ctypes.c_void_p), machine))
     return ARCHES[machine]
 
 
