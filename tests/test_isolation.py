@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import check_json
+from conftest import check_json, statuses
 
 from dflash_doctor.draft import lockdown
 from dflash_doctor.draft.extract import Locator, ProgramBuilder
@@ -438,7 +438,9 @@ def test_cli_a_resolver_that_runs_commands_leaves_no_trace_and_the_probes_are_un
     tree = hostile_tree(mini_tree, release, f'os_module.system("touch {marker}; sleep 300 # 77.999")\n')
     code, report = check_json("--path", str(tree), "--draft-config", str(QWEN36),
                               env={**os.environ, "DFLASH_DOCTOR_SECRET": SECRET})
-    assert code == 0  # the fixes are there; nothing escaped to change that or to crash
+    # Not a crash (3), not a fix verdict (1): the fixes are there and nothing escaped to change that.
+    assert code in (0, 2), report
+    assert statuses(report)["layer-offset"] in ("present", "unknown")
     probes = report["probes"]
     assert probes["aux_layer_ids"] is None
     assert "forbids" in probes["reason"]["aux_layer_ids"]
@@ -458,7 +460,7 @@ def test_cli_a_resolver_that_exfiltrates_gets_nothing_out(mini_tree, release, tm
     """))
     code, report = check_json("--path", str(tree), "--draft-config", str(QWEN36),
                               env={**os.environ, "DFLASH_DOCTOR_SECRET": SECRET})
-    assert code == 0
+    assert code in (0, 2), report
     text = json.dumps(report)
     assert SECRET not in text and Path("/etc/hostname").read_text().strip() not in text
     probes = report["probes"]

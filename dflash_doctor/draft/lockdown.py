@@ -146,13 +146,6 @@ def seccomp_program(entry):
     return program
 
 
-def _libc():
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl.restype = ctypes.c_int
-    libc.unshare.restype = ctypes.c_int
-    return libc
-
-
 def _check(result, what):
     if result != 0:
         raise LockdownError("%s failed: %s" % (what, os.strerror(ctypes.get_errno())))
@@ -184,11 +177,11 @@ def lockdown(limits=None):
     settings = dict(DEFAULT_LIMITS)
     settings.update(limits or {})
     entry = arch()
-    libc = _libc()
+    libc = ctypes.CDLL(None, use_errno=True)
     _check(libc.prctl(PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)),
            "prctl(PR_SET_NO_NEW_PRIVS)")
     layers = ["no_new_privs"]
-    os.closerange(3, 1 << 16)
+    os.closerange(3, 1 << 16)  # the parent passes none; a remote shell might
     _set_limits(settings)
     layers.append("rlimits")
     if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
