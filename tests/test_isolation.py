@@ -60,8 +60,9 @@ def _module(name):
 '''
 
 
-def program_for(tmp_path: Path, source: str, name: str):
-    """The probe program for function ``name`` of a tree holding WALK and ``source``."""
+def program_for(tmp_path: Path, source: str):
+    """The probe program for the last function of a tree file holding WALK and ``source``."""
+    name = re.findall(r"^def (\w+)", textwrap.dedent(source), re.M)[-1]
     root = tmp_path / "tree"
     (root / "vllm").mkdir(parents=True)
     (root / "vllm" / "__init__.py").write_text("")
@@ -74,15 +75,13 @@ def program_for(tmp_path: Path, source: str, name: str):
 
 def run_hostile(tmp_path: Path, source: str, expr: str):
     """The outcome of ``expr`` (a call of the last function in ``source``) in the sandbox."""
-    name = re.findall(r"^def (\w+)", textwrap.dedent(source), re.M)[-1]
-    chunks, globals_ = program_for(tmp_path, source, name)
+    chunks, globals_ = program_for(tmp_path, source)
     return run(chunks, [Call("x", expr)], {}, globals_)["x"]
 
 
 def request_for(tmp_path: Path, source: str, expr: str, **limits) -> bytes:
     """A harness request as sandbox.run builds it, with lockdown limits of our own."""
-    name = re.findall(r"^def (\w+)", textwrap.dedent(source), re.M)[-1]
-    chunks, globals_ = program_for(tmp_path, source, name)
+    chunks, globals_ = program_for(tmp_path, source)
     return json.dumps({
         "globals": globals_, "program": [{"name": c.name, "source": c.source} for c in chunks], "data": {},
         "calls": [{"id": "x", "expr": expr, "bind": {}}], "call_timeout_s": 1.0, "limits": limits,
@@ -156,6 +155,14 @@ def test_syscall_numbers_match_the_kernel_headers(arch, header, prefix):
     for name, number in table.items():
         found = re.search(rf"#define {prefix}{name}\s+(\d+)\b", text)
         assert found and int(found.group(1)) == number, name
+
+
+def test_without_a_table_for_this_machine_the_child_says_so_and_runs_nothing(tmp_path):
+    program = (f"import runpy; ns = runpy.run_path({str(Path(lockdown.__file__))!r}); ns['ARCHES'].clear(); "
+               f"ns['lockdown'](None); open({str(tmp_path / 'ran')!r}, 'w')")
+    result = run_isolated(program, b"", wall_s=30, max_output_bytes=1 << 16)
+    assert "LockdownError: no system call table" in result.failure()
+    assert not (tmp_path / "ran").exists()
 
 
 def test_the_frame_walk_does_reach_the_real_import(tmp_path):
