@@ -348,9 +348,12 @@ def test_cpu_spin_that_swallows_the_call_timer_is_killed_by_the_cpu_limit(tmp_pa
     assert time.monotonic() - start < 10
 
 
-def test_a_child_that_blocks_without_cpu_is_killed_at_the_one_deadline(tmp_path):
-    request = request_for(tmp_path, """
+@pytest.mark.parametrize("prelude", ["pass", "_module('os').close(1); _module('os').close(2)"])
+def test_a_child_that_blocks_without_cpu_is_killed_at_the_one_deadline(tmp_path, prelude):
+    # With its outputs closed the parent sees their end early: the same deadline still holds.
+    request = request_for(tmp_path, f"""
         def blocks():
+            {prelude}
             everything = _real("BaseException")
             lock = _module("_thread").allocate_lock()
             lock.acquire()
