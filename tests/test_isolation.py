@@ -328,6 +328,23 @@ def test_the_working_directory_is_removed_and_no_descriptor_is_inherited(tmp_pat
     assert list(scratch.iterdir()) == []
 
 
+@pytest.mark.parametrize("answer", [
+    '"[" * 100000',
+    '\'{"results": {"x": 5}}\'',
+    '\'{"results": {"x": {"error": {"type": ["NotImplementedError"]}}}}\'',
+    '\'{"results": []}\'',
+])
+def test_an_answer_forged_by_the_tree_code_is_refused_not_a_crash(tmp_path, answer):
+    with pytest.raises(SandboxError, match="no readable answer"):
+        run_hostile(tmp_path, f"""
+            def forges():
+                out = _module("sys").stdout
+                out.write({answer})
+                out.flush()
+                _module("os")._exit(0)
+        """, "forges()")
+
+
 # -- bounds -----------------------------------------------------------------------------------
 
 

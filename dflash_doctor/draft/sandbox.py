@@ -258,23 +258,19 @@ def run(program: Sequence[Chunk], calls: Sequence[Call], data: dict[str, Any], g
     why = result.failure()
     if why is not None:
         raise SandboxError(why)
-    try:
-        answer = json.loads(result.stdout)
-        results = answer["results"]
-    except (ValueError, KeyError, TypeError):
+    try:  # the answer is as hostile as the code that wrote it: any shape may come back
+        return {call_id: _outcome(raw) for call_id, raw in json.loads(result.stdout)["results"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         raise SandboxError("the probe process gave no readable answer") from None
-    outcomes = {}
-    for call_id, raw in results.items():
-        error = raw.get("error") or {}
-        outcomes[call_id] = Outcome(
-            value=raw.get("value"),
-            error_type=error.get("type"),
-            error_message=error.get("message", ""),
-            gap=raw.get("gap"),
-            missing_key=raw.get("missing_key"),
-            timeout=bool(raw.get("timeout")),
-        )
-    return outcomes
+
+
+def _outcome(raw: dict[str, Any]) -> Outcome:
+    error = raw.get("error") or {}
+    texts = (error.get("type"), error.get("message", ""), raw.get("gap"), raw.get("missing_key"))
+    if not all(text is None or isinstance(text, str) for text in texts):
+        raise TypeError("an outcome field that is not a string")
+    return Outcome(value=raw.get("value"), error_type=texts[0], error_message=texts[1], gap=texts[2],
+                   missing_key=texts[3], timeout=raw.get("timeout") is True)
 
 
 # Stub specs understood by the harness (see harness.py).
