@@ -142,19 +142,22 @@ def test_isolation_is_in_force_on_this_machine():
     assert "no_new_privs" in layers and "rlimits" in layers and "seccomp" in layers
 
 
-@pytest.mark.parametrize("arch, header, prefix", [
-    ("x86_64", "/usr/include/x86_64-linux-gnu/asm/unistd_64.h", "__NR_"),
-    ("aarch64", "/usr/include/asm-generic/unistd.h", r"__NR(?:3264)?_"),
+@pytest.mark.parametrize("arch, header, prefix, machine", [
+    ("x86_64", "/usr/include/x86_64-linux-gnu/asm/unistd_64.h", "__NR_", "EM_X86_64"),
+    ("aarch64", "/usr/include/asm-generic/unistd.h", r"__NR(?:3264)?_", "EM_AARCH64"),
 ])
-def test_syscall_numbers_match_the_kernel_headers(arch, header, prefix):
-    if not Path(header).is_file():
-        pytest.skip(f"{header} is not installed")
+def test_syscall_numbers_and_audit_arch_match_the_kernel_headers(arch, header, prefix, machine):
+    elf = Path("/usr/include/linux/elf-em.h")
+    if not Path(header).is_file() or not elf.is_file():
+        pytest.skip(f"{header} or {elf} is not installed")
     text = Path(header).read_text()
     table = lockdown.ARCHES[arch]["syscalls"]
     assert set(lockdown.ALLOWED) <= set(table)
     for name, number in table.items():
         found = re.search(rf"#define {prefix}{name}\s+(\d+)\b", text)
         assert found and int(found.group(1)) == number, name
+    em = int(re.search(rf"#define {machine}\s+(\d+)", elf.read_text()).group(1))
+    assert lockdown.ARCHES[arch]["audit_arch"] == em | 0x80000000 | 0x40000000  # 64-bit, little-endian
 
 
 def test_without_a_table_for_this_machine_the_child_says_so_and_runs_nothing(tmp_path):
