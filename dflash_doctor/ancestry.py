@@ -18,16 +18,22 @@ to a temporary object directory (the repository's own store is only read).
 
 Walks stay inside the merge-base range; the landing index (per main ref, extended
 incrementally) and patch-ids (per commit) are cached in ``.git/dflash-doctor/``.
-gitpython is imported inside the functions that need it.
+Every git call goes through ``run_git``: nothing the repository configures runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import re
+import selectors
 import shutil
+import signal
+import stat
+import subprocess
 import tempfile
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -121,75 +127,221 @@ class PatchOutcome:
         }
 
 
-class GitFailure(Exception):
-    """A git command failed; the message is git's last line of stderr."""
-
-
 def _short(sha: str | None) -> str:
     return sha[:12] if sha else "-"
 
 
-def _last_line(text: str | None) -> str:
-    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+class GitFailure(Exception):
+    """A git command failed, timed out or printed too much; the message says which and why."""
 
 
-def _stdin(text: str):
-    handle = tempfile.TemporaryFile()
-    handle.write(text.encode(errors="surrogateescape"))  # gitpython decodes output this way: bytes round-trip
-    handle.seek(0)
-    return handle
+# Every git call is bounded: one deadline for the whole call (a fetch gets longer),
+# and a cap on what it prints (stderr beyond its cap is dropped).
+GIT_TIMEOUT_S = 120.0
+FETCH_TIMEOUT_S = 600.0
+OUTPUT_LIMIT = 256 << 20
+_STDERR_LIMIT = 64 << 10
+ALLOWED_PROTOCOLS = ("https", "ssh", "file")
+
+# Given in the environment (command-line scope), so they win over every
+# configuration file, the repository's own included: nothing the repository
+# configures runs a command. Filters and merge drivers it defines are emptied by
+# name (Repository), diffs are run with NO_EXTERNAL_DIFF, and fetch with
+# --upload-pack (remote.<name>.uploadpack is a local shell command for file remotes).
+SAFE_CONFIG = (
+    ("core.hooksPath", os.devnull),
+    ("core.fsmonitor", "false"),
+    ("core.attributesFile", os.devnull),
+    ("core.pager", "cat"),
+    ("core.sshCommand", "ssh -o BatchMode=yes"),
+    ("core.askPass", ""),
+    ("core.gitProxy", ""),
+    ("core.alternateRefsCommand", ""),
+    ("credential.helper", ""),
+    ("log.showSignature", "false"),
+    ("submodule.recurse", "false"),
+    ("fetch.recurseSubmodules", "false"),
+    ("gc.auto", "0"),
+    ("maintenance.auto", "false"),
+    ("protocol.allow", "never"),
+    *((f"protocol.{name}.allow", "always") for name in ALLOWED_PROTOCOLS),
+)
+_SAFE_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_ATTR_NOSYSTEM": "1",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_PAGER": "cat",
+    "GIT_OPTIONAL_LOCKS": "0",
+}
+# Inherited variables that would point git at another repository, index or command.
+_DROPPED_ENV = {
+    "GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE", "GIT_PREFIX", "GIT_SHALLOW_FILE", "GIT_GRAFT_FILE",
+    "GIT_REPLACE_REF_BASE", "GIT_EXTERNAL_DIFF", "GIT_EDITOR", "GIT_SEQUENCE_EDITOR",
+}
+NO_EXTERNAL_DIFF = ("--no-ext-diff", "--no-textconv")
+# git's stock advice after a failed remote call: says nothing about the cause.
+_BOILERPLATE = ("Please make sure you have the correct access rights", "and the repository exists.")
+
+
+def _environment(config: Sequence[tuple[str, str]], env: dict[str, str] | None) -> dict[str, str]:
+    pairs = [*SAFE_CONFIG, *config]
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("GIT_CONFIG") and k not in _DROPPED_ENV}
+    environment.update(_SAFE_ENV, GIT_CONFIG_COUNT=str(len(pairs)))
+    for number, (key, value) in enumerate(pairs):
+        environment[f"GIT_CONFIG_KEY_{number}"] = key
+        environment[f"GIT_CONFIG_VALUE_{number}"] = value
+    environment.update(env or {})
+    return environment
+
+
+def _cause(stderr: bytes) -> str:
+    """What git said went wrong, in one line."""
+    lines = []
+    for line in stderr.decode(errors="replace").splitlines():
+        line = line.strip()
+        for prefix in ("fatal: ", "error: "):
+            line = line.removeprefix(prefix)
+        if line and not line.startswith(("hint:", *_BOILERPLATE)):
+            lines.append(line)
+    text = "; ".join(dict.fromkeys(lines))
+    return text if len(text) <= 600 else text[:600] + "..."
+
+
+def run_git(
+    cwd: Path | str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    config: Sequence[tuple[str, str]] = (),
+    stdin: bytes = b"",
+    source: Sequence[str] | None = None,
+    ok: Sequence[int] = (0,),
+    timeout: float = GIT_TIMEOUT_S,
+    limit: int = OUTPUT_LIMIT,
+) -> str:
+    """stdout of ``git args`` in ``cwd``, with SAFE_CONFIG and ``config`` over every
+    configuration file; the one way dflash-doctor runs git.
+
+    ``source``: the arguments of a git command whose stdout is this one's stdin
+    (``stdin`` then feeds that one). GitFailure unless the exit status is in ``ok``,
+    after ``timeout`` seconds for the whole call, or past ``limit`` bytes of stdout;
+    the commands are then killed with everything they started.
+    """
+    environment = _environment(config, env)
+    deadline = time.monotonic() + timeout
+    procs: list[subprocess.Popen] = []
+    with tempfile.TemporaryFile() as feed:
+        feed.write(stdin)
+        feed.seek(0)
+        try:
+            upstream = feed
+            for command in [c for c in (source, args) if c is not None]:
+                proc = subprocess.Popen(
+                    ["git", "--no-pager", *command], cwd=cwd, env=environment, stdin=upstream,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                )
+                procs.append(proc)
+                if upstream is not feed:
+                    upstream.close()  # the next command holds it now
+                upstream = proc.stdout
+            out, errors = _collect(procs, deadline, limit, f"git {args[0]}", timeout)
+        except OSError as exc:
+            raise GitFailure(f"cannot run git: {exc.strerror}") from None
+        finally:
+            for proc in procs:
+                if proc.returncode is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                for stream in (proc.stdout, proc.stderr):
+                    if stream:
+                        stream.close()
+    if procs[-1].returncode not in ok:
+        raise GitFailure(f"git {args[0]}: {_cause(errors[-1]) or f'exit {procs[-1].returncode}'}")
+    if len(procs) > 1 and procs[0].returncode:
+        raise GitFailure(f"git {source[0]}: {_cause(errors[0]) or f'exit {procs[0].returncode}'}")
+    return out.decode(errors="surrogateescape")  # bytes round-trip: a diff read here is applied as it was
+
+
+def _collect(procs: list[subprocess.Popen], deadline: float, limit: int, name: str, timeout: float) -> tuple[bytes, list[bytes]]:
+    """The last command's stdout and every command's stderr, read until they end and exit."""
+    stdout = procs[-1].stdout
+    buffers = {stdout: bytearray(), **{proc.stderr: bytearray() for proc in procs}}
+    expired = GitFailure(f"{name}: timed out after {timeout:g} s")
+    with selectors.DefaultSelector() as selector:
+        for stream in buffers:
+            selector.register(stream, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise expired
+            for key, _ in selector.select(left):
+                chunk = os.read(key.fd, 1 << 16)
+                buffer = buffers[key.fileobj]
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                elif key.fileobj is stdout:
+                    if len(buffer) + len(chunk) > limit:
+                        raise GitFailure(f"{name}: printed more than {limit} bytes")
+                    buffer += chunk
+                else:
+                    buffer += chunk[: max(_STDERR_LIMIT - len(buffer), 0)]
+    for proc in procs:
+        try:
+            proc.wait(max(deadline - time.monotonic(), 0))
+        except subprocess.TimeoutExpired:
+            raise expired from None
+    return bytes(buffers[stdout]), [bytes(buffers[proc.stderr]) for proc in procs]
 
 
 class Repository:
-    """A git repository opened with gitpython, and how the ladder calls git in it."""
+    """A git repository, and how the ladder calls git in it (through ``run_git``)."""
 
     def __init__(self, path: Path) -> None:
-        import git
-
+        path = Path(path)
+        if not path.exists():
+            raise ToolError(f"no such repository: {path}")
+        if not path.is_dir():
+            raise ToolError(f"not a git repository: {path}")
+        self.cwd = path
+        # Only ``path`` itself is a repository, never a directory above it.
+        self.env = {"GIT_CEILING_DIRECTORIES": str(path.resolve().parent)}
+        self.config: tuple[tuple[str, str], ...] = ()
         try:
-            self.repo = git.Repo(path)
-        except git.NoSuchPathError:
-            raise ToolError(f"no such repository: {path}") from None
-        except git.InvalidGitRepositoryError:
-            raise ToolError(f"not a git repository: {path}") from None
-        self.location = self.repo.working_tree_dir or self.repo.git_dir
-        common = Path(self.repo.common_dir)
-        self.objects_dir = common / "objects"
-        self.cache_dir = common / "dflash-doctor"
-        self.shallow = (common / "shallow").is_file()
+            git_dir, common, bare, shallow = self.lines(
+                "rev-parse", "--path-format=absolute", "--git-dir", "--git-common-dir", "--is-bare-repository",
+                "--is-shallow-repository",
+            )
+        except GitFailure as exc:
+            raise ToolError(f"not a git repository: {path} ({exc})") from None
+        self.git_dir = Path(git_dir)
+        self.worktree = None if bare == "true" else Path(self.git("rev-parse", "--show-toplevel").strip())
+        self.location = str(self.worktree or self.git_dir)
+        self.objects_dir = Path(common) / "objects"
+        self.cache_dir = Path(common) / "dflash-doctor"
+        self.shallow = shallow == "true"
+        self.config = self._empty_drivers()
         self._temp: _TempObjects | None = None
 
-    def git(self, *args: str, env: dict[str, str] | None = None, stdin_text: str | None = None, istream=None, ok: Sequence[int] = (0,)) -> str:
-        """stdout of ``git args``; GitFailure unless the exit status is in ``ok``."""
-        if stdin_text is not None:
-            with _stdin(stdin_text) as handle:
-                return self.git(*args, env=env, istream=handle, ok=ok)
-        status, out, err = self.repo.git.execute(
-            ["git", *args], with_extended_output=True, with_exceptions=False, env=env, istream=istream,
-            strip_newline_in_stdout=False,
+    def _empty_drivers(self) -> tuple[tuple[str, str], ...]:
+        """Every filter and merge driver the repository defines, emptied: ``.gitattributes``
+        or ``.git/info/attributes`` may select any of them for any file."""
+        names = self.git(
+            "config", "-z", "--name-only", "--get-regexp", r"^(filter|merge)\..+\.(clean|smudge|process|driver)$",
+            ok=(0, 1),
         )
-        if status not in ok:
-            raise GitFailure(f"git {args[0]}: {_last_line(err) or f'exit {status}'}")
-        return out
+        keys = [key for key in names.split("\0") if key]
+        filters = {key[len("filter.") : key.rindex(".")] for key in keys if key.startswith("filter.")}
+        return tuple((key, "") for key in keys) + tuple((f"filter.{name}.required", "false") for name in sorted(filters))
 
-    def pipe(self, first: Sequence[str], second: Sequence[str], stdin_text: str) -> str:
-        """``git first | git second``; ``stdin_text`` feeds the first."""
-        with _stdin(stdin_text) as stdin:
-            handle = self.repo.git.execute(["git", *first], as_process=True, istream=stdin)
-            producer = handle.proc  # alive while ``handle`` is: dropping it kills the process
-            try:
-                out = self.git(*second, istream=producer.stdout)
-            except GitFailure:
-                producer.kill()
-                producer.wait()
-                raise
-            status = producer.wait()
-            error = producer.stderr.read().decode(errors="replace")
-            del handle
-            if status:
-                raise GitFailure(f"git {first[0]}: {_last_line(error) or f'exit {status}'}")
-        return out
+    def git(self, *args: str, env: dict[str, str] | None = None, stdin_text: str | None = None, source: Sequence[str] | None = None,
+            ok: Sequence[int] = (0,), timeout: float = GIT_TIMEOUT_S) -> str:
+        """stdout of ``git args`` (``run_git`` with this repository's settings)."""
+        stdin = (stdin_text or "").encode(errors="surrogateescape")
+        return run_git(
+            self.cwd, *args, env={**self.env, **(env or {})}, config=self.config, stdin=stdin, source=source, ok=ok,
+            timeout=timeout,
+        )
 
     def lines(self, *args: str) -> list[str]:
         return [line for line in self.git(*args).splitlines() if line]
@@ -209,28 +361,29 @@ class Repository:
         if self._temp is not None:
             self._temp.close()
             self._temp = None
-        self.repo.close()
 
 
 class _TempObjects:
-    """A throw-away object directory in front of the repository's own store."""
+    """A throw-away bare repository whose object store sits in front of the repository's own.
+
+    ``env`` writes objects there from the repository; ``bare_env`` runs git in the
+    throw-away repository itself: no configuration, attributes or hooks of the
+    repository apply there, so merges use git's own drivers.
+    """
 
     def __init__(self, repository: Repository) -> None:
-        from gitdb.db import LooseObjectDB
-
+        self.repository = repository
         self.directory = tempfile.mkdtemp(prefix="dflash-doctor-objects-")
-        self.db = LooseObjectDB(self.directory)
-        self.env = {"GIT_OBJECT_DIRECTORY": self.directory, "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(repository.objects_dir)}
+        object_format = repository.git("rev-parse", "--show-object-format").strip()
+        repository.git("init", "--quiet", "--bare", "--template=", f"--object-format={object_format}", self.directory)
+        alternates = {"GIT_ALTERNATE_OBJECT_DIRECTORIES": str(repository.objects_dir)}
+        self.env = {"GIT_OBJECT_DIRECTORY": str(Path(self.directory) / "objects"), **alternates}
+        self.bare_env = {"GIT_DIR": self.directory, **alternates}
 
     def commit(self, tree: str, parent: str | None = None) -> str:
-        import io
-
-        from gitdb.base import IStream
-
         who = "dflash-doctor <dflash-doctor@localhost> 0 +0000"
         text = f"tree {tree}\n" + (f"parent {parent}\n" if parent else "") + f"author {who}\ncommitter {who}\n\nmerge-tree probe\n"
-        data = text.encode()
-        return self.db.store(IStream(b"commit", len(data), io.BytesIO(data))).hexsha.decode()
+        return self.repository.git("hash-object", "-w", "-t", "commit", "--stdin", env=self.bare_env, stdin_text=text).strip()
 
     def close(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
@@ -249,7 +402,7 @@ def three_way(repository: Repository, base_tree: str, ours_tree: str, theirs_tre
     ours, theirs = temp.commit(ours_tree, base), temp.commit(theirs_tree, base)
     out = repository.git(
         "merge-tree", "--write-tree", "-z", "--name-only", "--no-messages", ours, theirs,
-        env=temp.env, ok=(0, 1),
+        env=temp.bare_env, ok=(0, 1),
     )
     fields = [field for field in out.split("\0") if field]
     conflicts = tuple(dict.fromkeys(fields[1:]))
@@ -311,30 +464,68 @@ def main_branch(main_ref: str | None, remote: str) -> str | None:
 
 def fetch_refs(repository: Repository, remote: str, branch: str | None, prs: Iterable[int]) -> set[int]:
     """Fetch ``refs/pull/N/head`` (and the main branch) from ``remote``; the PRs it lacks."""
+    remotes = repository.lines("remote")
+    if remote not in remotes:
+        known = f"its remotes: {', '.join(remotes)}" if remotes else "it has no remotes"
+        raise ToolError(
+            f"--fetch: {repository.location} has no remote named {remote} ({known}): name one with --remote NAME, "
+            f"or add it: git -C {repository.location} remote add {remote} https://github.com/vllm-project/vllm.git"
+        )
+    url = repository.git("remote", "get-url", "--end-of-options", remote).strip()
     wanted = {f"refs/pull/{pr}/head": f"refs/pull/{pr}/head" for pr in prs}
     if branch:
         wanted[f"refs/heads/{branch}"] = f"refs/remotes/{remote}/{branch}"
+    # --upload-pack: remote.<name>.uploadpack would run as a local command for a file remote.
+    upload_pack = "--upload-pack=git-upload-pack"
     try:
-        listed = repository.lines("ls-remote", "--end-of-options", remote, *wanted)
-        present = {line.split("\t", 1)[1] for line in listed if "\t" in line}
+        listed = repository.git("ls-remote", upload_pack, "--end-of-options", remote, *wanted, timeout=FETCH_TIMEOUT_S)
+        present = {line.split("\t", 1)[1] for line in listed.splitlines() if "\t" in line}
         refspecs = [f"+{source}:{target}" for source, target in wanted.items() if source in present]
         if refspecs:
-            repository.git("fetch", "--quiet", "--no-tags", "--end-of-options", remote, *refspecs)
+            repository.git(
+                "fetch", "--quiet", "--no-tags", "--no-recurse-submodules", "--no-write-fetch-head", upload_pack,
+                "--end-of-options", remote, *refspecs, timeout=FETCH_TIMEOUT_S,
+            )
     except GitFailure as exc:
-        raise ToolError(f"cannot fetch from {remote} into {repository.location}: {exc}") from None
+        allowed = " (dflash-doctor fetches only over " + ", ".join(ALLOWED_PROTOCOLS) + ")" if "not allowed" in str(exc) else ""
+        raise ToolError(f"cannot fetch from {remote} ({url}) into {repository.location}: {exc}{allowed}") from None
     return {pr for pr in prs if f"refs/pull/{pr}/head" not in present}
 
 
 # ---------------------------------------------------------------- caches
 
 
-def _read_cache(path: Path, kind: str) -> list[str] | None:
+_CACHE_LIMIT = 64 << 20  # bytes: a cache file larger than this was not written here
+
+
+def _cache_usable(repository: Repository, path: Path) -> bool:
+    """Every step of ``path`` below the git dir is absent or a real directory, and the file
+    absent or a regular file: a planted symlink would lead reads and writes outside."""
+    step = repository.cache_dir.parent
+    for part in path.relative_to(step).parts:
+        step = step / part
+        try:
+            mode = step.lstat().st_mode
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        if not (stat.S_ISREG(mode) if step == path else stat.S_ISDIR(mode)):
+            return False
+    return True
+
+
+def _read_cache(repository: Repository, path: Path, kind: str) -> list[str] | None:
     from .paths import caches_disabled
 
-    if caches_disabled():
+    if caches_disabled() or not _cache_usable(repository, path):
         return None
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                return None
+            data = handle.read(_CACHE_LIMIT + 1)
+        lines = data.decode("utf-8").splitlines() if len(data) <= _CACHE_LIMIT else []
     except (OSError, UnicodeDecodeError):
         return None
     return lines[1:] if lines and lines[0] == _CACHE_HEADER.format(kind) else None
@@ -345,7 +536,7 @@ def _write_cache(repository: Repository, path: Path, kind: str, lines: Iterable[
     from .paths import caches_disabled
     from .paths import write_atomically
 
-    if repository.shallow or caches_disabled():
+    if repository.shallow or caches_disabled() or not _cache_usable(repository, path):
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -397,7 +588,7 @@ class LandingIndex:
 def landing_index(repository: Repository, main: MainRef) -> LandingIndex:
     """Read from the cache, extended by the main-ref commits added since it was written."""
     path = repository.cache_dir / "landings" / quote(main.full, safe="")
-    cached = LandingIndex.parse(_read_cache(path, "landings") or [])
+    cached = LandingIndex.parse(_read_cache(repository, path, "landings") or [])
     if cached and cached.tip == main.sha:
         return cached
     log = ["log", "--first-parent", "--format=%H%x00%P%x00%s", main.sha]
@@ -425,7 +616,7 @@ class PatchIds:
         self.repository = repository
         self.path = repository.cache_dir / "patch-ids"
         self.known: dict[str, str | None] = {}
-        for line in _read_cache(self.path, "patch-ids") or []:
+        for line in _read_cache(repository, self.path, "patch-ids") or []:
             if _CACHED_PATCH_ID.fullmatch(line):
                 commit, patch_id = line.split()
                 self.known[commit] = None if patch_id == "-" else patch_id
@@ -435,7 +626,10 @@ class PatchIds:
         commits = list(dict.fromkeys(commits))
         todo = [commit for commit in commits if commit not in self.known]
         if todo:
-            out = self.repository.pipe(["diff-tree", "--stdin", "-p", "--no-color", "--no-ext-diff"], ["patch-id", "--stable"], "\n".join(todo) + "\n")
+            out = self.repository.git(
+                "patch-id", "--stable", source=["diff-tree", "--stdin", "-p", "--no-color", *NO_EXTERNAL_DIFF],
+                stdin_text="\n".join(todo) + "\n",
+            )
             found = dict(reversed(line.split()) for line in out.splitlines() if line)
             for commit in todo:
                 self.known[commit] = found.get(commit)  # None: empty change
@@ -704,7 +898,7 @@ def apply_pr(repo: Path, pr: int, *, main_ref: str | None = None, remote: str = 
     """
     repository = Repository(repo)
     try:
-        if repository.repo.working_tree_dir is None:
+        if repository.worktree is None:
             raise ToolError(f"{repository.location} is a bare repository: patch needs a checkout")
         try:
             return _apply(repository, pr, main_ref, remote, dry_run)
@@ -737,9 +931,9 @@ def _apply(repository: Repository, pr: int, main_ref: str | None, remote: str, d
     base_tree, tip_tree = repository.lines("rev-parse", f"{base}^{{tree}}", f"{tip}^{{tree}}")
     temp = repository.temp_objects()
     index = Path(temp.directory) / "index"
-    real_index = Path(repository.repo.git_dir) / "index"
+    real_index = repository.git_dir / "index"
     env = {**temp.env, "GIT_INDEX_FILE": str(index)}
-    if real_index.is_file():
+    if real_index.is_file() and not real_index.is_symlink():
         shutil.copyfile(real_index, index)
     else:
         repository.git("read-tree", "HEAD", env=env)
@@ -750,8 +944,8 @@ def _apply(repository: Repository, pr: int, main_ref: str | None, remote: str, d
         return PatchOutcome(pr, "conflict", change, (), merged.conflicts)
     if merged.tree == worktree:
         return PatchOutcome(pr, "already-present", change, (), ())
-    files = tuple(f for f in repository.git("diff", "--name-only", "-z", worktree, merged.tree, env=temp.env).split("\0") if f)
-    diff = repository.git("diff", "--binary", "--full-index", worktree, merged.tree, env=temp.env)
+    files = tuple(f for f in repository.git("diff", *NO_EXTERNAL_DIFF, "--name-only", "-z", worktree, merged.tree, env=temp.env).split("\0") if f)
+    diff = repository.git("diff", *NO_EXTERNAL_DIFF, "--binary", "--full-index", worktree, merged.tree, env=temp.env)
     if dry_run:
         return PatchOutcome(pr, "would-apply", change, files, (), diff)
     try:
