@@ -308,14 +308,15 @@ class Repository:
         self.env = {"GIT_CEILING_DIRECTORIES": str(path.resolve().parent)}
         self.config: tuple[tuple[str, str], ...] = ()
         try:
-            git_dir, common, bare, shallow = self.lines(
-                "rev-parse", "--path-format=absolute", "--git-dir", "--git-common-dir", "--is-bare-repository",
+            git_dir, common, in_git_dir, shallow = self.lines(
+                "rev-parse", "--path-format=absolute", "--git-dir", "--git-common-dir", "--is-inside-git-dir",
                 "--is-shallow-repository",
             )
+            top = None if in_git_dir == "true" else self.git("rev-parse", "--show-toplevel").strip()
         except GitFailure as exc:
             raise ToolError(f"not a git repository: {path} ({exc})") from None
         self.git_dir = Path(git_dir)
-        self.worktree = None if bare == "true" else Path(self.git("rev-parse", "--show-toplevel").strip())
+        self.worktree = Path(top) if top else None
         self.location = str(self.worktree or self.git_dir)
         self.objects_dir = Path(common) / "objects"
         self.cache_dir = Path(common) / "dflash-doctor"
@@ -899,7 +900,12 @@ def apply_pr(repo: Path, pr: int, *, main_ref: str | None = None, remote: str = 
     repository = Repository(repo)
     try:
         if repository.worktree is None:
-            raise ToolError(f"{repository.location} is a bare repository: patch needs a checkout")
+            raise ToolError(f"{repository.location} is a git directory without a work tree: patch needs a checkout")
+        if repository.worktree.resolve() != Path(repo).resolve():
+            raise ToolError(
+                f"{repo}: its configuration (core.worktree) puts its work tree at {repository.worktree}; "
+                "patch writes only into the checkout given with --repo"
+            )
         try:
             return _apply(repository, pr, main_ref, remote, dry_run)
         except GitFailure as exc:

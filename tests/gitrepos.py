@@ -270,6 +270,7 @@ def plant_hostile_config(repo: Repo, markers: Path) -> None:
         return f"touch {markers / name}; {then}"
 
     settings = {
+        "core.hooksPath": str(repo.path / ".git" / "hooks"),
         "core.fsmonitor": touch("fsmonitor"),
         "core.pager": touch("core.pager", "cat"),
         "pager.log": touch("pager.log", "cat"),

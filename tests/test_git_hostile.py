@@ -153,3 +153,13 @@ def test_every_git_call_is_bounded_in_time_and_output(clone, tmp_path):
     clone.git("config", "include.path", str(fifo))
     with pytest.raises(GitFailure, match="timed out after 1 s"):
         run_git(clone.path, "rev-parse", "HEAD", timeout=1)
+
+
+def test_patch_never_writes_where_core_worktree_points(clone, tmp_path):
+    clone.git("checkout", "--quiet", "releases/v0.20")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    clone.git("config", "core.worktree", str(outside))
+    proc = run_cli("patch", "--repo", str(clone.path), "--pr", "53388", "--yes")
+    assert_error(proc, f"puts its work tree at {outside}")
+    assert list(outside.iterdir()) == []
