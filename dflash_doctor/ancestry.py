@@ -314,6 +314,11 @@ class Repository:
             )
             top = None if in_git_dir == "true" else self.git("rev-parse", "--show-toplevel").strip()
         except GitFailure as exc:
+            if "dubious ownership" in str(exc):
+                raise ToolError(
+                    f"{path} belongs to another user and git refuses to open it (a safe.directory exception in your "
+                    "git configuration does not apply: dflash-doctor reads none); run as its owner, or own a copy"
+                ) from None
             raise ToolError(f"not a git repository: {path} ({exc})") from None
         self.git_dir = Path(git_dir)
         self.worktree = Path(top) if top else None

@@ -163,3 +163,12 @@ def test_patch_never_writes_where_core_worktree_points(clone, tmp_path):
     proc = run_cli("patch", "--repo", str(clone.path), "--pr", "53388", "--yes")
     assert_error(proc, f"puts its work tree at {outside}")
     assert list(outside.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="handing a repository to another user needs root")
+def test_a_repository_another_user_owns_is_refused_with_the_reason(clone, tmp_path):
+    markers = plant(clone, tmp_path)
+    os.chown(clone.path, 65534, 65534)  # nobody
+    proc = run_cli("ancestry", "--repo", str(clone.path), "--commit", "main")
+    assert_error(proc, "belongs to another user and git refuses to open it")
+    assert "safe.directory" in proc.stderr and ran(markers) == []
