@@ -145,9 +145,8 @@ ALLOWED_PROTOCOLS = ("https", "ssh", "file")
 
 # Given in the environment (command-line scope), so they win over every
 # configuration file, the repository's own included: nothing the repository
-# configures runs a command. Filters and merge drivers it defines are emptied by
-# name (Repository), diffs are run with NO_EXTERNAL_DIFF, and fetch with
-# --upload-pack (remote.<name>.uploadpack is a local shell command for file remotes).
+# configures runs a command. Filters, merge drivers and remote programs it defines
+# are set by name (Repository._neutral_config); diffs run with NO_EXTERNAL_DIFF.
 SAFE_CONFIG = (
     ("core.hooksPath", os.devnull),
     ("core.fsmonitor", "false"),
@@ -326,19 +325,31 @@ class Repository:
         self.objects_dir = Path(common) / "objects"
         self.cache_dir = Path(common) / "dflash-doctor"
         self.shallow = shallow == "true"
-        self.config = self._empty_drivers()
+        self.config = self._neutral_config()
         self._temp: _TempObjects | None = None
 
-    def _empty_drivers(self) -> tuple[tuple[str, str], ...]:
+    def _neutral_config(self) -> tuple[tuple[str, str], ...]:
         """Every filter and merge driver the repository defines, emptied: ``.gitattributes``
         or ``.git/info/attributes`` may select any of them for any file."""
         names = self.git(
-            "config", "-z", "--name-only", "--get-regexp", r"^(filter|merge)\..+\.(clean|smudge|process|driver)$",
+            "config", "-z", "--name-only", "--get-regexp", r"^(filter\..+\.(clean|smudge|process)|merge\..+\.driver)$",
             ok=(0, 1),
         )
         keys = [key for key in names.split("\0") if key]
-        filters = {key[len("filter.") : key.rindex(".")] for key in keys if key.startswith("filter.")}
-        return tuple((key, "") for key in keys) + tuple((f"filter.{name}.required", "false") for name in sorted(filters))
+        filters = sorted({key[len("filter.") : key.rindex(".")] for key in keys if key.startswith("filter.")})
+        return tuple((key, "") for key in keys) + tuple((f"filter.{name}.required", "false") for name in filters)
+
+    def refuse_upload_pack(self) -> None:
+        """Before git may fetch (``--fetch``, or a partial clone fetching on demand):
+        ``remote.<name>.uploadpack`` runs as a local command for a file remote, and its
+        first value wins over any override, so a repository that sets one is refused."""
+        found = [key for key in self.git("config", "-z", "--name-only", "--get-regexp", r"^remote\..+\.uploadpack$", ok=(0, 1)).split("\0") if key]
+        if found:
+            raise ToolError(
+                f"{self.location} sets {found[0]}, a command git would run on this machine when fetching; "
+                f"dflash-doctor does not fetch in such a repository: remove it (git -C {self.location} config "
+                f"--unset-all {found[0]})"
+            )
 
     def git(self, *args: str, env: dict[str, str] | None = None, stdin_text: str | None = None, source: Sequence[str] | None = None,
             ok: Sequence[int] = (0,), timeout: float = GIT_TIMEOUT_S) -> str:
@@ -470,6 +481,7 @@ def main_branch(main_ref: str | None, remote: str) -> str | None:
 
 def fetch_refs(repository: Repository, remote: str, branch: str | None, prs: Iterable[int]) -> set[int]:
     """Fetch ``refs/pull/N/head`` (and the main branch) from ``remote``; the PRs it lacks."""
+    repository.refuse_upload_pack()
     remotes = repository.lines("remote")
     if remote not in remotes:
         known = f"its remotes: {', '.join(remotes)}" if remotes else "it has no remotes"
@@ -481,15 +493,13 @@ def fetch_refs(repository: Repository, remote: str, branch: str | None, prs: Ite
     wanted = {f"refs/pull/{pr}/head": f"refs/pull/{pr}/head" for pr in prs}
     if branch:
         wanted[f"refs/heads/{branch}"] = f"refs/remotes/{remote}/{branch}"
-    # --upload-pack: remote.<name>.uploadpack would run as a local command for a file remote.
-    upload_pack = "--upload-pack=git-upload-pack"
     try:
-        listed = repository.git("ls-remote", upload_pack, "--end-of-options", remote, *wanted, timeout=FETCH_TIMEOUT_S)
+        listed = repository.git("ls-remote", "--end-of-options", remote, *wanted, timeout=FETCH_TIMEOUT_S)
         present = {line.split("\t", 1)[1] for line in listed.splitlines() if "\t" in line}
         refspecs = [f"+{source}:{target}" for source, target in wanted.items() if source in present]
         if refspecs:
             repository.git(
-                "fetch", "--quiet", "--no-tags", "--no-recurse-submodules", "--no-write-fetch-head", upload_pack,
+                "fetch", "--quiet", "--no-tags", "--no-recurse-submodules", "--no-write-fetch-head",
                 "--end-of-options", remote, *refspecs, timeout=FETCH_TIMEOUT_S,
             )
     except GitFailure as exc:
@@ -920,6 +930,8 @@ def apply_pr(repo: Path, pr: int, *, main_ref: str | None = None, remote: str = 
 
 
 def _apply(repository: Repository, pr: int, main_ref: str | None, remote: str, dry_run: bool) -> PatchOutcome:
+    if repository.is_partial_clone:
+        repository.refuse_upload_pack()  # reading objects may fetch them
     main = resolve_main_ref(repository, main_ref, remote)
     landings = landing_index(repository, main).landed.get(pr, [])
     head = repository.git("rev-parse", "--verify", "--quiet", f"refs/pull/{pr}/head^{{commit}}", ok=(0, 1)).strip()
@@ -955,12 +967,13 @@ def _apply(repository: Repository, pr: int, main_ref: str | None, remote: str, d
         return PatchOutcome(pr, "conflict", change, (), merged.conflicts)
     if merged.tree == worktree:
         return PatchOutcome(pr, "already-present", change, (), ())
-    files = tuple(f for f in repository.git("diff", *NO_EXTERNAL_DIFF, "--name-only", "-z", worktree, merged.tree, env=temp.env).split("\0") if f)
-    diff = repository.git("diff", *NO_EXTERNAL_DIFF, "--binary", "--full-index", worktree, merged.tree, env=temp.env)
+    files = tuple(f for f in repository.git("diff", *NO_EXTERNAL_DIFF, "--name-only", "-z", worktree, merged.tree, env=temp.bare_env).split("\0") if f)
+    diff = repository.git("diff", *NO_EXTERNAL_DIFF, "--binary", "--full-index", worktree, merged.tree, env=temp.bare_env)
     if dry_run:
         return PatchOutcome(pr, "would-apply", change, files, (), diff)
     try:
-        repository.git("apply", "--binary", env=temp.env, stdin_text=diff)
+        # Written from the throw-away repository: no filter or attribute of the checkout's applies.
+        repository.git("apply", "--binary", env={**temp.bare_env, "GIT_WORK_TREE": str(repository.worktree)}, stdin_text=diff)
     except GitFailure as exc:
         raise ToolError(f"the merged change does not apply to the working tree (nothing was changed): {exc}") from None
     return PatchOutcome(pr, "applied", change, files, (), diff)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -95,8 +96,6 @@ def test_fetch_runs_no_ssh_command_upload_pack_or_ext_transport(history, clone, 
     clone.git("remote", "add", "evil", f"ext::sh -c touch% {tmp_path / 'markers' / 'ext'}")
     clone.git("remote", "add", "local", str(history.path))
     markers = plant(clone, tmp_path)
-    clone.git("config", "remote.local.uploadpack", f"touch {markers / 'uploadpack'}; git-upload-pack")
-    clone.git("config", "remote.local.url", str(history.path))
     base = ("ancestry", "--repo", str(clone.path), "--commit", "main", "--pr", "40898", "--fetch")
 
     proc = run_cli(*base)
@@ -105,9 +104,35 @@ def test_fetch_runs_no_ssh_command_upload_pack_or_ext_transport(history, clone, 
     proc = run_cli(*base, "--remote", "evil")
     assert_error(proc, "transport 'ext' not allowed")
     assert ran(markers) == []
+    # remote.<name>.uploadpack runs locally for a file remote, and no override beats it.
+    clone.git("config", "remote.local.uploadpack", f"touch {markers / 'uploadpack'}; git-upload-pack")
+    proc = run_cli(*base, "--remote", "local", "--main-ref", "local/main")
+    assert_error(proc, "sets remote.local.uploadpack, a command git would run on this machine when fetching")
+    assert "config --unset-all remote.local.uploadpack" in proc.stderr
+    assert ran(markers) == []
+    clone.git("config", "--unset-all", "remote.local.uploadpack")
     code, report = ancestry_json(*base[1:], "--remote", "local", "--main-ref", "local/main")
     assert (report["prs"][0]["status"], code) == ("missing", 1)  # fetched refs/pull/40898/head
     assert ran(markers) == []
+
+
+def test_a_partial_clone_fetching_on_demand_runs_no_upload_pack_command(history, tmp_path):
+    origin = tmp_path / "origin"
+    shutil.copytree(history.path, origin, symlinks=True)
+    Repo(origin).git("config", "uploadpack.allowFilter", "true")
+    partial = tmp_path / "partial"
+    subprocess.run(["git", "clone", "--quiet", "--no-checkout", "--filter=blob:none", f"file://{origin}", str(partial)], check=True)
+    Repo(partial).git("checkout", "--quiet", "origin/releases/v0.20")  # fetches this tree's blobs, not the rest
+    markers = plant(Repo(partial), tmp_path)
+    Repo(partial).git("config", "remote.origin.uploadpack", f"touch {markers / 'uploadpack'}; git-upload-pack")
+    args = ("--repo", str(partial), "--commit", "origin/releases/v0.20", "--pr", "40727", "--pr", "46104", "--fetch")
+    assert_error(run_cli("ancestry", *args), "sets remote.origin.uploadpack")
+    assert_error(run_cli("patch", "--repo", str(partial), "--pr", "53388", "--dry-run"), "sets remote.origin.uploadpack")
+    assert ran(markers) == []
+    Repo(partial).git("config", "--unset-all", "remote.origin.uploadpack")
+    code, report = ancestry_json(*args)  # the blobs fetched on demand, the rest of the planted setup still there
+    assert [(e["status"], e["method"]) for e in report["prs"]] == [("contained", "patch-id"), ("contained", "merge-tree")]
+    assert ran(markers) == [] and code == 0
 
 
 def test_fetch_without_the_remote_says_so_and_how_to_fix_it(clone):
