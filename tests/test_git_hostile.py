@@ -95,6 +95,8 @@ def test_fetch_runs_no_ssh_command_upload_pack_or_ext_transport(history, clone, 
     clone.git("remote", "add", "origin", "ssh://127.0.0.1:1/vllm")  # nothing listens on port 1
     clone.git("remote", "add", "evil", f"ext::sh -c touch% {tmp_path / 'markers' / 'ext'}")
     clone.git("remote", "add", "local", str(history.path))
+    # An alternate object store: fetch asks core.alternateRefsCommand for its refs.
+    (clone.path / ".git" / "objects" / "info" / "alternates").write_text(f"{history.path / '.git' / 'objects'}\n")
     markers = plant(clone, tmp_path)
     base = ("ancestry", "--repo", str(clone.path), "--commit", "main", "--pr", "40898", "--fetch")
 

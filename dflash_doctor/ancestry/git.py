@@ -3,6 +3,7 @@ nothing the repository configures allowed to run a command."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -26,14 +27,15 @@ class GitFailure(Exception):
 # and a cap on what it prints (stderr beyond its cap is dropped).
 GIT_TIMEOUT_S = 120.0
 FETCH_TIMEOUT_S = 600.0
-OUTPUT_LIMIT = 256 << 20
+OUTPUT_LIMIT = 64 << 20  # vLLM's whole first-parent log is ~2 MB
 _STDERR_LIMIT = 64 << 10
 ALLOWED_PROTOCOLS = ("https", "ssh", "file")
 
 # Given in the environment (command-line scope), so they win over every
 # configuration file, the repository's own included: nothing the repository
-# configures runs a command. Filters, merge drivers and remote programs it defines
-# are set by name (Repository._neutral_config); diffs run with NO_EXTERNAL_DIFF.
+# configures runs a command. Filters and merge drivers it defines are emptied by
+# name (Repository._neutral_config), diffs run with NO_EXTERNAL_DIFF, and a set
+# remote.<name>.uploadpack, which no override beats, is refused before fetching.
 SAFE_CONFIG = (
     ("core.hooksPath", os.devnull),
     ("core.fsmonitor", "false"),
@@ -82,7 +84,7 @@ def _environment(config: Sequence[tuple[str, str]], env: dict[str, str] | None) 
     return environment
 
 
-def _cause(stderr: bytes) -> str:
+def _cause(stderr: bytearray) -> str:
     """What git said went wrong, in one line."""
     lines = []
     for line in stderr.decode(errors="replace").splitlines():
@@ -133,11 +135,12 @@ def run_git(
                 upstream = proc.stdout
             out, errors = _collect(procs, deadline, limit, f"git {args[0]}", timeout)
         except OSError as exc:
-            raise GitFailure(f"cannot run git: {exc.strerror}") from None
+            raise ToolError(f"cannot run git: {exc.strerror} (ancestry and patch --repo need git on PATH)") from None
         finally:
             for proc in procs:
                 if proc.returncode is None:
-                    os.killpg(proc.pid, signal.SIGKILL)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
                 for stream in (proc.stdout, proc.stderr):
                     if stream:
@@ -149,7 +152,7 @@ def run_git(
     return out.decode(errors="surrogateescape")  # bytes round-trip: a diff read here is applied as it was
 
 
-def _collect(procs: list[subprocess.Popen], deadline: float, limit: int, name: str, timeout: float) -> tuple[bytes, list[bytes]]:
+def _collect(procs: list[subprocess.Popen], deadline: float, limit: int, name: str, timeout: float) -> tuple[bytearray, list[bytearray]]:
     """The last command's stdout and every command's stderr, read until they end and exit."""
     stdout = procs[-1].stdout
     buffers = {stdout: bytearray(), **{proc.stderr: bytearray() for proc in procs}}
@@ -177,7 +180,7 @@ def _collect(procs: list[subprocess.Popen], deadline: float, limit: int, name: s
             proc.wait(max(deadline - time.monotonic(), 0))
         except subprocess.TimeoutExpired:
             raise expired from None
-    return bytes(buffers[stdout]), [bytes(buffers[proc.stderr]) for proc in procs]
+    return buffers[stdout], [buffers[proc.stderr] for proc in procs]
 
 
 class Repository:
