@@ -139,7 +139,7 @@ def test_a_partial_clone_fetching_on_demand_runs_no_upload_pack_command(history,
 
 def test_fetch_without_the_remote_says_so_and_how_to_fix_it(clone):
     proc = run_cli("ancestry", "--repo", str(clone.path), "--commit", "main", "--fetch")
-    assert_error(proc, f"has no remote named origin")
+    assert_error(proc, "has no remote named origin")
     assert "--remote NAME" in proc.stderr and "git -C" in proc.stderr and "remote add origin" in proc.stderr
     assert "and the repository exists" not in proc.stderr
     clone.git("remote", "add", "upstream", str(clone.path))

@@ -36,13 +36,12 @@ class PatchOutcome:
         }
 
 
-
 def apply_pr(repo: Path, pr: int, *, main_ref: str | None = None, remote: str = "origin", dry_run: bool = False) -> PatchOutcome:
     """3-way apply PR ``pr``'s change to the working tree of ``repo``.
 
     The merge is computed first, on a snapshot of the working tree (tracked files,
-    local edits included) in a temporary index and object directory; only a clean
-    result is written, with one atomic ``git apply``. On conflict nothing is touched;
+    local edits included) in a temporary index, in a throw-away repository; only a
+    clean result is written, with one atomic ``git apply``. On conflict nothing is touched;
     with ``dry_run`` never (the outcome carries the diff either way).
     """
     repository = Repository(repo)
@@ -105,7 +104,7 @@ def _apply(repository: Repository, pr: int, main_ref: str | None, remote: str, d
     if dry_run:
         return PatchOutcome(pr, "would-apply", change, files, (), diff)
     try:
-        # Written from the throw-away repository: no filter or attribute of the checkout's applies.
+        # Written from the throw-away repository: no filter or driver the checkout configures runs.
         repository.git("apply", "--binary", env={**temp.bare_env, "GIT_WORK_TREE": str(repository.worktree)}, stdin_text=diff)
     except GitFailure as exc:
         raise ToolError(f"the merged change does not apply to the working tree (nothing was changed): {exc}") from None

@@ -61,6 +61,5 @@ class AncestryReport:
         }
 
 
-
 def short_sha(sha: str | None) -> str:
     return sha[:12] if sha else "-"
