@@ -19,8 +19,9 @@ from pathlib import Path
 from ..model import ToolError
 
 
-class GitFailure(Exception):
-    """A git command failed, timed out or printed too much; the message says which and why."""
+class GitFailure(ToolError):
+    """A git command failed, timed out or printed too much; the message says which and why.
+    Callers that can say more catch it; uncaught, it is a one-line error like any other."""
 
 
 # Every git call is bounded: one deadline for the whole call (a fetch gets longer),

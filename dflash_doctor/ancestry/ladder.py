@@ -219,10 +219,8 @@ def judge(
     numbers = list(dict.fromkeys(pr for _, pr in wanted))
     repository = Repository(repo)
     try:
-        not_on_remote: set[int] = set()
-        if fetch:
-            not_on_remote = fetch_refs(repository, remote, main_branch(main_ref, remote), numbers)
         try:
+            not_on_remote = fetch_refs(repository, remote, main_branch(main_ref, remote), numbers) if fetch else set()
             main = resolve_main_ref(repository, main_ref, remote)
             judged = resolve_commit(repository, commit, commit_source)
             cases = _Judge(repository, judged, main, remote, fetch, not_on_remote).run(numbers)

@@ -72,7 +72,7 @@ def fetch_refs(repository: Repository, remote: str, branch: str | None, prs: Ite
             f"--fetch: {repository.location} has no remote named {remote} ({known}): name one with --remote NAME, "
             f"or add it: git -C {repository.location} remote add {remote} https://github.com/vllm-project/vllm.git"
         )
-    url = repository.git("remote", "get-url", "--end-of-options", remote).strip()
+    url = repository.git("remote", "get-url", "--end-of-options", remote, ok=(0, 2)).strip() or "no URL"
     wanted = {f"refs/pull/{pr}/head": f"refs/pull/{pr}/head" for pr in prs}
     if branch:
         wanted[f"refs/heads/{branch}"] = f"refs/remotes/{remote}/{branch}"
