@@ -263,7 +263,8 @@ HOOKS = (
 def plant_hostile_config(repo: Repo, markers: Path) -> None:
     """Configure ``repo`` as a hostile peer would: every setting, attribute and hook
     that makes git run a command runs one that creates a file in ``markers``.
-    Attributes come from ``.git/info/attributes``, which no commit carries."""
+    Attributes come from ``.git/info/attributes`` and an untracked ``.gitattributes``
+    (no commit carries them, so the history and its shas stay as they were)."""
     markers.mkdir(parents=True, exist_ok=True)
 
     def touch(name: str, then: str = "false") -> str:
@@ -298,6 +299,7 @@ def plant_hostile_config(repo: Repo, markers: Path) -> None:
     }
     for key, value in settings.items():
         repo.git("config", key, value)
+    (repo.path / ".gitattributes").write_text("*.py filter=evil merge=evil diff=evil\n")  # untracked, in the work tree
     info = repo.path / ".git" / "info"
     info.mkdir(exist_ok=True)
     (info / "attributes").write_text("* merge=evil filter=evil diff=evil\n*.md filter=proc\n")

@@ -102,6 +102,7 @@ def test_fetch_runs_no_ssh_command_upload_pack_or_ext_transport(history, clone, 
 
     proc = run_cli(*base)
     assert_error(proc, "cannot fetch from origin (ssh://127.0.0.1:1/vllm)")
+    assert "port 1: Connection refused" in proc.stderr  # what went wrong, not git's closing advice
     assert ran(markers) == []
     proc = run_cli(*base, "--remote", "evil")
     assert_error(proc, "transport 'ext' not allowed")
