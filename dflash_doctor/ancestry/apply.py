@@ -84,10 +84,10 @@ def _apply(repository: Repository, pr: int, main_ref: str | None, remote: str, d
     if repository.git("ls-files", "--unmerged"):
         raise ToolError(f"{repository.location} has unresolved merge conflicts: resolve them first")
     base_tree, tip_tree = repository.lines("rev-parse", f"{base}^{{tree}}", f"{tip}^{{tree}}")
-    temp = repository.temp_objects()
-    index = Path(temp.directory) / "index"
+    throw_away = repository.throw_away()
+    index = Path(throw_away.directory) / "index"
     real_index = repository.git_dir / "index"
-    env = {**temp.env, "GIT_INDEX_FILE": str(index)}
+    env = {**throw_away.env, "GIT_INDEX_FILE": str(index)}
     if real_index.is_file() and not real_index.is_symlink():
         shutil.copyfile(real_index, index)
     else:
@@ -99,13 +99,15 @@ def _apply(repository: Repository, pr: int, main_ref: str | None, remote: str, d
         return PatchOutcome(pr, "conflict", change, (), merged.conflicts)
     if merged.tree == worktree:
         return PatchOutcome(pr, "already-present", change, (), ())
-    files = tuple(f for f in repository.git("diff", *NO_EXTERNAL_DIFF, "--name-only", "-z", worktree, merged.tree, env=temp.bare_env).split("\0") if f)
-    diff = repository.git("diff", *NO_EXTERNAL_DIFF, "--binary", "--full-index", worktree, merged.tree, env=temp.bare_env)
+    inside = throw_away.bare_env
+    names = repository.git("diff", *NO_EXTERNAL_DIFF, "--name-only", "-z", worktree, merged.tree, env=inside)
+    files = tuple(name for name in names.split("\0") if name)
+    diff = repository.git("diff", *NO_EXTERNAL_DIFF, "--binary", "--full-index", worktree, merged.tree, env=inside)
     if dry_run:
         return PatchOutcome(pr, "would-apply", change, files, (), diff)
     try:
         # Written from the throw-away repository: no filter or driver the checkout configures runs.
-        repository.git("apply", "--binary", env={**temp.bare_env, "GIT_WORK_TREE": str(repository.worktree)}, stdin_text=diff)
+        repository.git("apply", "--binary", env={**inside, "GIT_WORK_TREE": str(repository.worktree)}, stdin_text=diff)
     except GitFailure as exc:
         raise ToolError(f"the merged change does not apply to the working tree (nothing was changed): {exc}") from None
     return PatchOutcome(pr, "applied", change, files, (), diff)

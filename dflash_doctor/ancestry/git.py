@@ -153,7 +153,9 @@ def run_git(
     return out.decode(errors="surrogateescape")  # bytes round-trip: a diff read here is applied as it was
 
 
-def _collect(procs: list[subprocess.Popen], deadline: float, limit: int, name: str, timeout: float) -> tuple[bytearray, list[bytearray]]:
+def _collect(
+    procs: list[subprocess.Popen], deadline: float, limit: int, name: str, timeout: float
+) -> tuple[bytearray, list[bytearray]]:
     """The last command's stdout and every command's stderr, read until they end and exit."""
     stdout = procs[-1].stdout
     buffers = {stdout: bytearray(), **{proc.stderr: bytearray() for proc in procs}}
@@ -217,7 +219,7 @@ class Repository:
         self.cache_dir = Path(common) / "dflash-doctor"
         self.shallow = shallow == "true"
         self.config = self._neutral_config()
-        self._temp: _TempObjects | None = None
+        self._throw_away: _ThrowAway | None = None
 
     def _neutral_config(self) -> tuple[tuple[str, str], ...]:
         """Every filter and merge driver the repository defines, emptied: ``.gitattributes``
@@ -234,7 +236,8 @@ class Repository:
         """Before git may fetch (``--fetch``, or a partial clone fetching on demand):
         ``remote.<name>.uploadpack`` runs as a local command for a file remote, and its
         first value wins over any override, so a repository that sets one is refused."""
-        found = [key for key in self.git("config", "-z", "--name-only", "--get-regexp", r"^remote\..+\.uploadpack$", ok=(0, 1)).split("\0") if key]
+        names = self.git("config", "-z", "--name-only", "--get-regexp", r"^remote\..+\.uploadpack$", ok=(0, 1))
+        found = [key for key in names.split("\0") if key]
         if found:
             raise ToolError(
                 f"{self.location} sets {found[0]}, a command git would run on this machine when fetching; "
@@ -242,8 +245,15 @@ class Repository:
                 f"--unset-all {found[0]})"
             )
 
-    def git(self, *args: str, env: dict[str, str] | None = None, stdin_text: str | None = None, source: Sequence[str] | None = None,
-            ok: Sequence[int] = (0,), timeout: float = GIT_TIMEOUT_S) -> str:
+    def git(
+        self,
+        *args: str,
+        env: dict[str, str] | None = None,
+        stdin_text: str | None = None,
+        source: Sequence[str] | None = None,
+        ok: Sequence[int] = (0,),
+        timeout: float = GIT_TIMEOUT_S,
+    ) -> str:
         """stdout of ``git args`` (``run_git`` with this repository's settings)."""
         stdin = (stdin_text or "").encode(errors="surrogateescape")
         return run_git(
@@ -260,18 +270,18 @@ class Repository:
         found = self.git("config", "--get-regexp", r"^(extensions\.partialclone|remote\..*\.promisor)$", ok=(0, 1))
         return bool(found.strip())
 
-    def temp_objects(self) -> _TempObjects:
-        if self._temp is None:
-            self._temp = _TempObjects(self)
-        return self._temp
+    def throw_away(self) -> _ThrowAway:
+        if self._throw_away is None:
+            self._throw_away = _ThrowAway(self)
+        return self._throw_away
 
     def close(self) -> None:
-        if self._temp is not None:
-            self._temp.close()
-            self._temp = None
+        if self._throw_away is not None:
+            self._throw_away.close()
+            self._throw_away = None
 
 
-class _TempObjects:
+class _ThrowAway:
     """A throw-away bare repository whose object store sits in front of the repository's own.
 
     ``env`` writes objects there from the repository; ``bare_env`` runs git in the
@@ -291,7 +301,8 @@ class _TempObjects:
     def commit(self, tree: str, parent: str | None = None) -> str:
         who = "dflash-doctor <dflash-doctor@localhost> 0 +0000"
         text = f"tree {tree}\n" + (f"parent {parent}\n" if parent else "") + f"author {who}\ncommitter {who}\n\nmerge-tree probe\n"
-        return self.repository.git("hash-object", "-w", "-t", "commit", "--stdin", env=self.bare_env, stdin_text=text).strip()
+        written = self.repository.git("hash-object", "-w", "-t", "commit", "--stdin", env=self.bare_env, stdin_text=text)
+        return written.strip()
 
     def close(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
@@ -305,12 +316,12 @@ class ThreeWay:
 
 def three_way(repository: Repository, base_tree: str, ours_tree: str, theirs_tree: str) -> ThreeWay:
     """Cherry-pick style merge of base->theirs into ours, objects kept out of the repository."""
-    temp = repository.temp_objects()
-    base = temp.commit(base_tree)
-    ours, theirs = temp.commit(ours_tree, base), temp.commit(theirs_tree, base)
+    throw_away = repository.throw_away()
+    base = throw_away.commit(base_tree)
+    ours, theirs = throw_away.commit(ours_tree, base), throw_away.commit(theirs_tree, base)
     out = repository.git(
         "merge-tree", "--write-tree", "-z", "--name-only", "--no-messages", ours, theirs,
-        env=temp.bare_env, ok=(0, 1),
+        env=throw_away.bare_env, ok=(0, 1),
     )
     fields = [field for field in out.split("\0") if field]
     conflicts = tuple(dict.fromkeys(fields[1:]))

@@ -86,6 +86,6 @@ def fetch_refs(repository: Repository, remote: str, branch: str | None, prs: Ite
                 "--end-of-options", remote, *refspecs, timeout=FETCH_TIMEOUT_S,
             )
     except GitFailure as exc:
-        allowed = " (dflash-doctor fetches only over " + ", ".join(ALLOWED_PROTOCOLS) + ")" if "not allowed" in str(exc) else ""
+        allowed = f" (dflash-doctor fetches only over {', '.join(ALLOWED_PROTOCOLS)})" if "not allowed" in str(exc) else ""
         raise ToolError(f"cannot fetch from {remote} ({url}) into {repository.location}: {exc}{allowed}") from None
     return {pr for pr in prs if f"refs/pull/{pr}/head" not in present}
