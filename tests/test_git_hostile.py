@@ -181,6 +181,14 @@ def test_every_git_call_is_bounded_in_time_and_output(clone, tmp_path):
     clone.git("config", "include.path", str(fifo))
     with pytest.raises(GitFailure, match="timed out after 1 s"):
         run_git(clone.path, "rev-parse", "HEAD", timeout=1)
+    left = []  # no git left blocked on the FIFO: killed with its process group
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and Path(os.readlink(proc / "cwd")) == clone.path:
+                left.append((proc / "cmdline").read_bytes())
+        except OSError:
+            pass
+    assert left == []
 
 
 def test_patch_never_writes_where_core_worktree_points(clone, tmp_path):
