@@ -25,7 +25,7 @@ _CACHE_LIMIT = 64 << 20  # bytes: a cache file larger than this was not written 
 
 
 def _cache_usable(repository: Repository, path: Path) -> bool:
-    """Every step of ``path`` below the git dir is absent or a real directory, and the file
+    """Every step of ``path`` below ``.git`` is absent or a real directory, and the file
     absent or a regular file: a planted symlink would lead reads and writes outside."""
     step = repository.cache_dir.parent
     for part in path.relative_to(step).parts:
