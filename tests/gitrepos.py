@@ -251,3 +251,61 @@ def generate_history(
         env={**os.environ, **_IDENTITY},
     )
     return repo.git("rev-list", "--first-parent", "--reverse", branch, *([f"^{start}"] if start else [])).split()
+
+
+# Every git hook a command could run; each one would touch a marker.
+HOOKS = (
+    "post-index-change", "reference-transaction", "post-checkout", "post-merge", "post-rewrite", "pre-auto-gc",
+    "post-commit", "pre-commit", "fsmonitor-watchman", "push-to-checkout", "pre-push", "post-update",
+)
+
+
+def plant_hostile_config(repo: Repo, markers: Path) -> None:
+    """Configure ``repo`` as a hostile peer would: every setting, attribute and hook
+    that makes git run a command runs one that creates a file in ``markers``.
+    Attributes come from ``.git/info/attributes`` and an untracked ``.gitattributes``
+    (no commit carries them, so the history and its shas stay as they were)."""
+    markers.mkdir(parents=True, exist_ok=True)
+
+    def touch(name: str, then: str = "false") -> str:
+        return f"touch {markers / name}; {then}"
+
+    settings = {
+        "core.hooksPath": str(repo.path / ".git" / "hooks"),
+        "core.fsmonitor": touch("fsmonitor"),
+        "core.pager": touch("core.pager", "cat"),
+        "pager.log": touch("pager.log", "cat"),
+        "pager.diff": touch("pager.diff", "cat"),
+        "core.sshCommand": touch("core.sshCommand"),
+        "core.askPass": touch("core.askPass"),
+        "core.gitProxy": touch("core.gitProxy"),
+        "core.alternateRefsCommand": touch("core.alternateRefsCommand", "true"),
+        "credential.helper": f"!{touch('credential.helper')}",
+        "diff.external": touch("diff.external"),
+        "diff.evil.command": touch("diff.evil.command"),
+        "diff.evil.textconv": touch("diff.evil.textconv", "cat"),
+        "merge.evil.driver": touch("merge.evil.driver"),
+        "merge.evil.name": "a merge driver that runs a command",
+        "filter.evil.clean": touch("filter.evil.clean", "cat"),
+        "filter.evil.smudge": touch("filter.evil.smudge", "cat"),
+        "filter.evil.required": "true",
+        "filter.proc.process": touch("filter.proc.process"),
+        "log.showSignature": "true",
+        "gpg.program": touch("gpg.program"),
+        "core.editor": touch("core.editor"),
+        "sequence.editor": touch("sequence.editor"),
+        "gc.auto": "1",
+        "maintenance.auto": "true",
+    }
+    for key, value in settings.items():
+        repo.git("config", key, value)
+    (repo.path / ".gitattributes").write_text("*.py filter=evil merge=evil diff=evil\n")  # untracked, in the work tree
+    info = repo.path / ".git" / "info"
+    info.mkdir(exist_ok=True)
+    (info / "attributes").write_text("* merge=evil filter=evil diff=evil\n*.md filter=proc\n")
+    hooks = repo.path / ".git" / "hooks"
+    hooks.mkdir(exist_ok=True)
+    for name in HOOKS:
+        hook = hooks / name
+        hook.write_text(f"#!/bin/sh\ntouch {markers / ('hook-' + name)}\n")
+        hook.chmod(0o755)

@@ -223,7 +223,7 @@ def test_fetch_brings_pull_refs_and_nothing_is_fetched_without_it(history, tmp_p
 
 def test_fetch_from_a_remote_that_is_not_there(history):
     proc = run_cli("ancestry", "--repo", str(history.path), "--commit", "main", "--fetch", "--remote", "nowhere")
-    assert_error(proc, "cannot fetch from nowhere")
+    assert_error(proc, "has no remote named nowhere (it has no remotes): name one with --remote NAME")
 
 
 # ------------------------------------------------------------------ naming the commit

@@ -43,7 +43,9 @@ def ancestry(
     main_ref: Optional[str] = typer.Option(
         None, "--main-ref", help="The main line whose first-parent commits end in (#N). Default: origin/main, else main."
     ),
-    remote: str = typer.Option("origin", "--remote", help="Remote for --fetch and fetch hints."),
+    remote: str = typer.Option(
+        "origin", "--remote", help="The clone's remote (by name) for --fetch and fetch hints; https, ssh or file URLs only."
+    ),
     fetch: bool = typer.Option(
         False, "--fetch", help="Fetch refs/pull/N/head and the main branch from --remote first (otherwise no network)."
     ),
