@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import traceback
 from typing import Optional
 
 import typer
@@ -10,6 +11,7 @@ import typer
 from . import __version__
 from .commands import register_all
 from .model import EXIT_ERROR, EXIT_OK, ToolError
+from .terminal import clean
 
 app = typer.Typer(
     name="dflash-doctor",
@@ -29,6 +31,7 @@ def _print_version(value: bool) -> None:
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    debug: bool = typer.Option(False, "--debug", help="On an internal error, print the traceback too."),
 ) -> None:
     """Tell whether a vLLM install runs DFlash speculative decoding correctly."""
 
@@ -36,26 +39,45 @@ def _root(
 register_all(app)
 
 
+def _fail(message: str) -> int:
+    """One line on standard error, whatever the message holds; exit code 3."""
+    print(f"dflash-doctor: {clean(message)}", file=sys.stderr)
+    return EXIT_ERROR
+
+
 def main(argv: Optional[list[str]] = None) -> None:
+    """The one error boundary: a verdict exits 0/1/2, anything else exits 3 with one line."""
+    args = sys.argv[1:] if argv is None else argv
     command = typer.main.get_command(app)
     try:
-        code = command.main(args=argv, prog_name="dflash-doctor", standalone_mode=False)
+        code = command.main(args=args, prog_name="dflash-doctor", standalone_mode=False)
     except ToolError as exc:
-        print(f"dflash-doctor: error: {exc}", file=sys.stderr)
-        code = EXIT_ERROR
+        code = _fail(f"error: {exc}")
     except typer.Exit as exc:  # --help, --version
         code = exc.exit_code
     except typer.Abort:
-        print("dflash-doctor: aborted", file=sys.stderr)
-        code = EXIT_ERROR
+        code = _fail("aborted")
     except KeyboardInterrupt:
-        print("dflash-doctor: interrupted", file=sys.stderr)
-        code = EXIT_ERROR
-    except Exception as exc:
+        code = _fail("interrupted")
+    except BaseException as exc:  # noqa: BLE001 - the boundary: never a bare traceback, never exit 1
         # Usage errors come from the click that typer carries (vendored in
         # newer typer): recognised by their interface, not their module.
-        if not hasattr(exc, "format_message"):
+        if hasattr(exc, "format_message"):
+            code = _fail(f"error: {exc.format_message()}")
+        elif isinstance(exc, SystemExit):
             raise
-        print(f"dflash-doctor: error: {exc.format_message()}", file=sys.stderr)
-        code = EXIT_ERROR
+        else:
+            if _debug_requested(args):
+                traceback.print_exc()
+            code = _fail(f"internal error: {type(exc).__name__}: {exc}")
     sys.exit(code if isinstance(code, int) else EXIT_OK)
+
+
+def _debug_requested(args: list[str]) -> bool:
+    """--debug given before the command (read from the words: the parse may be what failed)."""
+    for word in args:
+        if word == "--debug":
+            return True
+        if not word.startswith("-"):
+            return False
+    return False

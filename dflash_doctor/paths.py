@@ -1,8 +1,9 @@
-"""Where the tool keeps its own files, and how it writes any file."""
+"""Where the tool keeps its own files, and how it reads and writes any file."""
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -23,8 +24,32 @@ def caches_disabled() -> bool:
     return bool(os.environ.get("DFLASH_DOCTOR_NO_CACHE"))
 
 
+def read_file(path: Path, limit: int, what: str) -> bytes:
+    """The bytes of a file the user named; a ToolError unless it is a regular file of at most ``limit`` bytes.
+
+    A FIFO or a device (a link to /dev/zero) is refused before it is read.
+    """
+    from .probe import read_regular
+
+    data, reason = read_regular(str(path), limit)
+    if data is None:
+        raise ToolError(f"{what} {path} {reason or 'does not exist'}")
+    return data
+
+
 def write_atomically(path: Path, text: str) -> None:
-    """Write a whole file or nothing: temp file in the same directory, fsync, rename."""
+    """Write a whole file or nothing: temp file in the same directory, fsync, rename.
+
+    What ``path`` names is replaced, never written through: a symlink is
+    replaced by the file (nothing is written where it points), and a FIFO, a
+    device or a directory there is refused.
+    """
+    try:
+        mode = path.lstat().st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise ToolError(f"cannot write {path}: not a regular file")
     directory = path.parent if str(path.parent) else Path(".")
     try:
         fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)

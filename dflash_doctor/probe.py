@@ -15,11 +15,13 @@ so that local and remote trees are searched by the same code.
 """
 
 import base64
+import errno
 import hashlib
 import json
 import os
 import re
 import socket
+import stat
 import sys
 import zlib
 
@@ -52,10 +54,8 @@ def scan_definitions(root, package, names):
             if not filename.endswith(".py"):
                 continue
             path = os.path.join(directory, filename)
-            try:
-                with open(path, "rb") as handle:
-                    data = handle.read()
-            except (IOError, OSError):
+            data, _ = read_regular(path)
+            if data is None:  # gone, too large, or not a regular file (a FIFO must not block the scan)
                 continue
             relpath = os.path.relpath(path, root).replace(os.sep, "/")
             for match in pattern.finditer(data):
@@ -95,17 +95,42 @@ def locate():
     return answer
 
 
-def _read(path):
-    """(bytes, None) or (None, reason)."""
+def read_regular(path, limit=MAX_FILE_BYTES):
+    """(bytes, None); (None, None) when there is no such file; else (None, reason).
+
+    Only a regular file (or a symlink to one) is opened, and at most ``limit + 1``
+    bytes are read: a FIFO, a device (a link to /dev/zero) or a sparse giant is
+    refused before its first byte, and the open itself never blocks.
+    """
     try:
-        if not os.path.isfile(path):
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            return None, "is not a regular file"
+        if info.st_size > limit:
+            return None, "is larger than %d bytes" % limit
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except (IOError, OSError) as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
             return None, None
-        if os.path.getsize(path) > MAX_FILE_BYTES:
-            return None, "larger than %d bytes" % MAX_FILE_BYTES
-        with open(path, "rb") as handle:
-            return handle.read(), None
+        return None, "cannot be read: %s" % (exc.strerror or exc)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped for something else since the stat
+            return None, "is not a regular file"
+        chunks, left = [], limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
     except (IOError, OSError) as exc:
         return None, "cannot be read: %s" % (exc.strerror or exc)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > limit:
+        return None, "is larger than %d bytes" % limit
+    return data, None
 
 
 def patched_files(manifest):
@@ -136,7 +161,7 @@ def collect(request):
     def take(relpath):
         if relpath in files or relpath in errors:
             return files.get(relpath)
-        data, error = _read(os.path.join(root, relpath))
+        data, error = read_regular(os.path.join(root, relpath))
         if error:
             errors[relpath] = error
         files[relpath] = data
@@ -155,7 +180,7 @@ def collect(request):
     dist_info = {}
     if answer.get("dist_info"):
         for name in DIST_INFO_FILES:
-            data, _ = _read(os.path.join(answer["dist_info"], name))
+            data, _ = read_regular(os.path.join(answer["dist_info"], name))
             if data is not None:
                 dist_info[name] = data.decode("utf-8", "replace")
     if "RECORD" in dist_info:  # thousands of rows: only the collected files' are compared

@@ -37,10 +37,7 @@ def read_provenance(tree: SourceTree) -> Provenance:
     commit, source = None, None
     direct_url = tree.dist_info_text("direct_url.json")
     if direct_url:
-        try:
-            commit = json.loads(direct_url).get("vcs_info", {}).get("commit_id")
-        except (json.JSONDecodeError, AttributeError):
-            commit = None
+        commit = _direct_url_commit(direct_url)
         source = "direct_url.json" if commit else None
     if not commit and version_file.get("__commit_id__"):
         found = _COMMIT.match(version_file["__commit_id__"])
@@ -54,6 +51,18 @@ def read_provenance(tree: SourceTree) -> Provenance:
     record = tree.dist_info_text("RECORD")
     modified = _modified_files(record, tree.inspected()) if record else None
     return Provenance(version, commit, source, modified)
+
+
+def _direct_url_commit(text: str) -> str | None:
+    """``vcs_info.commit_id`` when it is a commit sha; None for anything else the file holds."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):  # not JSON, or nested too deeply to be a direct_url.json
+        return None
+    vcs_info = data.get("vcs_info") if isinstance(data, dict) else None
+    commit = vcs_info.get("commit_id") if isinstance(vcs_info, dict) else None
+    found = _COMMIT.match(commit) if isinstance(commit, str) else None
+    return found.group(1) if found else None
 
 
 def _metadata_version(metadata: str) -> str | None:

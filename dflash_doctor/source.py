@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .model import ToolError
+
 if TYPE_CHECKING:
     import libcst as cst
 
@@ -26,7 +28,7 @@ MAX_SOURCE_BYTES = 8 * 1024 * 1024
 _AST_LOCK = threading.Lock()
 
 
-class SiteError(Exception):
+class SiteError(ToolError):
     """A file the rules need cannot be read as Python; the reason is user-facing."""
 
 
@@ -78,7 +80,7 @@ class ParsedFile:
     def __init__(self, relpath: str, data: bytes) -> None:
         self.relpath = relpath
         self.sha256 = hashlib.sha256(data).hexdigest()
-        if len(data) > MAX_SOURCE_BYTES:
+        if len(data) > MAX_SOURCE_BYTES:  # a snapshot's files were bounded by the remote probe: checked again here
             raise SiteError(f"{relpath} is {len(data)} bytes, too large for a Python source")
         if b"\x00" in data:
             raise SiteError(f"{relpath} is a binary file, not Python source")
@@ -215,21 +217,21 @@ class DirectoryTree(SourceTree):
         self.dist_info = dist_info
 
     def dist_info_text(self, name: str) -> str | None:
+        """None when absent or unreadable (not a regular file, over the cap): provenance is then unknown."""
         if self.dist_info is None:
             return None
-        try:
-            return (self.dist_info / name).read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return None
+        from .probe import read_regular
+
+        data, _ = read_regular(str(self.dist_info / name), MAX_SOURCE_BYTES)
+        return None if data is None else data.decode("utf-8", "replace")
 
     def read(self, relpath: str) -> bytes | None:
-        path = self.root / relpath
-        try:
-            if not path.is_file():
-                return None
-            return path.read_bytes()
-        except OSError as exc:
-            raise SiteError(f"{relpath} cannot be read: {exc.strerror}") from None
+        from .probe import read_regular
+
+        data, reason = read_regular(str(self.root / relpath), MAX_SOURCE_BYTES)
+        if reason is not None:
+            raise SiteError(f"{relpath} {reason}")
+        return data
 
     def files_defining(self, names: Iterable[str]) -> Mapping[str, list[str]]:
         from .probe import scan_definitions

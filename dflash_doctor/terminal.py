@@ -1,9 +1,41 @@
-"""Rich output rendered to text for a terminal (rich itself honours NO_COLOR)."""
+"""Text for a terminal: untrusted strings made inert, rich output rendered (rich itself honours NO_COLOR).
+
+Every string that comes from a tree, a host, a file or an endpoint goes
+through ``clean`` (plain text) or ``literal`` (a rich cell) before it is
+printed: a control character (ESC, CSI, OSC, BEL, CR, LF, C1, bidi
+overrides) is shown as its escape (``\\x1b``), so it can neither drive the
+terminal nor start a fake line, and a rich cell never reads it as markup.
+"""
 
 from __future__ import annotations
 
 import io
+import re
 import shutil
+
+# C0 (with TAB and LF), DEL, C1, and the bidi embeddings/overrides/isolates that reorder what is shown.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(match: re.Match) -> str:
+    char = match.group()
+    if char in _SHORT:
+        return _SHORT[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def clean(value: object) -> str:
+    """``str(value)`` on one line, with every control character shown as its escape."""
+    return _CONTROL.sub(_escaped, str(value))
+
+
+def literal(value: object, style: str = ""):
+    """A rich Text of ``clean(value)``: printed as is, never read as markup or emoji codes."""
+    from rich.text import Text
+
+    return Text(clean(value), style=style)
 
 
 def terminal_text(*renderables) -> str:

@@ -22,23 +22,24 @@ from pathlib import Path
 from typing import Any
 
 from .model import PRESENT, CheckReport, TargetInfo, ToolError, Waiver
+from .paths import read_file
 
 KEYS = ("id", "target", "reason", "until")
+MAX_WAIVERS_BYTES = 1024 * 1024
 
 
 def load_waivers(path: Path, known_ids: set[str]) -> tuple[Waiver, ...]:
     """Every waiver in the file; any defect is a ToolError naming the entry."""
     where = f"waivers file {path}"
+    raw = read_file(path, MAX_WAIVERS_BYTES, "waivers file")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ToolError(f"{where} does not exist") from None
-    except OSError as exc:
-        raise ToolError(f"{where}: cannot read: {exc.strerror}") from None
+        data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise ToolError(f"{where} is not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise ToolError(f"{where} is not valid TOML: {exc}") from None
+    except RecursionError:  # inline arrays or tables nested thousands deep
+        raise ToolError(f"{where} is nested too deeply to be a waivers file") from None
     extra = sorted(set(data) - {"waiver"})
     if extra:
         raise ToolError(f"{where}: unexpected key {extra[0]!r} (entries are [[waiver]] tables)")

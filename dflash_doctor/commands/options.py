@@ -9,7 +9,9 @@ from typing import Optional
 import typer
 
 from ..model import ToolError
-from ..paths import write_atomically
+from ..paths import read_file, write_atomically
+
+MAX_HOSTS_FILE_BYTES = 1024 * 1024
 
 PathOption = typer.Option(None, "--path", help="site-packages, a source checkout, or the vllm directory.")
 PythonOption = typer.Option(None, "--python", help="Interpreter whose environment holds vllm (never imported).")
@@ -37,9 +39,9 @@ def ssh_options(identity, known_hosts, ssh_config, connect_timeout, accept_new_h
 
 def read_hosts_file(path: Path) -> list[str]:
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ToolError(f"cannot read hosts file {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        lines = read_file(path, MAX_HOSTS_FILE_BYTES, "hosts file").decode("utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise ToolError(f"hosts file {path} is not UTF-8 text") from None
     hosts = [line.split("#", 1)[0].strip() for line in lines]
     return [host for host in hosts if host]
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..model import EXIT_MISSING, EXIT_OK, ToolError
+from ..paths import read_file
 
 ZLAB = "z-lab"
 SPECULATORS = "speculators"
@@ -191,15 +192,7 @@ def read_json_object(path: Path, what: str) -> tuple[Path, dict[str, Any]]:
         path = path / "config.json"
         if not path.is_file():
             raise ToolError(f"{what} {path.parent} has no config.json")
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_CONFIG_BYTES + 1)
-    except FileNotFoundError:
-        raise ToolError(f"{what} {path} does not exist") from None
-    except OSError as exc:
-        raise ToolError(f"cannot read {what} {path}: {exc.strerror}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise ToolError(f"{what} {path} is larger than {MAX_CONFIG_BYTES // (1024 * 1024)} MiB: not a model config")
+    raw = read_file(path, MAX_CONFIG_BYTES, what)
     try:
         data = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:

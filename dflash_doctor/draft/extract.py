@@ -15,6 +15,7 @@ import copy
 import dataclasses
 from collections.abc import Iterable
 
+from ..model import ToolError
 from ..source import SiteError, SourceTree, Symbol, parse_python, search_name
 from .harness import SAFE_BUILTIN_NAMES
 from .sandbox import Chunk
@@ -32,7 +33,7 @@ STATIC_NODES = (
 MAX_DEPTH = 12
 
 
-class ExtractError(Exception):
+class ExtractError(ToolError):
     """The function cannot be taken out faithfully; the reason is user-facing."""
 
 

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..model import ToolError
+
 HERE = Path(__file__).parent
 LOCKDOWN = HERE / "lockdown.py"
 HARNESS = HERE / "harness.py"
@@ -61,7 +63,7 @@ KILLED_BECAUSE = {
 }
 
 
-class SandboxError(Exception):
+class SandboxError(ToolError):
     """The child did not answer: every probe of the run is unknown."""
 
 

@@ -17,12 +17,12 @@ import re
 import libcst as cst
 
 from ..engine import match_forms
-from ..model import ABSENT, PARTIAL
+from ..model import ABSENT, PARTIAL, ToolError
 from ..patterns import NodeIndex, PatternError, subtree_ids
 from ..rules import Form
 
 
-class PatchRefused(Exception):
+class PatchRefused(ToolError):
     """This code cannot be patched; the message says why (user-facing)."""
 
 
