@@ -25,6 +25,7 @@ from .model import EXIT_ERROR, EXIT_OK, PRESENT, ToolError
 from .paths import cache_dir, caches_disabled, write_atomically
 from .rules import Rule
 from .targets.release import COMPLETE, RELEASE
+from .terminal import clean
 
 # The first vLLM release with a DFlash code path: older ones are not-applicable for every fix.
 DEFAULT_FROM = "0.20.0"
@@ -228,7 +229,7 @@ def _row(release: str, report: dict[str, Any], cached: bool) -> Row:
 
 def _cells(matrix: Matrix, row: Row) -> list[str]:
     if row.error:
-        return [f"error: {row.error}"] + [""] * (len(matrix.fix_ids) - 1)
+        return [f"error: {clean(row.error)}"] + [""] * (len(matrix.fix_ids) - 1)
     return [row.status(fix_id) or "-" for fix_id in matrix.fix_ids]
 
 
@@ -255,7 +256,7 @@ def _since_lines(matrix: Matrix) -> list[str]:
 
 def render_plain(matrix: Matrix) -> str:
     header = ["release", *matrix.fix_ids, "all present"]
-    body = [[row.release, *_cells(matrix, row), _all_present(matrix, row)] for row in matrix.rows]
+    body = [[clean(row.release), *_cells(matrix, row), _all_present(matrix, row)] for row in matrix.rows]
     widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header) - 1)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1] for line in [header, *body]]
     lines = [line.rstrip() for line in lines]
@@ -267,8 +268,7 @@ def render_plain(matrix: Matrix) -> str:
 
 def render_rich(matrix: Matrix) -> str:
 
-    from .terminal import terminal_text
-    from rich.markup import escape
+    from .terminal import literal, terminal_text
     from rich.table import Table
 
     from .reporters.table import STYLES
@@ -277,13 +277,13 @@ def render_rich(matrix: Matrix) -> str:
     for column in ("release", *matrix.fix_ids, "all present"):
         table.add_column(column)
     for row in matrix.rows:
-        cells = [f"[{STYLES[c]}]{c}[/]" if c in STYLES else escape(c) for c in _cells(matrix, row)]
-        table.add_row(row.release, *cells, _all_present(matrix, row))
+        cells = [literal(c, STYLES.get(c, "")) for c in _cells(matrix, row)]
+        table.add_row(literal(row.release), *cells, _all_present(matrix, row))
     return terminal_text(
         table,
         "present from (every later release checked has it):",
-        *(f"  {escape(line)}" for line in _since_lines(matrix)),
-        f"releases from: {escape(matrix.index_note)}",
+        *(literal(f"  {line}") for line in _since_lines(matrix)),
+        literal(f"releases from: {matrix.index_note}"),
     )
 
 

@@ -26,9 +26,10 @@ def _escaped(match: re.Match) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
-def clean(value: object) -> str:
-    """``str(value)`` on one line, with every control character shown as its escape."""
-    return _CONTROL.sub(_escaped, str(value))
+def clean(value: object, keep: str = "") -> str:
+    """``str(value)`` with every control character but those in ``keep`` shown as its escape:
+    one line unless ``keep`` holds a line break (``"\n\t"`` for a diff on a terminal)."""
+    return _CONTROL.sub(lambda match: match.group() if match.group() in keep else _escaped(match), str(value))
 
 
 def literal(value: object, style: str = ""):

@@ -11,6 +11,7 @@ from .judge import COLLAPSE, NO_REFERENCE, TOO_LITTLE_DATA, WITHIN_BAND, Diagnos
 from .load import LoadResult
 from .measurement import VLLM_METRICS, Measurement
 from .reference import Expected
+from ..terminal import clean, literal
 
 SCHEMA = "dflash-doctor/accept/v1"
 
@@ -110,10 +111,10 @@ def render(report: AcceptReport, format: str, terminal: bool) -> str:
         return json.dumps(report.to_json(), indent=2) + "\n"
     rows = _rows(report)
     if not terminal:
-        return "".join(f"{key:<13}{value}\n" for key, value in rows)
+        return "".join(f"{key:<13}{clean(value)}\n" for key, value in rows)
     from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(show_header=False, show_lines=False, box=None, padding=(0, 2))
     table.add_column(style="bold")
@@ -122,9 +123,9 @@ def render(report: AcceptReport, format: str, terminal: bool) -> str:
     for key, value in rows:
         if key == "diagnosis":
             code, text = value.split(": ", 1)
-            table.add_row(key, f"[{style}]{escape(code)}[/]: {escape(text)}")
+            table.add_row(key, Text.assemble((clean(code), style), ": " + clean(text)))
         else:
-            table.add_row(key, escape(value))
+            table.add_row(key, literal(value))
     buffer = io.StringIO()
     Console(file=buffer, force_terminal=True, width=120).print(table)
     return buffer.getvalue()

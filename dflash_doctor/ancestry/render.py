@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..terminal import clean
 from .report import CONTAINED, MISSING, UNKNOWN, AncestryReport, PrAncestry, short_sha
 
 STYLES = {CONTAINED: "bold green", MISSING: "bold red", UNKNOWN: "bold magenta"}
@@ -29,20 +30,21 @@ def render(report: AncestryReport, terminal: bool) -> str:
         for entry in report.prs:
             out.append(f"{entry.fix or '-'} #{entry.pr}: {entry.status} ({entry.method}) - {entry.reason}")
             out.extend(f"    {line}" for line in _evidence_lines(entry))
-        return "\n".join(out) + "\n"
+        return "\n".join(clean(line) for line in out) + "\n"
 
-    from ..terminal import terminal_text
+    from ..terminal import literal, terminal_text
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=_header(report), title_justify="left", show_lines=True)
+    table = Table(title=literal(_header(report)), title_justify="left", show_lines=True)
     for column in ("fix", "PR", "status", "method", "evidence"):
         table.add_column(column, overflow="fold")
     for entry in report.prs:
         table.add_row(
-            entry.fix or "-",
+            literal(entry.fix or "-"),
             f"#{entry.pr}",
-            f"[{STYLES[entry.status]}]{entry.status}[/]",
-            entry.method,
-            "\n".join([*_evidence_lines(entry), entry.reason]),
+            literal(entry.status, STYLES[entry.status]),
+            literal(entry.method),
+            Text("\n".join(clean(line) for line in [*_evidence_lines(entry), entry.reason])),
         )
     return terminal_text(table)

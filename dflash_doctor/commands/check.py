@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from ..model import ToolError
+from ..terminal import clean
 from .options import (
     AcceptNewHostKeyOption,
     ConnectTimeoutOption,
@@ -155,7 +156,7 @@ def check(
         sys.stdout.write(render(format.value, sys.stdout.isatty()))
     for report in reports:
         for line in waiver_summary(report):
-            print(f"dflash-doctor: {line}", file=sys.stderr)
+            print(f"dflash-doctor: {clean(line)}", file=sys.stderr)
     return code
 
 

@@ -16,6 +16,7 @@ from typing import Optional
 import typer
 
 from ..model import EXIT_MISSING, EXIT_OK, ToolError
+from ..terminal import clean
 from .options import (
     AcceptNewHostKeyOption,
     ConnectTimeoutOption,
@@ -90,7 +91,7 @@ def _patch(target, client, rules, dry_run: bool, yes: bool) -> int:
     for refusal in plan.refusals:
         _say(f"{refusal.fix}: not patched: {refusal.reason}")
     if dry_run:
-        sys.stdout.write("".join(change.diff() for change in plan.changes))
+        _show("".join(change.diff() for change in plan.changes))
         _say("dry run: nothing was changed" if plan.changes else "nothing to patch")
         return exit_code_for(fix.status for fix in plan.after)
     if plan.changes:
@@ -198,7 +199,7 @@ def _patch_repo(repo: Path, pr: int, main_ref: Optional[str], remote: str, dry_r
     outcome = apply_pr(repo, pr, main_ref=main_ref, remote=remote, dry_run=True)
     if outcome.status == "would-apply":
         if dry_run:
-            sys.stdout.write(outcome.diff)
+            _show(outcome.diff)
             _say(f"#{pr} would change {', '.join(outcome.files)}; dry run: nothing was changed")
             return EXIT_OK
         _confirm(f"Apply #{pr} to {', '.join(outcome.files)} in {repo}?", yes, outcome.diff)
@@ -220,7 +221,7 @@ def _confirm(question: str, yes: bool, shown: str = "") -> None:
     if not sys.stdin.isatty():
         hint = " (or --dry-run to see the diff)" if shown else ""
         raise ToolError(f"refusing to change files without confirmation: there is no terminal to ask on; pass --yes{hint}")
-    sys.stdout.write(shown)
+    _show(shown)
     if not typer.confirm(question, default=False):
         raise typer.Abort()
 
@@ -233,7 +234,12 @@ def _report(report) -> int:
 
 
 def _say(line: str) -> None:
-    print(f"dflash-doctor: {line}", file=sys.stderr)
+    print(f"dflash-doctor: {clean(line)}", file=sys.stderr)
+
+
+def _show(diff: str) -> None:
+    """A diff as is into a pipe (it is data); on a terminal, the tree's control characters escaped."""
+    sys.stdout.write(clean(diff, keep="\n\t") if sys.stdout.isatty() else diff)
 
 
 def register(app: typer.Typer) -> None:

@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from ..terminal import clean
+
 
 class MatrixFormat(str, Enum):
     table = "table"
@@ -49,7 +51,7 @@ def releases(
     if failed:
         first_error = failed[0]
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-        print(f"dflash-doctor: error: release {first_error.release} could not be checked: {first_error.error}{more}", file=sys.stderr)
+        print(f"dflash-doctor: error: release {clean(first_error.release)} could not be checked: {clean(first_error.error)}{more}", file=sys.stderr)
     return matrix.exit_code
 
 

@@ -8,33 +8,38 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..terminal import clean
+
 SEVERITY_STYLES = {"error": "bold red", "warning": "bold yellow", "info": "cyan"}
 
 
 def lint_lines(draft: dict[str, Any]) -> list[str]:
+    """The findings as lines, each clean for a terminal."""
     lines = [f"drafter config {draft['path']} ({draft['format']} format); {_target(draft)}"]
     for finding in draft["findings"]:
         lines.append(f"  {finding['severity']:<7} {finding['code']}: {finding['message']}")
         lines.append(f"          fix: {finding['fix']}")
     lines.append(f"  {draft['errors']} error(s), {draft['warnings']} warning(s)")
-    return lines
+    return [clean(line) for line in lines]
 
 
 def lint_table(draft: dict[str, Any]) -> str:
-    from ..terminal import terminal_text
+    from ..terminal import literal, terminal_text
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=f"drafter config {draft['path']} ({draft['format']} format); {_target(draft)}", title_justify="left", show_lines=True)
+    table = Table(title=literal(f"drafter config {draft['path']} ({draft['format']} format); {_target(draft)}"), title_justify="left", show_lines=True)
     for column in ("severity", "finding", "fix"):
         table.add_column(column, overflow="fold")
     for finding in draft["findings"]:
         style = SEVERITY_STYLES.get(finding["severity"], "")
-        table.add_row(f"[{style}]{finding['severity']}[/]", f"{finding['code']}\n{finding['message']}", finding["fix"])
+        message = Text(f"{clean(finding['code'])}\n{clean(finding['message'])}")
+        table.add_row(literal(finding["severity"], style), message, literal(finding["fix"]))
     return terminal_text(table, f"{draft['errors']} error(s), {draft['warnings']} warning(s)")
 
 
 def probe_lines(probes: dict[str, Any]) -> list[str]:
-    """What the probes computed, mismatches and disagreements first (they are the news)."""
+    """What the probes computed, mismatches and disagreements first (they are the news); clean lines."""
     lines = ["probes (the tree's own code run on the drafter config):"]
     for item in probes["disagreements"]:
         lines.append(f"  !! PROBE DISAGREES with the {item['fix']} verdict ({item['ast']}): {item['probe']}")
@@ -53,7 +58,7 @@ def probe_lines(probes: dict[str, Any]) -> list[str]:
     lines.append(f"  drops the prefix-cache block for method='dflash': {_value(probes['drops_prefix_block'])}")
     for field, why in (probes.get("reason") or {}).items():
         lines.append(f"  ({field}: {why})")
-    return lines
+    return [clean(line) for line in lines]
 
 
 def _target(draft: dict[str, Any]) -> str:

@@ -40,7 +40,7 @@ def _header(report: CheckReport) -> str:
 
 
 def _section_lines(report: CheckReport) -> list[str]:
-    """The drafter lint, the probes and the ancestry, when the check had them: one clean line each."""
+    """The drafter lint, the probes and the ancestry, when the check had them: clean lines."""
     sections = dict(report.sections)
     lines: list[str] = []
     if "draft" in sections or "probes" in sections:
@@ -50,9 +50,9 @@ def _section_lines(report: CheckReport) -> list[str]:
         lines += probe_lines(sections["probes"]) if "probes" in sections else []
     if "ancestry" in sections:
         ancestry = sections["ancestry"]
-        lines.append(f"ancestry of {ancestry['commit']} in {ancestry['repo']}:")
-        lines += [f"    #{pr['pr']} ({pr['fix']}): {pr['status']} by {pr['method']}" for pr in ancestry["prs"]]
-    return [clean(line) for line in lines]
+        lines.append(clean(f"ancestry of {ancestry['commit']} in {ancestry['repo']}:"))
+        lines += [clean(f"    #{pr['pr']} ({pr['fix']}): {pr['status']} by {pr['method']}") for pr in ancestry["prs"]]
+    return lines
 
 
 def _status_of(report: CheckReport, fix_id: str) -> str:
