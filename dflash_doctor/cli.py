@@ -34,6 +34,7 @@ def _root(
     debug: bool = typer.Option(False, "--debug", help="On an internal error, print the traceback too."),
 ) -> None:
     """Tell whether a vLLM install runs DFlash speculative decoding correctly."""
+    # --debug is declared here for --help and parsing; main() reads it from the words (see _debug_requested).
 
 
 register_all(app)
@@ -67,9 +68,12 @@ def main(argv: Optional[list[str]] = None) -> None:
         elif isinstance(exc, SystemExit):
             raise
         else:
-            if _debug_requested(args):
+            debug = _debug_requested(args)
+            if debug:
                 traceback.print_exc()
-            code = _fail(f"internal error: {type(exc).__name__}: {exc}")
+            detail = f": {exc}" if str(exc) else ""
+            hint = "" if debug else " (dflash-doctor --debug ... shows the traceback)"
+            code = _fail(f"internal error: {type(exc).__name__}{detail}{hint}")
     sys.exit(code if isinstance(code, int) else EXIT_OK)
 
 

@@ -1,0 +1,213 @@
+"""Hostile local files (issue 12): sparse giants, links to /dev/zero, FIFOs, deep nesting,
+wrong types, and an unexpected exception, each run as the real CLI in a child process.
+
+Every run measures the child's own peak RSS (``os.wait4``) and has a deadline: a read
+that is not bounded shows as memory, a FIFO that blocks shows as the deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SWA_FILE = "vllm/model_executor/models/qwen3_dflash.py"
+PEAK_MB = 300
+
+
+class Run:
+    def __init__(self, code: int, stdout: str, stderr: str, peak_mb: float, seconds: float) -> None:
+        self.code, self.stdout, self.stderr, self.peak_mb, self.seconds = code, stdout, stderr, peak_mb, seconds
+
+
+def run_measured(*args: str, tmp_path: Path, deadline: float = 60.0, address_space_mb: int | None = None) -> Run:
+    """The CLI in a child process: exit code, output, the child's peak RSS; killed (and failed) past the deadline."""
+
+    def limit() -> None:
+        if address_space_mb is not None:
+            size = address_space_mb * 1024 * 1024
+            resource.setrlimit(resource.RLIMIT_AS, (size, size))
+
+    out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
+    start = time.monotonic()
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dflash_doctor", *args], stdout=stdout, stderr=stderr,
+            stdin=subprocess.DEVNULL, preexec_fn=limit, start_new_session=True,
+        )
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() - start > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                os.wait4(proc.pid, 0)
+                pytest.fail(f"dflash-doctor {' '.join(args)} still running after {deadline} s")
+            time.sleep(0.02)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return Run(proc.returncode, out.read_text(), err.read_text(), usage.ru_maxrss / 1024, time.monotonic() - start)
+
+
+def one_line_error(run: Run, *words: str) -> None:
+    assert run.code == 3, (run.code, run.stderr)
+    lines = run.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dflash-doctor: "), run.stderr
+    assert "Traceback" not in run.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def fix(report: dict, fix_id: str) -> dict:
+    return next(item for item in report["fixes"] if item["id"] == fix_id)
+
+
+def test_sparse_giant_in_the_tree_is_not_read(mini_tree, tmp_path):
+    tree = mini_tree("0.33.0")
+    giant = tree / SWA_FILE
+    with giant.open("r+b") as handle:
+        handle.truncate(3 * 1024**3)  # 3 GB, sparse: costs no disk, only a reader that trusts it
+    run = run_measured("check", "--path", str(tree), "--format", "json", tmp_path=tmp_path)
+    report = json.loads(run.stdout)
+    assert fix(report, "swa-config")["status"] == "unknown"
+    assert "larger than" in json.dumps(fix(report, "swa-config"))
+    assert fix(report, "cache-drop")["status"] == "present"  # the other fixes are still judged
+    assert run.peak_mb < PEAK_MB, f"peak RSS {run.peak_mb:.0f} MB"
+
+
+def test_dev_zero_link_in_the_tree_is_not_read(mini_tree, tmp_path):
+    tree = mini_tree("0.33.0")
+    (tree / SWA_FILE).unlink()
+    (tree / SWA_FILE).symlink_to("/dev/zero")
+    run = run_measured("check", "--path", str(tree), "--format", "json", tmp_path=tmp_path, deadline=30)
+    report = json.loads(run.stdout)
+    assert run.code == 2, run.stderr
+    assert fix(report, "swa-config")["status"] == "unknown"
+    assert "not a regular file" in json.dumps(fix(report, "swa-config"))
+    assert run.peak_mb < PEAK_MB, f"peak RSS {run.peak_mb:.0f} MB"
+
+
+def test_fifo_does_not_block_the_package_scan(mini_tree, tmp_path):
+    """The anchor file is gone, so its classes are searched for across the package, FIFOs and all."""
+    tree = mini_tree("0.33.0")
+    (tree / SWA_FILE).unlink()
+    os.mkfifo(tree / "vllm" / "x.py")
+    os.mkfifo(tree / "vllm" / "model_executor" / "models" / "y.py")
+    run = run_measured("check", "--path", str(tree), "--format", "json", tmp_path=tmp_path, deadline=30)
+    report = json.loads(run.stdout)
+    assert fix(report, "cache-drop")["status"] == "present"
+    assert fix(report, "swa-config")["status"] != "present"
+
+
+def test_fifo_as_an_anchor_file_is_unknown_not_a_hang(mini_tree, tmp_path):
+    tree = mini_tree("0.33.0")
+    (tree / SWA_FILE).unlink()
+    os.mkfifo(tree / SWA_FILE)
+    run = run_measured("check", "--path", str(tree), "--format", "json", tmp_path=tmp_path, deadline=30)
+    swa = fix(json.loads(run.stdout), "swa-config")
+    assert swa["status"] == "unknown" and "not a regular file" in json.dumps(swa)
+
+
+def test_link_to_a_regular_file_is_read(mini_tree, tmp_path):
+    tree = mini_tree("0.33.0")
+    real = tmp_path / "elsewhere.py"
+    (tree / SWA_FILE).rename(real)
+    (tree / SWA_FILE).symlink_to(real)
+    run = run_measured("check", "--path", str(tree), "--format", "json", tmp_path=tmp_path)
+    assert fix(json.loads(run.stdout), "swa-config")["status"] == "present"
+
+
+def _waivers_check(mini_tree, tmp_path, waivers: Path, deadline: float = 30) -> Run:
+    return run_measured("check", "--path", str(mini_tree("0.33.0")), "--waivers", str(waivers), tmp_path=tmp_path, deadline=deadline)
+
+
+def test_waivers_nested_deep_are_one_line(mini_tree, tmp_path):
+    waivers = tmp_path / "waivers.toml"
+    depth = 100_000
+    waivers.write_text(f'[[waiver]]\nid = "cache-drop"\nreason = "r"\ntarget = {"[" * depth}{"]" * depth}\n')
+    one_line_error(_waivers_check(mini_tree, tmp_path, waivers), "waivers file", "nested too deeply")
+
+
+def test_waivers_linked_to_dev_zero_are_one_line(mini_tree, tmp_path):
+    waivers = tmp_path / "waivers.toml"
+    waivers.symlink_to("/dev/zero")
+    run = _waivers_check(mini_tree, tmp_path, waivers)
+    one_line_error(run, "waivers file", "not a regular file")
+    assert run.peak_mb < PEAK_MB
+
+
+def test_waivers_fifo_does_not_block(mini_tree, tmp_path):
+    waivers = tmp_path / "waivers.toml"
+    os.mkfifo(waivers)
+    one_line_error(_waivers_check(mini_tree, tmp_path, waivers), "not a regular file")
+
+
+def test_drafter_config_linked_to_dev_zero_is_one_line(tmp_path):
+    config = tmp_path / "config.json"
+    config.symlink_to("/dev/zero")
+    run = run_measured("config", str(config), tmp_path=tmp_path, deadline=30)
+    one_line_error(run, "drafter config", "not a regular file")
+    assert run.peak_mb < PEAK_MB
+
+
+def test_hosts_file_fifo_does_not_block(tmp_path):
+    hosts = tmp_path / "hosts"
+    os.mkfifo(hosts)
+    one_line_error(run_measured("check", "--hosts-file", str(hosts), tmp_path=tmp_path, deadline=30), "hosts file", "not a regular file")
+
+
+@pytest.mark.parametrize(
+    "direct_url",
+    [
+        {"vcs_info": {"commit_id": ["not", "a", "string"]}},
+        {"vcs_info": {"commit_id": 12345678}},
+        {"vcs_info": "a string"},
+        ["a list"],
+        "[" * 100_000 + "]" * 100_000,
+    ],
+    ids=["list", "number", "vcs-string", "top-list", "nested"],
+)
+def test_direct_url_of_the_wrong_shape_is_no_commit(mini_tree, tmp_path, direct_url):
+    tree = mini_tree("0.33.0")
+    dist_info = next(tree.glob("vllm-*.dist-info"))
+    text = direct_url if isinstance(direct_url, str) else json.dumps(direct_url)
+    (dist_info / "direct_url.json").write_text(text)
+    run = run_measured("check", "--path", str(tree), "--format", "json", tmp_path=tmp_path)
+    assert run.code == 0, run.stderr
+    assert json.loads(run.stdout)["vllm"]["commit_source"] == "_version.py"
+
+
+def test_output_to_a_fifo_is_refused(mini_tree, tmp_path):
+    fifo = tmp_path / "report.json"
+    os.mkfifo(fifo)
+    run = run_measured("check", "--path", str(mini_tree("0.33.0")), "--output", f"json={fifo}", tmp_path=tmp_path, deadline=30)
+    one_line_error(run, "not a regular file")
+    assert fifo.is_fifo()
+
+
+@pytest.fixture
+def memory_hungry_tree(mini_tree):
+    """A tree whose anchor file is valid Python under the size cap that takes far more memory to parse than it holds."""
+    tree = mini_tree("0.33.0")
+    line = "_pad = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]\n"
+    with (tree / SWA_FILE).open("a") as handle:
+        handle.write(line * (1_500_000 // len(line)))
+    return tree
+
+
+def test_memory_error_is_an_internal_error_on_one_line(memory_hungry_tree, tmp_path):
+    run = run_measured("check", "--path", str(memory_hungry_tree), tmp_path=tmp_path, address_space_mb=250)
+    one_line_error(run, "internal error: MemoryError", "--debug")
+
+
+def test_debug_shows_the_traceback(memory_hungry_tree, tmp_path):
+    run = run_measured("--debug", "check", "--path", str(memory_hungry_tree), tmp_path=tmp_path, address_space_mb=250)
+    assert run.code == 3
+    assert "Traceback (most recent call last)" in run.stderr
+    assert run.stderr.splitlines()[-1].startswith("dflash-doctor: internal error: MemoryError")
