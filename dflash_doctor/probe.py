@@ -107,7 +107,7 @@ def read_regular(path, limit=MAX_FILE_BYTES):
         if not stat.S_ISREG(info.st_mode):
             return None, "is not a regular file"
         if info.st_size > limit:
-            return None, "is larger than %d bytes" % limit
+            return None, "is too large (over %d bytes)" % limit
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     except (IOError, OSError) as exc:
         if exc.errno in (errno.ENOENT, errno.ENOTDIR):
@@ -129,7 +129,7 @@ def read_regular(path, limit=MAX_FILE_BYTES):
         os.close(fd)
     data = b"".join(chunks)
     if len(data) > limit:
-        return None, "is larger than %d bytes" % limit
+        return None, "is too large (over %d bytes)" % limit
     return data, None
 
 

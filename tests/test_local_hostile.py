@@ -76,7 +76,7 @@ def test_sparse_giant_in_the_tree_is_not_read(mini_tree, tmp_path):
     run = run_measured("check", "--path", str(tree), "--format", "json", tmp_path=tmp_path)
     report = json.loads(run.stdout)
     assert fix(report, "swa-config")["status"] == "unknown"
-    assert "larger than" in json.dumps(fix(report, "swa-config"))
+    assert "too large" in json.dumps(fix(report, "swa-config"))
     assert fix(report, "cache-drop")["status"] == "present"  # the other fixes are still judged
     assert run.peak_mb < PEAK_MB, f"peak RSS {run.peak_mb:.0f} MB"
 

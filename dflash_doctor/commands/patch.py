@@ -222,7 +222,7 @@ def _confirm(question: str, yes: bool, shown: str = "") -> None:
         hint = " (or --dry-run to see the diff)" if shown else ""
         raise ToolError(f"refusing to change files without confirmation: there is no terminal to ask on; pass --yes{hint}")
     _show(shown)
-    if not typer.confirm(question, default=False):
+    if not typer.confirm(clean(question), default=False):
         raise typer.Abort()
 
 
