@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from typing import Optional
@@ -52,6 +53,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     command = typer.main.get_command(app)
     try:
         code = command.main(args=args, prog_name="dflash-doctor", standalone_mode=False)
+        sys.stdout.flush()  # a reader that left shows here, not as a traceback at exit
     except ToolError as exc:
         code = _fail(f"error: {exc}")
     except typer.Exit as exc:  # --help, --version
@@ -60,13 +62,15 @@ def main(argv: Optional[list[str]] = None) -> None:
         code = _fail("aborted")
     except KeyboardInterrupt:
         code = _fail("interrupted")
+    except BrokenPipeError:  # `dflash-doctor check | head -1`: the reader left
+        code = _output_closed()
+    except SystemExit as exc:  # click answers EPIPE with sys.exit(1), and exit 1 is for verdicts only
+        code = EXIT_OK if exc.code in (0, None) else _output_closed()
     except BaseException as exc:  # noqa: BLE001 - the boundary: never a bare traceback, never exit 1
         # Usage errors come from the click that typer carries (vendored in
         # newer typer): recognised by their interface, not their module.
         if hasattr(exc, "format_message"):
             code = _fail(f"error: {exc.format_message()}")
-        elif isinstance(exc, SystemExit):
-            raise
         else:
             debug = _debug_requested(args)
             if debug:
@@ -75,6 +79,12 @@ def main(argv: Optional[list[str]] = None) -> None:
             hint = "" if debug else " (dflash-doctor --debug ... shows the traceback)"
             code = _fail(f"internal error: {type(exc).__name__}{detail}{hint}")
     sys.exit(code if isinstance(code, int) else EXIT_OK)
+
+
+def _output_closed() -> int:
+    """Nothing more goes to a reader that left (not even Python's flush at exit)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return _fail("error: standard output was closed before all of it was written")
 
 
 def _debug_requested(args: list[str]) -> bool:
