@@ -64,8 +64,11 @@ def main(argv: Optional[list[str]] = None) -> None:
         code = _fail("interrupted")
     except BrokenPipeError:  # `dflash-doctor check | head -1`: the reader left
         code = _output_closed()
-    except SystemExit as exc:  # click answers EPIPE with sys.exit(1), and exit 1 is for verdicts only
-        code = EXIT_OK if exc.code in (0, None) else _output_closed()
+    except SystemExit as exc:  # from click or typer themselves (completion, EPIPE); exit 1 is for verdicts only
+        if isinstance(exc.__context__, BrokenPipeError):  # click answers EPIPE with sys.exit(1)
+            code = _output_closed()
+        else:
+            code = EXIT_OK if exc.code in (0, None) else EXIT_ERROR
     except BaseException as exc:  # noqa: BLE001 - the boundary: never a bare traceback, never exit 1
         # Usage errors come from the click that typer carries (vendored in
         # newer typer): recognised by their interface, not their module.

@@ -222,3 +222,14 @@ def test_reader_that_leaves_early_is_one_line(mini_tree):
     stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 3
     assert stderr.splitlines() == ["dflash-doctor: error: standard output was closed before all of it was written"], stderr
+
+
+def test_output_symlink_is_replaced_not_written_through(mini_tree, tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me\n")
+    link = tmp_path / "report.json"
+    link.symlink_to(outside)
+    run = run_measured("check", "--path", str(mini_tree("0.33.0")), "--output", f"json={link}", tmp_path=tmp_path)
+    assert run.code == 0, run.stderr
+    assert outside.read_text() == "keep me\n"
+    assert not link.is_symlink() and json.loads(link.read_text())["exit_code"] == 0
