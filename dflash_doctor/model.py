@@ -153,4 +153,8 @@ def exit_code_for(statuses, strict: bool = False) -> int:
 
 
 class ToolError(Exception):
-    """The tool could not run: reported as one line, exit code 3."""
+    """The tool could not run: reported as one line, exit code 3 (cli.main is the one boundary).
+
+    The base of every domain error (SiteError, ExtractError, SandboxError,
+    PatchRefused, GitFailure): one that escapes its handler still ends as one
+    line, never as a traceback or exit 1."""
