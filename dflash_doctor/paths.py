@@ -37,6 +37,12 @@ def read_file(path: Path, limit: int, what: str) -> bytes:
     return data
 
 
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
 def write_atomically(path: Path, text: str) -> None:
     """Write a whole file or nothing: temp file in the same directory, fsync, rename.
 
@@ -56,6 +62,8 @@ def write_atomically(path: Path, text: str) -> None:
     except OSError as exc:
         raise ToolError(f"cannot write {path}: {exc.strerror}") from None
     try:
+        # mkstemp makes the file 0600; a report is an ordinary file, so the umask decides.
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
