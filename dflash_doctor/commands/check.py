@@ -16,15 +16,20 @@ from .options import (
     HostOption,
     HostsFileOption,
     IdentityOption,
+    ImageOption,
+    InsecureRegistryOption,
     JobsOption,
     KnownHostsOption,
     OnlyOption,
     PathOption,
+    PlatformOption,
     PythonOption,
+    RegistryTimeoutOption,
     ReleaseOption,
     SshConfigOption,
-    ssh_options,
     choose_targets,
+    image_options,
+    ssh_options,
 )
 
 
@@ -99,6 +104,10 @@ def check(
     accept_new_host_key: bool = AcceptNewHostKeyOption,
     jobs: int = JobsOption,
     from_probe: Optional[Path] = FromProbeOption,
+    image: Optional[list[str]] = ImageOption,
+    platform: str = PlatformOption,
+    insecure_registry: Optional[list[str]] = InsecureRegistryOption,
+    registry_timeout: float = RegistryTimeoutOption,
     repo: Optional[Path] = typer.Option(None, "--repo", help="A vLLM clone: add which PRs the target's build commit contains (see `ancestry`)."),
     main_ref: Optional[str] = typer.Option(None, "--main-ref", help="With --repo: the main line (default origin/main, else main)."),
     draft_config: Optional[Path] = typer.Option(None, "--draft-config", help="The drafter's config.json (or its directory): lint it and probe what this vLLM computes for it."),
@@ -116,7 +125,9 @@ def check(
     outputs = parse_outputs(format.value, output or [])
     waiver_list = load_waivers(waivers, {rule.id for rule in load_rules()}) if waivers is not None else None
     ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, accept_new_host_key)
-    targets, fleet = choose_targets(path, python, release, host, hosts_file, from_probe, ssh, rules)
+    # One image on a terminal shows a bar per layer; a fleet shows its own progress.
+    images = image_options(platform, insecure_registry, registry_timeout, progress=sys.stderr.isatty() and len(image or []) == 1)
+    targets, fleet = choose_targets(path, python, release, host, hosts_file, from_probe, ssh, rules, image, images)
     if host or hosts_file:
         import threading
 
