@@ -14,6 +14,7 @@ import hashlib
 import io
 import json
 import os
+import random
 import socket
 import subprocess
 import tarfile
@@ -36,9 +37,11 @@ class Link:
 
 @dataclasses.dataclass(frozen=True)
 class Random:
-    """A file of ``size`` random bytes, written in chunks (a large unrelated base layer)."""
+    """A file of ``size`` pseudo-random bytes (incompressible, the same for the same seed),
+    written in chunks: a large unrelated base layer shared by several images."""
 
     size: int
+    seed: int = 0
 
 
 WHITEOUT = None  # a layer entry mapped to WHITEOUT deletes that path from the layers below
@@ -80,15 +83,15 @@ def _put(layout: Path, data: bytes) -> dict:
 
 
 class _RandomReader(io.RawIOBase):
-    def __init__(self, size: int) -> None:
-        self.left = size
+    def __init__(self, size: int, seed: int) -> None:
+        self.left, self.random = size, random.Random(seed)
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer) -> int:
         n = min(len(buffer), self.left)
-        buffer[:n] = os.urandom(n)
+        buffer[:n] = self.random.randbytes(n)
         self.left -= n
         return n
 
@@ -113,7 +116,7 @@ def write_layer(layout: Path, entries: dict[str, object]) -> tuple[dict, str]:
                         tar.addfile(info)
                     elif isinstance(value, Random):
                         info.size = value.size
-                        tar.addfile(info, _RandomReader(value.size))
+                        tar.addfile(info, _RandomReader(value.size, value.seed))
                     else:
                         info.size, info.mode = len(value), 0o755 if "/bin/" in path else 0o644
                         tar.addfile(info, io.BytesIO(value))

@@ -1,0 +1,303 @@
+"""check --image against a real registry (Debian's docker-registry) on 127.0.0.1,
+OCI layouts and docker archives: images written here from real vLLM wheel trees,
+pushed with skopeo. Verdicts must equal check --path on the same files."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+from registry import SITE, WHITEOUT, Link, Random, Registry, make_cert, python_files, tree_files, write_image, write_index
+
+pytestmark = pytest.mark.skipif(not Path("/usr/bin/docker-registry").exists() or not shutil.which("skopeo"),
+                                reason="needs Debian's docker-registry and skopeo (.ci/run installs them)")
+
+SCHEDULER = "vllm/v1/core/sched/scheduler.py"
+DFLASH_MODEL = "vllm/model_executor/models/qwen3_dflash.py"
+VENV_SITE = "opt/venv/lib/python3.12/site-packages"
+BASE = {"usr/share/base.bin": Random(2 << 20), **python_files()}
+
+
+def image_check(*args: str, env: dict | None = None) -> tuple[int, dict | None, str]:
+    proc = run_cli("check", *args, "--format", "json", env=env)
+    return proc.returncode, json.loads(proc.stdout) if proc.stdout else None, proc.stderr
+
+
+def path_fixes(tree: Path) -> list:
+    proc = run_cli("check", "--path", str(tree), "--format", "json")
+    return json.loads(proc.stdout)["fixes"]
+
+
+def one_line_error(code: int, stderr: str, fragment: str) -> None:
+    assert code == 3, stderr
+    assert stderr.startswith("dflash-doctor: error: ") and stderr.count("\n") == 1, stderr
+    assert "Traceback" not in stderr and fragment in stderr, stderr
+
+
+@pytest.fixture(scope="module")
+def trees(tmp_path_factory, release):
+    """Small real trees (the files the rules read, dist-info) and their variants as --path would see them."""
+    from conftest import TREE_FILES, rule_files
+
+    base = tmp_path_factory.mktemp("trees")
+
+    def mini(version: str) -> Path:
+        source, dest = release(version), base / version
+        for relpath in TREE_FILES + rule_files():
+            if (source / relpath).is_file():
+                (dest / relpath).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source / relpath, dest / relpath)
+        for dist_info in source.glob("vllm-*.dist-info"):
+            shutil.copytree(dist_info, dest / dist_info.name)
+        return dest
+
+    old, new = mini("0.22.0"), mini("0.33.0")
+    layered = base / "layered"  # 0.22.0, scheduler.py from 0.33.0, the DFlash model deleted
+    shutil.copytree(old, layered)
+    shutil.copy2(new / SCHEDULER, layered / SCHEDULER)
+    (layered / DFLASH_MODEL).unlink()
+    return {"0.22.0": old, "0.33.0": new, "layered": layered}
+
+
+@pytest.fixture(scope="module")
+def layout(tmp_path_factory, trees):
+    """One OCI layout holding every test image, by tag."""
+    out = tmp_path_factory.mktemp("layout") / "oci"
+    old, new = tree_files(trees["0.22.0"]), tree_files(trees["0.33.0"])
+    digests = {}
+    digests["plain"] = write_image(out, "plain", [BASE, old], labels={"org.opencontainers.image.revision": "feedface"})["digest"]
+    digests["layered"] = write_image(out, "layered", [
+        BASE, old,
+        {f"{SITE}/{SCHEDULER}": (trees["0.33.0"] / SCHEDULER).read_bytes()},
+        {f"{SITE}/{DFLASH_MODEL}": WHITEOUT},
+    ])["digest"]
+    # An earlier vllm hidden by an opaque directory, then 0.33.0 written over it in the same layer.
+    digests["opaque"] = write_image(out, "opaque", [BASE, old, {f"{SITE}/vllm/.wh..wh..opq": b"", **{
+        k: v for k, v in new.items() if "/vllm/" in k}}])["digest"]
+    venv = {"opt/venv/pyvenv.cfg": b"home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.12.3\n",
+            "opt/venv/bin/python3": Link("/usr/bin/python3"), "opt/venv/bin/python": Link("python3"),
+            **tree_files(trees["0.33.0"], VENV_SITE)}
+    digests["two-pythons"] = write_image(out, "two-pythons", [BASE, old, venv], env={"PATH": "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin"})["digest"]
+    digests["system-python"] = write_image(out, "system-python", [BASE, old, venv], env={"PATH": "/usr/local/bin:/usr/bin:/bin"})["digest"]
+    amd = write_image(out, None, [BASE, new])
+    arm = write_image(out, None, [BASE, old], platform=("linux", "arm64"))
+    digests["multi"] = write_index(out, "multi", [amd, arm])["digest"]
+    digests["multi-amd64"], digests["multi-arm64"] = amd["digest"], arm["digest"]
+    return out, digests
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory, layout):
+    directory, _ = layout
+    reg = Registry(tmp_path_factory.mktemp("registry"))
+    for tag in ("plain", "layered", "opaque", "two-pythons", "system-python"):
+        reg.push(directory, tag, f"team/vllm:{tag}")
+    reg.push(directory, "multi", "team/vllm:multi", all_platforms=True)
+    yield reg
+    reg.stop()
+
+
+def ref(reg: Registry, tag: str) -> tuple[str, ...]:
+    return ("--image", f"{reg.host}/team/vllm:{tag}", "--insecure-registry", reg.host)
+
+
+def test_registry_image_verdicts_equal_check_path_on_the_same_files(registry, layout, trees):
+    code, report, stderr = image_check(*ref(registry, "plain"))
+    assert report["fixes"] == path_fixes(trees["0.22.0"]), stderr
+    assert code == 1 and report["vllm"]["version"] == "0.22.0"
+    target = report["target"]
+    assert target["kind"] == "image" and target["reference"] == f"{registry.host}/team/vllm:plain"
+    assert target["digest"] == layout[1]["plain"] and target["platform"] == "linux/amd64"
+    assert target["site"] == f"/{SITE}" and target["python"] == "/usr/bin/python3"
+    assert target["org.opencontainers.image.revision"] == "feedface"
+
+
+def test_whiteout_overwrite_and_opaque_directory_from_later_layers(registry, trees):
+    _, layered, _ = image_check(*ref(registry, "layered"))
+    assert layered["fixes"] == path_fixes(trees["layered"])
+    assert layered["fixes"] != path_fixes(trees["0.22.0"])  # the later layers did change what is checked
+    _, opaque, _ = image_check(*ref(registry, "opaque"))
+    assert opaque["fixes"] == path_fixes(trees["0.33.0"])
+    assert opaque["vllm"]["version"] == "0.22.0"  # the dist-info beside vllm/ was not under the opaque dir
+
+
+def test_two_pythons_the_one_first_on_path_wins(registry, trees):
+    _, venv, _ = image_check(*ref(registry, "two-pythons"))
+    assert venv["target"]["site"] == f"/{VENV_SITE}" and venv["target"]["python"] == "/opt/venv/bin/python3"
+    assert venv["fixes"] == path_fixes(trees["0.33.0"]) and venv["vllm"]["version"] == "0.33.0"
+    _, system, _ = image_check(*ref(registry, "system-python"))
+    assert system["target"]["site"] == f"/{SITE}" and system["target"]["python"] == "/usr/bin/python3"
+    assert system["fixes"] == path_fixes(trees["0.22.0"])
+
+
+def test_multi_platform_index_picks_the_platform(registry, layout, trees):
+    _, amd, _ = image_check(*ref(registry, "multi"))
+    assert amd["target"]["digest"] == layout[1]["multi-amd64"] and amd["fixes"] == path_fixes(trees["0.33.0"])
+    _, arm, _ = image_check(*ref(registry, "multi"), "--platform", "linux/arm64")
+    assert arm["target"]["digest"] == layout[1]["multi-arm64"] and arm["target"]["platform"] == "linux/arm64"
+    assert arm["fixes"] == path_fixes(trees["0.22.0"])
+    code, _, stderr = image_check(*ref(registry, "multi"), "--platform", "linux/s390x")
+    one_line_error(code, stderr, "no image for platform linux/s390x (the index offers: linux/amd64, linux/arm64)")
+
+
+def test_oci_layout_and_docker_archive_on_disk(layout, trees, tmp_path):
+    directory, digests = layout
+    code, report, stderr = image_check("--image", f"oci:{directory}:layered")
+    assert report["fixes"] == path_fixes(trees["layered"]), stderr
+    assert report["target"]["digest"] == digests["layered"]
+    archive = tmp_path / "image.tar"
+    subprocess.run(["skopeo", "copy", "--quiet", f"oci:{directory}:layered", f"docker-archive:{archive}:team/vllm:layered"],
+                   check=True, capture_output=True, timeout=300)
+    code, report, stderr = image_check("--image", f"docker-archive:{archive}")
+    assert report["fixes"] == path_fixes(trees["layered"]), stderr
+    config_id = json.loads(subprocess.run(["tar", "-xOf", str(archive), "manifest.json"], capture_output=True, check=True).stdout)[0]["Config"]
+    assert report["target"]["digest"] == "sha256:" + config_id.removesuffix(".json")  # the image ID
+    code, _, stderr = image_check("--image", f"oci:{directory}:nosuchtag")
+    one_line_error(code, stderr, "no image tagged 'nosuchtag'")
+
+
+def test_tampered_blob_is_refused(registry, layout, tmp_path):
+    directory, _ = layout
+    marker = {"etc/unique-marker": b"tampered-image-only\n"}
+    write_image(directory, "tamper", [BASE, tree_files(Path(__file__).parent / "data" / "drafters", SITE) | marker])
+    registry.push(directory, "tamper", "team/vllm:tamper")
+    manifest = json.loads((directory / "blobs/sha256" / _tag_digest(directory, "tamper")).read_text())
+    blob = registry.blob_file(manifest["layers"][1]["digest"])
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, one byte changed
+    blob.write_bytes(bytes(data))
+    code, _, stderr = image_check(*ref(registry, "tamper"))
+    one_line_error(code, stderr, "sha256 mismatch")
+
+
+def _tag_digest(directory: Path, tag: str) -> str:
+    index = json.loads((directory / "index.json").read_text())
+    entry = next(m for m in index["manifests"] if m["annotations"]["org.opencontainers.image.ref.name"] == tag)
+    return entry["digest"].split(":", 1)[1]
+
+
+def test_missing_tag_bad_reference_and_no_tls_on_a_plain_registry(registry):
+    code, _, stderr = image_check(*ref(registry, "nosuchtag"))
+    one_line_error(code, stderr, "not found in")
+    code, _, stderr = image_check("--image", "Not A Reference!")
+    one_line_error(code, stderr, "not an image reference")
+    code, _, stderr = image_check("--image", f"{registry.host}/team/vllm:plain")  # HTTPS by default
+    one_line_error(code, stderr, f"--insecure-registry {registry.host}")
+
+
+def test_second_image_sharing_the_base_downloads_only_its_new_layers(registry, layout, tmp_path):
+    """With the layer cache on, the shared base layer is then made unreadable in the
+    registry: the second image still checks, so its base came from the cache."""
+    directory, _ = layout
+    env = {**os.environ, "DFLASH_DOCTOR_CACHE": str(tmp_path / "cache")}
+    env.pop("DFLASH_DOCTOR_NO_CACHE")
+    code, first, stderr = image_check(*ref(registry, "plain"), env=env)
+    assert first is not None, stderr
+    manifest = json.loads((directory / "blobs/sha256" / _tag_digest(directory, "layered")).read_text())
+    base_blob = registry.blob_file(manifest["layers"][0]["digest"])
+    saved = base_blob.read_bytes()
+    base_blob.write_bytes(b"\0" * len(saved))  # any download of it now fails verification
+    try:
+        code, second, stderr = image_check(*ref(registry, "layered"), env=env)
+        assert second is not None and second["target"]["digest"] == layout[1]["layered"], stderr
+        env_nocache = {**env, "DFLASH_DOCTOR_NO_CACHE": "1"}
+        code, _, stderr = image_check(*ref(registry, "layered"), env=env_nocache)
+        one_line_error(code, stderr, "sha256 mismatch")  # the control: downloading the base fails
+    finally:
+        base_blob.write_bytes(saved)
+    assert len(list((tmp_path / "cache/images/layers").glob("*.json"))) == 4  # base, 0.22.0, overwrite, whiteout
+
+
+def test_hostile_layer_writes_nothing_outside_the_tree(tmp_path, trees):
+    """Members that climb out, absolute names and symlinks pointing away are never followed."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "secret.py"
+    secret.write_text("SECRET = 1\n")
+    hostile = {
+        f"../../../../../../{outside}/escape.py".replace("//", "/"): b"ESCAPED = 1\n",
+        f"{outside}/absolute.py": b"ABSOLUTE = 1\n",
+        f"{SITE}/vllm/evil.py": Link(str(secret)),
+        f"{SITE}/vllm/up.py": Link("../../../../../../../../../../" + str(secret)),
+        f"{SITE}/vllm/linkdir": Link(str(outside)),
+        f"{SITE}/vllm/linkdir/through.py": b"THROUGH = 1\n",
+    }
+    directory = tmp_path / "oci"
+    write_image(directory, "hostile", [BASE, tree_files(trees["0.22.0"]), hostile])
+    env = {**os.environ, "DFLASH_DOCTOR_CACHE": str(tmp_path / "cache")}
+    env.pop("DFLASH_DOCTOR_NO_CACHE")
+    code, report, stderr = image_check("--image", f"oci:{directory}:hostile", env=env)
+    assert report["fixes"] == path_fixes(trees["0.22.0"]), stderr
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.py"]
+    assert secret.read_text() == "SECRET = 1\n"
+    tree = next((tmp_path / "cache/images/trees").iterdir()) / "root"
+    assert not [p for p in tree.rglob("*") if p.is_symlink()]
+    assert not (tree / "vllm/evil.py").exists() and not (tree / "vllm/up.py").exists()
+    assert (tree / "vllm/linkdir/through.py").read_text() == "THROUGH = 1\n"  # a plain file under a plain directory
+
+
+def test_registry_that_never_answers_hits_the_deadline():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        accepted = []
+        threading.Thread(target=lambda: accepted.append(server.accept()), daemon=True).start()
+        host = f"127.0.0.1:{server.getsockname()[1]}"
+        start = time.monotonic()
+        code, _, stderr = image_check("--image", f"{host}/team/vllm:v1", "--insecure-registry", host, "--registry-timeout", "1")
+        assert time.monotonic() - start < 30
+        assert accepted  # it connected, then waited
+        one_line_error(code, stderr, "did not answer within 1 s")
+
+
+def test_several_images_make_a_report_each_and_reports_name_the_image(registry, tmp_path):
+    good, bad = f"{registry.host}/team/vllm:plain", f"{registry.host}/team/vllm:nosuchtag"
+    proc = run_cli("check", "--image", good, "--image", bad, "--insecure-registry", registry.host, "--format", "json")
+    fleet = json.loads(proc.stdout)
+    assert proc.returncode == 3 and len(fleet["hosts"]) == 2
+    assert fleet["hosts"][0]["target"]["reference"] == good and "not found" in fleet["hosts"][1]["error"]
+    junit = tmp_path / "junit.xml"
+    proc = run_cli("check", "--image", good, "--insecure-registry", registry.host, "--format", "junit", "--output", str(junit))
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite.get("name") == f"dflash-doctor check image {good}", proc.stderr
+
+
+def test_patch_refuses_an_image_and_ancestry_reads_the_revision_label(registry, tmp_path, trees):
+    proc = run_cli("patch", "--image", f"{registry.host}/team/vllm:plain", "--yes")
+    one_line_error(proc.returncode, proc.stderr, "docs/images.md")
+    from dflash_doctor.ancestry import commit_from_target
+    from dflash_doctor.targets.image import ImageOptions, ImageTarget
+
+    no_commit = tmp_path / "tree"
+    shutil.copytree(trees["0.22.0"], no_commit)
+    (no_commit / "vllm/_version.py").write_text("__version__ = '0.22.0'\n")
+    directory = tmp_path / "oci"
+    write_image(directory, "labelled", [BASE, tree_files(no_commit)], labels={"org.opencontainers.image.revision": "0b3ba88f1"})
+    target = ImageTarget(f"oci:{directory}:labelled", ImageOptions())
+    assert commit_from_target(target) == ("0b3ba88f1", "org.opencontainers.image.revision label")
+    plain = ImageTarget(f"oci:{directory.parent}/nolabel:x", ImageOptions())
+    with pytest.raises(Exception, match="not an OCI image layout"):
+        plain.resolve()
+
+
+def test_zstd_layers_are_refused_with_a_clear_message(tmp_path, trees):
+    directory = tmp_path / "oci"
+    descriptor = write_image(directory, "zstd", [BASE])
+    manifest_path = directory / "blobs/sha256" / descriptor["digest"].split(":", 1)[1]
+    manifest = json.loads(manifest_path.read_text())
+    manifest["layers"][0]["mediaType"] = "application/vnd.oci.image.layer.v1.tar+zstd"
+    from registry import _put, _tag
+
+    _tag(directory, {**descriptor, **_put(directory, json.dumps(manifest).encode())}, "zstd")
+    code, _, stderr = image_check("--image", f"oci:{directory}:zstd")
+    one_line_error(code, stderr, "zstd-compressed layers are not supported")
