@@ -165,9 +165,11 @@ def _tag(layout: Path, descriptor: dict, tag: str) -> None:
 
 
 class Registry:
-    """``docker-registry serve`` on 127.0.0.1, storage in ``workdir``."""
+    """``docker-registry serve`` on 127.0.0.1, storage in ``workdir``; basic auth for ``users``
+    (htpasswd, bcrypt), TLS with ``tls`` (cert, key), or other ``auth`` config lines."""
 
-    def __init__(self, workdir: Path, users: dict[str, str] | None = None, tls: tuple[Path, Path] | None = None) -> None:
+    def __init__(self, workdir: Path, users: dict[str, str] | None = None, tls: tuple[Path, Path] | None = None,
+                 auth: list[str] | None = None) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir, self.port, self.tls = workdir, free_port(), tls
         self.storage = workdir / "storage"
@@ -184,6 +186,7 @@ class Registry:
             htpasswd = workdir / "htpasswd"
             htpasswd.write_text("".join(f"{u}:{bcrypt.hashpw(p.encode(), bcrypt.gensalt(rounds=5)).decode()}\n" for u, p in users.items()))
             lines += ["auth:", "  htpasswd:", "    realm: test-realm", f"    path: {htpasswd}"]
+        lines += auth or []
         (workdir / "config.yml").write_text("\n".join(lines) + "\n")
         self.log = open(workdir / "registry.log", "wb")
         self.process = subprocess.Popen([REGISTRY, "serve", str(workdir / "config.yml")], stdout=self.log, stderr=subprocess.STDOUT)
@@ -235,3 +238,83 @@ def make_cert(workdir: Path) -> tuple[Path, Path]:
         check=True, capture_output=True,
     )
     return cert, key
+
+
+def _b64url(data: bytes) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+class TokenServer:
+    """A token service for the registry's ``auth: token`` mode (the Docker Hub flow): HTTPS on
+    127.0.0.1, RS256 JWTs signed with the test certificate's key (sent in ``x5c``), pull and
+    push granted to ``users``, an empty grant to anonymous callers, 401 for wrong passwords."""
+
+    def __init__(self, cert: Path, key: Path, users: dict[str, str], service: str = "test-registry") -> None:
+        import base64
+        import http.server
+        import ssl
+        import threading
+        import urllib.parse
+
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import padding
+
+        self.service, self.issuer = service, "test-issuer"
+        private = serialization.load_pem_private_key(key.read_bytes(), password=None)
+        chain = [base64.b64encode(x509.load_pem_x509_certificate(cert.read_bytes()).public_bytes(serialization.Encoding.DER)).decode()]
+        owner = self
+        self.requests: list[str] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+                owner.requests.append(self.path)
+                user = None
+                header = self.headers.get("Authorization", "")
+                if header.startswith("Basic "):
+                    name, _, password = base64.b64decode(header[6:]).decode().partition(":")
+                    if users.get(name) != password:
+                        self.send_response(401)
+                        self.end_headers()
+                        return
+                    user = name
+                access = []
+                for scope in query.get("scope", []):
+                    kind, _, rest = scope.partition(":")
+                    name, _, actions = rest.rpartition(":")
+                    if user is not None and kind == "repository":
+                        access.append({"type": kind, "name": name, "actions": actions.split(",")})
+                now = int(time.time())
+                claims = {"iss": owner.issuer, "sub": user or "", "aud": query.get("service", [""])[0], "exp": now + 600,
+                          "nbf": now - 60, "iat": now - 60, "jti": os.urandom(8).hex(), "access": access}
+                head = _b64url(json.dumps({"alg": "RS256", "typ": "JWT", "x5c": chain}).encode())
+                body = _b64url(json.dumps(claims).encode())
+                signature = private.sign(f"{head}.{body}".encode(), padding.PKCS1v15(), hashes.SHA256())
+                answer = json.dumps({"token": f"{head}.{body}.{_b64url(signature)}", "expires_in": 600}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(str(cert), str(key))
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.realm = f"https://127.0.0.1:{self.server.server_address[1]}/token"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def registry_auth(self, cert: Path) -> list[str]:
+        """The registry config lines that send clients here."""
+        return ["auth:", "  token:", f"    realm: {self.realm}", f"    service: {self.service}",
+                f"    issuer: {self.issuer}", f"    rootcertbundle: {cert}"]
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

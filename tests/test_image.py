@@ -4,6 +4,7 @@ pushed with skopeo. Verdicts must equal check --path on the same files."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -17,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
-from registry import SITE, WHITEOUT, Link, Random, Registry, make_cert, python_files, tree_files, write_image, write_index
+from registry import (
+    SITE, WHITEOUT, Link, Random, Registry, TokenServer, make_cert, python_files, tree_files, write_image, write_index,
+)
 
 pytestmark = pytest.mark.skipif(not Path("/usr/bin/docker-registry").exists() or not shutil.which("skopeo"),
                                 reason="needs Debian's docker-registry and skopeo (.ci/run installs them)")
@@ -33,6 +36,7 @@ def image_check(*args: str, env: dict | None = None) -> tuple[int, dict | None, 
     return proc.returncode, json.loads(proc.stdout) if proc.stdout else None, proc.stderr
 
 
+@functools.cache
 def path_fixes(tree: Path) -> list:
     proc = run_cli("check", "--path", str(tree), "--format", "json")
     return json.loads(proc.stdout)["fixes"]
@@ -301,3 +305,77 @@ def test_zstd_layers_are_refused_with_a_clear_message(tmp_path, trees):
     _tag(directory, {**descriptor, **_put(directory, json.dumps(manifest).encode())}, "zstd")
     code, _, stderr = image_check("--image", f"oci:{directory}:zstd")
     one_line_error(code, stderr, "zstd-compressed layers are not supported")
+
+
+def docker_config(directory: Path, entries: dict) -> dict:
+    """An environment whose docker config holds ``entries`` (never the user's own)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(entries))
+    return {**os.environ, "DOCKER_CONFIG": str(directory)}
+
+
+def basic_auth(user: str, password: str) -> dict:
+    import base64
+
+    return {"auth": base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory):
+    return make_cert(tmp_path_factory.mktemp("tls"))
+
+
+def test_basic_auth_over_tls_with_credentials_from_docker_config(tmp_path, layout, trees, tls):
+    directory, digests = layout
+    reg = Registry(tmp_path / "registry", users={"alice": "s3cret"}, tls=tls)
+    try:
+        reg.push(directory, "plain", "team/vllm:plain", creds="alice:s3cret")
+        image = ("--image", f"{reg.host}/team/vllm:plain")
+        good = docker_config(tmp_path / "good", {"auths": {f"https://{reg.host}": basic_auth("alice", "s3cret")}})
+        code, report, stderr = image_check(*image, env={**good, "SSL_CERT_FILE": str(tls[0])})
+        assert report["fixes"] == path_fixes(trees["0.22.0"]) and report["target"]["digest"] == digests["plain"], stderr
+        code, _, stderr = image_check(*image, env=good)  # the test CA is not trusted by default
+        one_line_error(code, stderr, "certificate verify failed")
+        none = docker_config(tmp_path / "none", {})
+        code, _, stderr = image_check(*image, env={**none, "SSL_CERT_FILE": str(tls[0])})
+        one_line_error(code, stderr, "needs credentials")
+        wrong = docker_config(tmp_path / "wrong", {"auths": {reg.host: basic_auth("alice", "guess")}})
+        code, _, stderr = image_check(*image, env={**wrong, "SSL_CERT_FILE": str(tls[0])})
+        one_line_error(code, stderr, "the credentials were refused")
+        # A credential helper, as `credHelpers` names it: docker-credential-NAME get, server on stdin.
+        helpers = tmp_path / "bin"
+        helpers.mkdir()
+        seen = tmp_path / "helper-asked"
+        helper = helpers / "docker-credential-testhelper"
+        helper.write_text(f"#!/bin/sh\ncat > {seen}\necho '{{\"Username\": \"alice\", \"Secret\": \"s3cret\"}}'\n")
+        helper.chmod(0o755)
+        helped = docker_config(tmp_path / "helped", {"credHelpers": {reg.host: "testhelper"}})
+        env = {**helped, "SSL_CERT_FILE": str(tls[0]), "PATH": f"{helpers}:{os.environ['PATH']}"}
+        code, report, stderr = image_check(*image, env=env)
+        assert report is not None and report["fixes"] == path_fixes(trees["0.22.0"]), stderr
+        assert seen.read_text().strip() == reg.host
+    finally:
+        reg.stop()
+
+
+def test_bearer_token_challenge_flow(tmp_path, layout, trees, tls):
+    directory, _ = layout
+    tokens = TokenServer(*tls, users={"bob": "hunter2"})
+    reg = Registry(tmp_path / "registry", tls=tls, auth=tokens.registry_auth(tls[0]))
+    try:
+        reg.push(directory, "plain", "team/vllm:plain", creds="bob:hunter2")
+        image = ("--image", f"{reg.host}/team/vllm:plain")
+        env = {**docker_config(tmp_path / "good", {"auths": {reg.host: basic_auth("bob", "hunter2")}}), "SSL_CERT_FILE": str(tls[0])}
+        tokens.requests.clear()
+        code, report, stderr = image_check(*image, env=env)
+        assert report["fixes"] == path_fixes(trees["0.22.0"]), stderr
+        assert tokens.requests and all("scope=repository%3Ateam%2Fvllm%3Apull" in r and "service=test-registry" in r for r in tokens.requests)
+        anonymous = {**docker_config(tmp_path / "none", {}), "SSL_CERT_FILE": str(tls[0])}
+        code, _, stderr = image_check(*image, env=anonymous)
+        one_line_error(code, stderr, "needs credentials")
+        wrong = {**docker_config(tmp_path / "wrong", {"auths": {reg.host: basic_auth("bob", "guess")}}), "SSL_CERT_FILE": str(tls[0])}
+        code, _, stderr = image_check(*image, env=wrong)
+        one_line_error(code, stderr, "the credentials were refused")
+    finally:
+        reg.stop()
+        tokens.stop()

@@ -211,8 +211,10 @@ class RegistrySource(ImageSource):
             raise ImageError(f"{what}: {parts.netloc} did not answer within {self.timeout:g} s") from None
         except ssl.SSLError as exc:
             connection.close()
+            verify = getattr(exc, "verify_message", None)
+            reason = f"certificate verify failed: {verify}" if verify else exc.reason or str(exc)
             raise ImageError(
-                f"{what}: TLS with {parts.netloc} failed ({exc.reason or exc}); for a private CA set SSL_CERT_FILE, "
+                f"{what}: TLS with {parts.netloc} failed ({reason}); for a private CA set SSL_CERT_FILE, "
                 f"for a plain-HTTP registry pass --insecure-registry {parts.netloc}"
             ) from None
         except (OSError, http.client.HTTPException) as exc:
