@@ -10,6 +10,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 import xml.etree.ElementTree as ET
@@ -118,6 +119,7 @@ def ref(reg: Registry, tag: str) -> tuple[str, ...]:
 def test_registry_image_verdicts_equal_check_path_on_the_same_files(registry, layout, trees):
     code, report, stderr = image_check(*ref(registry, "plain"))
     assert report["fixes"] == path_fixes(trees["0.22.0"]), stderr
+    assert stderr == ""  # no progress bar on a pipe
     assert code == 1 and report["vllm"]["version"] == "0.22.0"
     target = report["target"]
     assert target["kind"] == "image" and target["reference"] == f"{registry.host}/team/vllm:plain"
@@ -379,3 +381,29 @@ def test_bearer_token_challenge_flow(tmp_path, layout, trees, tls):
     finally:
         reg.stop()
         tokens.stop()
+
+
+def test_a_progress_bar_per_layer_on_a_terminal(layout):
+    """stderr on a pseudo-terminal: rich draws a bar named after each layer's digest."""
+    import pty
+
+    directory, digests = layout
+    manifest = json.loads((directory / "blobs/sha256" / digests["plain"].split(":", 1)[1]).read_text())
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "dflash_doctor", "check", "--image", f"oci:{directory}:plain", "--format", "json"],
+                            stdout=subprocess.PIPE, stderr=follower)
+    os.close(follower)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    out, _ = proc.communicate(timeout=300)
+    os.close(leader)
+    assert json.loads(out)["target"]["kind"] == "image"  # the report itself still goes to the pipe
+    for layer in manifest["layers"]:
+        assert layer["digest"][7:19].encode() in drawn, drawn[-2000:]

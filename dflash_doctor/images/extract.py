@@ -59,8 +59,11 @@ def image_tree(source: ImageSource, platform: str, images_dir: Path, progress: b
     tree_dir = images_dir / "trees" / f"{TREE_FORMAT}-{image.digest.split(':', 1)[1]}"
     done = _load_meta(tree_dir)
     if done is None:
-        for name in ("files", "layers", "trees", "tmp"):
-            (images_dir / name).mkdir(parents=True, exist_ok=True)
+        try:
+            for name in ("files", "layers", "trees", "tmp"):
+                (images_dir / name).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ImageError(f"cannot create the image cache {images_dir}: {exc.strerror or exc}") from None
         indexes = _layer_indexes(source, image, images_dir, progress)
         view = merge(indexes)
         site = find_site(view, image.env, images_dir / "files")
@@ -107,7 +110,10 @@ def _layer_index(source: ImageSource, layer: Layer, images_dir: Path, bar) -> La
         advance = lambda n: bar.advance(task, n)  # noqa: E731
     stream = source.open_blob(layer.digest, layer.size, what, advance)
     index = read_layer(stream, layer.media_type, images_dir / "files" / f"{name}.pack", what)
-    save_index(index, path)
+    try:
+        save_index(index, path)
+    except OSError as exc:
+        raise ImageError(f"cannot write {path}: {exc.strerror or exc}") from None
     return index
 
 

@@ -120,6 +120,7 @@ def read_layer(stream: VerifiedStream, media_type: str, pack: Path, what: str) -
         stream.finish()
         os.replace(temp, pack)
     except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+        stream.finish()  # a damaged blob is reported as such, not as a bad tar
         raise ImageError(f"{what}: not a readable tar layer ({exc})") from None
     finally:
         Path(temp).unlink(missing_ok=True)
