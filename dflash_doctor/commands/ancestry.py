@@ -22,10 +22,10 @@ from .options import (
     SingleHostOption,
     SingleImageOption,
     SshConfigOption,
+    ssh_options,
     choose_targets,
     emit,
     image_options,
-    ssh_options,
 )
 from ..model import ToolError
 
@@ -79,9 +79,9 @@ def ancestry(
         source = "--commit"
     else:
         ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, accept_new_host_key)
-        images = image_options(platform, insecure_registry, registry_timeout, progress=sys.stderr.isatty())
+        image_opts = image_options(platform, insecure_registry, registry_timeout, progress=sys.stderr.isatty())
         targets, _ = choose_targets(path, python, release, [host] if host else None, None, None, ssh, rules,
-                                    [image] if image else None, images)
+                                    [image] if image else None, image_opts)
         commit, source = commit_from_target(targets[0][1])
     report = judge(repo, commit, source, rules=rules, prs=pr, main_ref=main_ref, remote=remote, fetch=fetch)
     if format is Format.json:

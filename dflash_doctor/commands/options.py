@@ -33,6 +33,7 @@ RegistryTimeoutOption = typer.Option(30.0, "--registry-timeout", min=0.1, help="
 
 
 def image_options(platform: str, insecure: Optional[list[str]], timeout: float, progress: bool = False):
+    """The shared --image options as ImageOptions (the image reference is added per target)."""
     from ..targets.image import ImageOptions
 
     return ImageOptions(platform=platform, insecure=tuple(insecure or ()), timeout=timeout, progress=progress)
@@ -65,7 +66,7 @@ def choose_targets(
     ssh: dict,
     rules,
     images: Optional[list[str]] = None,
-    image=None,
+    image_opts=None,
 ) -> tuple[list[tuple[str, object]], bool]:
     """The targets the options name, and whether they make a fleet (one report per host or image)."""
     hosts = list(hosts or []) + (read_hosts_file(hosts_file) if hosts_file is not None else [])
@@ -77,7 +78,7 @@ def choose_targets(
             raise ToolError(f"give --image or {given[0]}, not both")
         from ..targets.image import ImageTarget
 
-        return [(ref, ImageTarget(ref, image)) for ref in images], len(images) > 1
+        return [(ref, ImageTarget(ref, image_opts)) for ref in images], len(images) > 1
     if remote and local:
         raise ToolError(f"give hosts or {local[0]}, not both")
     if len(local) > 1:
