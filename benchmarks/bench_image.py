@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from registry import Random, Registry, python_files, tree_files, write_image  # noqa: E402
+from registry import Random, Registry, python_files, tree_files, write_image, write_layer  # noqa: E402
 
 from dflash_doctor.targets.release import release_tree  # noqa: E402
 
@@ -52,8 +52,8 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
-        base = {"usr/share/base.bin": Random(args.base_mb << 20, seed=1), **python_files()}
         made = time.perf_counter()
+        base = write_layer(work / "oci", {"usr/share/base.bin": Random(args.base_mb << 20, seed=1), **python_files()})
         write_image(work / "oci", "a", [base, tree_files(release_tree("0.33.0"))])
         write_image(work / "oci", "b", [base, tree_files(release_tree("0.22.0"))])
         registry = Registry(work / "registry")

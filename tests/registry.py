@@ -125,12 +125,13 @@ def write_layer(layout: Path, entries: dict[str, object]) -> tuple[dict, str]:
     return {"mediaType": OCI_LAYER, "digest": digest, "size": outer.size}, "sha256:" + inner.sha.hexdigest()
 
 
-def write_image(layout: Path, tag: str | None, layers: list[dict[str, object]], env: dict[str, str] | None = None,
+def write_image(layout: Path, tag: str | None, layers: list, env: dict[str, str] | None = None,
                 labels: dict[str, str] | None = None, platform: tuple[str, str] = ("linux", "amd64")) -> dict:
-    """An image in the layout (tagged in index.json when ``tag``); returns its manifest descriptor."""
+    """An image in the layout (tagged in index.json when ``tag``); returns its manifest descriptor.
+    A layer is a dict of entries, or what ``write_layer`` returned (a layer shared with another image)."""
     layout.mkdir(parents=True, exist_ok=True)
     (layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
-    written = [write_layer(layout, entries) for entries in layers]
+    written = [entries if isinstance(entries, tuple) else write_layer(layout, entries) for entries in layers]
     env = env or {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
     config = {
         "architecture": platform[1], "os": platform[0],

@@ -21,6 +21,7 @@ MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 
 
 class ArchiveSource(ImageSource):
+    concurrent_blobs = False  # every blob is read through the one archive file
     def __init__(self, spec: str) -> None:
         self.reference = f"docker-archive:{spec}"
         path, name = Path(spec), None

@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .interface import ImageError, ImageSource
@@ -25,6 +26,7 @@ from .merge import find_site, merge, site_files
 
 LABELS = ("org.opencontainers.image.revision", "org.opencontainers.image.version", "org.opencontainers.image.source")
 TREE_FORMAT = "1"  # bump when what a tree holds changes
+LAYER_JOBS = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +93,16 @@ def _layer_indexes(source: ImageSource, image: Image, images_dir: Path, progress
                        console=Console(file=sys.stderr), transient=True)
         bar.start()
     try:
-        return [_layer_index(source, layer, images_dir, bar) for layer in image.layers]
+        # Layers stream side by side: a large base layer is mostly I/O, zlib and sha256 (no GIL),
+        # which overlaps with the Python-heavy tar of the layer holding vLLM.
+        with ThreadPoolExecutor(max_workers=LAYER_JOBS if source.concurrent_blobs else 1) as pool:
+            futures = [pool.submit(_layer_index, source, layer, images_dir, bar) for layer in image.layers]
+            try:
+                return [future.result() for future in futures]
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
     finally:
         if bar is not None:
             bar.stop()

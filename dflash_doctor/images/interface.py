@@ -93,6 +93,7 @@ class ImageSource(abc.ABC):
     """Where an image's manifests and blobs come from."""
 
     reference: str  # as the user gave it
+    concurrent_blobs = True  # open_blob may be called from several threads at once
 
     @abc.abstractmethod
     def top(self) -> Blob:

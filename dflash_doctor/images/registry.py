@@ -17,6 +17,7 @@ import json
 import re
 import socket
 import ssl
+import threading
 import time
 import urllib.parse
 
@@ -117,6 +118,7 @@ class RegistrySource(ImageSource):
         self._authorization: str | None = None
         self._credentials = None
         self._looked_up = False
+        self._lock = threading.Lock()  # layers are fetched from several threads
         self._ssl = ssl.create_default_context()  # honours SSL_CERT_FILE / SSL_CERT_DIR
 
     # ------------------------------------------------------------ the interface
@@ -231,6 +233,10 @@ class RegistrySource(ImageSource):
         return self._credentials
 
     def _authorize(self, challenge: str, what: str) -> None:
+        with self._lock:
+            self._authorize_locked(challenge, what)
+
+    def _authorize_locked(self, challenge: str, what: str) -> None:
         scheme, params = parse_challenge(challenge)
         credentials = self._lookup()
         if scheme == "basic":
