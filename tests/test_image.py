@@ -296,17 +296,38 @@ def test_patch_refuses_an_image_and_ancestry_reads_the_revision_label(registry, 
         plain.resolve()
 
 
-def test_zstd_layers_are_refused_with_a_clear_message(tmp_path, trees):
-    directory = tmp_path / "oci"
-    descriptor = write_image(directory, "zstd", [BASE])
-    manifest_path = directory / "blobs/sha256" / descriptor["digest"].split(":", 1)[1]
-    manifest = json.loads(manifest_path.read_text())
-    manifest["layers"][0]["mediaType"] = "application/vnd.oci.image.layer.v1.tar+zstd"
+def retagged_with_layer(directory: Path, tag: str, layer: dict) -> None:
+    """An image ``tag`` in the layout whose only layer is ``layer`` (a descriptor of a blob already there)."""
     from registry import _put, _tag
 
-    _tag(directory, {**descriptor, **_put(directory, json.dumps(manifest).encode())}, "zstd")
+    descriptor = write_image(directory, None, [{"etc/placeholder": b""}])
+    manifest = json.loads((directory / "blobs/sha256" / descriptor["digest"].split(":", 1)[1]).read_text())
+    manifest["layers"] = [layer]
+    _tag(directory, {**descriptor, **_put(directory, json.dumps(manifest).encode())}, tag)
+
+
+def test_zstd_layers_and_huge_tar_headers_are_refused(tmp_path):
+    import gzip
+    import io
+    import tarfile
+
+    from registry import OCI_LAYER, _put
+
+    directory = tmp_path / "oci"
+    plain = write_image(directory, None, [BASE])
+    layer = json.loads((directory / "blobs/sha256" / plain["digest"].split(":", 1)[1]).read_text())["layers"][0]
+    retagged_with_layer(directory, "zstd", {**layer, "mediaType": "application/vnd.oci.image.layer.v1.tar+zstd"})
     code, _, stderr = image_check("--image", f"oci:{directory}:zstd")
     one_line_error(code, stderr, "zstd-compressed layers are not supported")
+    # A pax header tarfile would read whole into memory: refused past 1 MB.
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo(f"{SITE}/vllm/__init__.py")
+        info.pax_headers = {"comment": "x" * (2 << 20)}
+        tar.addfile(info, io.BytesIO(b""))
+    retagged_with_layer(directory, "pax", {"mediaType": OCI_LAYER, **_put(directory, gzip.compress(raw.getvalue()))})
+    code, _, stderr = image_check("--image", f"oci:{directory}:pax")
+    one_line_error(code, stderr, "extended tar header")
 
 
 def docker_config(directory: Path, entries: dict) -> dict:

@@ -55,15 +55,10 @@ class VerifiedStream:
     def read(self, n: int = -1) -> bytes:
         if self._done:
             return b""
-        want = CHUNK if n is None or n < 0 else n
-        data = self.raw.read(want)
-        if self.size is not None and self._read + len(data) > self.size:
-            raise ImageError(f"{self.what}: longer than the {self.size} bytes its manifest gives")
-        self._hash.update(data)
-        self._read += len(data)
-        if self.progress is not None:
-            self.progress(len(data))
-        if not data:
+        data = self.raw.read(CHUNK if n is None or n < 0 else n)
+        if data:
+            self._take(data)
+        else:
             self.finish()
         return data
 
@@ -71,22 +66,25 @@ class VerifiedStream:
         """Read to the end and verify (the tar reader may stop before the padding)."""
         if self._done:
             return
-        while True:
-            data = self.raw.read(CHUNK)
-            if not data:
-                break
-            if self.size is not None and self._read + len(data) > self.size:
-                raise ImageError(f"{self.what}: longer than the {self.size} bytes its manifest gives")
-            self._hash.update(data)
-            self._read += len(data)
-            if self.progress is not None:
-                self.progress(len(data))
         self._done = True
+        try:
+            while data := self.raw.read(CHUNK):
+                self._take(data)
+        finally:
+            self.raw.close()
         if self.size is not None and self._read != self.size:
             raise ImageError(f"{self.what}: {self._read} bytes, its manifest gives {self.size}")
         found = "sha256:" + self._hash.hexdigest()
         if found != self.digest:
             raise ImageError(f"{self.what}: sha256 mismatch (expected {self.digest}, got {found}); the blob is damaged or tampered with")
+
+    def _take(self, data: bytes) -> None:
+        if self.size is not None and self._read + len(data) > self.size:
+            raise ImageError(f"{self.what}: longer than the {self.size} bytes its manifest gives")
+        self._hash.update(data)
+        self._read += len(data)
+        if self.progress is not None:
+            self.progress(len(data))
 
 
 class ImageSource(abc.ABC):

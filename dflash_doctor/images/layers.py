@@ -30,6 +30,8 @@ SITE_DIRS = ("site-packages", "dist-packages")
 PYTHON_NAME = re.compile(r"^python(3(\.\d+)?)?$")
 MAX_KEPT_BYTES = 1024 * 1024 * 1024  # per layer: bounded disk whatever the image holds
 MAX_KEPT_FILES = 200_000
+MAX_HEADER_BYTES = 1024 * 1024
+EXTENDED_HEADERS = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
 TAR_BUFFER = 64 * 1024  # tarfile copies its buffer on each read: large buffers cost, small ones loop
 
 
@@ -77,6 +79,15 @@ def wanted(path: str) -> str | None:
     return None
 
 
+class _BoundedTarInfo(tarfile.TarInfo):
+    """Refuses long-name and pax headers past MAX_HEADER_BYTES: tarfile reads them whole into memory."""
+
+    def _proc_member(self, archive):
+        if self.type in EXTENDED_HEADERS and self.size > MAX_HEADER_BYTES:
+            raise ValueError(f"a {self.size}-byte extended tar header, more than {MAX_HEADER_BYTES} allowed")
+        return super()._proc_member(archive)
+
+
 def read_layer(stream: VerifiedStream, media_type: str, pack: Path, what: str) -> LayerIndex:
     """Stream ``stream`` (a tar, gzip'd or not) once; kept contents land in the file ``pack``."""
     if media_type.endswith("zstd"):
@@ -86,7 +97,8 @@ def read_layer(stream: VerifiedStream, media_type: str, pack: Path, what: str) -
     opaque: list[str] = []
     fd, temp = tempfile.mkstemp(prefix=".part.", dir=pack.parent)
     try:
-        with os.fdopen(fd, "wb") as out, tarfile.open(fileobj=stream, mode="r|*", bufsize=TAR_BUFFER) as archive:
+        with os.fdopen(fd, "wb") as out, tarfile.open(fileobj=stream, mode="r|*", bufsize=TAR_BUFFER,
+                                                                tarinfo=_BoundedTarInfo) as archive:
             for member in archive:
                 path = normalise(member.name)
                 if path is None:
@@ -137,9 +149,12 @@ def read_packed(files: Path, where: str, limit: int | None = None) -> bytes:
 
 def save_index(index: LayerIndex, path: Path) -> None:
     fd, temp = tempfile.mkstemp(prefix=".part.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        json.dump(index.to_json(), out)
-    os.replace(temp, path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(index.to_json(), out)
+        os.replace(temp, path)
+    finally:
+        Path(temp).unlink(missing_ok=True)
 
 
 def load_index(path: Path) -> LayerIndex | None:
