@@ -16,15 +16,14 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from conftest import run_cli
 from registry import (
     SITE, WHITEOUT, Link, Random, Registry, TokenServer, make_cert, python_files, tree_files, write_image, write_index,
 )
-
-pytestmark = pytest.mark.skipif(not Path("/usr/bin/docker-registry").exists() or not shutil.which("skopeo"),
-                                reason="needs Debian's docker-registry and skopeo (.ci/run installs them)")
+from test_ssh import fleet_validator
 
 SCHEDULER = "vllm/v1/core/sched/scheduler.py"
 DFLASH_MODEL = "vllm/model_executor/models/qwen3_dflash.py"
@@ -32,9 +31,15 @@ VENV_SITE = "opt/venv/lib/python3.12/site-packages"
 BASE = {"usr/share/base.bin": Random(2 << 20), **python_files()}
 
 
+CHECK_SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "schemas" / "check-v1.schema.json").read_text())
+
+
 def image_check(*args: str, env: dict | None = None) -> tuple[int, dict | None, str]:
     proc = run_cli("check", *args, "--format", "json", env=env)
-    return proc.returncode, json.loads(proc.stdout) if proc.stdout else None, proc.stderr
+    report = json.loads(proc.stdout) if proc.stdout else None
+    if report is not None:
+        jsonschema.Draft202012Validator(CHECK_SCHEMA).validate(report)
+    return proc.returncode, report, proc.stderr
 
 
 @functools.cache
@@ -270,6 +275,7 @@ def test_several_images_make_a_report_each_and_reports_name_the_image(registry, 
     good, bad = f"{registry.host}/team/vllm:plain", f"{registry.host}/team/vllm:nosuchtag"
     proc = run_cli("check", "--image", good, "--image", bad, "--insecure-registry", registry.host, "--format", "json")
     fleet = json.loads(proc.stdout)
+    assert list(fleet_validator().iter_errors(fleet)) == []
     assert proc.returncode == 3 and len(fleet["hosts"]) == 2
     assert fleet["hosts"][0]["target"]["reference"] == good and "not found" in fleet["hosts"][1]["error"]
     junit = tmp_path / "junit.xml"
@@ -281,19 +287,21 @@ def test_several_images_make_a_report_each_and_reports_name_the_image(registry, 
 def test_patch_refuses_an_image_and_ancestry_reads_the_revision_label(registry, tmp_path, trees):
     proc = run_cli("patch", "--image", f"{registry.host}/team/vllm:plain", "--yes")
     one_line_error(proc.returncode, proc.stderr, "docs/images.md")
-    from dflash_doctor.ancestry import commit_from_target
-    from dflash_doctor.targets.image import ImageOptions, ImageTarget
+    from gitrepos import build_vllm_like
 
-    no_commit = tmp_path / "tree"
+    history = build_vllm_like(tmp_path / "vllm")
+    no_commit = tmp_path / "tree"  # a tree that records no build commit of its own
     shutil.copytree(trees["0.22.0"], no_commit)
     (no_commit / "vllm/_version.py").write_text("__version__ = '0.22.0'\n")
     directory = tmp_path / "oci"
-    write_image(directory, "labelled", [BASE, tree_files(no_commit)], labels={"org.opencontainers.image.revision": "0b3ba88f1"})
-    target = ImageTarget(f"oci:{directory}:labelled", ImageOptions())
-    assert commit_from_target(target) == ("0b3ba88f1", "org.opencontainers.image.revision label")
-    plain = ImageTarget(f"oci:{directory.parent}/nolabel:x", ImageOptions())
-    with pytest.raises(Exception, match="not an OCI image layout"):
-        plain.resolve()
+    write_image(directory, "labelled", [BASE, tree_files(no_commit)], labels={"org.opencontainers.image.revision": history.c["main"]})
+    write_image(directory, "unlabelled", [BASE, tree_files(no_commit)])
+    proc = run_cli("ancestry", "--repo", str(history.path), "--image", f"oci:{directory}:labelled", "--format", "json")
+    report = json.loads(proc.stdout)
+    assert report["commit"] == history.c["main"] and report["commit_source"] == "org.opencontainers.image.revision label", proc.stderr
+    assert {e["pr"]: e["status"] for e in report["prs"]}[40727] == "contained"
+    proc = run_cli("ancestry", "--repo", str(history.path), "--image", f"oci:{directory}:unlabelled")
+    one_line_error(proc.returncode, proc.stderr, "records no build commit")
 
 
 def retagged_with_layer(directory: Path, tag: str, layer: dict) -> None:
