@@ -436,3 +436,21 @@ def test_a_progress_bar_per_layer_on_a_terminal(layout):
     assert json.loads(out)["target"]["kind"] == "image"  # the report itself still goes to the pipe
     for layer in manifest["layers"]:
         assert layer["digest"][7:19].encode() in drawn, drawn[-2000:]
+
+
+@pytest.mark.parametrize("given, expected", [
+    ("vllm/vllm-openai:v0.20.1", ("docker.io", "vllm/vllm-openai", "v0.20.1", None)),
+    ("python", ("docker.io", "library/python", "latest", None)),
+    ("index.docker.io/library/ubuntu", ("docker.io", "library/ubuntu", "latest", None)),
+    ("localhost:5000/team/vllm:rc1", ("localhost:5000", "team/vllm", "rc1", None)),
+    ("nvcr.io/nvidia/vllm:25.09-py3", ("nvcr.io", "nvidia/vllm", "25.09-py3", None)),
+    (f"registry.example.com:5000/team/vllm@sha256:{'ab' * 32}", ("registry.example.com:5000", "team/vllm", None, f"sha256:{'ab' * 32}")),
+])
+def test_references_follow_dockers_grammar_and_docker_hub_defaults(given, expected):
+    from dflash_doctor.images.registry import RegistrySource, parse_reference
+
+    ref = parse_reference(given)
+    assert (ref.registry, ref.repository, ref.tag, ref.digest) == expected
+    source = RegistrySource(given)
+    assert source.api_host == ("registry-1.docker.io" if expected[0] == "docker.io" else expected[0])
+    assert source.scheme == "https"

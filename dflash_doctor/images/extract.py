@@ -3,9 +3,9 @@
 Under the images directory (``<cache>/images``, or a scratch directory when
 caches are off): ``files/<hex>.pack`` each layer's kept contents,
 ``layers/<hex>.json`` what each layer held (so an image sharing base layers
-downloads only its new ones),
-``trees/<hex>/`` the assembled tree of an image (its manifest digest), with
-``image.json`` written last as the mark that it is complete.
+downloads only its new ones), ``trees/<format>-<hex>/`` the assembled tree of
+an image (by its manifest digest), with ``image.json`` written last as the mark
+that it is complete.
 """
 
 from __future__ import annotations
