@@ -278,10 +278,14 @@ def test_several_images_make_a_report_each_and_reports_name_the_image(registry, 
     assert list(fleet_validator().iter_errors(fleet)) == []
     assert proc.returncode == 3 and len(fleet["hosts"]) == 2
     assert fleet["hosts"][0]["target"]["reference"] == good and "not found" in fleet["hosts"][1]["error"]
-    junit = tmp_path / "junit.xml"
-    proc = run_cli("check", "--image", good, "--insecure-registry", registry.host, "--format", "junit", "--output", str(junit))
+    junit, sarif = tmp_path / "junit.xml", tmp_path / "report.sarif"
+    proc = run_cli("check", "--image", good, "--insecure-registry", registry.host, "--format", "junit", "--output", str(junit),
+                   "--output", f"sarif={sarif}")
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite.get("name") == f"dflash-doctor check image {good}", proc.stderr
+    run = json.loads(sarif.read_text())["runs"][0]
+    assert run["automationDetails"]["id"] == f"dflash-doctor/image:{good}/"
+    assert run["originalUriBaseIds"]["VLLM_ROOT"] == {"description": {"text": f"image {good}"}}
 
 
 def test_patch_refuses_an_image_and_ancestry_reads_the_revision_label(registry, tmp_path, trees):
