@@ -74,7 +74,7 @@ def _blob_path(layout: Path, digest: str) -> Path:
     return layout / "blobs" / "sha256" / digest.split(":", 1)[1]
 
 
-def _put(layout: Path, data: bytes) -> dict:
+def put_blob(layout: Path, data: bytes) -> dict:
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
     path = _blob_path(layout, digest)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -138,24 +138,24 @@ def write_image(layout: Path, tag: str | None, layers: list, env: dict[str, str]
         "config": {"Env": [f"{k}={v}" for k, v in env.items()], "Labels": labels or {}},
         "rootfs": {"type": "layers", "diff_ids": [diff_id for _, diff_id in written]},
     }
-    config_descriptor = {"mediaType": "application/vnd.oci.image.config.v1+json", **_put(layout, json.dumps(config).encode())}
+    config_descriptor = {"mediaType": "application/vnd.oci.image.config.v1+json", **put_blob(layout, json.dumps(config).encode())}
     manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": config_descriptor, "layers": [d for d, _ in written]}
-    descriptor = {"mediaType": OCI_MANIFEST, **_put(layout, json.dumps(manifest).encode()),
+    descriptor = {"mediaType": OCI_MANIFEST, **put_blob(layout, json.dumps(manifest).encode()),
                   "platform": {"architecture": platform[1], "os": platform[0]}}
     if tag is not None:
-        _tag(layout, descriptor, tag)
+        tag_image(layout, descriptor, tag)
     return descriptor
 
 
 def write_index(layout: Path, tag: str, manifests: list[dict]) -> dict:
     """A multi-platform index over manifests already in the layout."""
     index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests}
-    descriptor = {"mediaType": OCI_INDEX, **_put(layout, json.dumps(index).encode())}
-    _tag(layout, descriptor, tag)
+    descriptor = {"mediaType": OCI_INDEX, **put_blob(layout, json.dumps(index).encode())}
+    tag_image(layout, descriptor, tag)
     return descriptor
 
 
-def _tag(layout: Path, descriptor: dict, tag: str) -> None:
+def tag_image(layout: Path, descriptor: dict, tag: str) -> None:
     path = layout / "index.json"
     index = json.loads(path.read_text()) if path.exists() else {"schemaVersion": 2, "manifests": []}
     entry = {k: v for k, v in descriptor.items() if k != "platform"}

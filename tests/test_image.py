@@ -5,12 +5,15 @@ pushed with skopeo. Verdicts must equal check --path on the same files."""
 from __future__ import annotations
 
 import functools
+import gzip
+import io
 import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 import xml.etree.ElementTree as ET
@@ -21,7 +24,8 @@ import pytest
 
 from conftest import run_cli
 from registry import (
-    SITE, WHITEOUT, Link, Random, Registry, TokenServer, make_cert, python_files, tree_files, write_image, write_index,
+    OCI_LAYER, SITE, WHITEOUT, Link, Random, Registry, TokenServer, make_cert, put_blob, python_files, tag_image, tree_files,
+    write_image, write_index,
 )
 from test_ssh import fleet_validator
 
@@ -310,21 +314,13 @@ def test_patch_refuses_an_image_and_ancestry_reads_the_revision_label(registry, 
 
 def retagged_with_layer(directory: Path, tag: str, layer: dict) -> None:
     """An image ``tag`` in the layout whose only layer is ``layer`` (a descriptor of a blob already there)."""
-    from registry import _put, _tag
-
     descriptor = write_image(directory, None, [{"etc/placeholder": b""}])
     manifest = json.loads((directory / "blobs/sha256" / descriptor["digest"].split(":", 1)[1]).read_text())
     manifest["layers"] = [layer]
-    _tag(directory, {**descriptor, **_put(directory, json.dumps(manifest).encode())}, tag)
+    tag_image(directory, {**descriptor, **put_blob(directory, json.dumps(manifest).encode())}, tag)
 
 
 def test_zstd_layers_and_huge_tar_headers_are_refused(tmp_path):
-    import gzip
-    import io
-    import tarfile
-
-    from registry import OCI_LAYER, _put
-
     directory = tmp_path / "oci"
     plain = write_image(directory, None, [BASE])
     layer = json.loads((directory / "blobs/sha256" / plain["digest"].split(":", 1)[1]).read_text())["layers"][0]
@@ -337,7 +333,7 @@ def test_zstd_layers_and_huge_tar_headers_are_refused(tmp_path):
         info = tarfile.TarInfo(f"{SITE}/vllm/__init__.py")
         info.pax_headers = {"comment": "x" * (2 << 20)}
         tar.addfile(info, io.BytesIO(b""))
-    retagged_with_layer(directory, "pax", {"mediaType": OCI_LAYER, **_put(directory, gzip.compress(raw.getvalue()))})
+    retagged_with_layer(directory, "pax", {"mediaType": OCI_LAYER, **put_blob(directory, gzip.compress(raw.getvalue()))})
     code, _, stderr = image_check("--image", f"oci:{directory}:pax")
     one_line_error(code, stderr, "extended tar header")
 
