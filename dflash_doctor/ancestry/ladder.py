@@ -244,7 +244,10 @@ def commit_from_target(target) -> tuple[str, str]:
     """The build commit a target records (``check`` provenance), and where it was read."""
     from ..provenance import read_provenance
 
-    provenance = read_provenance(target.resolve().tree)
+    resolved = target.resolve()
+    provenance = read_provenance(resolved.tree)
+    if not provenance.commit and resolved.build_commit:
+        return resolved.build_commit
     if not provenance.commit:
         if provenance.version:
             raise ToolError(f"the target records no build commit (version {provenance.version}): give --commit SHA "

@@ -11,16 +11,21 @@ from .options import (
     AcceptNewHostKeyOption,
     ConnectTimeoutOption,
     IdentityOption,
+    InsecureRegistryOption,
     KnownHostsOption,
     OnlyOption,
     PathOption,
+    PlatformOption,
     PythonOption,
+    RegistryTimeoutOption,
     ReleaseOption,
     SingleHostOption,
+    SingleImageOption,
     SshConfigOption,
     ssh_options,
     choose_targets,
     emit,
+    image_options,
 )
 from ..model import ToolError
 
@@ -57,6 +62,10 @@ def ancestry(
     ssh_config: Optional[Path] = SshConfigOption,
     connect_timeout: float = ConnectTimeoutOption,
     accept_new_host_key: bool = AcceptNewHostKeyOption,
+    image: Optional[str] = SingleImageOption,
+    platform: str = PlatformOption,
+    insecure_registry: Optional[list[str]] = InsecureRegistryOption,
+    registry_timeout: float = RegistryTimeoutOption,
 ) -> int:
     """Is each fix's PR in a commit? Decided with git: merge-commit, patch-id, merge-tree.
     Exit: 0 all contained, 1 any missing, 2 otherwise any unknown, 3 could not run."""
@@ -67,12 +76,14 @@ def ancestry(
 
     rules = select(only)
     if commit is not None:
-        if path or python or release or host:
-            raise ToolError("give --commit or a target (--path/--python/--release/--host), not both")
+        if path or python or release or host or image:
+            raise ToolError("give --commit or a target (--path/--python/--release/--host/--image), not both")
         source = "--commit"
     else:
         ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, accept_new_host_key)
-        targets, _ = choose_targets(path, python, release, [host] if host else None, None, None, ssh, rules)
+        image_opts = image_options(platform, insecure_registry, registry_timeout, progress=sys.stderr.isatty())
+        targets, _ = choose_targets(path, python, release, [host] if host else None, None, None, ssh, rules,
+                                    [image] if image else None, image_opts)
         commit, source = commit_from_target(targets[0][1])
     report = judge(repo, commit, source, rules=rules, prs=pr, main_ref=main_ref, remote=remote, fetch=fetch)
     if format is Format.json:

@@ -17,15 +17,20 @@ from .options import (
     HostOption,
     HostsFileOption,
     IdentityOption,
+    ImageOption,
+    InsecureRegistryOption,
     JobsOption,
     KnownHostsOption,
     OnlyOption,
     PathOption,
+    PlatformOption,
     PythonOption,
+    RegistryTimeoutOption,
     ReleaseOption,
     SshConfigOption,
     ssh_options,
     choose_targets,
+    image_options,
 )
 
 
@@ -100,6 +105,10 @@ def check(
     accept_new_host_key: bool = AcceptNewHostKeyOption,
     jobs: int = JobsOption,
     from_probe: Optional[Path] = FromProbeOption,
+    image: Optional[list[str]] = ImageOption,
+    platform: str = PlatformOption,
+    insecure_registry: Optional[list[str]] = InsecureRegistryOption,
+    registry_timeout: float = RegistryTimeoutOption,
     repo: Optional[Path] = typer.Option(None, "--repo", help="A vLLM clone: add which PRs the target's build commit contains (see `ancestry`)."),
     main_ref: Optional[str] = typer.Option(None, "--main-ref", help="With --repo: the main line (default origin/main, else main)."),
     draft_config: Optional[Path] = typer.Option(None, "--draft-config", help="The drafter's config.json (or its directory): lint it and probe what this vLLM computes for it."),
@@ -117,7 +126,9 @@ def check(
     outputs = parse_outputs(format.value, output or [])
     waiver_list = load_waivers(waivers, {rule.id for rule in load_rules()}) if waivers is not None else None
     ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, accept_new_host_key)
-    targets, fleet = choose_targets(path, python, release, host, hosts_file, from_probe, ssh, rules)
+    # One image on a terminal shows a bar per layer; a fleet shows its own progress.
+    image_opts = image_options(platform, insecure_registry, registry_timeout, progress=sys.stderr.isatty() and len(image or []) == 1)
+    targets, fleet = choose_targets(path, python, release, host, hosts_file, from_probe, ssh, rules, image, image_opts)
     if host or hosts_file:
         import threading
 

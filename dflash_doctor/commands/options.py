@@ -27,6 +27,18 @@ ConnectTimeoutOption = typer.Option(10.0, "--connect-timeout", min=0.1, help="Se
 AcceptNewHostKeyOption = typer.Option(False, "--accept-new-host-key", help="Trust an unknown host key on first use and record it.")
 JobsOption = typer.Option(4, "--jobs", min=1, help="Hosts checked at once.")
 FromProbeOption = typer.Option(None, "--from-probe", help="Evaluate answers of `dflash-doctor probe-script`: a file, or a directory of them.")
+ImageOption = typer.Option(None, "--image", help="A container image, read without a daemon (repeatable): vllm/vllm-openai:v0.20.1, host:5000/team/vllm@sha256:..., oci:DIR or oci:DIR:TAG, docker-archive:FILE.")
+SingleImageOption = typer.Option(None, "--image", help="A container image, read without a daemon: vllm/vllm-openai:v0.20.1, host:5000/team/vllm@sha256:..., oci:DIR or oci:DIR:TAG, docker-archive:FILE.")
+PlatformOption = typer.Option("linux/amd64", "--platform", help="With --image: the platform to pick from a multi-platform index (os/arch or os/arch/variant).")
+InsecureRegistryOption = typer.Option(None, "--insecure-registry", metavar="HOST[:PORT]", help="With --image: speak plain HTTP to this registry (repeatable).")
+RegistryTimeoutOption = typer.Option(30.0, "--registry-timeout", min=0.1, help="With --image: seconds a registry may take to answer a request or send more of a blob.")
+
+
+def image_options(platform: str, insecure: Optional[list[str]], timeout: float, progress: bool = False):
+    """The shared --image options as ImageOptions (the image reference is added per target)."""
+    from ..targets.image import ImageOptions
+
+    return ImageOptions(platform=platform, insecure=tuple(insecure or ()), timeout=timeout, progress=progress)
 
 
 def ssh_options(identity, known_hosts, ssh_config, connect_timeout, accept_new_host_key) -> dict:
@@ -55,11 +67,20 @@ def choose_targets(
     from_probe: Optional[Path],
     ssh: dict,
     rules,
+    images: Optional[list[str]] = None,
+    image_opts=None,
 ) -> tuple[list[tuple[str, object]], bool]:
-    """The targets the options name, and whether they make a fleet (one report per host)."""
+    """The targets the options name, and whether they make a fleet (one report per host or image)."""
     hosts = list(hosts or []) + (read_hosts_file(hosts_file) if hosts_file is not None else [])
     remote = bool(hosts) or hosts_file is not None
     local = [name for name, value in (("--path", path), ("--release", release), ("--from-probe", from_probe)) if value]
+    if images:
+        given = local + [name for name, value in (("--python", python), ("--host", remote)) if value]
+        if given:
+            raise ToolError(f"give --image or {given[0]}, not both")
+        from ..targets.image import ImageTarget
+
+        return [(ref, ImageTarget(ref, image_opts)) for ref in images], len(images) > 1
     if remote and local:
         raise ToolError(f"give hosts or {local[0]}, not both")
     if len(local) > 1:

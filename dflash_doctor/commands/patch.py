@@ -32,6 +32,9 @@ from .options import (
 )
 
 ReleaseRefusedOption = typer.Option(None, "--release", help="Refused: release trees are a download cache, not an install.")
+ImageRefusedOption = typer.Option(None, "--image", help="Refused: an image is patched when it is built (see docs/images.md).")
+IMAGE_REFUSAL = ("an image cannot be patched in place: patch it when it is built, with "
+                 "`RUN dflash-doctor patch --path SITE-PACKAGES --yes` in its Dockerfile (see docs/images.md)")
 YesOption = typer.Option(False, "--yes", "-y", help="Apply without asking (needed when there is no terminal).")
 
 
@@ -39,6 +42,7 @@ def patch(
     path: Optional[Path] = PathOption,
     python: Optional[str] = PythonOption,
     release: Optional[str] = ReleaseRefusedOption,
+    image: Optional[str] = ImageRefusedOption,
     host: Optional[str] = SingleHostOption,
     only: Optional[list[str]] = OnlyOption,
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the unified diff and change nothing."),
@@ -57,6 +61,8 @@ def patch(
     Exit: 0 every selected fix present afterwards, 1 some still absent/partial/not-applicable
     (refused, with the reason), 2 some unknown, 3 could not run (nothing half-written).
     With --repo/--pr: 0 applied or already there, 1 conflict (nothing changed), 3 could not run."""
+    if image is not None:
+        raise ToolError(f"--image: {IMAGE_REFUSAL}")
     if repo is not None or pr is not None:
         given = [name for name, value in (("--path", path), ("--python", python), ("--release", release),
                                           ("--host", host), ("--only", only)) if value]
@@ -109,6 +115,7 @@ def restore(
     path: Optional[Path] = PathOption,
     python: Optional[str] = PythonOption,
     release: Optional[str] = ReleaseRefusedOption,
+    image: Optional[str] = ImageRefusedOption,
     host: Optional[str] = SingleHostOption,
     only: Optional[list[str]] = OnlyOption,
     yes: bool = YesOption,
@@ -120,6 +127,8 @@ def restore(
 ) -> int:
     """Give back the files `patch` changed, byte for byte, and re-check. Refuses a file
     changed since it was patched. Exit: 0 restored (or nothing to restore), 3 could not run."""
+    if image is not None:
+        raise ToolError(f"--image: {IMAGE_REFUSAL}")
     from ..rules import select
 
     ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, accept_new_host_key)

@@ -13,6 +13,8 @@ from ..source import SourceTree
 class ResolvedTarget:
     tree: SourceTree
     info: TargetInfo
+    # A build commit known from outside the tree (an image label), and where it was read.
+    build_commit: tuple[str, str] | None = None
 
 
 class Target(Protocol):

@@ -1,0 +1,160 @@
+"""An image's vLLM files as a directory: layers read once, remembered per digest.
+
+Under the images directory (``<cache>/images``, or a scratch directory when
+caches are off): ``files/<hex>.pack`` each layer's kept contents,
+``layers/<hex>.json`` what each layer held (so an image sharing base layers
+downloads only its new ones), ``trees/<format>-<hex>/`` the assembled tree of
+an image (by its manifest digest), with ``image.json`` written last as the mark
+that it is complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from .interface import ImageError, ImageSource
+from .layers import LayerIndex, load_index, read_layer, save_index
+from .manifest import Image, Layer, resolve_image
+from .merge import find_site, merge, site_files
+
+LABELS = ("org.opencontainers.image.revision", "org.opencontainers.image.version", "org.opencontainers.image.source")
+TREE_FORMAT = "1"  # bump when what a tree holds changes
+LAYER_JOBS = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageTree:
+    root: Path  # holds vllm/ and the vllm-*.dist-info
+    reference: str
+    digest: str
+    platform: str
+    site: str  # the site directory inside the image
+    python: str | None  # the interpreter on the image's PATH that imports it
+    labels: tuple[tuple[str, str], ...]
+
+
+def open_source(reference: str, insecure: tuple[str, ...] = (), timeout: float = 30.0) -> ImageSource:
+    """``oci:DIR[:TAG]``, ``docker-archive:FILE``, else a registry reference (``docker://`` optional)."""
+    if reference.startswith("oci:"):
+        from .layout import LayoutSource
+
+        return LayoutSource(reference[len("oci:"):])
+    if reference.startswith("docker-archive:"):
+        from .archive import ArchiveSource
+
+        return ArchiveSource(reference[len("docker-archive:"):])
+    from .registry import RegistrySource
+
+    return RegistrySource(reference.removeprefix("docker://"), insecure, timeout)
+
+
+def image_tree(source: ImageSource, platform: str, images_dir: Path, progress: bool = False) -> ImageTree:
+    image = resolve_image(source, platform)
+    labels = tuple((name, image.labels[name]) for name in LABELS if name in image.labels)
+    tree_dir = images_dir / "trees" / f"{TREE_FORMAT}-{image.digest.split(':', 1)[1]}"
+    done = _load_meta(tree_dir)
+    if done is None:
+        try:
+            for name in ("files", "layers", "trees", "tmp"):
+                (images_dir / name).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ImageError(f"cannot create the image cache {images_dir}: {exc.strerror or exc}") from None
+        indexes = _layer_indexes(source, image, images_dir, progress)
+        view = merge(indexes)
+        site = find_site(view, image.env, images_dir / "files")
+        done = {"site": site.directory, "python": site.python}
+        _write_tree(site_files(view, site.directory), images_dir, tree_dir, done)
+    return ImageTree(tree_dir / "root", source.reference, image.digest, image.platform, "/" + done["site"], done["python"], labels)
+
+
+def _load_meta(tree_dir: Path) -> dict | None:
+    try:
+        meta = json.loads((tree_dir / "image.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) and "site" in meta else None
+
+
+def _layer_indexes(source: ImageSource, image: Image, images_dir: Path, progress: bool) -> list[LayerIndex]:
+    """Each layer's index, from the cache or read as it downloads (a bar per layer on a terminal)."""
+    bar = None
+    if progress:
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+        bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                       console=Console(file=sys.stderr), transient=True)
+        bar.start()
+    try:
+        # Layers stream side by side: a large base layer is mostly I/O, zlib and sha256 (no GIL),
+        # which overlaps with the Python-heavy tar of the layer holding vLLM.
+        with ThreadPoolExecutor(max_workers=LAYER_JOBS if source.concurrent_blobs else 1) as pool:
+            futures = [pool.submit(_layer_index, source, layer, images_dir, bar) for layer in image.layers]
+            try:
+                return [future.result() for future in futures]
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
+    finally:
+        if bar is not None:
+            bar.stop()
+
+
+def _layer_index(source: ImageSource, layer: Layer, images_dir: Path, bar) -> LayerIndex:
+    name = layer.digest.split(":", 1)[1]
+    path = images_dir / "layers" / f"{name}.json"
+    index = load_index(path)
+    if index is not None:
+        return index
+    what = f"{source.reference}: layer {layer.digest}"
+    advance = None
+    if bar is not None:
+        task = bar.add_task(layer.digest[7:19], total=layer.size)
+        advance = lambda n: bar.advance(task, n)  # noqa: E731
+    stream = source.open_blob(layer.digest, layer.size, what, advance)
+    index = read_layer(stream, layer.media_type, images_dir / "files" / f"{name}.pack", what)
+    try:
+        save_index(index, path)
+    except OSError as exc:
+        raise ImageError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return index
+
+
+def _write_tree(files: dict[str, str], images_dir: Path, tree_dir: Path, meta: dict) -> None:
+    """Copy the site's files into a fresh directory, then move it in place whole."""
+    staging = Path(tempfile.mkdtemp(prefix="tree.", dir=images_dir / "tmp"))
+    try:
+        root = staging / "root"
+        made: set[str] = set()
+        packs: dict[str, object] = {}
+        try:
+            for relpath, where in sorted(files.items()):
+                directory = os.path.join(root, os.path.dirname(relpath))  # normalised at read time: no '..', no absolute part
+                if directory not in made:
+                    os.makedirs(directory, exist_ok=True)
+                    made.add(directory)
+                pack, offset, size = where.rsplit(":", 2)
+                if pack not in packs:
+                    packs[pack] = open(images_dir / "files" / pack, "rb")
+                packs[pack].seek(int(offset))
+                with open(os.path.join(root, relpath), "wb") as out:
+                    out.write(packs[pack].read(int(size)))
+        finally:
+            for handle in packs.values():
+                handle.close()
+        (staging / "image.json").write_text(json.dumps(meta), encoding="utf-8")
+        if tree_dir.exists():  # an interrupted earlier run, or a concurrent one
+            shutil.rmtree(tree_dir, ignore_errors=True)
+        os.replace(staging, tree_dir)
+    except OSError as exc:
+        raise ImageError(f"cannot assemble the image's tree in {images_dir}: {exc.strerror or exc}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -1,0 +1,164 @@
+"""One layer's tar, read as it streams: only what a vLLM check needs is kept.
+
+Kept: ``vllm/**.py`` and ``vllm-*.dist-info/*`` under any ``site-packages`` or
+``dist-packages``, ``pyvenv.cfg`` files, and where ``bin/python*`` lives (a
+file or the symlink's target) to find the image's interpreter. Every other
+member is read past and dropped. Member names are normalised and refused when
+they climb out (``..``); nothing from the layer is ever written by its own name:
+kept contents are appended to one pack file per layer, and the layer's index
+(path -> where in the pack) is what the merge reads. Whiteouts and opaque directories are
+recorded for the merge of the layers above.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import posixpath
+import re
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+
+from .interface import CHUNK, ImageError, VerifiedStream
+
+WHITEOUT = ".wh."
+OPAQUE = ".wh..wh..opq"
+SITE_DIRS = ("site-packages", "dist-packages")
+PYTHON_NAME = re.compile(r"^python(3(\.\d+)?)?$")
+MAX_KEPT_BYTES = 1024 * 1024 * 1024  # per layer: bounded disk whatever the image holds
+MAX_KEPT_FILES = 200_000
+MAX_HEADER_BYTES = 1024 * 1024
+EXTENDED_HEADERS = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
+TAR_BUFFER = 64 * 1024  # tarfile copies its buffer on each read: large buffers cost, small ones loop
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerIndex:
+    """What one layer holds that matters: ``entries`` path -> ("file", "PACK:OFFSET:SIZE") |
+    ("link", target) | ("exe", ""), and the whiteouts it applies to the layers below."""
+
+    entries: dict[str, tuple[str, str]]
+    deleted: tuple[str, ...]
+    opaque: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        return {"entries": {p: list(e) for p, e in self.entries.items()}, "deleted": list(self.deleted), "opaque": list(self.opaque)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "LayerIndex":
+        return cls({p: (e[0], e[1]) for p, e in data["entries"].items()}, tuple(data["deleted"]), tuple(data["opaque"]))
+
+
+def normalise(name: str) -> str | None:
+    """The member's path inside the image without a leading ``/``; None when it climbs out."""
+    parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
+    if not parts or ".." in parts or any("\x00" in p for p in parts):
+        return None
+    return "/".join(parts)
+
+
+def wanted(path: str) -> str | None:
+    """Why a path is kept: "source" (vllm file or pyvenv.cfg), "python", or None."""
+    parts = path.split("/")
+    name = parts[-1]
+    if name == "pyvenv.cfg":
+        return "source"
+    if len(parts) >= 2 and parts[-2] == "bin" and PYTHON_NAME.match(name):
+        return "python"
+    for i in range(len(parts) - 2):
+        if parts[i] in SITE_DIRS:
+            top = parts[i + 1]
+            rest = parts[i + 2:]
+            if top == "vllm" and rest and name.endswith(".py"):
+                return "source"
+            if top.startswith("vllm-") and top.endswith(".dist-info") and len(rest) == 1:
+                return "source"
+    return None
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """Refuses long-name and pax headers past MAX_HEADER_BYTES: tarfile reads them whole into memory."""
+
+    def _proc_member(self, archive):
+        if self.type in EXTENDED_HEADERS and self.size > MAX_HEADER_BYTES:
+            raise ValueError(f"a {self.size}-byte extended tar header, more than {MAX_HEADER_BYTES} allowed")
+        return super()._proc_member(archive)
+
+
+def read_layer(stream: VerifiedStream, media_type: str, pack: Path, what: str) -> LayerIndex:
+    """Stream ``stream`` (a tar, gzip'd or not) once; kept contents land in the file ``pack``."""
+    if media_type.endswith("zstd"):
+        raise ImageError(f"{what}: zstd-compressed layers are not supported (gzip and plain tar are)")
+    entries: dict[str, tuple[str, str]] = {}
+    deleted: list[str] = []
+    opaque: list[str] = []
+    fd, temp = tempfile.mkstemp(prefix=".part.", dir=pack.parent)
+    try:
+        with os.fdopen(fd, "wb") as out, tarfile.open(fileobj=stream, mode="r|*", bufsize=TAR_BUFFER,
+                                                                tarinfo=_BoundedTarInfo) as archive:
+            for member in archive:
+                path = normalise(member.name)
+                if path is None:
+                    continue  # a name that climbs out of the image is never used
+                directory, name = posixpath.split(path)
+                if name == OPAQUE:
+                    opaque.append(directory)
+                    continue
+                if name.startswith(WHITEOUT):
+                    deleted.append(posixpath.join(directory, name[len(WHITEOUT):]))
+                    continue
+                entries.pop(path, None)  # a later member of the same layer wins
+                why = wanted(path)
+                if why is None:
+                    continue
+                if member.issym():
+                    entries[path] = ("link", member.linkname)
+                elif member.islnk():
+                    target = normalise(member.linkname)
+                    if target in entries:
+                        entries[path] = entries[target]
+                elif member.isfile():
+                    if why == "python":
+                        entries[path] = ("exe", "")
+                        continue
+                    offset = out.tell()
+                    if offset + member.size > MAX_KEPT_BYTES or len(entries) >= MAX_KEPT_FILES:
+                        raise ImageError(f"{what}: more than {MAX_KEPT_BYTES >> 20} MB or {MAX_KEPT_FILES} files of Python sources; refusing")
+                    shutil.copyfileobj(archive.extractfile(member), out, CHUNK)
+                    entries[path] = ("file", f"{pack.name}:{offset}:{out.tell() - offset}")
+        stream.finish()
+        os.replace(temp, pack)
+    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+        stream.finish()  # a damaged blob is reported as such, not as a bad tar
+        raise ImageError(f"{what}: not a readable tar layer ({exc})") from None
+    finally:
+        Path(temp).unlink(missing_ok=True)
+    return LayerIndex(entries, tuple(deleted), tuple(opaque))
+
+
+def read_packed(files: Path, where: str, limit: int | None = None) -> bytes:
+    """The bytes an entry's "PACK:OFFSET:SIZE" names (at most ``limit``)."""
+    name, offset, size = where.rsplit(":", 2)
+    with open(files / name, "rb") as handle:
+        handle.seek(int(offset))
+        return handle.read(int(size) if limit is None else min(int(size), limit))
+
+
+def save_index(index: LayerIndex, path: Path) -> None:
+    fd, temp = tempfile.mkstemp(prefix=".part.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(index.to_json(), out)
+        os.replace(temp, path)
+    finally:
+        Path(temp).unlink(missing_ok=True)
+
+
+def load_index(path: Path) -> LayerIndex | None:
+    try:
+        return LayerIndex.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        return None

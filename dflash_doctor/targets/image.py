@@ -1,0 +1,65 @@
+"""A container image, read from a registry, an OCI layout or a docker archive.
+
+The image's vLLM files land in the user cache (or a scratch directory that
+lives as long as the target when caches are off); the check then reads them
+like any directory tree. The code is the image's, not the operator's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+
+from ..model import TargetInfo
+from ..paths import cache_dir, caches_disabled
+from ..provenance import find_dist_info
+from ..source import DirectoryTree
+from . import ResolvedTarget
+
+REVISION_LABEL = "org.opencontainers.image.revision"
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageOptions:
+    platform: str = "linux/amd64"
+    insecure: tuple[str, ...] = ()  # registries spoken to over plain HTTP
+    timeout: float = 30.0
+    progress: bool = False
+
+
+class ImageTarget:
+    def __init__(self, reference: str, options: ImageOptions) -> None:
+        self.reference = reference
+        self.options = options
+        self._scratch: tempfile.TemporaryDirectory | None = None
+
+    def resolve(self) -> ResolvedTarget:
+        from ..images.extract import image_tree, open_source
+
+        source = open_source(self.reference, self.options.insecure, self.options.timeout)
+        try:
+            tree = image_tree(source, self.options.platform, self._images_dir(), self.options.progress)
+        finally:
+            source.close()
+        details = (
+            ("reference", tree.reference),
+            ("digest", tree.digest),
+            ("platform", tree.platform),
+            ("site", tree.site),
+            *((("python", tree.python),) if tree.python else ()),
+            *tree.labels,
+        )
+        commit = dict(tree.labels).get(REVISION_LABEL)
+        return ResolvedTarget(
+            DirectoryTree(tree.root, find_dist_info(tree.root)),
+            TargetInfo("image", tree.reference, details),
+            build_commit=(commit, f"{REVISION_LABEL} label") if commit else None,
+        )
+
+    def _images_dir(self) -> Path:
+        if not caches_disabled():
+            return cache_dir() / "images"
+        if self._scratch is None:
+            self._scratch = tempfile.TemporaryDirectory(prefix="dflash-doctor-image.")
+        return Path(self._scratch.name)
