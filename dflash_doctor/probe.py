@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import socket
 import sys
 import zlib
@@ -124,7 +125,7 @@ def patched_files(manifest):
 
 
 def collect(request):
-    """``request``: {"files": [relpath], "anchors": [[relpath, name]]}."""
+    """``request``: {"files": [relpath], "anchors": [[relpath, name]], "deadline": seconds (optional)}."""
     answer = locate()
     answer["host"] = socket.gethostname()
     if answer.get("error"):
@@ -188,6 +189,9 @@ def main(argv):
             payload = json.dumps(locate())
         elif mode == "collect":
             request = json.loads(base64.b64decode(argv[2]).decode("utf-8")) if len(argv) > 2 else REQUEST
+            if request.get("deadline") and hasattr(signal, "alarm"):
+                # ssh sends the client's deadline: the probe ends by itself when the client gives up.
+                signal.alarm(int(request["deadline"]))
             payload = encode(collect(request))
         else:
             payload = json.dumps({"error": "unknown probe mode %r" % mode})

@@ -10,7 +10,7 @@ import json
 import re
 from pathlib import Path
 
-from .model import Provenance
+from .model import Provenance, ToolError
 from .source import SiteError, SourceTree, parse_python
 
 _LOCAL_SHA = re.compile(r"\+g([0-9a-f]{7,40})\b")
@@ -39,8 +39,10 @@ def read_provenance(tree: SourceTree) -> Provenance:
     if direct_url:
         try:
             commit = json.loads(direct_url).get("vcs_info", {}).get("commit_id")
-        except (json.JSONDecodeError, AttributeError):
+        except (json.JSONDecodeError, RecursionError, AttributeError):
             commit = None
+        if not isinstance(commit, (str, type(None))):
+            raise ToolError(f"direct_url.json: vcs_info.commit_id must be a string, not {type(commit).__name__}")
         source = "direct_url.json" if commit else None
     if not commit and version_file.get("__commit_id__"):
         found = _COMMIT.match(version_file["__commit_id__"])

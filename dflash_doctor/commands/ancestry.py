@@ -14,13 +14,14 @@ from .options import (
     KnownHostsOption,
     OnlyOption,
     PathOption,
+    ProbeTimeoutOption,
     PythonOption,
     ReleaseOption,
     SingleHostOption,
     SshConfigOption,
-    ssh_options,
     choose_targets,
     emit,
+    ssh_options,
 )
 from ..model import ToolError
 
@@ -54,6 +55,7 @@ def ancestry(
     known_hosts: Optional[Path] = KnownHostsOption,
     ssh_config: Optional[Path] = SshConfigOption,
     connect_timeout: float = ConnectTimeoutOption,
+    probe_timeout: float = ProbeTimeoutOption,
     accept_new_host_key: bool = AcceptNewHostKeyOption,
 ) -> int:
     """Is each fix's PR in a commit? Decided with git: merge-commit, patch-id, merge-tree.
@@ -69,7 +71,7 @@ def ancestry(
             raise ToolError("give --commit or a target (--path/--python/--release/--host), not both")
         source = "--commit"
     else:
-        ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, accept_new_host_key)
+        ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, probe_timeout, accept_new_host_key)
         targets, _ = choose_targets(path, python, release, [host] if host else None, None, None, ssh, rules)
         commit, source = commit_from_target(targets[0][1])
     report = judge(repo, commit, source, rules=rules, prs=pr, main_ref=main_ref, remote=remote, fetch=fetch)

@@ -20,11 +20,12 @@ from .options import (
     KnownHostsOption,
     OnlyOption,
     PathOption,
+    ProbeTimeoutOption,
     PythonOption,
     ReleaseOption,
     SshConfigOption,
-    ssh_options,
     choose_targets,
+    ssh_options,
 )
 
 
@@ -96,6 +97,7 @@ def check(
     known_hosts: Optional[Path] = KnownHostsOption,
     ssh_config: Optional[Path] = SshConfigOption,
     connect_timeout: float = ConnectTimeoutOption,
+    probe_timeout: float = ProbeTimeoutOption,
     accept_new_host_key: bool = AcceptNewHostKeyOption,
     jobs: int = JobsOption,
     from_probe: Optional[Path] = FromProbeOption,
@@ -115,7 +117,7 @@ def check(
     rules = select(only)
     outputs = parse_outputs(format.value, output or [])
     waiver_list = load_waivers(waivers, {rule.id for rule in load_rules()}) if waivers is not None else None
-    ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, accept_new_host_key)
+    ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, probe_timeout, accept_new_host_key)
     targets, fleet = choose_targets(path, python, release, host, hosts_file, from_probe, ssh, rules)
     if host or hosts_file:
         import threading

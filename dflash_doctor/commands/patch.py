@@ -23,6 +23,7 @@ from .options import (
     KnownHostsOption,
     OnlyOption,
     PathOption,
+    ProbeTimeoutOption,
     PythonOption,
     SingleHostOption,
     SshConfigOption,
@@ -50,6 +51,7 @@ def patch(
     known_hosts: Optional[Path] = KnownHostsOption,
     ssh_config: Optional[Path] = SshConfigOption,
     connect_timeout: float = ConnectTimeoutOption,
+    probe_timeout: float = ProbeTimeoutOption,
     accept_new_host_key: bool = AcceptNewHostKeyOption,
 ) -> int:
     """Patch missing DFlash fixes into an installed vLLM, prove them, and keep a backup.
@@ -64,7 +66,7 @@ def patch(
         if repo is None or pr is None:
             raise ToolError("give --repo and --pr together")
         return _patch_repo(repo, pr, main_ref, remote, dry_run, yes)
-    ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, accept_new_host_key)
+    ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, probe_timeout, accept_new_host_key)
     from ..rules import select
 
     rules = select(only)
@@ -115,13 +117,14 @@ def restore(
     known_hosts: Optional[Path] = KnownHostsOption,
     ssh_config: Optional[Path] = SshConfigOption,
     connect_timeout: float = ConnectTimeoutOption,
+    probe_timeout: float = ProbeTimeoutOption,
     accept_new_host_key: bool = AcceptNewHostKeyOption,
 ) -> int:
     """Give back the files `patch` changed, byte for byte, and re-check. Refuses a file
     changed since it was patched. Exit: 0 restored (or nothing to restore), 3 could not run."""
     from ..rules import select
 
-    ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, accept_new_host_key)
+    ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, probe_timeout, accept_new_host_key)
     rules = select(only)
     target = _installed_target(path, python, release, host, ssh, rules)
     with _connection(target) as client:
