@@ -66,9 +66,61 @@ def scan_definitions(root, package, names):
     return found
 
 
+def add_site_dirs():
+    """Put on sys.path what ``site`` would, without running any code: for an
+    interpreter started with -I -S so that the environment's .pth files and
+    sitecustomize do not execute. PYTHONPATH, the venv (pyvenv.cfg) or system
+    site-packages, the user site where site would add it, and the directory
+    lines of .pth files; their ``import`` lines are skipped."""
+    import site
+
+    exe_dir = os.path.dirname(os.path.abspath(sys.executable))
+    prefixes, user_site = [sys.prefix, sys.exec_prefix], True
+    for config in (os.path.join(exe_dir, "pyvenv.cfg"), os.path.join(os.path.dirname(exe_dir), "pyvenv.cfg")):
+        if os.path.isfile(config):
+            with open(config, encoding="utf-8") as handle:
+                keys = dict(line.partition("=")[::2] for line in handle if "=" in line)
+            system_site = dict((k.strip().lower(), v.strip().lower()) for k, v in keys.items()).get(
+                "include-system-site-packages", "false") == "true"
+            prefixes = [os.path.dirname(exe_dir)] + (prefixes if system_site else [])
+            user_site = system_site
+            break
+    sys.path[:0] = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    directories = []
+    if user_site and not os.environ.get("PYTHONNOUSERSITE"):
+        directories.append(site.getusersitepackages())
+    directories += site.getsitepackages(sorted(set(prefixes), key=prefixes.index))
+    for directory in directories:
+        if not os.path.isdir(directory) or directory in sys.path:
+            continue
+        sys.path.append(directory)
+        for name in sorted(os.listdir(directory)):
+            if name.endswith(".pth") and not name.startswith("."):
+                sys.path.extend(pth_directories(directory, name))
+
+
+def pth_directories(directory, name):
+    """The existing directories a .pth file names (``import`` lines are code: skipped)."""
+    found = []
+    try:
+        with open(os.path.join(directory, name), encoding="utf-8", errors="replace") as handle:
+            lines = handle.read(1024 * 1024).splitlines()
+    except (IOError, OSError):
+        return found
+    for line in lines:
+        if not line.strip() or line.startswith(("#", "import ", "import\t")):
+            continue
+        path = os.path.abspath(os.path.join(directory, line.rstrip()))
+        if os.path.isdir(path) and path not in sys.path and path not in found:
+            found.append(path)
+    return found
+
+
 def locate():
     import importlib.util
 
+    if sys.flags.no_site:
+        add_site_dirs()
     answer = {"python": sys.executable, "python_version": "%d.%d.%d" % sys.version_info[:3]}
     try:
         spec = importlib.util.find_spec("vllm")

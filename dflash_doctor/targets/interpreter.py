@@ -23,7 +23,8 @@ class InterpreterTarget:
         who = f"interpreter {self.python}"
         try:
             proc = subprocess.run(
-                [self.python, "-", "locate"],
+                # -I -S: none of the environment's .pth files or sitecustomize runs (probe.add_site_dirs).
+                [self.python, "-I", "-S", "-", "locate"],
                 input=probe_source(),
                 capture_output=True,
                 text=True,
