@@ -99,20 +99,42 @@ def add_site_dirs():
                 sys.path.extend(pth_directories(directory, name))
 
 
-def pth_directories(directory, name):
-    """The existing directories a .pth file names (``import`` lines are code: skipped)."""
-    found = []
+EDITABLE_FINDER = re.compile(r"^import (__editable___\w+_finder)\b")
+
+
+def _read_text(path):
     try:
-        with open(os.path.join(directory, name), encoding="utf-8", errors="replace") as handle:
-            lines = handle.read(1024 * 1024).splitlines()
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read(1024 * 1024)
     except (IOError, OSError):
-        return found
-    for line in lines:
-        if not line.strip() or line.startswith(("#", "import ", "import\t")):
+        return ""
+
+
+def pth_directories(directory, name):
+    """The existing directories a .pth file names. ``import`` lines are code and
+    are skipped, but for setuptools' editable finder the parent directory of each
+    package in its MAPPING literal is read (never imported)."""
+    import ast
+
+    found = []
+    for line in _read_text(os.path.join(directory, name)).splitlines():
+        finder = EDITABLE_FINDER.match(line)
+        if finder:
+            text = _read_text(os.path.join(directory, finder.group(1) + ".py"))
+            mapping = re.search(r"^MAPPING\s*(?::[^=\n]*)?=\s*(\{.*\})\s*$", text, re.M)
+            try:
+                packages = ast.literal_eval(mapping.group(1)) if mapping else {}
+                packages = packages if isinstance(packages, dict) else {}
+            except (ValueError, SyntaxError):
+                packages = {}
+            candidates = [os.path.dirname(p) for p in packages.values() if isinstance(p, str)]
+        elif not line.strip() or line.startswith(("#", "import ", "import\t")):
             continue
-        path = os.path.abspath(os.path.join(directory, line.rstrip()))
-        if os.path.isdir(path) and path not in sys.path and path not in found:
-            found.append(path)
+        else:
+            candidates = [os.path.join(directory, line.rstrip())]
+        for path in map(os.path.abspath, candidates):
+            if os.path.isdir(path) and path not in sys.path and path not in found:
+                found.append(path)
     return found
 
 

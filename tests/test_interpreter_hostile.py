@@ -42,3 +42,21 @@ def test_pythonpath_is_still_honoured(tmp_path, release):
     proc = run_cli("check", "--python", str(python), "--format", "json", env=env)
     assert json.loads(proc.stdout)["target"]["location"] == str(release("0.20.1")), proc.stderr
     assert list(tmp_path.glob("marker*")) == []
+
+
+def test_a_setuptools_editable_install_is_found_without_running_its_finder(tmp_path, release):
+    """The finder module and .pth written by setuptools' own editable_wheel code
+    (building a real editable wheel needs `wheel`, which is not installed here)."""
+    from setuptools.command.editable_wheel import _finder_template, _make_identifier
+
+    python = hostile_venv(tmp_path / "venv", tmp_path / "marker")
+    site = next((tmp_path / "venv").glob("lib/python3*/site-packages"))
+    (site / "extra.pth").unlink()
+    name = "__editable__.vllm-0.33.0.finder"
+    finder = _make_identifier(name)
+    (site / f"{finder}.py").write_text(_finder_template(name, {"vllm": str(release("0.33.0") / "vllm")}, {}))
+    (site / "__editable__.vllm-0.33.0.pth").write_text(f"import {finder}; {finder}.install()")
+    assert "0.33.0" in subprocess.run([str(python), "-c", "import importlib.util as u; print(u.find_spec('vllm').origin)"],
+                                      capture_output=True, text=True, check=True).stdout
+    proc = run_cli("check", "--python", str(python), "--format", "json")
+    assert json.loads(proc.stdout)["target"]["location"] == str(release("0.33.0")), proc.stderr
