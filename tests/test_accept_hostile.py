@@ -132,7 +132,7 @@ def test_token_counts_past_any_float_are_a_bad_answer(usage, cli, tmp_path):
 @pytest.mark.parametrize("body", [b'{"internal_states": [{"avg_spec_accept_length": 1e999}]}',
                                   b'{"internal_states": [{"avg_spec_accept_length": NaN}]}',
                                   b'{"internal_states": [{"avg_spec_accept_length": true}]}',
-                                  b"[" * 100_000 + b"]" * 100_000])
+                                  b"[" * 100_000 + b"]" * 100_000], ids=["1e999", "NaN", "true", "nested"])
 def test_sglang_numbers_that_are_not_numbers(body, cli):
     with RawServer(ok(body, "application/json")) as server:
         proc = cli("accept", "--sglang", server.url)
