@@ -14,8 +14,8 @@ import base64
 import contextlib
 import dataclasses
 import hashlib
-import os
 import math
+import os
 import re
 import select
 import shlex
@@ -236,14 +236,16 @@ class SshTarget:
         return None
 
     def _remote_command(self) -> str:
-        """The probe under the remote ``timeout`` when there is one, so that it
-        ends soon after the client gives up (closing the channel does not kill
-        a process that has no terminal); the probe also sets its own alarm."""
+        """The probe under the remote ``timeout`` when it has one that takes
+        ``-k`` (GNU, recent busybox), so that it ends soon after the client gives
+        up: closing the channel does not end a process that has no terminal. The
+        probe also sets its own alarm. ``sh -c``: the login shell may not be POSIX."""
         seconds = math.ceil(self.options.probe_timeout) + 1
         request = encode_request({**self.request, "deadline": seconds})
         probe = f"{shlex.quote(self.options.python)} - collect {request}"
-        return (f"if command -v timeout >/dev/null 2>&1; then exec timeout -k 5 {seconds} {probe}; "
-                f"else exec {probe}; fi")
+        script = (f"if timeout -k 1 1 true >/dev/null 2>&1; then exec timeout -k 5 {seconds} {probe}; "
+                  f"else exec {probe}; fi")
+        return f"sh -c {shlex.quote(script)}"
 
     def _run_probe(self, client, spec: HostSpec) -> str:
         import paramiko
