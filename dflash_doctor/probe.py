@@ -78,10 +78,12 @@ def add_site_dirs():
     prefixes, user_site = [sys.prefix, sys.exec_prefix], True
     for config in (os.path.join(exe_dir, "pyvenv.cfg"), os.path.join(os.path.dirname(exe_dir), "pyvenv.cfg")):
         if os.path.isfile(config):
-            with open(config, encoding="utf-8") as handle:
-                keys = dict(line.partition("=")[::2] for line in handle if "=" in line)
-            system_site = dict((k.strip().lower(), v.strip().lower()) for k, v in keys.items()).get(
-                "include-system-site-packages", "false") == "true"
+            settings = {}
+            for line in _read_text(config).splitlines():
+                key, _, value = line.partition("=")
+                settings[key.strip().lower()] = value.strip().lower()
+            # as site.venv(): without the key, the system site-packages are included
+            system_site = settings.get("include-system-site-packages", "true") == "true"
             prefixes = [os.path.dirname(exe_dir)] + (prefixes if system_site else [])
             user_site = system_site
             break
@@ -103,7 +105,10 @@ EDITABLE_FINDER = re.compile(r"^import (__editable___\w+_finder)\b")
 
 
 def _read_text(path):
+    """At most 1 MiB of a regular file's text; "" for anything else (never block on a FIFO)."""
     try:
+        if not os.path.isfile(path):
+            return ""
         with open(path, encoding="utf-8", errors="replace") as handle:
             return handle.read(1024 * 1024)
     except (IOError, OSError):
