@@ -60,3 +60,14 @@ def test_a_setuptools_editable_install_is_found_without_running_its_finder(tmp_p
                                       capture_output=True, text=True, check=True).stdout
     proc = run_cli("check", "--python", str(python), "--format", "json")
     assert json.loads(proc.stdout)["target"]["location"] == str(release("0.33.0")), proc.stderr
+
+
+def test_an_interpreter_that_answers_nonsense_is_an_error(tmp_path):
+    from conftest import assert_error
+
+    script = tmp_path / "python"
+    script.write_text("#!/bin/sh\ncat >/dev/null\necho 'DFLASH-DOCTOR-PROBE:{\"python\": 3}'\n")
+    script.chmod(0o755)
+    assert_error(run_cli("check", "--python", str(script)), "the probe answer is malformed: field 'python'")
+    script.write_text("#!/bin/sh\ncat >/dev/null\necho 'DFLASH-DOCTOR-PROBE:{\"python\": \"x\"}'\n")
+    assert_error(run_cli("check", "--python", str(script)), "the probe answer names no package directory")
