@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import run_cli, statuses
+from conftest import assert_error, run_cli, statuses
 
 
 def hostile_venv(where: Path, marker: Path, *paths: Path) -> Path:
@@ -63,8 +63,6 @@ def test_a_setuptools_editable_install_is_found_without_running_its_finder(tmp_p
 
 
 def test_an_interpreter_that_answers_nonsense_is_an_error(tmp_path):
-    from conftest import assert_error
-
     script = tmp_path / "python"
     script.write_text("#!/bin/sh\ncat >/dev/null\necho 'DFLASH-DOCTOR-PROBE:{\"python\": 3}'\n")
     script.chmod(0o755)
