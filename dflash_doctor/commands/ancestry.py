@@ -19,9 +19,9 @@ from .options import (
     ReleaseOption,
     SingleHostOption,
     SshConfigOption,
+    ssh_options,
     choose_targets,
     emit,
-    ssh_options,
 )
 from ..model import ToolError
 

@@ -24,8 +24,8 @@ from .options import (
     PythonOption,
     ReleaseOption,
     SshConfigOption,
-    choose_targets,
     ssh_options,
+    choose_targets,
 )
 
 
