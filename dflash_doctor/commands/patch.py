@@ -24,6 +24,7 @@ from .options import (
     KnownHostsOption,
     OnlyOption,
     PathOption,
+    ProbeTimeoutOption,
     PythonOption,
     SingleHostOption,
     SshConfigOption,
@@ -55,6 +56,7 @@ def patch(
     known_hosts: Optional[Path] = KnownHostsOption,
     ssh_config: Optional[Path] = SshConfigOption,
     connect_timeout: float = ConnectTimeoutOption,
+    probe_timeout: float = ProbeTimeoutOption,
     accept_new_host_key: bool = AcceptNewHostKeyOption,
 ) -> int:
     """Patch missing DFlash fixes into an installed vLLM, prove them, and keep a backup.
@@ -71,7 +73,7 @@ def patch(
         if repo is None or pr is None:
             raise ToolError("give --repo and --pr together")
         return _patch_repo(repo, pr, main_ref, remote, dry_run, yes)
-    ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, accept_new_host_key)
+    ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, probe_timeout, accept_new_host_key)
     from ..rules import select
 
     rules = select(only)
@@ -123,6 +125,7 @@ def restore(
     known_hosts: Optional[Path] = KnownHostsOption,
     ssh_config: Optional[Path] = SshConfigOption,
     connect_timeout: float = ConnectTimeoutOption,
+    probe_timeout: float = ProbeTimeoutOption,
     accept_new_host_key: bool = AcceptNewHostKeyOption,
 ) -> int:
     """Give back the files `patch` changed, byte for byte, and re-check. Refuses a file
@@ -131,7 +134,7 @@ def restore(
         raise ToolError(f"--image: {IMAGE_REFUSAL}")
     from ..rules import select
 
-    ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, accept_new_host_key)
+    ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, probe_timeout, accept_new_host_key)
     rules = select(only)
     target = _installed_target(path, python, release, host, ssh, rules)
     with _connection(target) as client:
