@@ -192,6 +192,7 @@ def _locked_state(files: TreeFiles, writing: list[str]) -> Iterator[tuple[State,
     dir_like = FileStat(0o755, root.uid, root.gid)
     like = FileStat(0o644, root.uid, root.gid)
     _check_state_paths(files)
+    read_state(files)  # a manifest this tool did not write is refused before anything is created
     files.make_dir(STATE_DIR, dir_like)
     with files.lock(LOCK):
         try:
