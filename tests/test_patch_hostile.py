@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from conftest import check_json, run_cli, statuses
+from test_ssh import client, host, keys, make_venv, server, trust  # noqa: F401 - fixtures: a real sshd on 127.0.0.1
 
 RESOLVER = "vllm/v1/worker/gpu_model_runner.py"
 STATE = ".dflash-doctor"
@@ -287,3 +288,84 @@ def test_restore_that_refuses_never_says_it_restored(hostile, refusal):
         assert_error(proc, "another dflash-doctor patch or restore is running")
     assert "back to its original" not in proc.stderr
     assert (root / RESOLVER).read_bytes() == patched
+
+
+# ------------------------------------------------------------ the same over ssh (SFTP writes)
+
+
+@pytest.fixture
+def over_ssh(hostile, tmp_path, server, client):
+    """``over_ssh("patch", ...)``: the hostile tree behind a real sshd, through a venv that points at it."""
+    python = make_venv(tmp_path / "venv", hostile.root)
+    srv = server()
+    trust(client, srv)
+
+    def run(command: str, *args: str):
+        return run_cli(command, *client["args"], "--host", host(srv), "--python", str(python), *ONLY, *args, env=client["env"])
+
+    return run
+
+
+def _plant_escaping_manifest(root: Path, outside: Path) -> None:
+    evil = b"import os  # the peer's code\n"
+    plant_state(root, {"../outside/victim.py": entry(evil, VICTIM)}, {f"victim.py.{sha(evil)[:16]}": evil})
+
+
+def _plant_linked_entry(root: Path, outside: Path) -> None:
+    (root / "vllm" / "evil.py").symlink_to(outside / "victim.py")
+    evil = b"import os  # the peer's code\n"
+    plant_state(root, {"vllm/evil.py": entry(evil, VICTIM)}, {f"evil.py.{sha(evil)[:16]}": evil})
+
+
+def _plant_state_link(root: Path, outside: Path) -> None:
+    (root / STATE).symlink_to(outside)
+
+
+def _plant_backups_link(root: Path, outside: Path) -> None:
+    (root / STATE).mkdir()
+    (root / STATE / "backups").symlink_to(outside)
+
+
+def _link_target_out(root: Path, outside: Path) -> None:
+    shutil.copy2(root / RESOLVER, outside / "runner.py")
+    (root / RESOLVER).unlink()
+    (root / RESOLVER).symlink_to(outside / "runner.py")
+
+
+@pytest.mark.parametrize("plant, command, fragments", [
+    (_plant_state_link, "patch", (f"{STATE} in ", "is a symlink")),
+    (_plant_state_link, "restore", (f"{STATE} in ", "is a symlink")),
+    (_plant_backups_link, "patch", (f"{STATE}/backups in ", "is a symlink")),
+    (_plant_escaping_manifest, "restore", ("manifest.json in ", "'../outside/victim.py' is not a .py file under vllm/")),
+    (_plant_escaping_manifest, "patch", ("manifest.json in ", "'../outside/victim.py' is not a .py file under vllm/")),
+    (_plant_linked_entry, "restore", ("vllm/evil.py in ", "outside the tree's vllm/")),
+    (_link_target_out, "patch", (f"{RESOLVER} in ", "outside the tree's vllm/")),
+], ids=lambda value: getattr(value, "__name__", None) or (value if isinstance(value, str) else ""))
+def test_hostile_tree_over_ssh_is_refused_and_nothing_is_written_outside(hostile, over_ssh, plant, command, fragments):
+    root = hostile.root
+    plant(root, hostile.outside)
+    hostile.freeze()
+    tree = snapshot(root)
+    proc = over_ssh(command, "--yes")
+    for fragment in fragments:
+        assert_error(proc, fragment)
+    assert snapshot(root) == tree
+    hostile.untouched()
+
+
+def test_target_symlinked_inside_the_tree_over_ssh_is_patched_at_its_real_path_and_restored_exactly(hostile, over_ssh):
+    root = hostile.root
+    real = root / "vllm/v1/worker/runner_impl.py"
+    os.replace(root / RESOLVER, real)
+    real.chmod(0o640)
+    (root / RESOLVER).symlink_to("runner_impl.py")
+    hostile.freeze()
+    tree = snapshot(root)
+    proc = over_ssh("patch", "--yes")
+    assert proc.returncode == 0, proc.stderr
+    assert os.readlink(root / RESOLVER) == "runner_impl.py" and real.stat().st_mode & 0o7777 == 0o640
+    assert sha(real.read_bytes()) == json.loads((root / STATE / "manifest.json").read_text())["files"][RESOLVER]["sha256_after"]
+    proc = over_ssh("restore", "--yes")
+    assert proc.returncode == 0, proc.stderr
+    assert snapshot(root) == tree
+    hostile.untouched()
