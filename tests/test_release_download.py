@@ -14,7 +14,6 @@ import json
 import os
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -26,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
+from test_releases_matrix import unreachable_index_env
 from dflash_doctor.paths import cache_dir
 
 VERSION = "0.99.0"
@@ -110,21 +110,12 @@ def index():
         server.close()
 
 
-def pip_env(tmp_path: Path, index_url: str) -> dict[str, str]:
-    """Only this index, no pip configuration, every cache under tmp_path."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PIP_")}
-    env.update(
-        PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL=index_url, PIP_CACHE_DIR=str(tmp_path / "pip-cache"),
-        PIP_RETRIES="0", PIP_DEFAULT_TIMEOUT="10", DFLASH_DOCTOR_CACHE=str(tmp_path / "cache"),
-    )
-    return env
-
-
-def closed_port() -> int:
-    """A port nothing listens on (bound, then closed)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def pip_env(tmp_path: Path, index_url: str | None = None) -> dict[str, str]:
+    """Only this index (else a closed port), no pip configuration, every cache under tmp_path."""
+    env = unreachable_index_env(tmp_path / "cache")
+    if index_url is not None:
+        env["PIP_INDEX_URL"] = index_url
+    return {**env, "PIP_CACHE_DIR": str(tmp_path / "pip-cache"), "PIP_DEFAULT_TIMEOUT": "10"}
 
 
 def assert_error(proc, fragment: str) -> None:
@@ -168,8 +159,7 @@ def test_short_form_uses_the_cached_release():
 
 @pytest.mark.parametrize("spelling", ["0.20.x", "v", "vv0.20.1", "0.20.1-rc1", "../0.20.1"])
 def test_not_a_release_is_refused_before_any_download(tmp_path, spelling):
-    env = pip_env(tmp_path, f"http://127.0.0.1:{closed_port()}/simple")
-    assert_error(run_cli("check", "--release", spelling, env=env), "not a release version")
+    assert_error(run_cli("check", "--release", spelling, env=pip_env(tmp_path)), "not a release version")
     assert not (tmp_path / "cache").exists()
 
 
@@ -177,10 +167,9 @@ def test_not_a_release_is_refused_before_any_download(tmp_path, spelling):
 
 
 def test_unreachable_index_is_reported_as_unreachable(tmp_path):
-    port = closed_port()
-    env = pip_env(tmp_path, f"http://127.0.0.1:{port}/simple")
+    env = pip_env(tmp_path)
     proc = run_cli("check", "--release", "0.23.0", env=env)
-    assert_error(proc, f"the package index http://127.0.0.1:{port}/simple/vllm/ cannot be reached")
+    assert_error(proc, f"the package index {env['PIP_INDEX_URL']}/vllm/ cannot be reached")
     assert "Connection refused" in proc.stderr and "PIP_INDEX_URL" in proc.stderr
     assert "not on the package index" not in proc.stderr
     assert not (tmp_path / "cache" / "releases").exists()
@@ -193,10 +182,10 @@ def test_release_missing_from_a_reachable_index_is_reported_as_missing(tmp_path,
     assert server.downloads == []
 
 
-def test_releases_without_a_reachable_index_say_why_they_use_the_cache(tmp_path):
-    port = closed_port()
-    proc = run_cli("releases", "--format", "json", env=pip_env(tmp_path, f"http://127.0.0.1:{port}/simple"))
-    assert_error(proc, f"cannot list vLLM releases (the package index http://127.0.0.1:{port}/simple/vllm/ cannot be reached")
+def test_releases_without_a_reachable_index_or_a_cache_say_why(tmp_path):
+    env = pip_env(tmp_path)
+    proc = run_cli("releases", "--format", "json", env=env)
+    assert_error(proc, f"cannot list vLLM releases (the package index {env['PIP_INDEX_URL']}/vllm/ cannot be reached")
 
 
 # ------------------------------------------------------------ progress on a terminal
