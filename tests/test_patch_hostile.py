@@ -268,6 +268,21 @@ def test_target_symlinked_inside_the_tree_is_patched_at_its_real_path_and_restor
     hostile.untouched()
 
 
+def test_bytecode_behind_a_linked_pycache_is_left_alone(hostile):
+    """Patching removes unchecked-hash bytecode of the file; a __pycache__ that
+    links out of the tree is not followed to do it."""
+    root, outside = hostile.root, hostile.outside
+    (outside / "pycache").mkdir()
+    unchecked = (outside / "pycache" / "gpu_model_runner.cpython-311.pyc")
+    unchecked.write_bytes(b"\x00" * 4 + (1).to_bytes(4, "little") + b"\x00" * 8)
+    (root / "vllm/v1/worker/__pycache__").symlink_to(outside / "pycache")
+    hostile.freeze()
+    proc = patch(root)
+    assert proc.returncode == 0, proc.stderr
+    assert os.readlink(root / "vllm/v1/worker/__pycache__") == str(outside / "pycache")
+    hostile.untouched()
+
+
 # ------------------------------------------------------------ restore says nothing before it has decided
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import PurePosixPath
 
 from ..model import ToolError
-from .files import DIRECTORY, FILE, SYMLINK, TEMP_SUFFIX, FileStat, TreeFiles, symlink_refusal
+from .files import DIRECTORY, FILE, SYMLINK, TEMP_SUFFIX, FileStat, LinkRefused, TreeFiles, symlink_refusal
 from .plan import FileChange
 from .state import (
     APPLIED, BACKUPS, CHANGED, LOCK, MANIFEST, STATE_DIR, AppliedPatch, PatchedFile, State, read_state, sha256,
@@ -243,11 +243,18 @@ def drop_stale_bytecode(files: TreeFiles, relpath: str) -> None:
     the source again (unchecked hash-based .pyc); timestamp and checked pycs
     notice the new bytes by themselves."""
     path = PurePosixPath(relpath)
-    cache = f"{files.real(str(path.parent))}/__pycache__"  # beside the name Python imports, in the directory's real place
-    for name in files.list_dir(cache):
+    try:
+        cache = f"{files.real(str(path.parent))}/__pycache__"  # beside the name Python imports, in the directory's real place
+        names = files.list_dir(cache)
+    except LinkRefused:
+        return  # a __pycache__ reached through a link is not the tree's to clean
+    for name in names:
         if not (name.startswith(f"{path.stem}.") and name.endswith(".pyc")):
             continue
-        header = files.read(f"{cache}/{name}") or b""
+        try:
+            header = files.read(f"{cache}/{name}") or b""
+        except LinkRefused:
+            continue
         flags = int.from_bytes(header[4:8], "little")
         if flags & 0b01 and not flags & 0b10:
             files.remove(f"{cache}/{name}")

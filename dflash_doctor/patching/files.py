@@ -58,12 +58,16 @@ def parts_of(relpath: str) -> list[str]:
     return parts
 
 
-def symlink_refusal(relpath: str, location: str) -> ToolError:
-    return ToolError(f"{relpath} in {location} is a symlink: patch and restore never write through one; nothing was changed")
+class LinkRefused(ToolError):
+    """A path that is a symlink, or leads out of the tree's ``vllm/``: never used."""
 
 
-def outside_refusal(relpath: str, location: str, real: str) -> ToolError:
-    return ToolError(
+def symlink_refusal(relpath: str, location: str) -> LinkRefused:
+    return LinkRefused(f"{relpath} in {location} is a symlink: patch and restore never write through one; nothing was changed")
+
+
+def outside_refusal(relpath: str, location: str, real: str) -> LinkRefused:
+    return LinkRefused(
         f"{relpath} in {location} links to {real}, outside the tree's vllm/: "
         "patch and restore never write outside the tree; nothing was changed"
     )

@@ -196,9 +196,9 @@ class SftpFiles:
 
     def list_dir(self, relpath: str) -> list[str]:
         found = self.stat(relpath)
+        if found is not None and found.kind == SYMLINK:
+            raise symlink_refusal(relpath, self.location)
         if found is None or found.kind != DIRECTORY:
-            if found is not None and found.kind == SYMLINK:
-                raise symlink_refusal(relpath, self.location)
             return []
         try:
             return sorted(self.sftp.listdir(self._path(relpath)))
