@@ -12,7 +12,6 @@ the tree) was created or changed, and that the tree is as it was.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import shutil
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import check_json, run_cli, statuses
+from test_patch import sha
 from test_ssh import client, host, keys, make_venv, server, trust  # noqa: F401 - fixtures: a real sshd on 127.0.0.1
 
 RESOLVER = "vllm/v1/worker/gpu_model_runner.py"
@@ -31,11 +31,7 @@ ONLY = ("--only", "layer-offset")
 pytestmark = pytest.mark.release
 
 
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def snapshot(root: Path) -> dict[str, tuple]:
+def entries(root: Path) -> dict[str, tuple]:
     """Every entry under root, links not followed: a link's target, a file's bytes and mode, a directory's mode."""
     found = {}
     for directory, dirs, files in os.walk(root):
@@ -67,10 +63,10 @@ def hostile(tmp_path, mini_tree):
             self.root, self.outside = root, outside
 
         def freeze(self):
-            self.before = snapshot(outside), sorted(os.listdir(tmp_path))
+            self.before = entries(outside), sorted(os.listdir(tmp_path))
 
         def untouched(self):
-            assert (snapshot(outside), sorted(os.listdir(tmp_path))) == self.before
+            assert (entries(outside), sorted(os.listdir(tmp_path))) == self.before
             assert (outside / "victim.py").read_bytes() == VICTIM
 
     return Hostile()
@@ -84,7 +80,7 @@ def restore(root: Path) -> object:
     return run_cli("restore", "--path", str(root), "--yes")
 
 
-def assert_error(proc, fragment: str) -> None:
+def assert_refused(proc, fragment: str) -> None:
     """Exit 3 and one error line, the last (patch first names the sites it would change)."""
     assert proc.returncode == 3, (proc.returncode, proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr
@@ -125,19 +121,19 @@ def test_planted_state_symlink_is_refused_and_nothing_is_written_outside(hostile
     target = outside if planted in (STATE, f"{STATE}/backups") else outside / "victim.py"
     (root / planted).symlink_to(target)
     hostile.freeze()
-    tree = snapshot(root)
+    tree = entries(root)
 
     proc = patch(root)
-    assert_error(proc, f"{planted} in {root} is a symlink")
-    assert snapshot(root) == tree
+    assert_refused(proc, f"{planted} in {root} is a symlink")
+    assert entries(root) == tree
     hostile.untouched()
 
     proc = restore(root)
     if restore_code == 3:
-        assert_error(proc, f"{STATE} in {root} is a symlink" if planted == STATE else f"{planted} in {root} is a symlink")
+        assert_refused(proc, f"{STATE} in {root} is a symlink" if planted == STATE else f"{planted} in {root} is a symlink")
     else:
         assert proc.returncode == 0 and "nothing to restore" in proc.stderr, proc.stderr
-    assert snapshot(root) == tree
+    assert entries(root) == tree
     hostile.untouched()
 
 
@@ -153,10 +149,10 @@ def test_planted_state_symlink_with_a_manifest_behind_it_restores_nothing(hostil
     (planted / "backups" / f"gpu_model_runner.py.{sha(evil)[:16]}").write_bytes(evil)
     (root / STATE).symlink_to(planted)
     hostile.freeze()
-    tree = snapshot(root)
+    tree = entries(root)
     proc = restore(root)
-    assert_error(proc, f"{STATE} in {root} is a symlink")
-    assert snapshot(root) == tree and (root / RESOLVER).read_bytes() == current
+    assert_refused(proc, f"{STATE} in {root} is a symlink")
+    assert entries(root) == tree and (root / RESOLVER).read_bytes() == current
     hostile.untouched()
 
 
@@ -171,11 +167,11 @@ def test_manifest_naming_a_path_out_of_vllm_is_refused(hostile, named):
     evil = b"import os  # the peer's code\n"
     plant_state(root, {named: entry(evil, VICTIM)}, {f"victim.py.{sha(evil)[:16]}": evil})
     hostile.freeze()
-    tree = snapshot(root)
+    tree = entries(root)
     for proc in (restore(root), patch(root)):
-        assert_error(proc, "manifest.json in")
+        assert_refused(proc, "manifest.json in")
         assert "is not a .py file under vllm/" in proc.stderr
-        assert snapshot(root) == tree
+        assert entries(root) == tree
         hostile.untouched()
 
 
@@ -186,10 +182,10 @@ def test_manifest_entry_linked_out_of_the_tree_is_refused(hostile):
     evil = b"import os  # the peer's code\n"
     plant_state(root, {"vllm/evil.py": entry(evil, VICTIM)}, {f"evil.py.{sha(evil)[:16]}": evil})
     hostile.freeze()
-    tree = snapshot(root)
+    tree = entries(root)
     proc = restore(root)
-    assert_error(proc, f"vllm/evil.py in {root} links to {outside / 'victim.py'}, outside the tree's vllm/")
-    assert snapshot(root) == tree
+    assert_refused(proc, f"vllm/evil.py in {root} links to {outside / 'victim.py'}, outside the tree's vllm/")
+    assert entries(root) == tree
     hostile.untouched()
 
 
@@ -207,10 +203,10 @@ def test_manifest_with_fields_of_the_wrong_type_is_one_line_exit_3(hostile, file
     (root / STATE).mkdir()
     (root / STATE / "manifest.json").write_text(json.dumps({"schema": "dflash-doctor/patch-state/v1", "files": files}))
     hostile.freeze()
-    tree = snapshot(root)
+    tree = entries(root)
     for proc in (restore(root), patch(root)):
-        assert_error(proc, f"{STATE}/manifest.json in {root} cannot be read")
-        assert snapshot(root) == tree
+        assert_refused(proc, f"{STATE}/manifest.json in {root} cannot be read")
+        assert entries(root) == tree
         hostile.untouched()
     # A check reads the same manifest and only ignores it.
     code, report = check_json("--path", str(root), *ONLY)
@@ -235,10 +231,10 @@ def test_target_linked_out_of_the_tree_is_refused(hostile, linked):
         worker.symlink_to(outside / "worker")
         link, real = RESOLVER, outside / "worker" / "gpu_model_runner.py"
     hostile.freeze()
-    tree = snapshot(root)
+    tree = entries(root)
     proc = patch(root)
-    assert_error(proc, f"{link} in {root} links to {real}, outside the tree's vllm/")
-    assert snapshot(root) == tree and not (root / STATE).exists()
+    assert_refused(proc, f"{link} in {root} links to {real}, outside the tree's vllm/")
+    assert entries(root) == tree and not (root / STATE).exists()
     hostile.untouched()
 
 
@@ -249,7 +245,7 @@ def test_target_symlinked_inside_the_tree_is_patched_at_its_real_path_and_restor
     real.chmod(0o640)
     (root / RESOLVER).symlink_to("runner_impl.py")
     hostile.freeze()
-    tree = snapshot(root)
+    tree = entries(root)
 
     proc = patch(root)
     assert proc.returncode == 0, proc.stderr
@@ -264,7 +260,7 @@ def test_target_symlinked_inside_the_tree_is_patched_at_its_real_path_and_restor
 
     proc = restore(root)
     assert proc.returncode == 0, proc.stderr
-    assert snapshot(root) == tree  # the link, the real file's bytes and mode; no state left
+    assert entries(root) == tree  # the link, the real file's bytes and mode; no state left
     hostile.untouched()
 
 
@@ -295,12 +291,12 @@ def test_restore_that_refuses_never_says_it_restored(hostile, refusal):
         backup = next((root / STATE / "backups").iterdir())
         backup.write_bytes(b"damaged\n")
         proc = restore(root)
-        assert_error(proc, "is missing or damaged")
+        assert_refused(proc, "is missing or damaged")
     else:
         with open(root / STATE / "lock", "w") as held:
             fcntl.flock(held, fcntl.LOCK_EX)
             proc = restore(root)
-        assert_error(proc, "another dflash-doctor patch or restore is running")
+        assert_refused(proc, "another dflash-doctor patch or restore is running")
     assert "back to its original" not in proc.stderr
     assert (root / RESOLVER).read_bytes() == patched
 
@@ -360,11 +356,11 @@ def test_hostile_tree_over_ssh_is_refused_and_nothing_is_written_outside(hostile
     root = hostile.root
     plant(root, hostile.outside)
     hostile.freeze()
-    tree = snapshot(root)
+    tree = entries(root)
     proc = over_ssh(command, "--yes")
     for fragment in fragments:
-        assert_error(proc, fragment)
-    assert snapshot(root) == tree
+        assert_refused(proc, fragment)
+    assert entries(root) == tree
     hostile.untouched()
 
 
@@ -375,12 +371,12 @@ def test_target_symlinked_inside_the_tree_over_ssh_is_patched_at_its_real_path_a
     real.chmod(0o640)
     (root / RESOLVER).symlink_to("runner_impl.py")
     hostile.freeze()
-    tree = snapshot(root)
+    tree = entries(root)
     proc = over_ssh("patch", "--yes")
     assert proc.returncode == 0, proc.stderr
     assert os.readlink(root / RESOLVER) == "runner_impl.py" and real.stat().st_mode & 0o7777 == 0o640
     assert sha(real.read_bytes()) == json.loads((root / STATE / "manifest.json").read_text())["files"][RESOLVER]["sha256_after"]
     proc = over_ssh("restore", "--yes")
     assert proc.returncode == 0, proc.stderr
-    assert snapshot(root) == tree
+    assert entries(root) == tree
     hostile.untouched()

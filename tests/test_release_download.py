@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import assert_error, run_cli
 from test_releases_matrix import unreachable_index_env
 from dflash_doctor.paths import cache_dir
 
@@ -116,13 +116,6 @@ def pip_env(tmp_path: Path, index_url: str | None = None) -> dict[str, str]:
     if index_url is not None:
         env["PIP_INDEX_URL"] = index_url
     return {**env, "PIP_CACHE_DIR": str(tmp_path / "pip-cache"), "PIP_DEFAULT_TIMEOUT": "10"}
-
-
-def assert_error(proc, fragment: str) -> None:
-    assert proc.returncode == 3, (proc.returncode, proc.stdout, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    assert "Traceback" not in proc.stderr and len(lines) == 1 and lines[0].startswith("dflash-doctor: error: "), lines
-    assert fragment in lines[0], lines
 
 
 # ------------------------------------------------------------ one canonical release, one cached tree
