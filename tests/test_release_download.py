@@ -26,7 +26,6 @@ import pytest
 
 from conftest import assert_error, run_cli
 from test_releases_matrix import unreachable_index_env
-from dflash_doctor.paths import cache_dir
 
 VERSION = "0.99.0"
 WHEEL = f"vllm-{VERSION}-py3-none-any.whl"
@@ -140,14 +139,17 @@ def test_tag_and_short_forms_name_one_cached_tree(tmp_path, index):
     assert server.downloads == [WHEEL]  # and no second download
 
 
-def test_short_form_uses_the_cached_release():
-    """0.20 is 0.20.0, already in the user cache: checked there, nothing downloaded or added."""
-    releases = cache_dir() / "releases"
-    before = sorted(os.listdir(releases))
-    proc = run_cli("check", "--release", "0.20", "--only", "layer-offset", "--format", "json")
+def test_short_form_uses_the_cached_release(tmp_path, release):
+    """0.20 is 0.20.0, already cached (a private cache linking the real tree; the
+    index is a closed port): checked there, nothing downloaded or added."""
+    env = pip_env(tmp_path)
+    releases = tmp_path / "cache" / "releases"
+    releases.mkdir(parents=True)
+    (releases / "0.20.0").symlink_to(release("0.20.0"))
+    proc = run_cli("check", "--release", "0.20", "--only", "layer-offset", "--format", "json", env=env)
     assert proc.stdout, proc.stderr
-    assert json.loads(proc.stdout)["target"]["location"] == str(releases / "0.20.0")
-    assert sorted(os.listdir(releases)) == before and "0.20" not in before
+    assert json.loads(proc.stdout)["target"]["location"] == str((releases / "0.20.0").resolve())
+    assert os.listdir(releases) == ["0.20.0"]
 
 
 @pytest.mark.parametrize("spelling", ["0.20.x", "v", "vv0.20.1", "0.20.1-rc1", "../0.20.1"])
