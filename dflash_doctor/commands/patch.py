@@ -152,13 +152,13 @@ def _restore(target, client, rules, only: bool, yes: bool) -> int:
     if not plan.restore and not plan.forget:
         _say("nothing to restore: dflash-doctor has not patched " + ("these fixes" if only else "this tree"))
         return EXIT_OK
-    for entry in plan.restore:
-        _say(f"{', '.join(sorted(entry.fixes))}: {entry.file} back to its original (sha256 {entry.sha256_before[:12]})")
-    for entry in plan.forget:
-        _say(f"{', '.join(sorted(entry.fixes))}: {entry.file} already has its original bytes; forgetting the patch record")
     if plan.restore:
-        _confirm(f"Restore {len(plan.restore)} file(s) in {resolved.info.location}?", yes)
-    apply_restore(files, plan)
+        _confirm(f"Restore {', '.join(entry.file for entry in plan.restore)} in {resolved.info.location}?", yes)
+    apply_restore(files, plan)  # said only once done: it may still refuse
+    for entry in plan.restore:
+        _say(f"{', '.join(sorted(entry.fixes))}: {entry.file} is back to its original (sha256 {entry.sha256_before[:12]})")
+    for entry in plan.forget:
+        _say(f"{', '.join(sorted(entry.fixes))}: {entry.file} already had its original bytes; forgot the patch record")
     _report(run_check(target, rules))
     return EXIT_OK
 
@@ -200,7 +200,10 @@ def _resolve(target):
     if resolved.info.kind != "ssh":
         releases = (cache_dir() / "releases").resolve()
         if Path(resolved.info.location).resolve().is_relative_to(releases):
-            raise ToolError(f"{resolved.info.location}: {RELEASE_REFUSAL}")
+            raise ToolError(
+                f"{resolved.info.location} is in dflash-doctor's read-only release cache ({releases}), "
+                "a download cache, not an installation: patch a copy of it, or an installed vLLM"
+            )
     return resolved
 
 
