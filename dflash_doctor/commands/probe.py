@@ -9,10 +9,10 @@ from .options import OnlyOption
 
 
 def probe_script(only: Optional[list[str]] = OnlyOption) -> int:
-    """Print the stdlib-only probe as a standalone script for a fleet engine.
+    """Print the probe as a standalone script.
 
-    Run it on each server with the vLLM interpreter (e.g. `python3 probe.py > HOST.probe`);
-    then `dflash-doctor check --from-probe DIR` evaluates every answer locally.
+    For a fleet engine: the script needs only the standard library. Run it on each server
+    with the vLLM interpreter (e.g. `python3 probe.py > HOST.probe`); then `dflash-doctor check --from-probe DIR` evaluates every answer locally.
     """
     import json
 
