@@ -67,9 +67,7 @@ def ancestry(
     insecure_registry: Optional[list[str]] = InsecureRegistryOption,
     registry_timeout: float = RegistryTimeoutOption,
 ) -> int:
-    """Say whether a commit contains each fix's PR.
-
-    Decided with git: merge commit, patch-id, merge-tree.
+    """Say whether a commit contains each fix's PR. Decided with git: merge commit, patch-id, merge-tree.
 
     Exit: 0 all contained, 1 any missing, 2 otherwise any unknown, 3 could not run.
     """

@@ -57,9 +57,8 @@ def patch(
     connect_timeout: float = ConnectTimeoutOption,
     accept_new_host_key: bool = AcceptNewHostKeyOption,
 ) -> int:
-    """Patch missing fixes into an installed vLLM.
-
-    Each fix is proved by a re-check, and the original files are kept for `restore`.
+    """Patch missing fixes into an installed vLLM. Each fix is proved by a re-check, and the original
+    files are kept for `restore`.
 
     Exit: 0 every selected fix present afterwards, 1 some still absent/partial/not-applicable
     (refused, with the reason), 2 some unknown, 3 could not run (nothing half-written).
@@ -129,9 +128,8 @@ def restore(
     connect_timeout: float = ConnectTimeoutOption,
     accept_new_host_key: bool = AcceptNewHostKeyOption,
 ) -> int:
-    """Give back the files `patch` changed.
-
-    Byte for byte, then re-check; a file changed since it was patched is refused.
+    """Give back the files `patch` changed. Byte for byte, then re-checked; a file changed since
+    it was patched is refused.
 
     Exit: 0 restored (or nothing to restore), 3 could not run.
     """

@@ -22,9 +22,8 @@ def releases(
     format: MatrixFormat = typer.Option(MatrixFormat.table, "--format", help="table, json or markdown."),
     offline: bool = typer.Option(False, "--offline", help="Do not ask the package index: only releases already in the cache."),
 ) -> int:
-    """Check every release: the release x fix matrix.
-
-    Each real wheel is checked; the first release with each fix is named.
+    """Check every release: the release x fix matrix. Each real wheel is checked; the first release
+    with each fix is named.
 
     Exit: 0 the matrix was computed, 3 it could not be (no release list, a release that could not be checked).
     """
