@@ -109,7 +109,7 @@ class Provenance:
 class TargetInfo:
     kind: str
     location: str
-    details: tuple[tuple[str, str], ...] = ()
+    details: tuple[tuple[str, str | int], ...] = ()  # numbers (bytes_sent, ...) stay numbers in JSON
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "location": self.location, **dict(self.details)}

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import socket
 import stat
 import sys
@@ -65,9 +66,88 @@ def scan_definitions(root, package, names):
     return found
 
 
+def add_site_dirs():
+    """Put on sys.path what ``site`` would, without running any code: for an
+    interpreter started with -I -S so that the environment's .pth files and
+    sitecustomize do not execute. PYTHONPATH, the venv (pyvenv.cfg) or system
+    site-packages, the user site where site would add it, and the directory
+    lines of .pth files; their ``import`` lines are skipped."""
+    import site
+
+    exe_dir = os.path.dirname(os.path.abspath(sys.executable))
+    prefixes, user_site = [sys.prefix, sys.exec_prefix], True
+    for config in (os.path.join(exe_dir, "pyvenv.cfg"), os.path.join(os.path.dirname(exe_dir), "pyvenv.cfg")):
+        if os.path.isfile(config):
+            settings = {}
+            for line in _read_text(config).splitlines():
+                key, _, value = line.partition("=")
+                settings[key.strip().lower()] = value.strip().lower()
+            # as site.venv(): without the key, the system site-packages are included
+            system_site = settings.get("include-system-site-packages", "true") == "true"
+            prefixes = [os.path.dirname(exe_dir)] + (prefixes if system_site else [])
+            user_site = system_site
+            break
+    sys.path[:0] = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    directories = []
+    if user_site and not os.environ.get("PYTHONNOUSERSITE"):
+        directories.append(site.getusersitepackages())
+    directories += site.getsitepackages(sorted(set(prefixes), key=prefixes.index))
+    for directory in directories:
+        if not os.path.isdir(directory) or directory in sys.path:
+            continue
+        sys.path.append(directory)
+        for name in sorted(os.listdir(directory)):
+            if name.endswith(".pth") and not name.startswith("."):
+                sys.path.extend(pth_directories(directory, name))
+
+
+EDITABLE_FINDER = re.compile(r"^import (__editable___\w+_finder)\b")
+
+
+def _read_text(path):
+    """At most 1 MiB of a regular file's text; "" for anything else (never block on a FIFO)."""
+    try:
+        if not os.path.isfile(path):
+            return ""
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read(1024 * 1024)
+    except (IOError, OSError):
+        return ""
+
+
+def pth_directories(directory, name):
+    """The existing directories a .pth file names. ``import`` lines are code and
+    are skipped, but for setuptools' editable finder the parent directory of each
+    package in its MAPPING literal is read (never imported)."""
+    import ast
+
+    found = []
+    for line in _read_text(os.path.join(directory, name)).splitlines():
+        finder = EDITABLE_FINDER.match(line)
+        if finder:
+            text = _read_text(os.path.join(directory, finder.group(1) + ".py"))
+            mapping = re.search(r"^MAPPING\s*(?::[^=\n]*)?=\s*(\{.*\})\s*$", text, re.M)
+            try:
+                packages = ast.literal_eval(mapping.group(1)) if mapping else {}
+                packages = packages if isinstance(packages, dict) else {}
+            except (ValueError, SyntaxError):
+                packages = {}
+            candidates = [os.path.dirname(p) for p in packages.values() if isinstance(p, str)]
+        elif not line.strip() or line.startswith(("#", "import ", "import\t")):
+            continue
+        else:
+            candidates = [os.path.join(directory, line.rstrip())]
+        for path in map(os.path.abspath, candidates):
+            if os.path.isdir(path) and path not in sys.path and path not in found:
+                found.append(path)
+    return found
+
+
 def locate():
     import importlib.util
 
+    if sys.flags.no_site:
+        add_site_dirs()
     answer = {"python": sys.executable, "python_version": "%d.%d.%d" % sys.version_info[:3]}
     try:
         spec = importlib.util.find_spec("vllm")
@@ -149,7 +229,7 @@ def patched_files(manifest):
 
 
 def collect(request):
-    """``request``: {"files": [relpath], "anchors": [[relpath, name]]}."""
+    """``request``: {"files": [relpath], "anchors": [[relpath, name]], "deadline": seconds (optional)}."""
     answer = locate()
     answer["host"] = socket.gethostname()
     if answer.get("error"):
@@ -213,6 +293,9 @@ def main(argv):
             payload = json.dumps(locate())
         elif mode == "collect":
             request = json.loads(base64.b64decode(argv[2]).decode("utf-8")) if len(argv) > 2 else REQUEST
+            if request.get("deadline") and hasattr(signal, "alarm"):
+                # ssh sends the client's deadline: the probe ends by itself when the client gives up.
+                signal.alarm(int(request["deadline"]))
             payload = encode(collect(request))
         else:
             payload = json.dumps({"error": "unknown probe mode %r" % mode})

@@ -10,12 +10,14 @@ matrix covers the releases already in the cache, and says so.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import re
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ from . import __version__
 from .model import EXIT_ERROR, EXIT_OK, PRESENT, ToolError
 from .paths import cache_dir, caches_disabled, write_atomically
 from .rules import Rule
-from .targets.release import COMPLETE, RELEASE
+from .targets.release import COMPLETE, RELEASE, UNREACHABLE_HINT, canonical_release, unreachable_index
 from .terminal import clean
 
 # The first vLLM release with a DFlash code path: older ones are not-applicable for every fix.
@@ -127,32 +129,39 @@ class Matrix:
 
 def index_releases() -> list[str]:
     """Every final vLLM release the configured package index lists, oldest first; ToolError when it cannot say."""
-    command = [
-        sys.executable, "-m", "pip", "index", "versions", "vllm", "--disable-pip-version-check",
-        "--timeout", str(INDEX_TIMEOUT_S), "--retries", "1",
-    ]
-    try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=INDEX_TIMEOUT_S * 4)
-    except subprocess.TimeoutExpired:
-        raise ToolError(f"pip index versions vllm did not answer within {INDEX_TIMEOUT_S * 4} s") from None
-    except OSError as exc:
-        raise ToolError(f"cannot run pip: {exc.strerror or exc}") from None
-    for line in proc.stdout.splitlines():
-        if line.startswith("Available versions:"):
-            versions = [v.strip() for v in line.split(":", 1)[1].split(",")]
-            return sorted((v for v in versions if RELEASE.fullmatch(v)), key=version_key)
+    with tempfile.TemporaryDirectory(prefix="dflash-doctor-") as temp:
+        log = Path(temp) / "pip.log"
+        command = [
+            sys.executable, "-m", "pip", "index", "versions", "vllm", "--disable-pip-version-check",
+            "--timeout", str(INDEX_TIMEOUT_S), "--retries", "1", "--log", str(log),
+        ]
+        try:
+            proc = subprocess.run(command, capture_output=True, text=True, timeout=INDEX_TIMEOUT_S * 4,
+                                  stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise ToolError(f"pip index versions vllm did not answer within {INDEX_TIMEOUT_S * 4} s") from None
+        except OSError as exc:
+            raise ToolError(f"cannot run pip: {exc.strerror or exc}") from None
+        for line in proc.stdout.splitlines():
+            if line.startswith("Available versions:"):
+                versions = [v.strip() for v in line.split(":", 1)[1].split(",")]
+                return sorted((v for v in versions if RELEASE.fullmatch(v)), key=version_key)
+        unreachable = unreachable_index(log)
+    if unreachable:
+        raise ToolError(f"{unreachable}: {UNREACHABLE_HINT}")
     errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR")]
     raise ToolError(f"pip index versions vllm: {errors[-1] if errors else 'exit ' + str(proc.returncode)}")
 
 
 def cached_releases(digest: str) -> list[str]:
     """Releases answerable without the network: a cached matrix row, or an extracted wheel."""
+    names = [path.name.rsplit("-", 2)[0] for path in (cache_dir() / "matrix").glob(f"*-{digest[:16]}-{__version__}.json")]
+    names += [path.parent.name for path in (cache_dir() / "releases").glob(f"*/{COMPLETE}")]
     found = set()
-    for path in (cache_dir() / "matrix").glob(f"*-{digest[:16]}-{__version__}.json"):
-        found.add(path.name.rsplit("-", 2)[0])
-    for path in (cache_dir() / "releases").glob(f"*/{COMPLETE}"):
-        found.add(path.parent.name)
-    return sorted((v for v in found if RELEASE.fullmatch(v)), key=version_key)
+    for name in names:
+        with contextlib.suppress(ToolError):
+            found.add(canonical_release(name))  # a tree an older version cached as 0.20 is 0.20.0
+    return sorted(found, key=version_key)
 
 
 def in_range(versions: Iterable[str], first: str | None, last: str | None) -> list[str]:
@@ -165,9 +174,8 @@ def in_range(versions: Iterable[str], first: str | None, last: str | None) -> li
 
 def plan(first: str | None, last: str | None, offline: bool, digest: str) -> tuple[list[str], str]:
     """The releases to put in the matrix, and where their list came from."""
-    for bound in (first, last):
-        if bound is not None:
-            version_key(bound)  # a bad bound is an error before any network use
+    # A bad bound is an error before any network use; v0.20.1 and 0.20 mean 0.20.1 and 0.20.0.
+    first, last = (canonical_release(bound) if bound is not None else None for bound in (first, last))
     reason = "--offline"
     if not offline:
         try:

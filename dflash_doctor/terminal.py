@@ -1,4 +1,4 @@
-"""Text for a terminal: untrusted strings made inert, rich output rendered (rich itself honours NO_COLOR).
+"""Text for a terminal: untrusted strings made inert, rich output rendered, progress bars (rich itself honours NO_COLOR).
 
 Every string that comes from a tree, a host, a file or an endpoint goes
 through ``clean`` (plain text) or ``literal`` (a rich cell) before it is
@@ -9,9 +9,14 @@ terminal nor start a fake line, and a rich cell never reads it as markup.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 import io
 import re
 import shutil
+import sys
+from collections.abc import Callable, Iterator
 
 # C0 (with TAB and LF), DEL, C1, and the bidi embeddings/overrides/isolates that reorder what is shown.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -48,3 +53,54 @@ def terminal_text(*renderables) -> str:
     for renderable in renderables:
         console.print(renderable)
     return buffer.getvalue()
+
+
+_SHOWN: contextvars.ContextVar = contextvars.ContextVar("progress", default=None)
+
+
+@contextlib.contextmanager
+def progress(description: str, total: float | None = None, transfer: bool = False) -> Iterator[Callable[..., None]]:
+    """``update(completed=..., total=..., description=...)`` of a rich progress
+    bar on standard error when it is a terminal, else a no-op. A bar opened
+    while another is shown joins it as one more line; ``transfer`` shows the
+    size done of the total and the speed instead of a count."""
+    if not sys.stderr.isatty():
+        yield lambda **fields: None
+        return
+    shown = _SHOWN.get()
+    if shown is not None:
+        task = shown.add_task(description, total=total, transfer=transfer)
+        try:
+            yield functools.partial(shown.update, task)
+        finally:
+            shown.remove_task(task)
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), _amount(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        token = _SHOWN.set(bar)
+        try:
+            task = bar.add_task(description, total=total, transfer=transfer)
+            yield functools.partial(bar.update, task)
+        finally:
+            _SHOWN.reset(token)
+
+
+def _amount():
+    """A column with ``done/total`` for counts, ``12.3/250.3 MB 10.2 MB/s`` for transfers."""
+    from rich.progress import DownloadColumn, MofNCompleteColumn, ProgressColumn, TransferSpeedColumn
+    from rich.text import Text
+
+    class Amount(ProgressColumn):
+        def __init__(self) -> None:
+            super().__init__()
+            self.count, self.size, self.speed = MofNCompleteColumn(), DownloadColumn(), TransferSpeedColumn()
+
+        def render(self, task):
+            if task.fields.get("transfer"):
+                return Text.assemble(self.size.render(task), " ", self.speed.render(task))
+            return self.count.render(task)
+
+    return Amount()

@@ -85,7 +85,7 @@ def matches_target(waiver: Waiver, target: TargetInfo) -> bool:
     """No pattern matches every target; else the glob must match the location or a detail (host, python, release)."""
     if waiver.target is None:
         return True
-    values = [target.location, *(value for _, value in target.details)]
+    values = [target.location, *(str(value) for _, value in target.details)]
     return any(fnmatch.fnmatchcase(value, waiver.target) for value in values)
 
 

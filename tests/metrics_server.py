@@ -204,3 +204,45 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+class RawServer:
+    """A real HTTP server on 127.0.0.1 whose answers a test writes byte by byte,
+    as a hostile peer would: ``answer(handler)`` writes to ``handler.wfile``
+    whatever it likes (status line included) for every GET and POST."""
+
+    def __init__(self, answer: Callable[[BaseHTTPRequestHandler], None]) -> None:
+        self.requests: list[str] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def _answer(self) -> None:
+                server.requests.append(f"{self.command} {self.path}")
+                if self.headers.get("Content-Length"):
+                    self.rfile.read(int(self.headers["Content-Length"]))
+                try:
+                    answer(self)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up: as it should
+                    pass
+                self.close_connection = True
+
+            do_GET = do_POST = _answer
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> "RawServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()

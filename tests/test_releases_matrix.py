@@ -102,7 +102,8 @@ def test_unreachable_index_falls_back_to_the_cached_releases(cache):
     code, data, stderr = matrix("--from", "0.20.0", env=unreachable_index_env(cache))
     assert code == 0
     assert [row["release"] for row in data["releases"]] == list(THREE)
-    assert data["releases_from"].startswith("cache only (pip index versions vllm")
+    assert data["releases_from"].startswith("cache only (the package index http://127.0.0.1:")
+    assert "cannot be reached (Failed to establish a new connection" in data["releases_from"]
     assert stderr.startswith("dflash-doctor: releases from the cache only")
 
 

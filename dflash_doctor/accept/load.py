@@ -4,9 +4,9 @@ API with bounded concurrency and a timeout per request (stdlib only)."""
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import json
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ..model import ToolError
-from .metrics import http_get
+from .http import Refused, excerpt, fetch
+from .metrics import failure, http_get
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,10 +77,12 @@ def served_model(base: str, timeout: float) -> str:
     url = base + "/models"
     try:
         models = [entry["id"] for entry in json.loads(http_get(url, timeout))["data"]]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         raise ToolError(f"{url} did not answer an OpenAI model list") from None
+    if not all(isinstance(model, str) for model in models):
+        raise ToolError(f"{url} did not answer an OpenAI model list (a model id is not a string)")
     if len(models) != 1:
-        raise ToolError(f"{url} serves {len(models)} models ({', '.join(models)}): give --model")
+        raise ToolError(f"{url} serves {len(models)} models ({excerpt(', '.join(models))}): give --model")
     return models[0]
 
 
@@ -131,24 +134,25 @@ def _send(prompt: Prompt, settings: LoadSettings) -> tuple[int, int]:
         headers={"Content-Type": "application/json"},
         method="POST",
     )
-    with urllib.request.urlopen(request, timeout=settings.timeout) as response:
-        answer = json.loads(response.read())
+    answer = json.loads(fetch(request, settings.timeout))
     usage = answer.get("usage") if isinstance(answer, dict) else None
     if not isinstance(usage, dict):
         return 0, 0
-    return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+    return _tokens(usage, "prompt_tokens"), _tokens(usage, "completion_tokens")
+
+
+def _tokens(usage: dict, key: str) -> int:
+    """A token count of ``usage``: 0 when absent; anything but a whole number of tokens is a bad answer."""
+    value = usage.get(key) or 0
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**53:
+        raise ValueError(f"usage.{key} is not a token count")
+    return value
 
 
 def _failure(exc: Exception, timeout: float) -> str:
-    if isinstance(exc, urllib.error.HTTPError):
-        return f"HTTP {exc.code} {exc.reason}"
-    if isinstance(exc, TimeoutError) or "timed out" in str(exc):
-        return f"no answer within {timeout:g} s"
-    if isinstance(exc, urllib.error.URLError):
-        return str(getattr(exc.reason, "strerror", None) or exc.reason)
-    if isinstance(exc, (ValueError, TypeError)):
+    if isinstance(exc, (ValueError, TypeError, RecursionError)):
         return "answer is not an OpenAI completion"
-    return str(exc)
+    return failure(exc, timeout)
 
 
 def send_prompts(prompts: tuple[Prompt, ...], settings: LoadSettings, on_done: Callable[[], None]) -> LoadResult:
@@ -161,7 +165,7 @@ def send_prompts(prompts: tuple[Prompt, ...], settings: LoadSettings, on_done: C
     def one(prompt: Prompt) -> tuple[int, int] | str:
         try:
             return _send(prompt, settings)
-        except (OSError, ValueError, TypeError) as exc:  # URLError and timeouts are OSErrors
+        except (OSError, ValueError, TypeError, RecursionError, Refused, http.client.HTTPException) as exc:
             return _failure(exc, settings.timeout)
         finally:
             on_done()

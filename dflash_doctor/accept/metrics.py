@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import json
+import math
 import time
 import urllib.error
 import urllib.parse
@@ -13,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..model import ToolError
+from .http import Refused, excerpt, fetch
 
 DRAFTS = "vllm:spec_decode_num_drafts"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
@@ -49,20 +52,29 @@ def server_origin(url: str) -> str:
 
 
 def http_get(url: str, timeout: float) -> bytes:
-    """The body of a 200 answer; anything else is a ToolError naming the URL."""
+    """The body of a 2xx answer within ``timeout`` seconds overall; anything else is a ToolError naming the URL."""
     request = urllib.request.Request(url, headers={"Accept": "text/plain, application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.read()
-    except urllib.error.HTTPError as exc:
-        raise ToolError(f"cannot read {url}: HTTP {exc.code} {exc.reason}") from None
-    except urllib.error.URLError as exc:
-        reason = getattr(exc.reason, "strerror", None) or str(exc.reason)
-        raise ToolError(f"cannot read {url}: {reason}") from None
-    except TimeoutError:
-        raise ToolError(f"cannot read {url}: no answer within {timeout:g} s") from None
-    except OSError as exc:
-        raise ToolError(f"cannot read {url}: {exc.strerror or exc}") from None
+        return fetch(request, timeout)
+    except (OSError, Refused, http.client.HTTPException) as exc:
+        raise ToolError(f"cannot read {url}: {failure(exc, timeout)}") from None
+
+
+def failure(exc: Exception, timeout: float) -> str:
+    """Why a request failed, in words; what the server sent only as a short sanitized excerpt."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code} {excerpt(str(exc.reason), 40)}"
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {timeout:g} s"
+    if isinstance(exc, urllib.error.URLError):
+        if isinstance(exc.reason, TimeoutError):
+            return f"no answer within {timeout:g} s"
+        return str(getattr(exc.reason, "strerror", None) or exc.reason)
+    if isinstance(exc, Refused):
+        return str(exc)
+    if isinstance(exc, http.client.HTTPException):
+        return f"not a valid HTTP answer ({type(exc).__name__})"
+    return str(getattr(exc, "strerror", None) or exc)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,15 +98,25 @@ def parse_exposition(text: str, url: str) -> tuple[dict[SeriesKey, float], dict[
                 labels = tuple(sorted(sample.labels.items()))
                 for counter in COUNTERS:
                     if sample.name == counter + "_total":
-                        values[(counter, labels)] = sample.value
+                        values[(counter, labels)] = _count(sample, url)
                     elif sample.name == counter + "_created":
-                        created[(counter, labels)] = sample.value
+                        created[(counter, labels)] = _count(sample, url)
                 if sample.name in PROMPT_SERIES:
-                    values[(sample.name, labels)] = sample.value
+                    values[(sample.name, labels)] = _count(sample, url)
     except ValueError as exc:
-        first_line = text.strip().splitlines()[0][:60] if text.strip() else ""
-        raise ToolError(f"{url} did not answer Prometheus text ({exc}; first line: {first_line!r})") from None
+        first_line = text.strip().splitlines()[0] if text.strip() else ""
+        raise ToolError(
+            f"{url} did not answer Prometheus text ({excerpt(str(exc))}; first line: '{excerpt(first_line)}')"
+        ) from None
     return values, created
+
+
+def _count(sample, url: str) -> float:
+    """A counter's value (or creation time): finite and not negative, else the data is bad."""
+    value = sample.value
+    if not math.isfinite(value) or value < 0:
+        raise ToolError(f"{url}: {sample.name} is {value}: a counter is a finite number, never negative")
+    return value
 
 
 def scrape(url: str, timeout: float) -> Scrape:
@@ -120,7 +142,7 @@ def select_model(sample: Scrape, model: str | None) -> Scrape:
         return sample
     keep = {key for key in sample.values if dict(key[1]).get(MODEL_LABEL) == model}
     if not any(key[0] == DRAFTS for key in keep):
-        seen = ", ".join(name or "(no model_name label)" for name in models_in(sample))
+        seen = ", ".join(excerpt(name) or "(no model_name label)" for name in models_in(sample))
         raise ToolError(f"{sample.url} has no spec-decode counters for model {model!r} (models: {seen})")
     return dataclasses.replace(
         sample,
@@ -195,7 +217,7 @@ def read_sglang(url: str, timeout: float) -> SglangReading:
     body = http_get(info_url, timeout)
     try:
         info: Any = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         raise ToolError(f"{info_url} did not answer JSON") from None
     states = info.get("internal_states") if isinstance(info, dict) else None
     if not isinstance(states, list) or not states or not isinstance(states[0], dict):
@@ -205,8 +227,8 @@ def read_sglang(url: str, timeout: float) -> SglangReading:
     if algorithm is None or (isinstance(algorithm, str) and algorithm.upper() == "NONE"):
         raise ToolError(f"{info_url}: speculative decoding is not enabled on this server (speculative_algorithm is none)")
     value = state.get("avg_spec_accept_length")
-    if value is not None and not isinstance(value, (int, float)):
-        raise ToolError(f"{info_url}: avg_spec_accept_length is not a number: {value!r}")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
+        raise ToolError(f"{info_url}: avg_spec_accept_length is not a finite number: {excerpt(repr(value))}")
     # Before the first verify step SGLang leaves the key out (or reports 0):
     # an acceptance length is never below 1.
     return SglangReading(info_url, float(value) if value is not None and value >= 1 else None)

@@ -16,6 +16,7 @@ from .options import (
     OnlyOption,
     PathOption,
     PlatformOption,
+    ProbeTimeoutOption,
     PythonOption,
     RegistryTimeoutOption,
     ReleaseOption,
@@ -61,6 +62,7 @@ def ancestry(
     known_hosts: Optional[Path] = KnownHostsOption,
     ssh_config: Optional[Path] = SshConfigOption,
     connect_timeout: float = ConnectTimeoutOption,
+    probe_timeout: float = ProbeTimeoutOption,
     accept_new_host_key: bool = AcceptNewHostKeyOption,
     image: Optional[str] = SingleImageOption,
     platform: str = PlatformOption,
@@ -82,7 +84,7 @@ def ancestry(
             raise ToolError("give --commit or a target (--path/--python/--release/--host/--image), not both")
         source = "--commit"
     else:
-        ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, accept_new_host_key)
+        ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, probe_timeout, accept_new_host_key)
         image_opts = image_options(platform, insecure_registry, registry_timeout, progress=sys.stderr.isatty())
         targets, _ = choose_targets(path, python, release, [host] if host else None, None, None, ssh, rules,
                                     [image] if image else None, image_opts)

@@ -24,6 +24,7 @@ from .options import (
     OnlyOption,
     PathOption,
     PlatformOption,
+    ProbeTimeoutOption,
     PythonOption,
     RegistryTimeoutOption,
     ReleaseOption,
@@ -102,6 +103,7 @@ def check(
     known_hosts: Optional[Path] = KnownHostsOption,
     ssh_config: Optional[Path] = SshConfigOption,
     connect_timeout: float = ConnectTimeoutOption,
+    probe_timeout: float = ProbeTimeoutOption,
     accept_new_host_key: bool = AcceptNewHostKeyOption,
     jobs: int = JobsOption,
     from_probe: Optional[Path] = FromProbeOption,
@@ -128,7 +130,7 @@ def check(
     rules = select(only)
     outputs = parse_outputs(format.value, output or [])
     waiver_list = load_waivers(waivers, {rule.id for rule in load_rules()}) if waivers is not None else None
-    ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, accept_new_host_key)
+    ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, probe_timeout, accept_new_host_key)
     # One image on a terminal shows a bar per layer; a fleet shows its own progress.
     image_opts = image_options(platform, insecure_registry, registry_timeout, progress=sys.stderr.isatty() and len(image or []) == 1)
     targets, fleet = choose_targets(path, python, release, host, hosts_file, from_probe, ssh, rules, image, image_opts)

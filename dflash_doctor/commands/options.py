@@ -24,6 +24,7 @@ IdentityOption = typer.Option(None, "--identity", help="Private key for ssh (els
 KnownHostsOption = typer.Option(None, "--known-hosts", help="Known hosts file (default ~/.ssh/known_hosts).")
 SshConfigOption = typer.Option(None, "--ssh-config", help="ssh config file for host aliases (default ~/.ssh/config).")
 ConnectTimeoutOption = typer.Option(10.0, "--connect-timeout", min=0.1, help="Seconds to connect, see the banner and authenticate.")
+ProbeTimeoutOption = typer.Option(60.0, "--probe-timeout", min=0.1, help="Seconds for the whole remote probe, from start to answer.")
 AcceptNewHostKeyOption = typer.Option(False, "--accept-new-host-key", help="Trust an unknown host key on first use and record it.")
 JobsOption = typer.Option(4, "--jobs", min=1, help="Hosts checked at once.")
 FromProbeOption = typer.Option(None, "--from-probe", help="Evaluate answers of `dflash-doctor probe-script`: a file, or a directory of them.")
@@ -41,11 +42,11 @@ def image_options(platform: str, insecure: Optional[list[str]], timeout: float, 
     return ImageOptions(platform=platform, insecure=tuple(insecure or ()), timeout=timeout, progress=progress)
 
 
-def ssh_options(identity, known_hosts, ssh_config, connect_timeout, accept_new_host_key) -> dict:
+def ssh_options(identity, known_hosts, ssh_config, connect_timeout, probe_timeout, accept_new_host_key) -> dict:
     """The shared ssh options as SshOptions keywords (--python is added with the host)."""
     return {
         "identity": identity, "known_hosts": known_hosts, "ssh_config": ssh_config,
-        "connect_timeout": connect_timeout, "accept_new_host_key": accept_new_host_key,
+        "connect_timeout": connect_timeout, "probe_timeout": probe_timeout, "accept_new_host_key": accept_new_host_key,
     }
 
 

@@ -24,6 +24,7 @@ from .options import (
     KnownHostsOption,
     OnlyOption,
     PathOption,
+    ProbeTimeoutOption,
     PythonOption,
     SingleHostOption,
     SshConfigOption,
@@ -55,6 +56,7 @@ def patch(
     known_hosts: Optional[Path] = KnownHostsOption,
     ssh_config: Optional[Path] = SshConfigOption,
     connect_timeout: float = ConnectTimeoutOption,
+    probe_timeout: float = ProbeTimeoutOption,
     accept_new_host_key: bool = AcceptNewHostKeyOption,
 ) -> int:
     """Patch missing fixes into an installed vLLM. Each fix is proved by a re-check, and the original
@@ -74,7 +76,7 @@ def patch(
         if repo is None or pr is None:
             raise ToolError("give --repo and --pr together")
         return _patch_repo(repo, pr, main_ref, remote, dry_run, yes)
-    ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, accept_new_host_key)
+    ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, probe_timeout, accept_new_host_key)
     from ..rules import select
 
     rules = select(only)
@@ -126,6 +128,7 @@ def restore(
     known_hosts: Optional[Path] = KnownHostsOption,
     ssh_config: Optional[Path] = SshConfigOption,
     connect_timeout: float = ConnectTimeoutOption,
+    probe_timeout: float = ProbeTimeoutOption,
     accept_new_host_key: bool = AcceptNewHostKeyOption,
 ) -> int:
     """Give back the files `patch` changed. Byte for byte, then re-checked; a file changed since
@@ -137,7 +140,7 @@ def restore(
         raise ToolError(f"--image: {IMAGE_REFUSAL}")
     from ..rules import select
 
-    ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, accept_new_host_key)
+    ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, probe_timeout, accept_new_host_key)
     rules = select(only)
     target = _installed_target(path, python, release, host, ssh, rules)
     with _connection(target) as client:
@@ -155,13 +158,13 @@ def _restore(target, client, rules, only: bool, yes: bool) -> int:
     if not plan.restore and not plan.forget:
         _say("nothing to restore: dflash-doctor has not patched " + ("these fixes" if only else "this tree"))
         return EXIT_OK
-    for entry in plan.restore:
-        _say(f"{', '.join(sorted(entry.fixes))}: {entry.file} back to its original (sha256 {entry.sha256_before[:12]})")
-    for entry in plan.forget:
-        _say(f"{', '.join(sorted(entry.fixes))}: {entry.file} already has its original bytes; forgetting the patch record")
     if plan.restore:
-        _confirm(f"Restore {len(plan.restore)} file(s) in {resolved.info.location}?", yes)
-    apply_restore(files, plan)
+        _confirm(f"Restore {', '.join(entry.file for entry in plan.restore)} in {resolved.info.location}?", yes)
+    apply_restore(files, plan)  # said only once done: it may still refuse
+    for entry in plan.restore:
+        _say(f"{', '.join(sorted(entry.fixes))}: {entry.file} is back to its original (sha256 {entry.sha256_before[:12]})")
+    for entry in plan.forget:
+        _say(f"{', '.join(sorted(entry.fixes))}: {entry.file} already had its original bytes; forgot the patch record")
     _report(run_check(target, rules))
     return EXIT_OK
 
@@ -203,7 +206,10 @@ def _resolve(target):
     if resolved.info.kind != "ssh":
         releases = (cache_dir() / "releases").resolve()
         if Path(resolved.info.location).resolve().is_relative_to(releases):
-            raise ToolError(f"{resolved.info.location}: {RELEASE_REFUSAL}")
+            raise ToolError(
+                f"{resolved.info.location} is in dflash-doctor's read-only release cache ({releases}), "
+                "a download cache, not an installation: patch a copy of it, or an installed vLLM"
+            )
     return resolved
 
 

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import contextlib
 import sys
 from enum import Enum
 from typing import Optional
@@ -29,6 +28,7 @@ def releases(
     """
     from ..releases import Matrix, is_downloaded, plan, release_row, render_markdown, render_plain, render_rich, rules_digest
     from ..rules import load_rules
+    from ..terminal import progress
 
     rules = load_rules()
     digest = rules_digest(rules)
@@ -36,9 +36,9 @@ def releases(
     if note != "package index":
         print(f"dflash-doctor: releases from the {note}", file=sys.stderr)
     rows = []
-    with _progress(len(versions)) as show:
+    with progress("releases", total=len(versions)) as update:
         for done, version in enumerate(versions):
-            show(done, f"vllm {version}" + ("" if is_downloaded(version) else ": downloading the wheel"))
+            update(completed=done, description=f"vllm {version}" + ("" if is_downloaded(version) else ": downloading the wheel"))
             rows.append(release_row(version, rules, digest))
     matrix = Matrix(rules, tuple(rows), note, digest)
     if format is MatrixFormat.json:
@@ -56,21 +56,6 @@ def releases(
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
         print(f"dflash-doctor: error: release {clean(first_error.release)} could not be checked: {clean(first_error.error)}{more}", file=sys.stderr)
     return matrix.exit_code
-
-
-@contextlib.contextmanager
-def _progress(total: int):
-    """``show(done, description)``: a rich progress bar on standard error when it is a terminal, else nothing."""
-    if not sys.stderr.isatty():
-        yield lambda done, description: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("releases", total=total)
-        yield lambda done, description: bar.update(task, completed=done, description=description)
 
 
 def register(app: typer.Typer) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import PurePosixPath
 
 from ..model import ToolError
-from .files import TEMP_SUFFIX, FileStat, TreeFiles
+from .files import DIRECTORY, FILE, SYMLINK, TEMP_SUFFIX, FileStat, LinkRefused, TreeFiles, symlink_refusal
 from .plan import FileChange
 from .state import (
     APPLIED, BACKUPS, CHANGED, LOCK, MANIFEST, STATE_DIR, AppliedPatch, PatchedFile, State, read_state, sha256,
@@ -26,9 +26,10 @@ from .state import (
 
 def apply_changes(files: TreeFiles, changes: tuple[FileChange, ...], tool_version: str) -> None:
     applied_at = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
-    with _locked_state(files, [change.file for change in changes]) as (state, like):
+    reals = _real_paths(files, [change.file for change in changes])
+    with _locked_state(files, list(reals.values())) as (state, like):
         for change in changes:
-            current = files.read(change.file)
+            current = files.read(reals[change.file])
             if current is None or sha256(current) != change.sha256_before:
                 now = "is gone" if current is None else f"has sha256 {sha256(current)[:12]}"
                 raise ToolError(
@@ -45,7 +46,7 @@ def apply_changes(files: TreeFiles, changes: tuple[FileChange, ...], tool_versio
                 AppliedPatch(site.fix, site.symbol, site.form, site.produces, tool_version, applied_at) for site in change.sites
             )
             try:
-                _write_patched(files, state, like, change, patches)
+                _write_patched(files, state, like, change, reals[change.file], patches)
             except ToolError as exc:
                 if done:
                     raise ToolError(f"{exc} (already patched in this run: {', '.join(done)})") from None
@@ -53,8 +54,18 @@ def apply_changes(files: TreeFiles, changes: tuple[FileChange, ...], tool_versio
             done.append(change.file)
 
 
-def _write_patched(files: TreeFiles, state: State, like: FileStat, change: FileChange, patches) -> None:
-    mode = files.stat(change.file)
+def _real_paths(files: TreeFiles, relpaths: list[str]) -> dict[str, str]:
+    """Where each file is written: its real path (a symlinked file is written
+    at its target, inside the tree's vllm/); two names of one file are refused."""
+    reals = {relpath: files.real(relpath) for relpath in relpaths}
+    if len(set(reals.values())) < len(reals):
+        raise ToolError(f"two of {', '.join(sorted(reals))} are the same file (symlinks); nothing was changed")
+    return reals
+
+
+def _write_patched(files: TreeFiles, state: State, like: FileStat, change: FileChange, real: str, patches) -> None:
+    """``change.file`` is what the check read and the manifest records; ``real`` is written."""
+    mode = files.stat(real)
     if mode is None:
         raise ToolError(f"{change.file} is gone; nothing was changed for it")
     entry = state.get(change.file)
@@ -79,7 +90,7 @@ def _write_patched(files: TreeFiles, state: State, like: FileStat, change: FileC
     state[change.file] = new_entry
     write_state(files, state, like)
     try:
-        files.write_atomic(change.file, change.after, mode)
+        files.write_atomic(real, change.after, mode)
     except ToolError:
         state.clear()
         state.update(previous)
@@ -116,7 +127,7 @@ def _restore_plan(files: TreeFiles, state: State, only: frozenset[str] | None) -
                 f"{entry.file} also holds the patch for {', '.join(sorted(others))}: "
                 "restore those too (--only each) or everything; nothing was changed"
             )
-        current = files.read(entry.file)
+        current = files.read(files.real(entry.file))
         status = entry.status(None if current is None else sha256(current))
         if status == CHANGED:
             now = "is gone" if current is None else f"has sha256 {sha256(current)[:12]}"
@@ -125,25 +136,36 @@ def _restore_plan(files: TreeFiles, state: State, only: frozenset[str] | None) -
                 f"{entry.sha256_after[:12]}); not restoring over someone else's edit. Nothing was changed; "
                 f"the original is in {entry.backup}"
             )
+        if status == APPLIED:
+            _backup_of(files, entry)  # decided before anything is said or written
         (restore if status == APPLIED else forget).append(entry)
     return RestorePlan(tuple(restore), tuple(forget))
 
 
 def apply_restore(files: TreeFiles, plan: RestorePlan) -> None:
     only = frozenset(fix for entry in plan.restore + plan.forget for fix in entry.fixes)
-    with _locked_state(files, [entry.file for entry in plan.restore]) as (state, like):
+    reals = _real_paths(files, [entry.file for entry in plan.restore])
+    with _locked_state(files, list(reals.values())) as (state, like):
         again = _restore_plan(files, state, only)  # the same judgement, now under the lock
         if {e.file for e in again.restore} != {e.file for e in plan.restore}:
             raise ToolError("the patched files changed while restore was asking; nothing was changed: run restore again")
         for entry in again.restore:
-            original = files.read(entry.backup)
-            if original is None or sha256(original) != entry.sha256_before:
-                raise ToolError(f"the backup {entry.backup} of {entry.file} is missing or damaged; {entry.file} is unchanged")
-            files.write_atomic(entry.file, original, files.stat(entry.file))
+            original = _backup_of(files, entry)
+            real = files.real(entry.file)
+            if real != reals[entry.file]:
+                raise ToolError(f"{entry.file} was relinked while restore was asking; nothing was changed: run restore again")
+            files.write_atomic(real, original, files.stat(real))
             drop_stale_bytecode(files, entry.file)
             _forget(files, state, like, entry)
         for entry in again.forget:
             _forget(files, state, like, entry)
+
+
+def _backup_of(files: TreeFiles, entry: PatchedFile) -> bytes:
+    original = files.read(entry.backup)
+    if original is None or sha256(original) != entry.sha256_before:
+        raise ToolError(f"the backup {entry.backup} of {entry.file} is missing or damaged; {entry.file} is unchanged")
+    return original
 
 
 def _forget(files: TreeFiles, state: State, like: FileStat, entry: PatchedFile) -> None:
@@ -169,6 +191,8 @@ def _locked_state(files: TreeFiles, writing: list[str]) -> Iterator[tuple[State,
         raise ToolError(f"{files.location} is gone")
     dir_like = FileStat(0o755, root.uid, root.gid)
     like = FileStat(0o644, root.uid, root.gid)
+    _check_state_paths(files)
+    read_state(files)  # a manifest this tool did not write is refused before anything is created
     files.make_dir(STATE_DIR, dir_like)
     with files.lock(LOCK):
         try:
@@ -180,6 +204,20 @@ def _locked_state(files: TreeFiles, writing: list[str]) -> Iterator[tuple[State,
             with contextlib.suppress(ToolError):
                 if files.read(MANIFEST) is None:
                     _remove_state_dir(files)
+
+
+def _check_state_paths(files: TreeFiles) -> None:
+    """Refuse a planted state before creating anything: each state path is
+    absent or of its kind, never a symlink (stat never follows one, and a
+    symlinked directory on the way is refused by ``files`` itself)."""
+    for relpath, kind in ((STATE_DIR, DIRECTORY), (BACKUPS, DIRECTORY), (LOCK, FILE), (MANIFEST, FILE)):
+        found = files.stat(relpath)
+        if found is None:
+            continue
+        if found.kind == SYMLINK:
+            raise symlink_refusal(relpath, files.location)
+        if found.kind != kind:
+            raise ToolError(f"{relpath} in {files.location} is not a {kind}; nothing was changed")
 
 
 def _remove_state_dir(files: TreeFiles) -> None:
@@ -205,11 +243,18 @@ def drop_stale_bytecode(files: TreeFiles, relpath: str) -> None:
     the source again (unchecked hash-based .pyc); timestamp and checked pycs
     notice the new bytes by themselves."""
     path = PurePosixPath(relpath)
-    cache = str(path.parent / "__pycache__")
-    for name in files.list_dir(cache):
+    try:
+        cache = f"{files.real(str(path.parent))}/__pycache__"  # beside the name Python imports, in the directory's real place
+        names = files.list_dir(cache)
+    except LinkRefused:
+        return  # a __pycache__ reached through a link is not the tree's to clean
+    for name in names:
         if not (name.startswith(f"{path.stem}.") and name.endswith(".pyc")):
             continue
-        header = files.read(f"{cache}/{name}") or b""
+        try:
+            header = files.read(f"{cache}/{name}") or b""
+        except LinkRefused:
+            continue
         flags = int.from_bytes(header[4:8], "little")
         if flags & 0b01 and not flags & 0b10:
             files.remove(f"{cache}/{name}")

@@ -9,6 +9,15 @@ extensions is refused (nothing is changed). SFTP has no way to fsync a
 directory, so the rename is atomic but its durability is the filesystem's
 (journalled filesystems commit it within seconds).
 
+SFTP has no descriptor-relative calls, so each path is checked before it is
+used: every directory on the way is ``lstat``-ed from the root and a symlink
+is refused, a symlinked target file is written at the real path the server
+resolves (inside ``vllm/`` only), and files are created exclusively, so a
+planted link at the final name is never followed. A peer that swaps a
+directory for a link between the check and the use can still race it; the
+lock holder, which runs on the host, opens its path component by component
+with ``O_NOFOLLOW``.
+
 The lock is ``flock`` on ``.dflash-doctor/lock`` taken by the remote
 interpreter, held while its channel is open: it is the same lock a local
 ``patch --path`` on that machine takes, and it ends when dflash-doctor
@@ -24,13 +33,19 @@ import stat
 from collections.abc import Iterator
 
 from ..model import ToolError
-from .files import TEMP_SUFFIX, FileStat
+from .files import DIRECTORY, FILE, SYMLINK, TEMP_SUFFIX, FileStat, kind_of, outside_refusal, parts_of, symlink_refusal
 
 # Run by the remote interpreter: take the lock at once or say busy, then hold
 # it until standard input ends (the channel closes, or the connection dies).
 LOCK_HOLDER = (
-    "import fcntl, os, sys\n"
-    "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)\n"
+    "import fcntl, os, stat, sys\n"
+    "fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)\n"
+    "parts = sys.argv[2].split('/')\n"
+    "for part in parts[:-1]:\n"
+    "    fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)\n"
+    "fd = os.open(parts[-1], os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644, dir_fd=fd)\n"
+    "if not stat.S_ISREG(os.fstat(fd).st_mode):\n"
+    "    sys.exit('not a regular file')\n"
     "try:\n"
     "    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
     "except OSError:\n"
@@ -56,13 +71,49 @@ class SftpFiles:
         self._failures = (OSError, EOFError, paramiko.SSHException, paramiko.SFTPError)
         try:
             self.sftp = client.open_sftp()
+            self.real_root = self.sftp.normalize(root)
         except self._failures as exc:
             raise ToolError(f"{location}: cannot open an SFTP session: {_reason(exc)}") from None
 
     def _path(self, relpath: str) -> str:
-        return posixpath.join(self.root, relpath) if relpath else self.root
+        """The remote path of ``relpath``, once no directory on the way is a symlink."""
+        if not relpath:
+            return self.root
+        parts = parts_of(relpath)
+        path = self.root
+        for depth, part in enumerate(parts[:-1]):
+            path = posixpath.join(path, part)
+            try:
+                kind = kind_of(self.sftp.lstat(path).st_mode)
+            except FileNotFoundError:
+                break  # the call on the whole path then finds nothing
+            if kind == SYMLINK:
+                raise symlink_refusal("/".join(parts[: depth + 1]), self.location)
+            if kind != DIRECTORY:
+                raise ToolError(f"{'/'.join(parts[: depth + 1])} in {self.location} is not a directory; nothing was changed")
+        return posixpath.join(self.root, *parts)
+
+    def real(self, relpath: str) -> str:
+        parts_of(relpath)
+        try:
+            real = self.sftp.normalize(posixpath.join(self.root, relpath))
+        except FileNotFoundError:
+            return relpath  # nothing there to follow; reading it finds nothing
+        except self._failures as exc:
+            raise ToolError(f"cannot resolve {relpath}: {_reason(exc)}") from None
+        inside = posixpath.relpath(real, self.real_root)
+        if inside != "vllm" and not inside.startswith("vllm/"):
+            raise outside_refusal(relpath, self.location, real)
+        return inside
 
     def read(self, relpath: str) -> bytes | None:
+        found = self.stat(relpath)
+        if found is None:
+            return None
+        if found.kind == SYMLINK:
+            raise symlink_refusal(relpath, self.location)
+        if found.kind != FILE:
+            raise ToolError(f"{relpath} in {self.location} is not a regular file; nothing was changed")
         try:
             with self.sftp.open(self._path(relpath), "rb") as handle:
                 handle.prefetch()
@@ -79,15 +130,15 @@ class SftpFiles:
             return None
         except self._failures as exc:
             raise ToolError(f"cannot stat {relpath or self.location}: {_reason(exc)}") from None
-        return FileStat(found.st_mode & 0o7777, found.st_uid, found.st_gid)
+        return FileStat(found.st_mode & 0o7777, found.st_uid, found.st_gid, kind_of(found.st_mode))
 
     def write_atomic(self, relpath: str, data: bytes, like: FileStat) -> None:
         from paramiko.sftp import CMD_EXTENDED
 
-        path = self._path(relpath)
-        temp = posixpath.join(posixpath.dirname(path), f".{posixpath.basename(path)}{TEMP_SUFFIX}")
         action = "write"
         try:
+            path = self._path(relpath)
+            temp = posixpath.join(posixpath.dirname(path), f".{posixpath.basename(path)}{TEMP_SUFFIX}")
             # "x": O_CREAT|O_EXCL, so a symlink planted at the temp name is never followed.
             with self.sftp.open(temp, "wxb") as handle:
                 handle.chmod(0o600)
@@ -109,9 +160,14 @@ class SftpFiles:
             raise ToolError(f"cannot {action} {relpath}: {_reason(exc)}; it is unchanged") from None
 
     def make_dir(self, relpath: str, like: FileStat) -> None:
-        path = self._path(relpath)
-        if self.stat(relpath) is not None:
+        found = self.stat(relpath)
+        if found is not None:
+            if found.kind == SYMLINK:
+                raise symlink_refusal(relpath, self.location)
+            if found.kind != DIRECTORY:
+                raise ToolError(f"{relpath} in {self.location} is not a directory; nothing was changed")
             return
+        path = self._path(relpath)
         try:
             self.sftp.mkdir(path, 0o700)
         except self._failures as exc:
@@ -127,8 +183,8 @@ class SftpFiles:
             raise ToolError(f"cannot give {relpath} the owner and mode of {self.location}: {_reason(exc)}") from None
 
     def remove(self, relpath: str) -> None:
-        path = self._path(relpath)
         try:
+            path = self._path(relpath)
             if stat.S_ISDIR(self.sftp.lstat(path).st_mode):
                 self.sftp.rmdir(path)
             else:
@@ -139,6 +195,11 @@ class SftpFiles:
             raise ToolError(f"cannot remove {relpath}: {_reason(exc)}") from None
 
     def list_dir(self, relpath: str) -> list[str]:
+        found = self.stat(relpath)
+        if found is not None and found.kind == SYMLINK:
+            raise symlink_refusal(relpath, self.location)
+        if found is None or found.kind != DIRECTORY:
+            return []
         try:
             return sorted(self.sftp.listdir(self._path(relpath)))
         except FileNotFoundError:
@@ -148,7 +209,8 @@ class SftpFiles:
 
     @contextlib.contextmanager
     def lock(self, relpath: str) -> Iterator[None]:
-        command = f"{shlex.quote(self.python)} -c {shlex.quote(LOCK_HOLDER)} {shlex.quote(self._path(relpath))}"
+        parts_of(relpath)
+        command = " ".join(shlex.quote(word) for word in (self.python, "-c", LOCK_HOLDER, self.root, relpath))
         try:
             channel = self.client.get_transport().open_session()
             channel.settimeout(LOCK_TIMEOUT)

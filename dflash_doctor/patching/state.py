@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -91,18 +92,39 @@ State = dict[str, PatchedFile]
 
 
 def parse_state(text: str) -> State:
-    """Raises ValueError when the manifest is not one this tool wrote."""
+    """Raises ValueError when the manifest is not one this tool wrote: every
+    entry names a ``.py`` file under ``vllm/`` by a plain relative path, and
+    every field has the type and shape this tool writes."""
     data = json.loads(text)
     if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("files"), dict):
         raise ValueError(f"not a {SCHEMA} manifest")
     state: State = {}
     for relpath, entry in data["files"].items():
-        try:
-            patches = tuple(AppliedPatch(**patch) for patch in entry["patches"])
-            state[relpath] = PatchedFile(relpath, entry["sha256_before"], entry["sha256_after"], patches)
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"entry {relpath}: {exc}") from None
+        state[relpath] = _entry(relpath, entry)
     return state
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_PATCH_FIELDS = tuple(field.name for field in dataclasses.fields(AppliedPatch))
+
+
+def _entry(relpath: str, entry: Any) -> PatchedFile:
+    parts = relpath.split("/")
+    if parts[0] != "vllm" or not relpath.endswith(".py") or any(part in ("", ".", "..") for part in parts) or "\x00" in relpath:
+        raise ValueError(f"entry {relpath!r} is not a .py file under vllm/")
+    if not isinstance(entry, dict):
+        raise ValueError(f"entry {relpath!r}: not an object")
+    for field in ("sha256_before", "sha256_after"):
+        if not isinstance(entry.get(field), str) or not _SHA256.fullmatch(entry[field]):
+            raise ValueError(f"entry {relpath!r}: {field} is not a sha256")
+    patches = entry.get("patches")
+    if not isinstance(patches, list) or not all(
+        isinstance(patch, dict) and set(patch) == set(_PATCH_FIELDS) and all(isinstance(v, str) for v in patch.values())
+        for patch in patches
+    ):
+        raise ValueError(f"entry {relpath!r}: patches is not a list of patch records")
+    applied = tuple(AppliedPatch(**patch) for patch in patches)
+    return PatchedFile(relpath, entry["sha256_before"], entry["sha256_after"], applied)
 
 
 def read_state(files: TreeFiles) -> State:
@@ -111,7 +133,7 @@ def read_state(files: TreeFiles) -> State:
         return {}
     try:
         return parse_state(data.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ToolError(f"{MANIFEST} in {files.location} cannot be read ({exc}); nothing was changed") from None
 
 
@@ -131,7 +153,7 @@ def mark_local_patches(report: CheckReport, tree: SourceTree) -> CheckReport:
     try:
         data = tree.read(MANIFEST)
         state = parse_state(data.decode("utf-8")) if data else {}
-    except (SiteError, ValueError, UnicodeDecodeError):
+    except (SiteError, ValueError, UnicodeDecodeError, RecursionError):
         return report
     if not state:
         return report

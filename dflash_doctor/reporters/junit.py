@@ -52,7 +52,7 @@ def _suite(report: CheckReport) -> ET.Element:
     for name, value in (
         ("target.kind", target.kind),
         ("target.location", target.location),
-        *((f"target.{key}", value) for key, value in target.details),
+        *((f"target.{key}", str(value)) for key, value in target.details),
         ("vllm.version", report.vllm.version),
         ("vllm.commit", report.vllm.commit),
         ("tool_version", report.tool_version),

@@ -23,7 +23,8 @@ class InterpreterTarget:
         who = f"interpreter {self.python}"
         try:
             proc = subprocess.run(
-                [self.python, "-", "locate"],
+                # -I -S: none of the environment's .pth files or sitecustomize runs (probe.add_site_dirs).
+                [self.python, "-I", "-S", "-", "locate"],
                 input=probe_source(),
                 capture_output=True,
                 text=True,
@@ -44,6 +45,8 @@ class InterpreterTarget:
         answer = parse_probe_output(proc.stdout, who)
         if answer.get("error"):
             raise ToolError(f"{who}: {answer['error']} (point at it with --python, --path, --release or --host)")
+        if not answer.get("package_dir"):
+            raise ToolError(f"{who}: the probe answer names no package directory")
         package_dir = Path(answer["package_dir"])
         root = package_root(package_dir)
         dist_info = Path(answer["dist_info"]) if answer.get("dist_info") else find_dist_info(root)

@@ -1,9 +1,15 @@
-"""Running the stdlib probe and reading its answer (local, ssh, probe files)."""
+"""Running the stdlib probe and reading its answer (local, ssh, probe files).
+
+The answer comes from a machine or file that may be hostile: its size is
+capped before and after decompression, and every field is type-checked before
+anything reads it."""
 
 from __future__ import annotations
 
 import base64
 import json
+import os
+import stat
 import zlib
 from pathlib import Path
 
@@ -11,6 +17,31 @@ from ..model import ToolError
 from ..probe import MARKER
 from ..rules import Rule
 from ..source import search_name
+
+MIB = 1024 * 1024
+# The most a probe may print: a real answer for every rule is well under 1 MiB.
+MAX_OUTPUT_BYTES = 32 * MIB
+# The most its compressed answer may expand to (the probe sends files of up to 8 MiB).
+MAX_ANSWER_BYTES = 64 * MIB
+
+_TEXT = (str,)
+_MAYBE_TEXT = (str, type(None))
+# Field: (types of the value, types of a mapping's values; None when not a mapping).
+_FIELDS = {
+    "error": (_TEXT, None),
+    "python": (_TEXT, None),
+    "python_version": (_TEXT, None),
+    "host": (_TEXT, None),
+    "root": (_TEXT, None),
+    "package_dir": (_TEXT, None),
+    "version": (_MAYBE_TEXT, None),
+    "dist_info": (_MAYBE_TEXT, None),
+    "files": ((dict,), _MAYBE_TEXT),
+    "sha256": ((dict,), _TEXT),
+    "file_errors": ((dict,), _TEXT),
+    "dist_info_files": ((dict,), _TEXT),
+    "search": ((dict,), (list,)),
+}
 
 
 def probe_source() -> str:
@@ -29,6 +60,21 @@ def encode_request(request: dict) -> str:
     return base64.b64encode(json.dumps(request).encode()).decode("ascii")
 
 
+def read_probe_file(path: Path) -> str:
+    """A probe answer file: a regular file (never a FIFO or device), read up to the output cap."""
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer.
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise ToolError(f"probe file {path} is not a regular file")
+            data = handle.read(MAX_OUTPUT_BYTES + 1)
+    except OSError as exc:
+        raise ToolError(f"cannot read probe file {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_OUTPUT_BYTES:
+        raise ToolError(f"probe file {path} is larger than {MAX_OUTPUT_BYTES // MIB} MiB: not a probe answer")
+    return data.decode("utf-8", "replace")
+
+
 def parse_probe_output(stdout: str, who: str) -> dict:
     """The last marked line of the probe's output; junk before it is ignored."""
     for line in reversed(stdout.splitlines()):
@@ -37,11 +83,39 @@ def parse_probe_output(stdout: str, who: str) -> dict:
         payload = line[len(MARKER):].strip()
         try:
             if not payload.startswith("{"):
-                payload = zlib.decompress(base64.b64decode(payload, validate=True)).decode("utf-8")
+                payload = _inflate(base64.b64decode(payload, validate=True), who).decode("utf-8")
             answer = json.loads(payload)
-        except (ValueError, zlib.error):
+        except (ValueError, RecursionError, zlib.error):
             break
         if isinstance(answer, dict):
-            return answer
+            return _checked(answer, who)
         break
     raise ToolError(f"{who} did not answer the probe (printed {len(stdout)} bytes without a probe result)")
+
+
+def _inflate(data: bytes, who: str) -> bytes:
+    """zlib data expanded to at most MAX_ANSWER_BYTES: a bomb stops at the cap."""
+    inflater = zlib.decompressobj()
+    expanded = inflater.decompress(data, MAX_ANSWER_BYTES)
+    if inflater.unconsumed_tail:
+        raise ToolError(f"{who}: the probe answer expands past {MAX_ANSWER_BYTES // MIB} MiB: refused")
+    if not inflater.eof:
+        raise ValueError("truncated")
+    return expanded
+
+
+def _checked(answer: dict, who: str) -> dict:
+    """The answer when every known field has its type; else a ToolError naming the field."""
+    for field, (kinds, values) in _FIELDS.items():
+        if field not in answer:
+            continue
+        value = answer[field]
+        good = isinstance(value, kinds) and (
+            values is None
+            or all(isinstance(k, str) and isinstance(v, values) for k, v in value.items())
+        )
+        if good and field == "search":
+            good = all(isinstance(item, str) for items in value.values() for item in items)
+        if not good:
+            raise ToolError(f"{who}: the probe answer is malformed: field {field!r} has the wrong type")
+    return answer

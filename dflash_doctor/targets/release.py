@@ -7,29 +7,46 @@ reads the cache and touches no network.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 
 from ..model import ToolError
 from ..paths import cache_dir
+from ..terminal import progress
 from . import ResolvedTarget
 from .path import PathTarget
 
 RELEASE = re.compile(r"\d+(\.\d+){1,3}((a|b|rc|\.post|\.dev)\d+)?")
 DOWNLOAD_TIMEOUT_S = 1800
 COMPLETE = ".complete"
+POLL_S = 0.2
+
+
+def canonical_release(version: str) -> str:
+    """The one spelling a release is checked and cached under: the tag form
+    ``v0.20.1`` is ``0.20.1``, and ``0.20`` is ``0.20.0`` (the same release
+    for the package index, PEP 440)."""
+    text = version[1:] if version[:1] in ("v", "V") else version
+    if not RELEASE.fullmatch(text):
+        raise ToolError(f"not a release version: {version!r} (expected e.g. 0.20.1)")
+    numbers, suffix = re.fullmatch(r"([\d.]+?)((?:a|b|rc|\.post|\.dev)\d+)?", text).groups()
+    parts = [str(int(part)) for part in numbers.split(".")]
+    while len(parts) > 3 and parts[-1] == "0":
+        parts.pop()
+    return ".".join(parts + ["0"] * (3 - len(parts))) + (suffix or "")
 
 
 def release_tree(version: str) -> Path:
     """The extracted tree of ``vllm==version``, downloading it if needed."""
-    if not RELEASE.fullmatch(version):
-        raise ToolError(f"not a release version: {version!r} (expected e.g. 0.20.1)")
+    version = canonical_release(version)
     dest = cache_dir() / "releases" / version
     if (dest / COMPLETE).is_file():
         return dest
@@ -39,9 +56,11 @@ def release_tree(version: str) -> Path:
     except OSError as exc:
         raise ToolError(f"cannot create the cache directory {staging_root}: {exc.strerror}") from None
     with tempfile.TemporaryDirectory(dir=staging_root) as staging:
-        wheel = _download(version, Path(staging) / "wheel")
-        tree = Path(staging) / "tree"
-        _extract(wheel, tree)
+        with progress(f"vllm {version}: downloading the wheel", transfer=True) as update:
+            wheel = _download(version, Path(staging), update)
+            update(description=f"vllm {version}: extracting the .py files")
+            tree = Path(staging) / "tree"
+            _extract(wheel, tree)
         (tree / COMPLETE).write_text(version + "\n", encoding="utf-8")
         dest.parent.mkdir(parents=True, exist_ok=True)
         if dest.exists():  # an interrupted earlier run, or a concurrent one
@@ -56,26 +75,102 @@ def release_tree(version: str) -> Path:
     return dest
 
 
-def _download(version: str, into: Path) -> Path:
+def _download(version: str, staging: Path, update) -> Path:
+    """pip downloads the wheel into ``staging/wheel``. Its unpack directory is
+    under ``staging/pip-tmp`` (TMPDIR), so the growing file there is the
+    progress, and the size pip announces ("Downloading ... (250.3 MB)") the
+    total; its debug log (``--log``) says whether an index could not be reached."""
+    into, temp, log = staging / "wheel", staging / "pip-tmp", staging / "pip.log"
+    temp.mkdir()
     command = [
         sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-        "--disable-pip-version-check", "--quiet", "--dest", str(into), f"vllm=={version}",
+        "--disable-pip-version-check", "--progress-bar", "off", "--log", str(log),
+        "--dest", str(into), f"vllm=={version}",
     ]
-    try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise ToolError(f"downloading vllm=={version} took longer than {DOWNLOAD_TIMEOUT_S} s") from None
+    # Appending: the child shares each file's offset with the reads here.
+    with open(staging / "pip.out", "a+b") as out, open(staging / "pip.err", "a+b") as err:
+        try:
+            proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                    env={**os.environ, "TMPDIR": str(temp)})
+        except OSError as exc:
+            raise ToolError(f"cannot run pip: {exc.strerror or exc}") from None
+        try:
+            deadline = time.monotonic() + DOWNLOAD_TIMEOUT_S
+            done = 0
+            while proc.poll() is None:
+                if time.monotonic() > deadline:
+                    raise ToolError(f"downloading vllm=={version} took longer than {DOWNLOAD_TIMEOUT_S} s")
+                done = max(done, _downloaded(temp))  # pip moves the finished file out of sight
+                update(completed=done, total=_announced_size(out))
+                time.sleep(POLL_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        err.seek(0)
+        errors = err.read().decode("utf-8", "replace")
     if proc.returncode != 0:
-        if "No matching distribution" in proc.stderr or "Could not find a version" in proc.stderr:
+        unreachable = unreachable_index(log)
+        if unreachable:
+            raise ToolError(f"{unreachable}, so vllm=={version} could not be downloaded: {UNREACHABLE_HINT}")
+        if "No matching distribution" in errors or "Could not find a version" in errors:
             raise ToolError(f"vLLM release {version} is not on the package index")
-        if "No module named pip" in proc.stderr:
+        if "No module named pip" in errors:
             raise ToolError("pip is not available in this interpreter; it is needed to download a release")
-        lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("WARNING")]
+        lines = [line for line in errors.splitlines() if line.strip() and not line.startswith("WARNING")]
         raise ToolError(f"pip could not download vllm=={version}: {lines[-1] if lines else 'exit ' + str(proc.returncode)}")
     wheels = sorted(into.glob("vllm-*.whl"))
     if not wheels:
         raise ToolError(f"pip downloaded no wheel for vllm=={version}")
+    size = wheels[0].stat().st_size
+    update(completed=size, total=size)
+    try:
+        same = canonical_release(wheels[0].name.split("-")[1]) == version
+    except (IndexError, ToolError):
+        same = False
+    if not same:
+        raise ToolError(f"pip downloaded {wheels[0].name} for vllm=={version}")
     return wheels[0]
+
+
+def _downloaded(temp: Path) -> int:
+    """Bytes of the wheel pip is writing (in its unpack directory)."""
+    total = 0
+    for path in temp.glob("*/vllm-*.whl"):
+        with contextlib.suppress(OSError):
+            total += path.stat().st_size
+    return total
+
+
+_ANNOUNCED = re.compile(rb"Downloading \S+ \((\d+(?:\.\d+)?) (bytes|kB|MB|GB)\)")
+_UNITS = {b"bytes": 1, b"kB": 1e3, b"MB": 1e6, b"GB": 1e9}
+
+
+def _announced_size(out) -> float | None:
+    """The size pip announced on its standard output (rounded to its unit), None before it did."""
+    out.seek(0)
+    found = _ANNOUNCED.search(out.read(65536))
+    return float(found.group(1)) * _UNITS[found.group(2)] if found else None
+
+
+UNREACHABLE_HINT = "check the network, or the index pip uses (PIP_INDEX_URL, pip.conf)"
+_FETCH_FAILED = re.compile(r"Could not fetch URL (\S+?): (.*?)(?: - skipping)?$", re.MULTILINE)
+
+
+def unreachable_index(log: Path) -> str | None:
+    """"the package index <url> cannot be reached (<why>)" when pip's debug
+    log records an index it could not fetch, else None."""
+    try:
+        with open(log, "rb") as handle:
+            text = handle.read(4 << 20).decode("utf-8", "replace")
+    except OSError:
+        return None
+    found = _FETCH_FAILED.search(text)
+    if found is None:
+        return None
+    url, why = found.groups()
+    cause = re.search(r">[:,] '?([^'\"]+)", why)  # urllib3 wraps the cause: "...Error('<conn object>: <cause>')"
+    return f"the package index {url} cannot be reached ({(cause.group(1) if cause else why).strip()[:200]})"
 
 
 def _extract(wheel: Path, tree: Path) -> None:
@@ -94,7 +189,7 @@ def _extract(wheel: Path, tree: Path) -> None:
 
 class ReleaseTarget:
     def __init__(self, version: str) -> None:
-        self.version = version
+        self.version = canonical_release(version)
 
     def resolve(self) -> ResolvedTarget:
         tree = release_tree(self.version)

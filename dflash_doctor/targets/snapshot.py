@@ -9,7 +9,7 @@ from pathlib import Path
 from ..model import TargetInfo, ToolError
 from ..source import SiteError, SourceTree
 from . import ResolvedTarget
-from .probing import parse_probe_output
+from .probing import parse_probe_output, read_probe_file
 
 
 class SnapshotTree(SourceTree):
@@ -61,9 +61,5 @@ class ProbeFileTarget:
         self.path = path
 
     def resolve(self) -> ResolvedTarget:
-        try:
-            text = self.path.read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            raise ToolError(f"cannot read probe file {self.path}: {exc.strerror}") from None
-        answer = parse_probe_output(text, f"probe file {self.path}")
+        answer = parse_probe_output(read_probe_file(self.path), f"probe file {self.path}")
         return snapshot_target(answer, "probe", f"probe file {self.path}", (("probe_file", str(self.path)),))

@@ -14,17 +14,25 @@ import base64
 import contextlib
 import dataclasses
 import hashlib
+import math
 import os
 import re
+import select
 import shlex
 import socket
+import time
 from pathlib import Path
 
 from ..model import ToolError
 from . import ResolvedTarget
-from .probing import encode_request, parse_probe_output, probe_source
+from .probing import MAX_OUTPUT_BYTES, MIB, encode_request, parse_probe_output, probe_source
 from .snapshot import snapshot_target
 
+# Most hops of a ProxyJump chain (OpenSSH has no limit; a loop would never end).
+MAX_JUMPS = 8
+# The tail of the remote standard error kept for the error message.
+STDERR_TAIL_BYTES = 64 * 1024
+NO_VLLM_HINT = "point at the remote interpreter that has vllm with --python"
 HOST_SPEC = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<host>\[[^\]]+\]|[^:@\s]+)(?::(?P<port>\d{1,5}))?$")
 
 
@@ -35,6 +43,7 @@ class SshOptions:
     known_hosts: Path | None = None  # default ~/.ssh/known_hosts
     ssh_config: Path | None = None  # default ~/.ssh/config
     connect_timeout: float = 10.0
+    probe_timeout: float = 60.0  # one deadline for the whole remote probe, from exec to exit status
     accept_new_host_key: bool = False
 
 
@@ -140,14 +149,18 @@ class SshTarget:
                 stdout = self._run_probe(client, spec)
             finally:
                 client.close()
-        answer = parse_probe_output(stdout, f"{self.given}: {self.options.python}")
-        details = (("bytes_sent", str(self.bytes_sent)), ("bytes_received", str(self.bytes_received)))
-        resolved = snapshot_target(answer, "ssh", f"{self.given}: {self.options.python}", details)
+        who = f"{self.given}: {self.options.python}"
+        answer = parse_probe_output(stdout, who)
+        if answer.get("error"):
+            raise ToolError(f"{who}: {answer['error']} ({NO_VLLM_HINT})")
+        details = (("bytes_sent", self.bytes_sent), ("bytes_received", self.bytes_received))
+        resolved = snapshot_target(answer, "ssh", who, details)
         info = dataclasses.replace(resolved.info, location=f"{self.given}:{answer.get('root', '')}",
                                    details=(("host", self.given), ("python", self.options.python), *details))
         return dataclasses.replace(resolved, info=info)
 
-    def _connect(self, spec: HostSpec):
+    def _connect(self, spec: HostSpec, chain: tuple[str, ...] = ()):
+        """``chain``: the hosts that jump to this one, to refuse ProxyJump loops."""
         import logging
 
         import paramiko
@@ -176,7 +189,7 @@ class SshTarget:
                 timeout=self.options.connect_timeout,
                 banner_timeout=self.options.connect_timeout,
                 auth_timeout=self.options.connect_timeout,
-                sock=self._proxy_socket(spec),
+                sock=self._proxy_socket(spec, (*chain, spec.given)),
             )
         except ToolError:
             client.close()
@@ -200,7 +213,7 @@ class SshTarget:
             raise ToolError(f"{who}: cannot connect: {reason}") from None
         return client
 
-    def _proxy_socket(self, spec: HostSpec):
+    def _proxy_socket(self, spec: HostSpec, chain: tuple[str, ...]):
         import paramiko
 
         if spec.proxy_command:
@@ -208,8 +221,11 @@ class SshTarget:
         if spec.proxy_jump and spec.proxy_jump.lower() != "none":
             if "," in spec.proxy_jump:
                 raise ToolError(f"{spec.given}: ProxyJump with several hops is not supported; use ProxyCommand")
+            if spec.proxy_jump in chain or len(chain) > MAX_JUMPS:
+                hops = " -> ".join((*chain, spec.proxy_jump))
+                raise ToolError(f"{chain[0]}: ProxyJump loop in the ssh config ({hops}); refusing")
             jump = SshTarget(spec.proxy_jump, self.options, self.request)
-            jump_client = jump._connect(parse_host(spec.proxy_jump, self.options))
+            jump_client = jump._connect(parse_host(spec.proxy_jump, self.options), chain)
             try:
                 return jump_client.get_transport().open_channel(
                     "direct-tcpip", (spec.hostname, spec.port), ("127.0.0.1", 0), timeout=self.options.connect_timeout
@@ -219,24 +235,44 @@ class SshTarget:
                 raise ToolError(f"{spec.given}: jump host {spec.proxy_jump} cannot reach {spec.hostname}:{spec.port}: {exc}") from None
         return None
 
+    def _remote_command(self) -> str:
+        """The probe under the remote ``timeout`` when it has one that takes
+        ``-k`` (GNU, recent busybox), so that it ends soon after the client gives
+        up: closing the channel does not end a process that has no terminal. The
+        probe also sets its own alarm. ``sh -c``: the login shell may not be POSIX."""
+        seconds = math.ceil(self.options.probe_timeout) + 1
+        request = encode_request({**self.request, "deadline": seconds})
+        probe = f"{shlex.quote(self.options.python)} - collect {request}"
+        script = (f"if timeout -k 1 1 true >/dev/null 2>&1; then exec timeout -k 5 {seconds} {probe}; "
+                  f"else exec {probe}; fi")
+        return f"sh -c {shlex.quote(script)}"
+
     def _run_probe(self, client, spec: HostSpec) -> str:
         import paramiko
 
-        command = f"{shlex.quote(self.options.python)} - collect {encode_request(self.request)}"
+        limit = self.options.probe_timeout
+        deadline = time.monotonic() + limit
+        command = self._remote_command()
         script = probe_source().encode()
+        channel = None
         try:
-            stdin, stdout, stderr = client.exec_command(command, timeout=max(60.0, self.options.connect_timeout))
-            stdin.write(script)
-            stdin.channel.shutdown_write()
-            output = stdout.read()
-            errors = stderr.read()
-            status = stdout.channel.recv_exit_status()
+            channel = client.get_transport().open_session(timeout=limit)
+            channel.settimeout(limit)
+            channel.exec_command(command)
+            channel.sendall(script)
+            channel.shutdown_write()
+            self.bytes_sent = len(command) + len(script)
+            output, errors = self._drain(channel, deadline, spec)
+            if not channel.status_event.wait(max(0.0, deadline - time.monotonic())):
+                raise TimeoutError
+            status = channel.recv_exit_status()
         except (socket.timeout, TimeoutError):
-            raise ToolError(f"{spec.given}: the probe did not finish in time") from None
+            raise ToolError(f"{spec.given}: the probe did not finish within {limit:g} s (--probe-timeout)") from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise ToolError(f"{spec.given}: the probe could not run: {exc}") from None
-        self.bytes_sent = len(command) + len(script)
-        self.bytes_received = len(output) + len(errors)
+        finally:
+            if channel is not None:
+                channel.close()
         text = output.decode("utf-8", "replace")
         if status != 0 and "DFLASH-DOCTOR-PROBE:" not in text:
             last = (errors.decode("utf-8", "replace").strip().splitlines() or [f"exit {status}"])[-1]
@@ -244,3 +280,29 @@ class SshTarget:
                 raise ToolError(f"{spec.given}: remote interpreter {self.options.python} not found ({last})")
             raise ToolError(f"{spec.given}: remote interpreter {self.options.python} failed (exit {status}): {last}")
         return text
+
+    def _drain(self, channel, deadline: float, spec: HostSpec) -> tuple[bytes, bytes]:
+        """Standard output (at most MAX_OUTPUT_BYTES) and the tail of standard
+        error, until the remote side closes them or the deadline passes."""
+        output, errors = bytearray(), bytearray()
+        self.bytes_received = 0
+        while True:
+            if channel.recv_ready():
+                output += channel.recv(1 << 16)
+                if len(output) > MAX_OUTPUT_BYTES:
+                    raise ToolError(
+                        f"{spec.given}: remote interpreter {self.options.python} printed more than "
+                        f"{MAX_OUTPUT_BYTES // MIB} MiB: not a probe answer"
+                    )
+            elif channel.recv_stderr_ready():
+                chunk = channel.recv_stderr(1 << 16)
+                self.bytes_received += len(chunk)
+                errors = (errors + chunk)[-STDERR_TAIL_BYTES:]
+            elif channel.eof_received or channel.closed:
+                break
+            elif (left := deadline - time.monotonic()) <= 0:
+                raise TimeoutError
+            else:
+                select.select([channel], [], [], left)
+        self.bytes_received += len(output)
+        return bytes(output), bytes(errors)
