@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 import traceback
 from typing import Optional
 
@@ -14,12 +15,60 @@ from .commands import register_all
 from .model import EXIT_ERROR, EXIT_OK, ToolError
 from .terminal import clean
 
+HELP_MAX_WIDTH = 120  # help uses the terminal's width up to this (click's default stops at 80)
+
+
+class _UnbrokenWords:
+    """Mixed into click's help formatter: a hyphenated word (`not-applicable`, `probe-script`) or a
+    long path is never split across lines; paragraphs are filled here and handed on as `\\b` blocks."""
+
+    def write_text(self, text: str) -> None:
+        super().write_text(_filled(text, self.width - self.current_indent))
+
+    def write_dl(self, rows, col_max: int = 30, col_spacing: int = 2) -> None:
+        rows = list(rows)
+        first_col = min(max((len(first) for first, _ in rows), default=0), col_max) + col_spacing
+        width = max(self.width - first_col - 2, 10)  # the description width click's write_dl uses
+        super().write_dl([(first, _filled(second, width)) for first, second in rows], col_max, col_spacing)
+
+
+def _filled(text: str, width: int) -> str:
+    """Each paragraph filled to ``width`` and marked ``\\b`` so that click keeps its lines."""
+    paragraphs = []
+    for paragraph in text.split("\n\n"):
+        lines = paragraph.splitlines()
+        if lines and lines[0].strip() == "\b":  # already laid out by hand
+            paragraphs.append(paragraph)
+        elif paragraph.strip():
+            filled = textwrap.fill(" ".join(paragraph.split()), width, break_on_hyphens=False, break_long_words=False)
+            paragraphs.append("\b\n" + filled)
+    return "\n\n".join(paragraphs)
+
+
+def _with_help_formatter(command):
+    """Every command's help through _UnbrokenWords. The classes come from the command itself: typer
+    0.28 carries its own click, older typers use the installed one."""
+    base = command.context_class
+    formatter = type("HelpFormatter", (_UnbrokenWords, base.formatter_class), {})
+    context = type("HelpContext", (base,), {"formatter_class": formatter})
+
+    def install(node) -> None:  # a command's own context formats its help
+        node.context_class = context
+        for sub in getattr(node, "commands", {}).values():
+            install(sub)
+
+    install(command)
+    return command
+
+
 app = typer.Typer(
     name="dflash-doctor",
     help="Tell whether a vLLM install runs DFlash speculative decoding correctly.",
     no_args_is_help=True,
     add_completion=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's help: paragraphs rewrapped to the terminal, descriptions get the width
+    context_settings={"max_content_width": HELP_MAX_WIDTH},
 )
 
 
@@ -50,7 +99,7 @@ def _fail(message: str) -> int:
 def main(argv: Optional[list[str]] = None) -> None:
     """The one error boundary: a verdict exits 0/1/2, anything else exits 3 with one line."""
     args = sys.argv[1:] if argv is None else argv
-    command = typer.main.get_command(app)
+    command = _with_help_formatter(typer.main.get_command(app))
     try:
         code = command.main(args=args, prog_name="dflash-doctor", standalone_mode=False)
         sys.stdout.flush()  # a reader that left shows here, not as a traceback at exit

@@ -33,9 +33,11 @@ def accept(
     format: Format = typer.Option(Format.table, "--format", help="table or json."),
     output: Optional[Path] = typer.Option(None, "--output", help="Write the report to this file instead of standard output."),
 ) -> int:
-    """Measure acceptance on a running server and say which defect the numbers point to.
+    """Measure acceptance on a running server. Says which defect the numbers point to.
+
     Exit: 0 within the expected band (or no collapse without --drafter), 1 below it,
-    2 too little data, 3 the endpoint could not be read."""
+    2 too little data, 3 the endpoint could not be read.
+    """
     from ..accept import AcceptOptions, run_accept
     from ..accept.report import render
 

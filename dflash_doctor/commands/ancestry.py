@@ -69,8 +69,10 @@ def ancestry(
     insecure_registry: Optional[list[str]] = InsecureRegistryOption,
     registry_timeout: float = RegistryTimeoutOption,
 ) -> int:
-    """Is each fix's PR in a commit? Decided with git: merge-commit, patch-id, merge-tree.
-    Exit: 0 all contained, 1 any missing, 2 otherwise any unknown, 3 could not run."""
+    """Say whether a commit contains each fix's PR. Decided with git: merge commit, patch-id, merge-tree.
+
+    Exit: 0 all contained, 1 any missing, 2 otherwise any unknown, 3 could not run.
+    """
     import json
 
     from ..ancestry import commit_from_target, judge, render

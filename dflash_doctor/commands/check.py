@@ -116,8 +116,11 @@ def check(
     draft_config: Optional[Path] = typer.Option(None, "--draft-config", help="The drafter's config.json (or its directory): lint it and probe what this vLLM computes for it."),
     target_config: Optional[Path] = typer.Option(None, "--target-config", help="With --draft-config: the target model's config.json, for the layer range."),
 ) -> int:
-    """Check whether the three DFlash fixes are in a vLLM tree. Exit: 0 all present (or waived),
-    1 any absent/partial/not-applicable (or unknown with --strict), 2 otherwise any unknown, 3 could not run."""
+    """Check whether the DFlash fixes are in a vLLM tree.
+
+    Exit: 0 all present (or waived), 1 any absent/partial/not-applicable (or unknown with --strict),
+    2 otherwise any unknown, 3 could not run.
+    """
     from ..check import run_check
     from ..paths import write_atomically
     from ..reporters import reporter

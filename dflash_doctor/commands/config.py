@@ -24,9 +24,11 @@ def config(
     format: LintFormat = typer.Option(LintFormat.table, "--format", help="table or json."),
     output: Optional[Path] = typer.Option(None, "--output", help="Write the report to this file instead of standard output."),
 ) -> int:
-    """Lint a DFlash drafter config: format, layer ids, layer types, windows, mask
-    token, block size, causality. Exit: 0 no error finding, 1 any error finding,
-    3 could not run (file missing or not a JSON object)."""
+    """Lint a DFlash drafter config. Checks its format, layer ids, layer types, windows, mask token,
+    block size and causality.
+
+    Exit: 0 no error finding, 1 any error finding, 3 could not run (file missing or not a JSON object).
+    """
     from .. import __version__
     from ..draft.config import lint_report
     from ..draft.render import lint_lines, lint_table

@@ -59,10 +59,13 @@ def patch(
     probe_timeout: float = ProbeTimeoutOption,
     accept_new_host_key: bool = AcceptNewHostKeyOption,
 ) -> int:
-    """Patch missing DFlash fixes into an installed vLLM, prove them, and keep a backup.
+    """Patch missing fixes into an installed vLLM. Each fix is proved by a re-check, and the original
+    files are kept for `restore`.
+
     Exit: 0 every selected fix present afterwards, 1 some still absent/partial/not-applicable
     (refused, with the reason), 2 some unknown, 3 could not run (nothing half-written).
-    With --repo/--pr: 0 applied or already there, 1 conflict (nothing changed), 3 could not run."""
+    With --repo/--pr: 0 applied or already there, 1 conflict (nothing changed), 3 could not run.
+    """
     if image is not None:
         raise ToolError(f"--image: {IMAGE_REFUSAL}")
     if repo is not None or pr is not None:
@@ -128,8 +131,11 @@ def restore(
     probe_timeout: float = ProbeTimeoutOption,
     accept_new_host_key: bool = AcceptNewHostKeyOption,
 ) -> int:
-    """Give back the files `patch` changed, byte for byte, and re-check. Refuses a file
-    changed since it was patched. Exit: 0 restored (or nothing to restore), 3 could not run."""
+    """Give back the files `patch` changed. Byte for byte, then re-checked; a file changed since
+    it was patched is refused.
+
+    Exit: 0 restored (or nothing to restore), 3 could not run.
+    """
     if image is not None:
         raise ToolError(f"--image: {IMAGE_REFUSAL}")
     from ..rules import select

@@ -9,10 +9,9 @@ from .options import OnlyOption
 
 
 def probe_script(only: Optional[list[str]] = OnlyOption) -> int:
-    """Print the stdlib-only probe as a standalone script for a fleet engine.
-
-    Run it on each server with the vLLM interpreter (e.g. `python3 probe.py > HOST.probe`);
-    then `dflash-doctor check --from-probe DIR` evaluates every answer locally.
+    """Print the probe as a standalone script. For a fleet engine: the script needs only the
+    standard library. Run it on each server
+    with the vLLM interpreter (e.g. `python3 probe.py > HOST.probe`); then `dflash-doctor check --from-probe DIR` evaluates every answer locally.
     """
     import json
 

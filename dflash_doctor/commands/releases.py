@@ -21,8 +21,11 @@ def releases(
     format: MatrixFormat = typer.Option(MatrixFormat.table, "--format", help="table, json or markdown."),
     offline: bool = typer.Option(False, "--offline", help="Do not ask the package index: only releases already in the cache."),
 ) -> int:
-    """The matrix release × fix from checking each real wheel, and the first release with each fix.
-    Exit: 0 the matrix was computed, 3 it could not be (no release list, a release that could not be checked)."""
+    """Check every release: the release x fix matrix. Each real wheel is checked; the first release
+    with each fix is named.
+
+    Exit: 0 the matrix was computed, 3 it could not be (no release list, a release that could not be checked).
+    """
     from ..releases import Matrix, is_downloaded, plan, release_row, render_markdown, render_plain, render_rich, rules_digest
     from ..rules import load_rules
     from ..terminal import progress

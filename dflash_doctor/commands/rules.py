@@ -4,7 +4,7 @@ import typer
 
 from ..model import EXIT_MISSING, EXIT_OK
 
-rules_app = typer.Typer(help="List, show and test the rules.", no_args_is_help=True)
+rules_app = typer.Typer(help="List, show and test the rules.", no_args_is_help=True, rich_markup_mode=None)
 
 
 @rules_app.command("list")
@@ -20,7 +20,8 @@ def rules_list() -> int:
 
 @rules_app.command("show")
 def rules_show(fix_id: str = typer.Argument(..., metavar="ID")) -> int:
-    """What the rule checks, why it matters, the forms it knows, the remedy."""
+    """Show one rule. What it checks, why it matters, the forms it knows, the remedy.
+    """
     from ..docs import rule_markdown
     from ..rules import select
 

@@ -255,13 +255,13 @@ def _lint_format(config: DraftConfig, add) -> None:
     data = config.data
     if config.format == ZLAB:
         add(INFO, "format", "z-lab/SpecForge format: dflash_config.target_layer_ids are 0-based target layers; vLLM must capture id + 1",
-            "nothing to do")
+            "")
         if "aux_hidden_state_layer_ids" in data or "eagle_aux_hidden_state_layer_ids" in data:
             add(WARNING, "format-mixed", "the config also sets (eagle_)aux_hidden_state_layer_ids, which vLLM reads before dflash_config and uses unshifted",
                 "keep one: dflash_config.target_layer_ids (raw) or eagle_aux_hidden_state_layer_ids (already +1)")
     elif config.format == SPECULATORS:
         kind = data.get("speculators_model_type")
-        add(INFO, "format", "speculators format: aux_hidden_state_layer_ids are vLLM capture ids (already +1)", "nothing to do")
+        add(INFO, "format", "speculators format: aux_hidden_state_layer_ids are vLLM capture ids (already +1)", "")
         if kind not in DFLASH_SPECULATOR_TYPES:
             add(ERROR, "speculators-type", f"speculators_model_type is {kind!r}, not one of {', '.join(DFLASH_SPECULATOR_TYPES)}: not a DFlash drafter",
                 'set "speculators_model_type": "dflash" (or use a DFlash checkpoint)')
@@ -303,7 +303,7 @@ def _lint_ids(config: DraftConfig, target: TargetLayers | None, add) -> None:
             f"use layer ids in {low}..{high}; a drafter for another target does not fit this one")
     elif high in ids:
         add(INFO, "ids-last-layer", f"{key} taps the target's last layer ({high}): vLLM captures it as the final layer's output before the norm",
-            "nothing to do for vLLM; other runtimes have mishandled the last-layer tap")
+            "right for vLLM; other runtimes have mishandled the last-layer tap")
 
 
 def _lint_layers(config: DraftConfig, add) -> None:
@@ -328,9 +328,9 @@ def _lint_layers(config: DraftConfig, add) -> None:
     sliding = bool(kinds) and SLIDING in kinds
     if kinds and sliding and FULL in kinds:
         add(INFO, "mixed-layers", "the drafter mixes sliding and full attention layers: vLLM needs the V2 model runner for it",
-            "run a vLLM whose V2 runner supports mixed drafters (see the probes)")
+            "run a vLLM whose V2 runner supports mixed drafters (`dflash-doctor check --draft-config` says whether a vLLM does)")
     if use_swa and not sliding:
-        add(INFO, "use-swa", "dflash_config.use_swa is true and no layer_types entry is sliding: every draft layer is sliding", "nothing to do")
+        add(INFO, "use-swa", "dflash_config.use_swa is true and no layer_types entry is sliding: every draft layer is sliding", "")
     swa_window = config.dflash_config.get("swa_window_size")
     top_window = layout.get("sliding_window")
     window = _first_given(swa_window, top_window)
@@ -345,7 +345,7 @@ def _lint_layers(config: DraftConfig, add) -> None:
             add(WARNING, "window-nulled", f"use_sliding_window is {state}: Transformers then sets sliding_window to None, and vLLM sees no window for the sliding layers",
                 'set "use_sliding_window": true (or give dflash_config.swa_window_size)')
     elif window is not None and kinds is not None:
-        add(INFO, "window-unused", f"a sliding window ({window}) is set but no layer is sliding", "nothing to do, unless layer_types is wrong")
+        add(INFO, "window-unused", f"a sliding window ({window}) is set but no layer is sliding", "check layer_types if a layer should be sliding")
 
 
 def _lint_mask_and_block(config: DraftConfig, add) -> None:
@@ -397,12 +397,12 @@ def _speculative_tokens(data: dict[str, Any]) -> int | None:
 def _lint_causality(config: DraftConfig, add) -> None:
     layout = config.layout
     if layout.get("is_causal") is not None:
-        add(INFO, "causal-override", f"is_causal is {json.dumps(layout['is_causal'])}: every draft layer is {'causal' if layout['is_causal'] else 'non-causal'} (older vLLM releases ignore this key; see the probes)",
-            "nothing to do if that is how the drafter was trained")
+        add(INFO, "causal-override", f"is_causal is {json.dumps(layout['is_causal'])}: every draft layer is {'causal' if layout['is_causal'] else 'non-causal'} (older vLLM releases ignore this key; `dflash-doctor check --draft-config` shows what a vLLM makes of it)",
+            "right if the drafter was trained that way")
     if config.dflash_config.get("causal") is not None:
         add(INFO, "causal-override", f"dflash_config.causal is {json.dumps(config.dflash_config['causal'])}: it overrides causality of every draft layer",
-            "nothing to do if that is how the drafter was trained")
+            "right if the drafter was trained that way")
     if config.format == SPECULATORS and config.data.get("sliding_window_non_causal") is not None:
         flag = config.data["sliding_window_non_causal"]
         add(INFO, "causal-override", f"sliding_window_non_causal is {json.dumps(flag)}: vLLM's speculators translation sets dflash_config.causal = {json.dumps(not flag)}",
-            "nothing to do if that is how the drafter was trained")
+            "right if the drafter was trained that way")

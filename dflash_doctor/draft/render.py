@@ -18,7 +18,8 @@ def lint_lines(draft: dict[str, Any]) -> list[str]:
     lines = [f"drafter config {draft['path']} ({draft['format']} format); {_target(draft)}"]
     for finding in draft["findings"]:
         lines.append(f"  {finding['severity']:<7} {finding['code']}: {finding['message']}")
-        lines.append(f"          fix: {finding['fix']}")
+        if finding["fix"]:  # info findings carry a note, or nothing to do
+            lines.append(f"          {'note' if finding['severity'] == 'info' else 'fix'}: {finding['fix']}")
     lines.append(f"  {draft['errors']} error(s), {draft['warnings']} warning(s)")
     return [clean(line) for line in lines]
 
@@ -29,7 +30,7 @@ def lint_table(draft: dict[str, Any]) -> str:
     from rich.text import Text
 
     table = Table(title=literal(f"drafter config {draft['path']} ({draft['format']} format); {_target(draft)}"), title_justify="left", show_lines=True)
-    for column in ("severity", "finding", "fix"):
+    for column in ("severity", "finding", "fix or note"):
         table.add_column(column, overflow="fold")
     for finding in draft["findings"]:
         style = SEVERITY_STYLES.get(finding["severity"], "")

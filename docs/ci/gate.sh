@@ -21,7 +21,7 @@ code=$?
 case $code in
   0) echo "dflash-doctor: every DFlash fix is present (or waived): deploy" ;;
   1) echo "dflash-doctor: a DFlash fix is missing: not deploying (see dflash-doctor.sarif)" >&2 ;;
-  2) echo "dflash-doctor: a fix could not be decided (unknown): not deploying; add --strict to treat it as missing" >&2 ;;
+  2) echo "dflash-doctor: a fix could not be decided (unknown): not deploying; the reason in dflash-doctor.sarif says what to look at" >&2 ;;
   *) echo "dflash-doctor: the check could not run (exit $code): not deploying" >&2 ;;
 esac
 exit "$code"
