@@ -11,8 +11,12 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, Evidence, FixResult
 from .patterns import Match, NodeIndex, subtree_ids
+from .rebinding import rebound_at
 from .rules import IGNORE, Anchor, Form, Rule
 from .source import SiteError, SourceTree, Symbol, search_name
+
+
+REBOUND = "rebound"  # evidence form: the anchored definition is replaced later in its module
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,6 +200,12 @@ class Checker:
                     problems.append(f"{anchor.symbol} not found ({anchor.file} or anywhere in the package)")
                 continue
             for symbol in symbols:
+                line = rebound_at(symbol)
+                if line is not None:
+                    note = f"{symbol.qualname} is replaced at line {line}, after its definition: the code read here is not the code that runs"
+                    evidence.append(Evidence(symbol.file, line, symbol.qualname, REBOUND, note))
+                    problems.append(f"{note} ({symbol.file}:{line})")
+                    continue
                 try:
                     site = evaluate_site(rule, anchor, symbol)
                 except (SiteError, cst.ParserSyntaxError) as exc:

@@ -28,14 +28,15 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..model import ABSENT, PARTIAL, PRESENT, UNKNOWN, FixResult
+from ..model import UNKNOWN
 from ..source import SiteError, SourceTree, Symbol
 from . import sandbox
 from .config import SPECULATORS, ZLAB, DraftConfig, draft_layer_count
 from .extract import ExtractError, Locator, ProgramBuilder, Site, attribute_names
-from .sandbox import Call, Outcome, SandboxError
+from .sandbox import Call, Chunk, Outcome, SandboxError
 
 V1_RESOLVER = ("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._get_eagle3_aux_layers_from_config")
 V2_RESOLVER = ("vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py", "get_eagle3_aux_layers_from_config")
@@ -55,11 +56,9 @@ PROVIDED = ("get_current_vllm_config", "envs", "logger", "os")
 # Every DFlash release has these; the others are missing from older releases.
 REQUIRED = (V1_RESOLVER, SPEC_CONFIG, VLLM_CONFIG, SCHEDULER)
 OPTIONAL = (V2_RESOLVER, LAYER_RESOLVER, SPECULATOR_FACTORY)
-PROBED_FILES = tuple(sorted({
-    V1_RESOLVER[0], V2_RESOLVER[0], LAYER_RESOLVER[0], SPEC_CONFIG[0], VLLM_CONFIG[0],
-    SPECULATOR_FACTORY[0], ENVS, SCHEDULER[0], SPECULATORS_ALGOS,
-}))
 RUNNERS = ("v1", "v2")
+# Where a probe program runs: sandbox.run here, or the same request on the host that holds the tree.
+Runner = Callable[[Sequence[Chunk], Sequence[Call], dict[str, Any], dict[str, Any]], dict[str, Outcome]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,16 +68,6 @@ class RunnerSupport:
 
     def to_json(self) -> dict[str, Any]:
         return {"supported": self.supported, "reason": self.reason}
-
-
-@dataclasses.dataclass(frozen=True)
-class Disagreement:
-    fix: str
-    ast_status: str
-    probe: str
-
-    def to_json(self) -> dict[str, str]:
-        return {"fix": self.fix, "ast": self.ast_status, "probe": self.probe}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +88,8 @@ class Probes:
     mismatches: tuple[str, ...]
     reasons: tuple[tuple[str, str], ...]
     evidence: tuple[Site, ...]
-    disagreements: tuple[Disagreement, ...] = ()
+    layers_by_runner: tuple[tuple[str, Any], ...] = ()  # UNKNOWN where not computable
+    has_opt_out: bool = False  # the tree's SpeculativeConfig has the opt-out flag
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -117,7 +107,6 @@ class Probes:
             "prefix_block_predicate": self.prefix_block_predicate,
             f"drops_prefix_block_with_{OPT_OUT_FIELD}": self.drops_prefix_block_when_disabled,
             "mismatches": list(self.mismatches),
-            "disagreements": [item.to_json() for item in self.disagreements],
             "evidence": [site.to_json() for site in self.evidence],
             "reason": dict(self.reasons) or None,
         }
@@ -159,55 +148,92 @@ class _Plan:
     has_runner_property: bool = False
 
 
-def run_probes(tree: SourceTree, draft: DraftConfig) -> Probes:
-    expected_aux = draft.expected_aux_layer_ids()
-    expected_layers = draft.expected_layers()
-    try:
-        hf, translation_site = _hf_config(tree, draft)
-    except (ExtractError, SandboxError) as exc:
-        return _nothing(expected_aux, expected_layers, f"the drafter's hf_config could not be built: {exc}")
+def run_probes(tree: SourceTree, draft: DraftConfig, run: Runner = sandbox.run) -> Probes:
+    return probe_configs(tree, (draft,), run)[0]
+
+
+def probe_configs(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = sandbox.run) -> tuple[Probes, ...]:
+    """The probes of every drafter config, planned once and run in one sandbox process
+    (``run``: where the program runs, ``sandbox.run`` or a remote host's equivalent)."""
+    hfs: list[tuple[dict[str, Any], Site | None] | str] = []
+    for draft in drafts:
+        try:
+            hfs.append(_hf_config(tree, draft, run))
+        except (ExtractError, SandboxError) as exc:
+            hfs.append(f"the drafter's hf_config could not be built: {exc}")
     plan = _Plan()
-    if translation_site:
-        plan.evidence.append(translation_site)
     builder = ProgramBuilder(tree, PROVIDED)
     locator = Locator(tree, REQUIRED, OPTIONAL)
     spec_symbol = _optional(plan, "spec", lambda: locator.one(*SPEC_CONFIG))
     _plan_aux(locator, builder, plan)
-    _plan_layers(locator, builder, plan, hf)
+    _plan_layers(locator, builder, plan)
     _plan_runner(tree, locator, builder, plan)
     _plan_prefix_block(locator, plan, spec_symbol)
+    failed = None
     if spec_symbol is None:
-        return _nothing(expected_aux, expected_layers, plan.reasons.get("spec") or f"{SPEC_CONFIG[1]} not found in {SPEC_CONFIG[0]}")
-    try:
-        spec_body = _build_stubs(builder, spec_symbol, plan)
-    except ExtractError as exc:
-        return _nothing(expected_aux, expected_layers, f"{SPEC_CONFIG[1]} could not be stubbed: {exc}")
+        failed = plan.reasons.get("spec") or f"{SPEC_CONFIG[1]} not found in {SPEC_CONFIG[0]}"
+    else:
+        try:
+            spec_body = _build_stubs(builder, spec_symbol, plan)
+        except ExtractError as exc:
+            failed = f"{SPEC_CONFIG[1]} could not be stubbed: {exc}"
+    if failed:
+        return tuple(_nothing(draft, failed if isinstance(hf, tuple) else hf) for draft, hf in zip(drafts, hfs))
     plan.evidence.append(Site(spec_symbol.file, spec_symbol.qualname, spec_symbol.line))
-    block = draft.block_size
-    spec_attrs: dict[str, Any] = {
-        "method": "dflash",
-        "draft_model_config": sandbox.strict_object(
-            "draft_model_config", hf_config=sandbox.config_object("hf_config", "hf"), architectures=list(hf.get("architectures") or [])
-        ),
-    }
-    if isinstance(block, int) and not isinstance(block, bool) and block > 1:
-        spec_attrs["num_speculative_tokens"] = block - 1
-    spec = sandbox.class_instance(SPEC_CONFIG[1], spec_body, **spec_attrs)
-    calls = [_with_spec(call, spec, spec_body, spec_attrs) for call in plan.calls]
+    calls: list[Call] = []
+    data: dict[str, Any] = {}
+    plans: list[_Plan] = []
+    for index, (draft, hf) in enumerate(zip(drafts, hfs)):
+        mine = dataclasses.replace(plan, reasons=dict(plan.reasons), evidence=list(plan.evidence))
+        plans.append(mine)
+        if isinstance(hf, str):
+            continue
+        hf_data, translation_site = hf
+        if translation_site:
+            mine.evidence.insert(0, translation_site)
+        data[f"hf{index}"] = hf_data
+        count = draft_layer_count(hf_data)
+        if count is None and "layers" not in mine.reasons:
+            mine.reasons["layers"] = "the drafter config has no usable num_hidden_layers"
+        spec_attrs: dict[str, Any] = {
+            "method": "dflash",
+            "draft_model_config": sandbox.strict_object(
+                "draft_model_config", hf_config=sandbox.config_object("hf_config", f"hf{index}"),
+                architectures=list(hf_data.get("architectures") or []),
+            ),
+        }
+        block = draft.block_size
+        if isinstance(block, int) and not isinstance(block, bool) and block > 1:
+            spec_attrs["num_speculative_tokens"] = block - 1
+        spec = sandbox.class_instance(SPEC_CONFIG[1], spec_body, **spec_attrs)
+        for call in plan.calls:
+            if call.id.startswith("layers:") and count is None:
+                continue
+            call = _with_spec(call, spec, spec_body, spec_attrs, f"hf{index}", count)
+            calls.append(Call(f"{index}|{call.id}", call.expr, call.bind))
     globals_ = {name: sandbox.gap(label) for name, label in builder.gaps.items()}
     globals_["logger"] = sandbox.noop("logger")
     globals_["os"] = sandbox.unset_env("os")
     try:
-        outcomes = sandbox.run(builder.chunks, calls, {"hf": hf}, globals_)
+        outcomes = run(builder.chunks, calls, data, globals_) if calls else {}
     except SandboxError as exc:
-        return _nothing(expected_aux, expected_layers, str(exc))
-    return _interpret(plan, outcomes, builder, draft, expected_aux, expected_layers)
+        return tuple(_nothing(draft, str(exc)) for draft in drafts)
+    answers = []
+    for index, (draft, hf) in enumerate(zip(drafts, hfs)):
+        if isinstance(hf, str):
+            answers.append(_nothing(draft, hf))
+            continue
+        prefix = f"{index}|"
+        mine = {call_id[len(prefix):]: outcome for call_id, outcome in outcomes.items() if call_id.startswith(prefix)}
+        answers.append(_interpret(plans[index], mine, builder, draft, draft.expected_aux_layer_ids(), draft.expected_layers()))
+    return tuple(answers)
 
 
-def _nothing(expected_aux, expected_layers, reason: str) -> Probes:
+def _nothing(draft: DraftConfig, reason: str) -> Probes:
     fields = ("aux_layer_ids", "layers", "runner", "drops_prefix_block")
+    expected_layers = draft.expected_layers()
     return Probes(
-        aux_layer_ids=None, expected_aux_layer_ids=expected_aux, aux_by_runner=(), layers=None,
+        aux_layer_ids=None, expected_aux_layer_ids=draft.expected_aux_layer_ids(), aux_by_runner=(), layers=None,
         expected_layers=None if expected_layers is None else tuple(expected_layers), runner=None, default_runner=None,
         runner_support=(), drops_prefix_block=None, prefix_block_predicate=None, drops_prefix_block_when_disabled=None,
         mismatches=(), reasons=tuple((field, reason) for field in fields), evidence=(),
@@ -222,7 +248,7 @@ def _optional(plan: _Plan, key: str, find):
         return None
 
 
-def _hf_config(tree: SourceTree, draft: DraftConfig) -> tuple[dict[str, Any], Site | None]:
+def _hf_config(tree: SourceTree, draft: DraftConfig, run: Runner) -> tuple[dict[str, Any], Site | None]:
     """The drafter's hf_config keys as vLLM builds them (speculators: the tree's translation)."""
     if draft.format != SPECULATORS:
         return dict(draft.data), None
@@ -241,7 +267,7 @@ def _hf_config(tree: SourceTree, draft: DraftConfig) -> tuple[dict[str, Any], Si
                 (("config_dict", sandbox.data_ref("draft")), ("pre", sandbox.data_ref("layers"))))
     layers = draft.data.get("transformer_layer_config")
     globals_ = {gap_name: sandbox.gap(label) for gap_name, label in builder.gaps.items()}
-    outcomes = sandbox.run(builder.chunks, [call], {"draft": draft.data, "layers": layers if isinstance(layers, dict) else {}}, globals_)
+    outcomes = run(builder.chunks, [call], {"draft": draft.data, "layers": layers if isinstance(layers, dict) else {}}, globals_)
     outcome = outcomes.get("translate", Outcome(gap="no answer"))
     if not outcome.ok or not isinstance(outcome.value, dict):
         raise ExtractError(f"{updater.name} in {SPECULATORS_ALGOS} {_failure(outcome)}")
@@ -273,22 +299,18 @@ def _plan_aux(locator: Locator, builder: ProgramBuilder, plan: _Plan) -> None:
         plan.reasons.setdefault("aux:v2", f"{V2_RESOLVER[1]} not found in this tree")
 
 
-def _plan_layers(locator: Locator, builder: ProgramBuilder, plan: _Plan, hf: dict[str, Any]) -> None:
+def _plan_layers(locator: Locator, builder: ProgramBuilder, plan: _Plan) -> None:
     resolver = _optional(plan, "layers", lambda: locator.one(*LAYER_RESOLVER))
     if resolver is None:
         plan.reasons.setdefault("layers", f"this vLLM has no per-layer resolver ({LAYER_RESOLVER[1]} in {LAYER_RESOLVER[0]}); "
                                           "the swa-config verdict says what its draft layers do")
-        return
-    count = draft_layer_count(hf)
-    if count is None:
-        plan.reasons["layers"] = "the drafter config has no usable num_hidden_layers"
         return
     if not _add(builder, plan, "layers", resolver):
         return
     for runner in RUNNERS:
         current = sandbox.strict_object("VllmConfig", use_v2_model_runner=runner == "v2")
         plan.calls.append(Call(
-            f"layers:{runner}", f"[{resolver.node.name}(config, index) for index in range({count})]",
+            f"layers:{runner}", f"[{resolver.node.name}(config, index) for index in range(layer_count)]",
             (("config", sandbox.config_object("hf_config", "hf")), ("get_current_vllm_config", sandbox.returns(current))),
         ))
 
@@ -499,16 +521,21 @@ def _build_stubs(builder: ProgramBuilder, spec_symbol: Symbol, plan: _Plan) -> s
         body = builder.class_body(spec_symbol, sorted(seen), option_defaults=True)
 
 
-def _with_spec(call: Call, spec: dict, spec_body: str, spec_attrs: dict) -> Call:
-    """Resolve the markers left in calls: every stub that holds the SpeculativeConfig."""
+def _with_spec(call: Call, spec: dict, spec_body: str, spec_attrs: dict, hf_name: str, layer_count: int | None) -> Call:
+    """Resolve the markers left in calls for one drafter config: every stub that
+    holds its SpeculativeConfig, and its hf_config under its own data name."""
     bind = []
     for name, value in call.bind:
         if isinstance(value, dict) and value.get("$marker") == "class":
             value = sandbox.class_instance(value["label"], value["body"], speculative_config=spec)
         elif isinstance(value, dict) and value.get("$marker") == "plain-vllm-config":
             value = sandbox.strict_object("VllmConfig", speculative_config=spec)
+        elif value == sandbox.config_object("hf_config", "hf"):
+            value = sandbox.config_object("hf_config", hf_name)
         bind.append((name, value))
     bind.append(("spec", spec))
+    if call.id.startswith("layers:"):
+        bind.append(("layer_count", layer_count))
     if call.id == "prefix:opt-out":
         bind.append(("spec_opted_out", sandbox.class_instance(SPEC_CONFIG[1], spec_body, **spec_attrs, **{OPT_OUT_FIELD: True})))
     return Call(call.id, call.expr, tuple(bind))
@@ -619,6 +646,8 @@ def _interpret(plan: _Plan, outcomes: dict[str, Outcome], builder: ProgramBuilde
         mismatches=tuple(mismatches),
         reasons=tuple(reasons.items()),
         evidence=tuple(dict.fromkeys(plan.evidence)),
+        layers_by_runner=tuple((name, by_runner[name]) for name in RUNNERS),
+        has_opt_out=plan.has_opt_out,
     )
 
 
@@ -748,63 +777,3 @@ def _prefix_block(plan: _Plan, outcome, reasons: dict[str, str]) -> tuple[bool |
         if opted is not None and opted.ok and isinstance(opted.value, bool):
             disabled = opted.value
     return drops, disabled
-
-
-# -- the probes against the code-pattern verdicts ------------------------------------
-
-
-def disagreements(probes: Probes, fixes: tuple[FixResult, ...], draft: DraftConfig) -> tuple[Disagreement, ...]:
-    """Where running the code contradicts what the code patterns concluded."""
-    found = []
-    for fix in fixes:
-        claim = _contradiction(fix, probes, draft)
-        if claim:
-            found.append(Disagreement(fix.id, fix.status, claim))
-    return tuple(found)
-
-
-def _contradiction(fix: FixResult, probes: Probes, draft: DraftConfig) -> str | None:
-    if fix.id == "layer-offset" and draft.format == ZLAB and probes.expected_aux_layer_ids is not None:
-        raw = tuple(draft.layer_ids)
-        computed = {name: value for name, value in probes.aux_by_runner if value not in (None, UNKNOWN)}
-        raw_runners = [name for name, value in computed.items() if value == raw and raw != probes.expected_aux_layer_ids]
-        shifted = [name for name, value in computed.items() if value == probes.expected_aux_layer_ids]
-        if fix.status == PRESENT and raw_runners:
-            return f"the {'/'.join(r.upper() for r in raw_runners)} resolver returns the raw ids {list(raw)} for this drafter (no +1)"
-        if fix.status == ABSENT and computed and len(shifted) == len(computed):
-            return f"every resolver returns the shifted ids {list(probes.expected_aux_layer_ids)} for this drafter"
-    if fix.id == "swa-config" and probes.expected_layers is not None:
-        wanted = [layer["sliding_window"] for layer in probes.expected_layers]
-        if probes.layers is not None:
-            windows = [window for window, _ in probes.layers]
-            if fix.status == PRESENT and windows != wanted:
-                return f"{LAYER_RESOLVER[1]} gives windows {windows}, the drafter's layers need {wanted}"
-            if fix.status == ABSENT and windows == wanted and any(w is not None for w in wanted):
-                return f"{LAYER_RESOLVER[1]} gives every draft layer its window {windows}"
-        support = dict(probes.runner_support)
-        refused = [s.reason for s in support.values() if s.supported is False and LAYER_RESOLVER[1] in s.reason]
-        if fix.status == PRESENT and len(refused) == len(RUNNERS):
-            return f"every runner refuses this drafter: {refused[0]}"
-    if fix.id == "cache-drop" and probes.drops_prefix_block is not None:
-        if fix.status == PRESENT and probes.drops_prefix_block:
-            return f"{probes.prefix_block_predicate}() is true for method='dflash': the scheduler still drops the block"
-        if fix.status in (ABSENT, PARTIAL) and not probes.drops_prefix_block:
-            return f"{probes.prefix_block_predicate}() is false for method='dflash': the scheduler keeps the block"
-    return None
-
-
-def apply_disagreements(fixes: tuple[FixResult, ...], found: tuple[Disagreement, ...]) -> tuple[FixResult, ...]:
-    """A fix the probes contradict becomes unknown, with a reason that says so."""
-    by_fix = {item.fix: item for item in found}
-    adjusted = []
-    for fix in fixes:
-        item = by_fix.get(fix.id)
-        if item is None:
-            adjusted.append(fix)
-            continue
-        reason = (f"PROBE DISAGREES: the code reads as {item.ast_status}, but running it on the drafter config shows {item.probe}; "
-                  "trust neither until checked by hand")
-        if fix.reason:
-            reason += f" (was: {fix.reason})"
-        adjusted.append(dataclasses.replace(fix, status=UNKNOWN, reason=reason))
-    return tuple(adjusted)

@@ -3,16 +3,31 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
+from ..draft import sandbox
 from ..model import TargetInfo
 from ..source import SourceTree
+
+NOT_RUN_HERE = ("the tree came from another machine and its code is never run on this one "
+                "(no behaviour computed on its host came with it)")
 
 
 @dataclasses.dataclass(frozen=True)
 class ResolvedTarget:
+    """``behaviour``: where the tree's own code can run (a ``sandbox.run``-shaped
+    callable), or None when it cannot run anywhere: ``no_behaviour`` says why."""
+
     tree: SourceTree
     info: TargetInfo
+    behaviour: Callable[..., Any] | None = None
+    no_behaviour: str = NOT_RUN_HERE
+
+
+def local(tree: SourceTree, info: TargetInfo) -> ResolvedTarget:
+    """A tree on this machine: its code runs in the isolated child process."""
+    return ResolvedTarget(tree, info, behaviour=sandbox.run)
 
 
 class Target(Protocol):

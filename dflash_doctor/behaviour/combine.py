@@ -1,0 +1,57 @@
+"""Behaviour decides, structure explains: one FixResult from both sides."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+
+from ..engine import REBOUND
+from ..model import ABSENT, BEHAVIOUR, PARTIAL, PRESENT, STRUCTURE, UNKNOWN, BehaviourAnswer, FixResult
+from ..rules import IGNORE, Rule
+
+DECISIVE = (PRESENT, ABSENT, PARTIAL)
+
+
+def combine(rule: Rule, structure: FixResult, answer: BehaviourAnswer | None, why_not: str) -> FixResult:
+    """``answer`` None: behaviour did not run for this target (``why_not`` says why)."""
+    fix = dataclasses.replace(structure, behaviour=answer, structure_status=structure.status)
+    if structure.status not in (*DECISIVE, UNKNOWN) or any(item.form == REBOUND for item in structure.evidence):
+        return fix  # not applicable, or code read that is not the code that runs: nothing to run
+    loose, exact = _sites(rule, structure)
+    if answer is not None and answer.status is not None:
+        decided = dataclasses.replace(fix, decided_by=BEHAVIOUR)
+        if structure.status in DECISIVE and exact == structure.status != answer.status:
+            reason = (f"BEHAVIOUR AND STRUCTURE DISAGREE: running the tree's code gives {answer.status}"
+                      f"{f' ({answer.reason})' if answer.reason else ''}, but the code's forms read {structure.status}"
+                      f"{f' ({structure.reason})' if structure.reason else ''}; trust neither until checked by hand")
+            return dataclasses.replace(decided, status=UNKNOWN, reason=reason)
+        remedy = "none needed" if answer.status == PRESENT else structure.remedy if structure.status != PRESENT else rule.remedy
+        return dataclasses.replace(decided, status=answer.status, reason=answer.reason, remedy=remedy)
+    not_run = answer.reason if answer is not None else why_not
+    if structure.status in DECISIVE and exact != structure.status:
+        where = ", ".join(loose)
+        reason = (f"only a catch-all form matched ({where}): it cannot tell the fix's code from other code, "
+                  f"and behaviour could not answer: {not_run}")
+        return dataclasses.replace(fix, status=UNKNOWN, reason=reason)
+    note = f"behaviour could not answer: {not_run}"
+    return dataclasses.replace(fix, reason=f"{structure.reason}; {note}" if structure.reason else note)
+
+
+def _sites(rule: Rule, structure: FixResult) -> tuple[list[str], str | None]:
+    """Sites whose deciding forms are all catch-alls, and the verdict the other forms give alone."""
+    forms = {form.id: form for form in rule.forms}
+    by_site: dict[tuple[str, str], set[str]] = defaultdict(set)
+    lines: dict[tuple[str, str], int | None] = {}
+    for item in structure.evidence:
+        form = forms.get(item.form)
+        if form is not None and form.verdict != IGNORE:
+            by_site[(item.file, item.symbol)].add(item.form)
+            lines.setdefault((item.file, item.symbol), item.line)
+    loose = [
+        f"{symbol} in {file}:{lines[(file, symbol)]}"
+        for (file, symbol), ids in by_site.items()
+        if all(forms[form_id].catch_all for form_id in ids)
+    ]
+    exact = {forms[form_id].verdict for ids in by_site.values() for form_id in ids if not forms[form_id].catch_all}
+    status = None if not exact else PRESENT if exact == {PRESENT} else ABSENT if exact == {ABSENT} else PARTIAL
+    return loose, status

@@ -1,0 +1,23 @@
+"""The reference drafter configs shipped with the rules (rules/reference/drafters)."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+from ..draft.config import DraftConfig, load_draft_config
+from ..rules import rules_dir
+
+
+def reference_dir() -> Path:
+    return rules_dir() / "reference" / "drafters"
+
+
+@cache
+def reference_names() -> tuple[str, ...]:
+    return tuple(sorted(path.stem for path in reference_dir().glob("*.json")))
+
+
+@cache
+def reference_configs() -> tuple[tuple[str, DraftConfig], ...]:
+    return tuple((name, load_draft_config(reference_dir() / f"{name}.json")) for name in reference_names())

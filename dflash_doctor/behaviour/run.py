@@ -1,0 +1,40 @@
+"""Answer every rule's behavioural question on one tree, in one probe run."""
+
+from __future__ import annotations
+
+from ..draft.config import DraftConfig
+from ..draft.probes import Probes, Runner, probe_configs
+from ..model import BehaviourAnswer
+from ..rules import Rule
+from ..source import SourceTree
+from .judge import judge
+from .observe import QUESTION_KINDS
+from .reference import reference_configs
+
+
+def user_name(draft: DraftConfig) -> str:
+    return f"user:{draft.path.name}"
+
+
+def answer_rules(
+    tree: SourceTree, rules: tuple[Rule, ...], run: Runner, user: DraftConfig | None = None
+) -> tuple[dict[str, BehaviourAnswer], Probes | None]:
+    """Each rule's answer by id, and the user's probes (for the report's probes section).
+    With a user config, its answer gates: it is the only subject."""
+    asked = [rule for rule in rules if rule.behaviour is not None]
+    configs = list(reference_configs())
+    if user is not None:
+        configs.append((user_name(user), user))
+    if not asked and user is None:
+        return {}, None
+    probes = probe_configs(tree, tuple(draft for _, draft in configs), run)
+    answers = {}
+    for rule in asked:
+        kind = QUESTION_KINDS[rule.behaviour.question]
+        observations = tuple(item for (name, draft), found in zip(configs, probes) for item in kind(name, draft, found))
+        if user is not None:
+            subjects, guards = (user_name(user),), ()
+        else:
+            subjects, guards = rule.behaviour.subjects, rule.behaviour.guards
+        answers[rule.id] = judge(rule.behaviour, observations, subjects, guards)
+    return answers, probes[-1] if user is not None else None
