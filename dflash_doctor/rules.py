@@ -155,6 +155,28 @@ class Behaviour:
     subjects: tuple[str, ...]
     guards: tuple[str, ...]
     files: tuple[str, ...]
+    construct: Construct | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Construct:
+    """Build the drafter's decoder layers from the tree's own classes: ``layer``
+    (a class in ``file``) for each layer index (its parameter named one of
+    ``index_parameters``), with stand-ins for every name outside the extracted
+    code; calls of ``recorded`` are recorded and bound to the parameters of
+    ``signature`` (``file``, ``Class.__init__``) to read ``window``; ``causal``
+    is an attribute path on the built layer. ``assume``: values of stand-ins a
+    branch reads (the deployment the question is about)."""
+
+    file: str
+    layer: str
+    index_parameters: tuple[str, ...]
+    recorded: str
+    signature_file: str
+    signature: str
+    window: str
+    causal: str
+    assume: tuple[tuple[str, Any], ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -326,6 +348,22 @@ def _behaviour(raw: Any, where: str) -> Behaviour | None:
         subjects=subjects,
         guards=_strings(raw, "guards", where, reference_names()),
         files=_strings(raw, "files", where),
+        construct=_construct(raw.get("construct"), f"{where}.construct"),
+    )
+
+
+def _construct(raw: Any, where: str) -> Construct | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not isinstance(raw.get("signature"), dict) or not isinstance(raw.get("assume", {}), dict):
+        raise ToolError(f"{where} must be a table with a signature table")
+    signature = raw["signature"]
+    return Construct(
+        file=_require(raw, "file", where), layer=_require(raw, "layer", where),
+        index_parameters=_strings(raw, "index_parameters", where), recorded=_require(raw, "recorded", where),
+        signature_file=_require(signature, "file", where), signature=_require(signature, "symbol", where),
+        window=_require(raw, "window", where), causal=_require(raw, "causal", where),
+        assume=tuple(sorted(raw.get("assume", {}).items())),
     )
 
 

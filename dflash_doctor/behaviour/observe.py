@@ -8,6 +8,9 @@ from collections.abc import Callable, Iterator
 from ..draft.config import DraftConfig
 from ..draft.probes import OPT_OUT_FIELD, RUNNERS, Probes
 from ..model import UNKNOWN, Observation
+from .construct import Built
+
+Layers = dict[str, Built] | None  # per runner, when the rule builds the drafter's layers
 
 DEFAULT = "default"
 
@@ -20,7 +23,7 @@ def _accepts(name: str, probes: Probes, runner: str) -> Observation:
     return Observation(name, runner, DEFAULT, "runner-accepts", None, True, support.supported, support.supported, support.reason)
 
 
-def capture_ids(name: str, draft: DraftConfig, probes: Probes) -> Iterator[Observation]:
+def capture_ids(name: str, draft: DraftConfig, probes: Probes, built: Layers) -> Iterator[Observation]:
     """Per runner: the aux-layer ids the resolver returns, against the ids the drafter was trained on."""
     expected = probes.expected_aux_layer_ids
     computed = dict(probes.aux_by_runner)
@@ -36,29 +39,28 @@ def capture_ids(name: str, draft: DraftConfig, probes: Probes) -> Iterator[Obser
         yield Observation(name, runner, DEFAULT, "resolver", None, list(expected), _list(value), value == tuple(expected), note)
 
 
-def layer_attention(name: str, draft: DraftConfig, probes: Probes) -> Iterator[Observation]:
-    """Per runner and draft layer: the sliding window and causality vLLM gives it."""
+def layer_attention(name: str, draft: DraftConfig, probes: Probes, built: Layers) -> Iterator[Observation]:
+    """Per runner and draft layer: the sliding window and causality that reached the
+    attention layer when the tree's own classes built the drafter's layers."""
     expected = probes.expected_layers
-    by_runner = dict(probes.layers_by_runner)
-    reasons = dict(probes.reasons)
     for runner in RUNNERS:
         yield _accepts(name, probes, runner)
-        layers = by_runner.get(runner, UNKNOWN)
-        if layers is UNKNOWN or expected is None:
-            why = reasons.get("layers") or "the per-layer attention could not be computed"
+        answer = built.get(runner) if built else None
+        if answer is None or answer.layers is None or expected is None:
+            why = answer.reason if answer is not None else "the rule builds no layers"
             for part in ("sliding-window", "causality"):
-                yield Observation(name, runner, DEFAULT, part, None, None, None, None, why)
+                yield Observation(name, runner, DEFAULT, part, None, None, None, None, why or "the drafter states no layers")
             continue
-        for (window, causal), wanted in zip(layers, expected):
+        for (window, causal), wanted in zip(answer.layers, expected):
             index = wanted["index"]
             yield Observation(name, runner, DEFAULT, "sliding-window", index, wanted["sliding_window"], window,
                               window == wanted["sliding_window"])
             want_causal = wanted["causal"]
-            yield Observation(name, runner, DEFAULT, "causality", index, want_causal, causal,
-                              None if want_causal is None else causal == want_causal)
+            known = want_causal is not None and isinstance(causal, bool)
+            yield Observation(name, runner, DEFAULT, "causality", index, want_causal, causal, causal == want_causal if known else None)
 
 
-def block_drop(name: str, draft: DraftConfig, probes: Probes) -> Iterator[Observation]:
+def block_drop(name: str, draft: DraftConfig, probes: Probes, built: Layers) -> Iterator[Observation]:
     """Whether the KV cache manager is told to drop the last prefix-cache block for
     method='dflash': by default, and with the opt-out flag where the tree has one."""
     why = dict(probes.reasons).get("drops_prefix_block", "")
@@ -70,7 +72,7 @@ def block_drop(name: str, draft: DraftConfig, probes: Probes) -> Iterator[Observ
         yield Observation(name, None, setting, "kv-cache-manager", None, False, drops, None if drops is None else not drops, note)
 
 
-QUESTION_KINDS: dict[str, Callable[[str, DraftConfig, Probes], Iterator[Observation]]] = {
+QUESTION_KINDS: dict[str, Callable[[str, DraftConfig, Probes, Layers], Iterator[Observation]]] = {
     "capture-ids": capture_ids,
     "layer-attention": layer_attention,
     "block-drop": block_drop,

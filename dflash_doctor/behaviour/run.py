@@ -7,6 +7,7 @@ from ..draft.probes import Probes, Runner, probe_configs
 from ..model import BehaviourAnswer
 from ..rules import Rule
 from ..source import SourceTree
+from .construct import construct_layers
 from .judge import judge
 from .observe import QUESTION_KINDS
 from .reference import reference_configs
@@ -31,7 +32,11 @@ def answer_rules(
     answers = {}
     for rule in asked:
         kind = QUESTION_KINDS[rule.behaviour.question]
-        observations = tuple(item for (name, draft), found in zip(configs, probes) for item in kind(name, draft, found))
+        construct = rule.behaviour.construct
+        built = construct_layers(tree, construct, [found.hf_config for found in probes], run, rule.files) if construct else [None] * len(probes)
+        observations = tuple(
+            item for (name, draft), found, layers in zip(configs, probes, built) for item in kind(name, draft, found, layers)
+        )
         if user is not None:
             subjects, guards = (user_name(user),), ()
         else:

@@ -90,6 +90,7 @@ class Probes:
     evidence: tuple[Site, ...]
     layers_by_runner: tuple[tuple[str, Any], ...] = ()  # UNKNOWN where not computable
     has_opt_out: bool = False  # the tree's SpeculativeConfig has the opt-out flag
+    hf_config: dict[str, Any] | None = dataclasses.field(default=None, compare=False)  # as vLLM builds it
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -225,7 +226,8 @@ def probe_configs(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner
             continue
         prefix = f"{index}|"
         mine = {call_id[len(prefix):]: outcome for call_id, outcome in outcomes.items() if call_id.startswith(prefix)}
-        answers.append(_interpret(plans[index], mine, builder, draft, draft.expected_aux_layer_ids(), draft.expected_layers()))
+        found = _interpret(plans[index], mine, builder, draft, draft.expected_aux_layer_ids(), draft.expected_layers())
+        answers.append(dataclasses.replace(found, hf_config=hf[0]))
     return tuple(answers)
 
 
