@@ -332,6 +332,7 @@ def _behaviour(raw: Any, where: str) -> Behaviour | None:
     where = f"{where}: behaviour"
     if not isinstance(raw, dict):
         raise ToolError(f"{where} must be a table")
+    _known_keys(raw, ("question", "chain", "alternatives", "subjects", "guards", "files", "construct"), where)
     question = _require(raw, "question", where)
     if question not in QUESTIONS:
         raise ToolError(f"{where}: question must be one of {', '.join(QUESTIONS)}")
@@ -357,6 +358,7 @@ def _construct(raw: Any, where: str) -> Construct | None:
         return None
     if not isinstance(raw, dict) or not isinstance(raw.get("signature"), dict) or not isinstance(raw.get("assume", {}), dict):
         raise ToolError(f"{where} must be a table with a signature table")
+    _known_keys(raw, ("file", "layer", "index_parameters", "recorded", "signature", "window", "causal", "assume"), where)
     signature = raw["signature"]
     return Construct(
         file=_require(raw, "file", where), layer=_require(raw, "layer", where),
@@ -365,6 +367,12 @@ def _construct(raw: Any, where: str) -> Construct | None:
         window=_require(raw, "window", where), causal=_require(raw, "causal", where),
         assume=tuple(sorted(raw.get("assume", {}).items())),
     )
+
+
+def _known_keys(raw: dict[str, Any], known: tuple[str, ...], where: str) -> None:
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise ToolError(f"{where}: unknown key {', '.join(unknown)} (known: {', '.join(known)})")
 
 
 def _fix_case(raw: Any, where: str) -> FixCase:

@@ -13,7 +13,8 @@ DECISIVE = (PRESENT, ABSENT, PARTIAL)
 
 
 def combine(rule: Rule, structure: FixResult, answer: BehaviourAnswer | None, why_not: str) -> FixResult:
-    """``answer`` None: behaviour did not run for this target (``why_not`` says why)."""
+    """``answer`` None: behaviour did not run for this target (``why_not`` says why);
+    only then may the forms decide, and only through forms that describe the exact code."""
     fix = dataclasses.replace(structure, behaviour=answer, structure_status=structure.status)
     if structure.status not in (*DECISIVE, UNKNOWN) or any(item.form == REBOUND for item in structure.evidence):
         return fix  # not applicable, or code read that is not the code that runs: nothing to run
@@ -27,7 +28,11 @@ def combine(rule: Rule, structure: FixResult, answer: BehaviourAnswer | None, wh
             return dataclasses.replace(decided, status=UNKNOWN, reason=reason)
         remedy = "none needed" if answer.status == PRESENT else structure.remedy if structure.status != PRESENT else rule.remedy
         return dataclasses.replace(decided, status=answer.status, reason=answer.reason, remedy=remedy)
-    not_run = answer.reason if answer is not None else why_not
+    if answer is not None:  # behaviour ran on this tree and could not follow its code: no guess from the forms
+        reading = f"; the code's forms read {structure.status}" if structure.status in DECISIVE else ""
+        return dataclasses.replace(fix, status=UNKNOWN, decided_by=BEHAVIOUR,
+                                   reason=f"behaviour could not answer: {answer.reason}{reading}")
+    not_run = why_not
     if structure.status in DECISIVE and exact != structure.status:
         where = ", ".join(loose)
         reason = (f"only a catch-all form matched ({where}): it cannot tell the fix's code from other code, "

@@ -31,6 +31,7 @@ class Built:
 
     layers: tuple[tuple[Any, Any], ...] | None
     reason: str = ""
+    refused: bool = False  # building the layers raised one of vLLM's refusals
 
 
 def construct_layers(
@@ -151,8 +152,7 @@ def _read(outcome: Outcome | None, signature: _Signature, construct: Construct) 
         return Built(None, "the drafter config has no usable num_hidden_layers")
     if not outcome.ok:
         why = outcome.unknowable or f"raises {outcome.error_type}: {outcome.error_message}"
-        refused = " (a refusal of this drafter)" if outcome.error_type in REFUSALS else ""
-        return Built(None, f"building the draft layers {why}{refused}")
+        return Built(None, f"building the draft layers {why}", refused=outcome.error_type in REFUSALS)
     layers = []
     for index, (records, causal) in enumerate(outcome.value):
         mine = [item for item in records if item.get("callee") == construct.recorded]

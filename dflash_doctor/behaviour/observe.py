@@ -44,8 +44,11 @@ def layer_attention(name: str, draft: DraftConfig, probes: Probes, built: Layers
     attention layer when the tree's own classes built the drafter's layers."""
     expected = probes.expected_layers
     for runner in RUNNERS:
-        yield _accepts(name, probes, runner)
         answer = built.get(runner) if built else None
+        if answer is not None and answer.refused:
+            yield Observation(name, runner, DEFAULT, "runner-accepts", None, True, False, False, answer.reason)
+            continue
+        yield _accepts(name, probes, runner)
         if answer is None or answer.layers is None or expected is None:
             why = answer.reason if answer is not None else "the rule builds no layers"
             for part in ("sliding-window", "causality"):

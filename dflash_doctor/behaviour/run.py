@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..draft.config import DraftConfig
 from ..draft.probes import Probes, Runner, probe_configs
 from ..model import BehaviourAnswer
@@ -21,7 +23,7 @@ def answer_rules(
     tree: SourceTree, rules: tuple[Rule, ...], run: Runner, user: DraftConfig | None = None
 ) -> tuple[dict[str, BehaviourAnswer], Probes | None]:
     """Each rule's answer by id, and the user's probes (for the report's probes section).
-    With a user config, its answer gates: it is the only subject."""
+    With a user config, its answer gates where it has one; else the references answer."""
     asked = [rule for rule in rules if rule.behaviour is not None]
     configs = list(reference_configs())
     if user is not None:
@@ -37,9 +39,12 @@ def answer_rules(
         observations = tuple(
             item for (name, draft), found, layers in zip(configs, probes, built) for item in kind(name, draft, found, layers)
         )
+        answer = judge(rule.behaviour, observations, rule.behaviour.subjects, rule.behaviour.guards)
         if user is not None:
-            subjects, guards = (user_name(user),), ()
-        else:
-            subjects, guards = rule.behaviour.subjects, rule.behaviour.guards
-        answers[rule.id] = judge(rule.behaviour, observations, subjects, guards)
+            mine = judge(rule.behaviour, observations, (user_name(user),), ())
+            if mine.status is not None:
+                answer = mine
+            else:  # the user's config cannot be judged for this question: the references answer
+                answer = dataclasses.replace(answer, reason=f"{answer.reason} (for {user_name(user)}: {mine.reason})".lstrip())
+        answers[rule.id] = answer
     return answers, probes[-1] if user is not None else None
