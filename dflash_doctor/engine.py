@@ -17,6 +17,7 @@ from .source import SiteError, SourceTree, Symbol, search_name
 
 
 REBOUND = "rebound"  # evidence form: the anchored definition is replaced later in its module
+UNRECOGNISED = "unrecognised"  # evidence form: code at an anchor that no form of the rule matches
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +77,7 @@ def evaluate_site(rule: Rule, anchor: Anchor, symbol: Symbol) -> SiteResult:
     hits = match_forms(rule.forms_for(anchor.id), module)
     if not hits:
         note = "no known form of this fix matches this code"
-        return SiteResult(frozenset(), (Evidence(symbol.file, symbol.line, symbol.qualname, "unrecognised", note),), ())
+        return SiteResult(frozenset(), (Evidence(symbol.file, symbol.line, symbol.qualname, UNRECOGNISED, note),), ())
     lines = _line_finder(symbol, module, offset)
     evidence = []
     for hit in hits:

@@ -156,6 +156,7 @@ class Behaviour:
     guards: tuple[str, ...]
     files: tuple[str, ...]
     construct: Construct | None = None
+    uncovered: tuple[str, ...] = ()  # anchors whose code the question does not run: their forms still count
 
 
 @dataclasses.dataclass(frozen=True)
@@ -304,7 +305,7 @@ def load_rule(path: Path) -> Rule:
         cases=cases,
         source=path,
         patch_refusal=_prose(data.get("patch_refusal", "")),
-        behaviour=_behaviour(data.get("behaviour"), where),
+        behaviour=_behaviour(data.get("behaviour"), where, anchor_ids),
         fix_cases=tuple(_fix_case(raw, where) for raw in data.get("fix_cases", [])),
     )
 
@@ -326,13 +327,13 @@ def _strings(raw: dict[str, Any], key: str, where: str, allowed: tuple[str, ...]
     return tuple(value)
 
 
-def _behaviour(raw: Any, where: str) -> Behaviour | None:
+def _behaviour(raw: Any, where: str, anchor_ids: set[str]) -> Behaviour | None:
     if raw is None:
         return None
     where = f"{where}: behaviour"
     if not isinstance(raw, dict):
         raise ToolError(f"{where} must be a table")
-    _known_keys(raw, ("question", "chain", "alternatives", "subjects", "guards", "files", "construct"), where)
+    _known_keys(raw, ("question", "chain", "alternatives", "subjects", "guards", "files", "construct", "uncovered"), where)
     question = _require(raw, "question", where)
     if question not in QUESTIONS:
         raise ToolError(f"{where}: question must be one of {', '.join(QUESTIONS)}")
@@ -350,6 +351,7 @@ def _behaviour(raw: Any, where: str) -> Behaviour | None:
         guards=_strings(raw, "guards", where, reference_names()),
         files=_strings(raw, "files", where),
         construct=_construct(raw.get("construct"), f"{where}.construct"),
+        uncovered=_strings(raw, "uncovered", where, tuple(sorted(anchor_ids))),
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 
-from ..engine import REBOUND
+from ..engine import REBOUND, UNRECOGNISED
 from ..model import ABSENT, BEHAVIOUR, PARTIAL, PRESENT, STRUCTURE, UNKNOWN, BehaviourAnswer, FixResult
 from ..rules import IGNORE, Rule
 
@@ -20,6 +20,10 @@ def combine(rule: Rule, structure: FixResult, answer: BehaviourAnswer | None, wh
         return fix  # not applicable, or code read that is not the code that runs: nothing to run
     loose, exact = _sites(rule, structure)
     if answer is not None and answer.status is not None:
+        answer = _with_uncovered(rule, structure, answer)
+        fix = dataclasses.replace(fix, behaviour=answer)
+        if answer.status is None:
+            return dataclasses.replace(fix, status=UNKNOWN, decided_by=BEHAVIOUR, reason=answer.reason)
         decided = dataclasses.replace(fix, decided_by=BEHAVIOUR)
         if structure.status in DECISIVE and exact == structure.status != answer.status:
             reason = (f"BEHAVIOUR AND STRUCTURE DISAGREE: running the tree's code gives {answer.status}"
@@ -40,6 +44,30 @@ def combine(rule: Rule, structure: FixResult, answer: BehaviourAnswer | None, wh
         return dataclasses.replace(fix, status=UNKNOWN, reason=reason)
     note = f"behaviour could not answer: {not_run}"
     return dataclasses.replace(fix, reason=f"{structure.reason}; {note}" if structure.reason else note)
+
+
+def _with_uncovered(rule: Rule, structure: FixResult, answer: BehaviourAnswer) -> BehaviourAnswer:
+    """Links the question does not run (``uncovered`` anchors) are read from their forms:
+    unrecognised code there leaves the answer open; their verdicts join the chain."""
+    uncovered = [anchor for anchor in rule.anchors if anchor.id in rule.behaviour.uncovered]
+    forms = {form.id: form for form in rule.forms}
+    verdicts = {answer.status}
+    notes = []
+    for item in structure.evidence:
+        anchor = next((a for a in uncovered if item.symbol == a.symbol or item.symbol.endswith(f".{a.name}")), None)
+        if anchor is None:
+            continue
+        if item.form == UNRECOGNISED:
+            why = f"{item.symbol} ({item.file}:{item.line}), which behaviour does not run, has a form this rule does not know"
+            return dataclasses.replace(answer, status=None, reason=why)
+        form = forms.get(item.form)
+        if form is not None and form.verdict in DECISIVE and not form.catch_all:
+            verdicts.add(form.verdict)
+            if form.verdict != PRESENT:
+                notes.append(f"{item.symbol}: {form.description}")
+    status = PRESENT if verdicts == {PRESENT} else ABSENT if verdicts == {ABSENT} else PARTIAL
+    reason = "; ".join([answer.reason, *notes]) if status != PRESENT else answer.reason
+    return dataclasses.replace(answer, status=status, reason=reason.strip("; "))
 
 
 def _sites(rule: Rule, structure: FixResult) -> tuple[list[str], str | None]:
