@@ -59,15 +59,10 @@ def judged_fixes(resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftC
         if cached is not None:
             tree.remember_inspected(cached["inspected"])
             return tuple(FixResult.from_json(fix) for fix in cached["fixes"]), None
-    from .behaviour.combine import combine
-    from .behaviour.run import answer_rules
-    from .engine import Checker
+    from .verdicts import judge
 
-    checker = Checker(tree)
-    structure = checker.run(rules)
-    answers, probes = answer_rules(tree, rules, resolved.behaviour, user) if resolved.behaviour is not None else ({}, None)
-    fixes = tuple(combine(rule, fix, answers.get(rule.id), resolved.no_behaviour) for rule, fix in zip(rules, structure))
-    if key is not None and not checker.scanned:
+    fixes, probes, scanned = judge(resolved, rules, user)
+    if key is not None and not scanned:
         _store(key, tree, fixes)
     return fixes, probes
 

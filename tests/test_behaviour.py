@@ -140,3 +140,16 @@ def test_a_probe_answer_is_judged_by_structure_only(mini_tree, tmp_path, monkeyp
     assert all(fix.behaviour is None for fix in fixes)
     assert {fix.id: fix.status for fix in fixes} == {"cache-drop": "present", "layer-offset": "present", "swa-config": "present"}
     assert "never run on this one" in next(fix for fix in fixes if fix.id == "layer-offset").reason
+
+
+def test_rules_test_runs_fix_cases_and_fails_a_wrong_expectation(tmp_path):
+    from dflash_doctor.rulestest import check_rule
+
+    source = next(r.source for r in load_rules() if r.id == "layer-offset").read_text()
+    assert 'status = "present"\ndecided_by = "behaviour"' in source
+    wrong = tmp_path / "layer-offset.toml"
+    wrong.write_text(source.replace('status = "present"\ndecided_by = "behaviour"', 'status = "present"\ndecided_by = "structure"', 1))
+    results = [(line, ok) for line, ok in check_rule(load_rule(wrong)) if "fix case" in line]
+    assert len(results) == 2
+    assert not results[0][1] and "expected present by structure, got present by behaviour" in results[0][0]
+    assert results[1][1]

@@ -61,6 +61,10 @@ RUNNERS = ("v1", "v2")
 Runner = Callable[[Sequence[Chunk], Sequence[Call], dict[str, Any], dict[str, Any]], dict[str, Outcome]]
 
 
+class NotRegistered(ExtractError):
+    """The tree has no loader for the drafter's format: it cannot run that drafter."""
+
+
 @dataclasses.dataclass(frozen=True)
 class RunnerSupport:
     supported: bool | None
@@ -156,10 +160,12 @@ def run_probes(tree: SourceTree, draft: DraftConfig, run: Runner = sandbox.run) 
 def probe_configs(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = sandbox.run) -> tuple[Probes, ...]:
     """The probes of every drafter config, planned once and run in one sandbox process
     (``run``: where the program runs, ``sandbox.run`` or a remote host's equivalent)."""
-    hfs: list[tuple[dict[str, Any], Site | None] | str] = []
+    hfs: list[tuple[dict[str, Any], Site | None] | str | NotRegistered] = []
     for draft in drafts:
         try:
             hfs.append(_hf_config(tree, draft, run))
+        except NotRegistered as exc:
+            hfs.append(exc)
         except (ExtractError, SandboxError) as exc:
             hfs.append(f"the drafter's hf_config could not be built: {exc}")
     plan = _Plan()
@@ -179,15 +185,15 @@ def probe_configs(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner
         except ExtractError as exc:
             failed = f"{SPEC_CONFIG[1]} could not be stubbed: {exc}"
     if failed:
-        return tuple(_nothing(draft, failed if isinstance(hf, tuple) else hf) for draft, hf in zip(drafts, hfs))
+        return tuple(_nothing(draft, failed if isinstance(hf, tuple) else str(hf)) for draft, hf in zip(drafts, hfs))
+    plans: list[_Plan] = []
     plan.evidence.append(Site(spec_symbol.file, spec_symbol.qualname, spec_symbol.line))
     calls: list[Call] = []
     data: dict[str, Any] = {}
-    plans: list[_Plan] = []
     for index, (draft, hf) in enumerate(zip(drafts, hfs)):
         mine = dataclasses.replace(plan, reasons=dict(plan.reasons), evidence=list(plan.evidence))
         plans.append(mine)
-        if isinstance(hf, str):
+        if not isinstance(hf, tuple):
             continue
         hf_data, translation_site = hf
         if translation_site:
@@ -221,6 +227,10 @@ def probe_configs(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner
         return tuple(_nothing(draft, str(exc)) for draft in drafts)
     answers = []
     for index, (draft, hf) in enumerate(zip(drafts, hfs)):
+        if isinstance(hf, NotRegistered):  # no runner of this tree can load the drafter at all
+            refused = RunnerSupport(False, str(hf))
+            answers.append(dataclasses.replace(_nothing(draft, str(hf)), runner_support=tuple((name, refused) for name in RUNNERS)))
+            continue
         if isinstance(hf, str):
             answers.append(_nothing(draft, hf))
             continue
@@ -261,7 +271,7 @@ def _hf_config(tree: SourceTree, draft: DraftConfig, run: Runner) -> tuple[dict[
         if isinstance(node, ast.FunctionDef) and any(_registers(d, kind) for d in node.decorator_list):
             updater = node
     if updater is None:
-        raise ExtractError(f"this vLLM registers no speculators translation for {kind!r} in {SPECULATORS_ALGOS}")
+        raise NotRegistered(f"this vLLM registers no speculators translation for {kind!r} in {SPECULATORS_ALGOS}")
     builder = ProgramBuilder(tree, ())
     symbol = Symbol(SPECULATORS_ALGOS, updater.name, updater, parsed)
     name = builder.function(symbol)
