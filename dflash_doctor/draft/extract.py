@@ -14,6 +14,7 @@ import ast
 import copy
 import dataclasses
 from collections.abc import Iterable
+from functools import lru_cache
 
 from ..source import SiteError, SourceTree, Symbol, parse_python, search_name
 from .harness import SAFE_BUILTIN_NAMES
@@ -309,8 +310,10 @@ class ProgramBuilder:
         return names
 
 
-def attribute_names(source: str) -> set[str]:
-    return {n.attr for n in ast.walk(parse_python(source)) if isinstance(n, ast.Attribute)}
+@lru_cache(maxsize=512)
+def attribute_names(source: str) -> frozenset[str]:
+    """Every ``x.name`` in a chunk of the program (cached: stubs are rebuilt until no name is new)."""
+    return frozenset(n.attr for n in ast.walk(parse_python(source)) if isinstance(n, ast.Attribute))
 
 
 def _stripped(node: ast.FunctionDef) -> ast.FunctionDef:
