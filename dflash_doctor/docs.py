@@ -43,8 +43,14 @@ def rule_markdown(rule: Rule) -> str:
             + "".join(f", {d}s" for d in behaviour.alternatives) + ". "
             f"Subjects: {', '.join(f'`{n}`' for n in behaviour.subjects)}."
             + (f" Guards (must not break): {', '.join(f'`{n}`' for n in behaviour.guards)}." if behaviour.guards else "")
-            + " With `--draft-config` the user's config is the only subject.",
+            + (f" Not run (their forms join the chain): {', '.join(f'`{a}`' for a in behaviour.uncovered)}." if behaviour.uncovered else "")
+            + (f" Layers built from the tree's own `{behaviour.construct.layer}`, recording `{behaviour.construct.recorded}`."
+               if behaviour.construct else "")
+            + " With `--draft-config` the user's config is the subject where it can be judged.",
         ]
+        if rule.fix_cases:
+            out += ["", "Fix cases (`rules test`): " + "; ".join(
+                f"{case.name} → {case.status} by {case.decided_by}" for case in rule.fix_cases) + "."]
     out += ["", "## Forms it knows", "", "| form | verdict | where | meaning |", "|---|---|---|---|"]
     for form in rule.forms:
         catch_all = " (catch-all: locates, never decides alone)" if form.catch_all else ""
