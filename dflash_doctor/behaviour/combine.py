@@ -6,7 +6,7 @@ import dataclasses
 from collections import defaultdict
 
 from ..engine import REBOUND, UNRECOGNISED
-from ..model import ABSENT, BEHAVIOUR, PARTIAL, PRESENT, STRUCTURE, UNKNOWN, BehaviourAnswer, FixResult
+from ..model import ABSENT, BEHAVIOUR, PARTIAL, PRESENT, UNKNOWN, BehaviourAnswer, FixResult
 from ..rules import IGNORE, Rule
 
 DECISIVE = (PRESENT, ABSENT, PARTIAL)
@@ -36,13 +36,12 @@ def combine(rule: Rule, structure: FixResult, answer: BehaviourAnswer | None, wh
         reading = f"; the code's forms read {structure.status}" if structure.status in DECISIVE else ""
         return dataclasses.replace(fix, status=UNKNOWN, decided_by=BEHAVIOUR,
                                    reason=f"behaviour could not answer: {answer.reason}{reading}")
-    not_run = why_not
     if structure.status in DECISIVE and exact != structure.status:
         where = ", ".join(loose)
         reason = (f"only a catch-all form matched ({where}): it cannot tell the fix's code from other code, "
-                  f"and behaviour could not answer: {not_run}")
+                  f"and behaviour did not run: {why_not}")
         return dataclasses.replace(fix, status=UNKNOWN, reason=reason)
-    note = f"behaviour could not answer: {not_run}"
+    note = f"behaviour did not run: {why_not}"
     return dataclasses.replace(fix, reason=f"{structure.reason}; {note}" if structure.reason else note)
 
 

@@ -199,10 +199,13 @@ class StandIn:
     def __setattr__(self, name, value):
         object.__setattr__(self, name, value)
 
-    def __format__(self, spec):
+    def __repr__(self):
         return "<%s>" % object.__getattribute__(self, "_path")
 
-    __str__ = __repr__ = lambda self: StandIn.__format__(self, "")
+    def __format__(self, spec):
+        return repr(self)
+
+    __str__ = __repr__
 
 
 def _stand_in_gap(self, *args):

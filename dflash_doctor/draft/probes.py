@@ -92,7 +92,6 @@ class Probes:
     mismatches: tuple[str, ...]
     reasons: tuple[tuple[str, str], ...]
     evidence: tuple[Site, ...]
-    layers_by_runner: tuple[tuple[str, Any], ...] = ()  # UNKNOWN where not computable
     has_opt_out: bool = False  # the tree's SpeculativeConfig has the opt-out flag
     hf_config: dict[str, Any] | None = dataclasses.field(default=None, compare=False)  # as vLLM builds it
 
@@ -186,8 +185,8 @@ def probe_configs(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner
             failed = f"{SPEC_CONFIG[1]} could not be stubbed: {exc}"
     if failed:
         return tuple(_nothing(draft, failed if isinstance(hf, tuple) else str(hf)) for draft, hf in zip(drafts, hfs))
-    plans: list[_Plan] = []
     plan.evidence.append(Site(spec_symbol.file, spec_symbol.qualname, spec_symbol.line))
+    plans: list[_Plan] = []  # one per drafter config: its own reasons and evidence
     calls: list[Call] = []
     data: dict[str, Any] = {}
     for index, (draft, hf) in enumerate(zip(drafts, hfs)):
@@ -658,7 +657,6 @@ def _interpret(plan: _Plan, outcomes: dict[str, Outcome], builder: ProgramBuilde
         mismatches=tuple(mismatches),
         reasons=tuple(reasons.items()),
         evidence=tuple(dict.fromkeys(plan.evidence)),
-        layers_by_runner=tuple((name, by_runner[name]) for name in RUNNERS),
         has_opt_out=plan.has_opt_out,
     )
 
