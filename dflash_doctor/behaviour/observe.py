@@ -71,7 +71,8 @@ def block_drop(name: str, draft: DraftConfig, probes: Probes, built: Layers) -> 
     if probes.has_opt_out:
         settings.append((OPT_OUT_FIELD, probes.drops_prefix_block_when_disabled))
     for setting, drops in settings:
-        note = f"{probes.prefix_block_predicate}() decides" if drops is not None else why or "not computable"
+        shown = probes.prefix_block_predicate or ""
+        note = f"{shown}{'()' if shown.isidentifier() else ''} decides" if drops is not None else why or "not computable"
         yield Observation(name, None, setting, "kv-cache-manager", None, False, drops, None if drops is None else not drops, note)
 
 

@@ -146,8 +146,7 @@ class _Plan:
     reasons: dict[str, str] = dataclasses.field(default_factory=dict)
     evidence: list[Site] = dataclasses.field(default_factory=list)
     v1_refusals: list[tuple[str, str]] = dataclasses.field(default_factory=list)
-    drop_predicate: str | None = None
-    drop_overrides: tuple[int, ...] = ()
+    drop: DropPredicate | None = None
     has_opt_out: bool = False
     has_runner_property: bool = False
 
@@ -369,18 +368,17 @@ def _plan_prefix_block(locator: Locator, plan: _Plan, spec_symbol: Symbol | None
         plan.reasons.setdefault("prefix", f"{SCHEDULER[1]} not found in {SCHEDULER[0]}")
         return
     try:
-        predicate, overrides = _drop_predicate(scheduler)
+        plan.drop = _drop_predicate(scheduler)
     except ExtractError as exc:
         plan.reasons["prefix"] = str(exc)
         return
     plan.evidence.append(Site(scheduler.file, scheduler.qualname, scheduler.line))
-    plan.drop_predicate, plan.drop_overrides = predicate, overrides
-    plan.calls.append(Call("prefix", f"spec.{predicate}()"))
+    plan.calls.append(Call("prefix", plan.drop.expression.format(spec="spec")))
     if spec_symbol is not None and any(
         isinstance(s, ast.AnnAssign) and getattr(s.target, "id", None) == OPT_OUT_FIELD for s in spec_symbol.node.body
     ):
         plan.has_opt_out = True
-        plan.calls.append(Call("prefix:opt-out", f"spec_opted_out.{predicate}()"))
+        plan.calls.append(Call("prefix:opt-out", plan.drop.expression.format(spec="spec_opted_out")))
 
 
 def _add(builder: ProgramBuilder, plan: _Plan, key: str, symbol: Symbol) -> bool:
@@ -443,20 +441,56 @@ def _required_positional(function: ast.FunctionDef) -> int:
     return len(arguments.posonlyargs) + len(arguments.args) - len(arguments.defaults)
 
 
-def _drop_predicate(scheduler: Symbol) -> tuple[str, tuple[int, ...]]:
-    """The SpeculativeConfig method whose answer becomes ``KVCacheManager(use_eagle=...)``,
-    and the lines that may turn the drop off afterwards."""
+@dataclasses.dataclass(frozen=True)
+class DropPredicate:
+    """What ``KVCacheManager(use_eagle=...)`` is told, as an expression over the
+    SpeculativeConfig (``{spec}`` stands for it), and the lines that may turn the
+    drop off afterwards."""
+
+    shown: str  # a method name, or the expression for a compound one
+    expression: str
+    methods: tuple[str, ...]
+    overrides: tuple[int, ...]
+
+
+def _drop_predicate(scheduler: Symbol) -> DropPredicate:
     handed = None
     for node in ast.walk(scheduler.node):
         if isinstance(node, ast.Call) and _callee(node.func) == "KVCacheManager":
             handed = next((k.value for k in node.keywords if k.arg == "use_eagle"), handed)
     if handed is None:
         raise ExtractError(f"{scheduler.qualname} hands no use_eagle= to KVCacheManager")
-    if isinstance(handed, ast.Call) and not handed.args and isinstance(handed.func, ast.Attribute):
-        return handed.func.attr, ()
-    if not (isinstance(handed, ast.Attribute) and isinstance(handed.value, ast.Name) and handed.value.id == "self"):
+    methods: list[str] = []
+    overrides: list[int] = []
+
+    def translate(node: ast.expr) -> str:
+        """``spec.m()`` / ``x.speculative_config.m()`` / ``self.attr`` (assigned from one),
+        joined by and/or/not; anything else is a form the probe does not know."""
+        if isinstance(node, ast.BoolOp):
+            joiner = " and " if isinstance(node.op, ast.And) else " or "
+            return "(" + joiner.join(translate(value) for value in node.values) + ")"
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return f"(not {translate(node.operand)})"
+        if isinstance(node, ast.Call) and not node.args and not node.keywords and isinstance(node.func, ast.Attribute) and not (
+            isinstance(node.func.value, ast.Name) and node.func.value.id == "self"
+        ):
+            methods.append(node.func.attr)
+            return "{spec}." + node.func.attr + "()"
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+            method, later = _attribute_predicate(scheduler, node.attr)
+            methods.append(method)
+            overrides.extend(later)
+            return "{spec}." + method + "()"
         raise ExtractError(f"KVCacheManager(use_eagle={ast.unparse(handed)}) is a form the probe does not know")
-    attribute = handed.attr
+
+    expression = translate(handed)
+    shown = methods[0] if len(methods) == 1 and expression == "{spec}." + methods[0] + "()" else expression.replace("{spec}.", "")
+    return DropPredicate(shown, expression, tuple(dict.fromkeys(methods)), tuple(sorted(set(overrides))))
+
+
+def _attribute_predicate(scheduler: Symbol, attribute: str) -> tuple[str, tuple[int, ...]]:
+    """The SpeculativeConfig method ``self.<attribute>`` is set from in ``Scheduler.__init__``,
+    and the lines that may set it False afterwards."""
     assignments: list[tuple[ast.Assign, list[ast.expr]]] = []
 
     def visit(statements, tests):
@@ -496,6 +530,11 @@ def _drop_predicate(scheduler: Symbol) -> tuple[str, tuple[int, ...]]:
     return predicate, tuple(overrides)
 
 
+def _shown(plan: _Plan) -> str:
+    shown = plan.drop.shown
+    return f"{shown}()" if shown.isidentifier() else shown
+
+
 def _predicate_test(test: ast.expr) -> bool:
     return isinstance(test, ast.Call) and not test.args and isinstance(test.func, ast.Attribute)
 
@@ -524,8 +563,8 @@ def _build_stubs(builder: ProgramBuilder, spec_symbol: Symbol, plan: _Plan) -> s
         wanted = builder.attribute_names() | attribute_names(body or "pass")
         for other in bodies.values():
             wanted |= attribute_names(other)
-        if plan.drop_predicate:
-            wanted.add(plan.drop_predicate)
+        if plan.drop:
+            wanted.update(plan.drop.methods)
         if wanted <= seen:
             return body
         seen |= wanted
@@ -640,7 +679,7 @@ def _interpret(plan: _Plan, outcomes: dict[str, Outcome], builder: ProgramBuilde
     drops, drops_disabled = _prefix_block(plan, outcome, reasons)
     if drops:
         hint = f"; {OPT_OUT_FIELD}: true turns it off" if drops_disabled is False else ""
-        mismatches.append(f"the scheduler drops the last matched prefix-cache block for method='dflash' ({plan.drop_predicate}() is true){hint}")
+        mismatches.append(f"the scheduler drops the last matched prefix-cache block for method='dflash' ({_shown(plan)} is true){hint}")
 
     return Probes(
         aux_layer_ids=None if aux is None else tuple(aux),
@@ -652,7 +691,7 @@ def _interpret(plan: _Plan, outcomes: dict[str, Outcome], builder: ProgramBuilde
         default_runner=default,
         runner_support=tuple((name, support[name]) for name in RUNNERS),
         drops_prefix_block=drops,
-        prefix_block_predicate=plan.drop_predicate,
+        prefix_block_predicate=plan.drop.shown if plan.drop else None,
         drops_prefix_block_when_disabled=drops_disabled,
         mismatches=tuple(mismatches),
         reasons=tuple(reasons.items()),
@@ -769,16 +808,16 @@ def _choose_runner(default: str | None, default_why: str, support: dict[str, Run
 
 def _prefix_block(plan: _Plan, outcome, reasons: dict[str, str]) -> tuple[bool | None, bool | None]:
     result = outcome("prefix")
-    if plan.drop_predicate is None or result is None:
+    if plan.drop is None or result is None:
         reasons["drops_prefix_block"] = plan.reasons.get("prefix") or plan.reasons.get("spec") or "not probed"
         return None, None
     if not result.ok or not isinstance(result.value, bool):
-        reasons["drops_prefix_block"] = f"SpeculativeConfig.{plan.drop_predicate}() {_failure(result)}"
+        reasons["drops_prefix_block"] = f"SpeculativeConfig: {_shown(plan)} {_failure(result)}"
         return None, None
     drops = result.value
-    if drops and plan.drop_overrides:
-        lines = ", ".join(str(line) for line in plan.drop_overrides)
-        reasons["drops_prefix_block"] = (f"{plan.drop_predicate}() is true for method='dflash', but {SCHEDULER[1]} may turn the drop off "
+    if drops and plan.drop.overrides:
+        lines = ", ".join(str(line) for line in plan.drop.overrides)
+        reasons["drops_prefix_block"] = (f"{_shown(plan)} is true for method='dflash', but {SCHEDULER[1]} may turn the drop off "
                                          f"again (line {lines}) under conditions the probe cannot know")
         return None, None
     disabled = None
