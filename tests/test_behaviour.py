@@ -153,3 +153,8 @@ def test_rules_test_runs_fix_cases_and_fails_a_wrong_expectation(tmp_path):
     assert len(results) == 2
     assert not results[0][1] and "expected present by structure, got present by behaviour" in results[0][0]
     assert results[1][1]
+
+
+def test_a_guard_no_runner_accepts_is_not_judged():
+    refused_guard = configs(a={"v1": (True, True)}, b={"v1": (True, True)}, g={"v1": (False, False)})
+    assert judge(ask(chain=("runner-accepts", "resolver")), refused_guard, ("a", "b"), ("g",)).status == "present"

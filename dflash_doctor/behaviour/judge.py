@@ -18,7 +18,7 @@ def judge(behaviour: Behaviour, observations: tuple[Observation, ...], subjects:
     failures: dict[tuple[str, ...], str] = {}
     for config in (*subjects, *guards):
         mine = [item for item in observations if item.config == config]
-        outcome = _configuration(behaviour, config, mine)
+        outcome = _configuration(behaviour, config, mine, config in guards)
         if isinstance(outcome, str):
             return BehaviourAnswer(behaviour.question, None, outcome, observations=observations)
         for key, (works, why) in outcome.items():
@@ -43,9 +43,10 @@ def judge(behaviour: Behaviour, observations: tuple[Observation, ...], subjects:
     return BehaviourAnswer(behaviour.question, status, reason, works, fails, observations)
 
 
-def _configuration(behaviour: Behaviour, config: str, observations: list[Observation]):
+def _configuration(behaviour: Behaviour, config: str, observations: list[Observation], guard: bool):
     """{(config, runner, setting): (works, why not)} for one drafter config, or
-    the reason it cannot be told."""
+    the reason it cannot be told. A guard no runner accepts is not judged: the
+    fix cannot break a drafter the tree does not run."""
     if not observations:
         return f"{config} was not observed"
     accepts = {item.runner: item for item in observations if item.part == ACCEPTS}
@@ -55,7 +56,7 @@ def _configuration(behaviour: Behaviour, config: str, observations: list[Observa
         return f"whether the {item.runner.upper()} runner accepts {config} is not known: {item.note}"
     running = {runner for runner, item in accepts.items() if item.ok}
     if accepts and not running:
-        if ACCEPTS in behaviour.chain:
+        if ACCEPTS in behaviour.chain and not guard:
             refusal = "; ".join(f"{item.runner.upper()}: {item.note}" for item in accepts.values())
             return {(config, "-", "-"): (False, f"no runner accepts it ({refusal})")}
         return {}
