@@ -6,7 +6,6 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..draft import sandbox
 from ..model import TargetInfo
 from ..source import SourceTree
 
@@ -27,7 +26,13 @@ class ResolvedTarget:
 
 def local(tree: SourceTree, info: TargetInfo) -> ResolvedTarget:
     """A tree on this machine: its code runs in the isolated child process."""
-    return ResolvedTarget(tree, info, behaviour=sandbox.run)
+    return ResolvedTarget(tree, info, behaviour=_run_in_child)
+
+
+def _run_in_child(*args: Any) -> Any:
+    from ..draft import sandbox  # only when behaviour runs: a warm check never does
+
+    return sandbox.run(*args)
 
 
 class Target(Protocol):
