@@ -35,9 +35,10 @@ for relpath in sys.argv[2:]:
 """
 
 
-def timed(command: list[str], env: dict) -> float:
+def timed(command: list[str], env: dict, cwd: Path | None = None) -> float:
+    """Wall time of one run. ``cwd`` matters: ``python -m`` puts it first on sys.path."""
     start = time.perf_counter()
-    subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    subprocess.run(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     return time.perf_counter() - start
 
 
@@ -70,12 +71,12 @@ def _measure(args, root: Path, files: list[str], repo: Path, previous: Path, scr
         cache = {"DFLASH_DOCTOR_CACHE": str(scratch / f"cache-{name}"), "PYTHONPATH": str(source)}
         envs[f"{name} cold"] = {**base_env, **cache, "DFLASH_DOCTOR_NO_CACHE": "1"}
         envs[f"{name} warm"] = {**base_env, **cache}
-        timed(check, envs[f"{name} warm"])  # fill the results cache and the OS page cache
+        timed(check, envs[f"{name} warm"], scratch)  # fill the results cache and the OS page cache
     samples: dict[str, list[float]] = {"baseline": [], **{name: [] for name in envs}}
     for _ in range(args.runs):  # interleaved, so that machine noise hits all of them alike
-        samples["baseline"].append(timed(baseline, envs["now cold"]))
+        samples["baseline"].append(timed(baseline, envs["now cold"], scratch))
         for name, env in envs.items():
-            samples[name].append(timed(check, env))
+            samples[name].append(timed(check, env, scratch))
     base = statistics.median(samples["baseline"])
     print(f"vLLM {args.release}: {len(files)} files read by the rules, {args.runs} runs each, median wall time")
     print(f"  baseline (libcst parse of those files, one process): {base:.3f} s")
