@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import copy
 import dataclasses
+import textwrap
 from collections.abc import Iterable
 from functools import lru_cache
 
@@ -134,7 +135,7 @@ class ProgramBuilder:
         origin = f"{file}:{node.name}"
         if self._claim(node.name, origin):
             return
-        definition = _stripped(node)
+        definition = _stripped(node, parsed.text)
         decorators = definition.decorator_list
         definition.decorator_list = []
         for decorator in decorators:
@@ -276,7 +277,7 @@ class ProgramBuilder:
 
     def _method(self, owner: Symbol, method: ast.FunctionDef, constructing: bool = False) -> tuple[str, set[str]]:
         where = f"{owner.qualname}.{method.name} in {owner.file}"
-        definition = _stripped(method)
+        definition = _stripped(method, owner.parsed.text)
         if constructing:
             definition.body = [statement for statement in definition.body if not _base_init(statement)] or [ast.Pass()]
         wrap = None
@@ -316,9 +317,29 @@ def attribute_names(source: str) -> frozenset[str]:
     return frozenset(n.attr for n in ast.walk(parse_python(source)) if isinstance(n, ast.Attribute))
 
 
-def _stripped(node: ast.FunctionDef) -> ast.FunctionDef:
+def _copied(node: ast.FunctionDef, text: str) -> ast.FunctionDef:
+    """A fresh tree of the definition: its source lines parsed again (the C parser
+    is far faster than ``deepcopy`` on a long method); ``deepcopy`` when they do
+    not give back the same definition (a synthetic node, odd indentation)."""
+    start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    segment = "".join(_lines(text)[start - 1:node.end_lineno])
+    try:
+        again = parse_python(textwrap.dedent(segment)).body
+    except SyntaxError:
+        again = []
+    if len(again) == 1 and type(again[0]) is type(node) and again[0].name == node.name and len(again[0].body) == len(node.body):
+        return again[0]
+    return copy.deepcopy(node)
+
+
+@lru_cache(maxsize=32)
+def _lines(text: str) -> list[str]:
+    return text.splitlines(keepends=True)
+
+
+def _stripped(node: ast.FunctionDef, text: str) -> ast.FunctionDef:
     """A copy without annotations: they name types the sandbox does not have."""
-    definition = copy.deepcopy(node)
+    definition = _copied(node, text)
     for inner in ast.walk(definition):
         if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)):
             inner.returns = None
