@@ -1,11 +1,14 @@
 """Check results remembered by the content of the files they were read from.
 
-The key is the tool's own code, the bytes of the selected rule files and the
-sha256 of every file the rules name, so a hit is exactly the answer a fresh
-evaluation would give. A run that had to search the package for moved code
-is not cached (its answer depends on files outside the key). A hit needs no
-parse and no libcst import. ``DFLASH_DOCTOR_NO_CACHE=1`` turns it off; a cache
-that cannot be read or written is skipped, never an error.
+Two entries: what the code's forms say (``checked_fixes``, which ``patch``
+plans from) and the verdicts with behaviour (``judged_fixes``). The key is the
+tool's own code, the bytes of the selected rule files and reference drafter
+configs, whether the target runs behaviour, and the sha256 of every file the
+rules name (anchors and behaviour files), so a hit is exactly the answer a
+fresh evaluation would give. A run that had to search the package for moved
+code is not cached (its answer depends on files outside the key). A hit needs
+no parse, no libcst import and no child process. ``DFLASH_DOCTOR_NO_CACHE=1``
+turns it off; a cache that cannot be read or written is skipped, never an error.
 """
 
 from __future__ import annotations
@@ -14,14 +17,22 @@ import hashlib
 import json
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .model import FixResult, ToolError
 from .paths import cache_dir, caches_disabled, write_atomically
 from .rules import Rule
 from .source import SiteError, SourceTree
 
+if TYPE_CHECKING:
+    from .draft.config import DraftConfig
+    from .draft.probes import Probes
+    from .targets import ResolvedTarget
+
 def checked_fixes(tree: SourceTree, rules: tuple[Rule, ...]) -> tuple[FixResult, ...]:
-    key = None if caches_disabled() else _key(tree, rules)
+    """What the code's forms alone say."""
+    files = sorted({a.file for rule in rules for a in rule.anchors} | {rule.applies.file for rule in rules})
+    key = None if caches_disabled() else _key(tree, rules, files, "structure")
     if key is not None:
         cached = _load(key)
         if cached is not None:
@@ -32,22 +43,53 @@ def checked_fixes(tree: SourceTree, rules: tuple[Rule, ...]) -> tuple[FixResult,
     checker = Checker(tree)
     fixes = checker.run(rules)
     if key is not None and not checker.scanned:
-        entry = {"inspected": tree.inspected(), "fixes": [fix.to_json() for fix in fixes]}
-        try:
-            path = _path(key)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomically(path, json.dumps(entry))
-        except (OSError, ToolError):
-            pass
+        _store(key, tree, fixes)
     return fixes
 
 
-def _key(tree: SourceTree, rules: tuple[Rule, ...]) -> str | None:
-    files = sorted({a.file for rule in rules for a in rule.anchors} | {rule.applies.file for rule in rules})
+def judged_fixes(resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftConfig | None = None) -> tuple[tuple[FixResult, ...], Probes | None]:
+    """The verdicts: behaviour decides where the target can run the tree's code,
+    structure explains; and what the tree computes for ``user``'s config (not cached)."""
+    tree = resolved.tree
+    files = sorted({relpath for rule in rules for relpath in rule.files})
+    mode = "behaviour" if resolved.behaviour is not None else "structure only"
+    key = None if caches_disabled() or user is not None else _key(tree, rules, files, mode, _references())
+    if key is not None:
+        cached = _load(key)
+        if cached is not None:
+            tree.remember_inspected(cached["inspected"])
+            return tuple(FixResult.from_json(fix) for fix in cached["fixes"]), None
+    from .verdicts import judge
+
+    fixes, probes, scanned = judge(resolved, rules, user)
+    if key is not None and not scanned:
+        _store(key, tree, fixes)
+    return fixes, probes
+
+
+def _store(key: str, tree: SourceTree, fixes: tuple[FixResult, ...]) -> None:
+    entry = {"inspected": tree.inspected(), "fixes": [fix.to_json() for fix in fixes]}
+    try:
+        path = _path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, json.dumps(entry))
+    except (OSError, ToolError):
+        pass
+
+
+def _references() -> list[str]:
+    from .behaviour.reference import reference_dir
+
+    return [hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(reference_dir().glob("*.json"))]
+
+
+def _key(tree: SourceTree, rules: tuple[Rule, ...], files: list[str], mode: str, references: list[str] | None = None) -> str | None:
     try:
         material = {
             "tool": _tool_digest(),
+            "mode": mode,
             "rules": [hashlib.sha256(rule.source.read_bytes()).hexdigest() for rule in rules],
+            "references": references or [],
             "files": {relpath: tree.digest(relpath) for relpath in files},
         }
     except (OSError, SiteError):

@@ -1,11 +1,11 @@
-"""The check job: target -> tree -> rules -> report."""
+"""The check job: target -> tree -> behaviour and structure -> report."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from . import __version__
-from .cache import checked_fixes
+from .cache import judged_fixes
 from .model import CheckReport
 from .patching.state import mark_local_patches
 from .provenance import read_provenance
@@ -16,15 +16,17 @@ from .targets import Target
 def run_check(
     target: Target, rules: tuple[Rule, ...], draft_config: Path | None = None, target_config: Path | None = None
 ) -> CheckReport:
-    """With ``draft_config``, the report also lints the drafter and probes what this
-    tree computes for it; a fix a probe contradicts becomes ``unknown``."""
+    """Behaviour runs on the reference drafter configs wherever the target can run
+    the tree's code; with ``draft_config`` the user's config is added (its answer
+    gates) and the report also lints it and shows what the tree computes for it."""
     resolved = target.resolve()
-    fixes = checked_fixes(resolved.tree, rules)
     sections = ()
-    if draft_config is not None:
+    if draft_config is None:
+        fixes, _ = judged_fixes(resolved, rules)
+    else:
         from .draft import draft_sections
 
-        sections, fixes = draft_sections(resolved.tree, draft_config, target_config, fixes)
+        sections, fixes = draft_sections(resolved, rules, draft_config, target_config)
     provenance = read_provenance(resolved.tree)
     report = CheckReport(resolved.info, provenance, fixes, __version__, sections=sections)
     return mark_local_patches(report, resolved.tree)

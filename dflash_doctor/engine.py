@@ -11,8 +11,13 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, Evidence, FixResult
 from .patterns import Match, NodeIndex, subtree_ids
+from .rebinding import rebound_at
 from .rules import IGNORE, Anchor, Form, Rule
 from .source import SiteError, SourceTree, Symbol, search_name
+
+
+REBOUND = "rebound"  # evidence form: the anchored definition is replaced later in its module
+UNRECOGNISED = "unrecognised"  # evidence form: code at an anchor that no form of the rule matches
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +77,7 @@ def evaluate_site(rule: Rule, anchor: Anchor, symbol: Symbol) -> SiteResult:
     hits = match_forms(rule.forms_for(anchor.id), module)
     if not hits:
         note = "no known form of this fix matches this code"
-        return SiteResult(frozenset(), (Evidence(symbol.file, symbol.line, symbol.qualname, "unrecognised", note),), ())
+        return SiteResult(frozenset(), (Evidence(symbol.file, symbol.line, symbol.qualname, UNRECOGNISED, note),), ())
     lines = _line_finder(symbol, module, offset)
     evidence = []
     for hit in hits:
@@ -196,6 +201,12 @@ class Checker:
                     problems.append(f"{anchor.symbol} not found ({anchor.file} or anywhere in the package)")
                 continue
             for symbol in symbols:
+                line = rebound_at(symbol)
+                if line is not None:
+                    note = f"{symbol.qualname} is replaced at line {line}, after its definition: the code read here is not the code that runs"
+                    evidence.append(Evidence(symbol.file, line, symbol.qualname, REBOUND, note))
+                    problems.append(f"{note} ({symbol.file}:{line})")
+                    continue
                 try:
                     site = evaluate_site(rule, anchor, symbol)
                 except (SiteError, cst.ParserSyntaxError) as exc:

@@ -13,6 +13,10 @@ NOT_APPLICABLE = "not-applicable"
 UNKNOWN = "unknown"
 VERDICTS = (PRESENT, ABSENT, PARTIAL, NOT_APPLICABLE, UNKNOWN)
 
+BEHAVIOUR = "behaviour"  # decided by running the tree's own code
+STRUCTURE = "structure"  # decided by the code's forms alone
+DECIDERS = (BEHAVIOUR, STRUCTURE)
+
 EXIT_OK = 0
 EXIT_MISSING = 1
 EXIT_UNKNOWN = 2
@@ -59,6 +63,63 @@ class Waiver:
 
 
 @dataclasses.dataclass(frozen=True)
+class Observation:
+    """One link of a behavioural question on one configuration: what the tree's
+    code computed and what the drafter needs. ``ok`` is None when it could not
+    be computed (``note`` says why) and for links that are recorded, not judged."""
+
+    config: str
+    runner: str | None
+    setting: str
+    part: str
+    layer: int | None
+    expected: Any
+    observed: Any
+    ok: bool | None
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "config": self.config, "runner": self.runner, "setting": self.setting, "part": self.part,
+            "layer": self.layer, "expected": self.expected, "observed": self.observed, "ok": self.ok,
+            "note": self.note or None,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Observation":
+        return cls(data["config"], data["runner"], data["setting"], data["part"], data["layer"], data["expected"],
+                   data["observed"], data["ok"], data.get("note") or "")
+
+
+@dataclasses.dataclass(frozen=True)
+class BehaviourAnswer:
+    """What running the tree's code says about one fix: ``status`` None when it
+    could not answer (``reason`` says why); ``works``/``fails`` name configurations."""
+
+    question: str
+    status: str | None
+    reason: str
+    works: tuple[str, ...] = ()
+    fails: tuple[str, ...] = ()
+    observations: tuple[Observation, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "question": self.question,
+            "status": self.status,
+            "reason": self.reason or None,
+            "works": list(self.works),
+            "fails": list(self.fails),
+            "observations": [item.to_json() for item in self.observations],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "BehaviourAnswer":
+        return cls(data["question"], data["status"], data["reason"] or "", tuple(data["works"]), tuple(data["fails"]),
+                   tuple(Observation.from_json(item) for item in data["observations"]))
+
+
+@dataclasses.dataclass(frozen=True)
 class FixResult:
     id: str
     status: str
@@ -68,6 +129,9 @@ class FixResult:
     remedy: str
     reason: str = ""
     waiver: Waiver | None = None  # set when an active waiver covers this (non-present) fix
+    decided_by: str = STRUCTURE
+    behaviour: BehaviourAnswer | None = None  # None when behaviour did not run for this target
+    structure_status: str | None = None  # what the code's forms alone say
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -79,12 +143,17 @@ class FixResult:
             "remedy": self.remedy,
             "reason": self.reason or None,
             "waiver": self.waiver.to_json() if self.waiver else None,
+            "decided_by": self.decided_by,
+            "structure": self.structure_status,
+            "behaviour": self.behaviour.to_json() if self.behaviour else None,
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "FixResult":
         evidence = tuple(Evidence.from_json(item) for item in data["evidence"])
-        return cls(data["id"], data["status"], data["title"], tuple(data["prs"]), evidence, data["remedy"], data["reason"] or "")
+        behaviour = BehaviourAnswer.from_json(data["behaviour"]) if data.get("behaviour") else None
+        return cls(data["id"], data["status"], data["title"], tuple(data["prs"]), evidence, data["remedy"], data["reason"] or "",
+                   decided_by=data.get("decided_by", STRUCTURE), behaviour=behaviour, structure_status=data.get("structure"))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 from functools import cache, cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .model import ABSENT, PARTIAL, PRESENT, ToolError
+from .model import ABSENT, DECIDERS, PARTIAL, PRESENT, ToolError
 
 if TYPE_CHECKING:
     from .patterns import Pattern, Template
@@ -62,6 +63,7 @@ class Form:
     remedy: str = ""
     where_file: str = ""
     patch: FormPatch | None = None
+    catch_all: bool = False  # matches more code than the fix's own: locates, never decides alone
 
     @cached_property
     def patterns(self) -> tuple[Pattern, ...]:
@@ -129,6 +131,65 @@ class Case:
     expect: tuple[str, ...]
 
 
+QUESTIONS = {  # question kind -> the links (parts) its observations have
+    "capture-ids": ("runner-accepts", "resolver"),
+    "layer-attention": ("runner-accepts", "sliding-window", "causality"),
+    "block-drop": ("kv-cache-manager",),
+}
+DIMENSIONS = ("runner", "setting")  # drafter configs are always alternatives (subjects, guards)
+
+
+@dataclasses.dataclass(frozen=True)
+class Behaviour:
+    """The end-to-end question a fix answers by running the tree's own code.
+
+    ``chain``: the links that must all hold for one configuration to work;
+    ``alternatives``: the dimensions whose configurations may disagree (the
+    fix is then partial), any other dimension must work everywhere;
+    ``subjects``: the reference configs the fix is about; ``guards``: configs
+    it must not break; ``files``: what the question reads beyond the anchors."""
+
+    question: str
+    chain: tuple[str, ...]
+    alternatives: tuple[str, ...]
+    subjects: tuple[str, ...]
+    guards: tuple[str, ...]
+    files: tuple[str, ...]
+    construct: Construct | None = None
+    uncovered: tuple[str, ...] = ()  # anchors whose code the question does not run: their forms still count
+
+
+@dataclasses.dataclass(frozen=True)
+class Construct:
+    """Build the drafter's decoder layers from the tree's own classes: ``layer``
+    (a class in ``file``) for each layer index (its parameter named one of
+    ``index_parameters``), with stand-ins for every name outside the extracted
+    code; calls of ``recorded`` are recorded and bound to the parameters of
+    ``signature`` (``file``, ``Class.__init__``) to read ``window``; ``causal``
+    is an attribute path on the built layer. ``assume``: values of stand-ins a
+    branch reads (the deployment the question is about)."""
+
+    file: str
+    layer: str
+    index_parameters: tuple[str, ...]
+    recorded: str
+    signature_file: str
+    signature: str
+    window: str
+    causal: str
+    assume: tuple[tuple[str, Any], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class FixCase:
+    """A whole-fix case: a small tree (relpath -> code) and what the check must say."""
+
+    name: str
+    files: tuple[tuple[str, str], ...]
+    status: str
+    decided_by: str
+
+
 @dataclasses.dataclass(frozen=True)
 class Rule:
     id: str
@@ -145,12 +206,14 @@ class Rule:
     cases: tuple[Case, ...]
     source: Path
     patch_refusal: str = ""  # why forms without a patch are not patched in place
+    behaviour: Behaviour | None = None
+    fix_cases: tuple[FixCase, ...] = ()
 
-    def anchor(self, anchor_id: str) -> Anchor:
-        for anchor in self.anchors:
-            if anchor.id == anchor_id:
-                return anchor
-        raise KeyError(anchor_id)
+    @property
+    def files(self) -> tuple[str, ...]:
+        """Every file a check of this rule reads: anchors, applicability, behaviour."""
+        files = {a.file for a in self.anchors} | {self.applies.file}
+        return tuple(sorted(files | set(self.behaviour.files if self.behaviour else ())))
 
     def forms_for(self, anchor_id: str) -> list[Form]:
         return [form for form in self.forms if anchor_id in form.anchors]
@@ -200,6 +263,8 @@ def load_rule(path: Path) -> Rule:
             raise ToolError(f"{form_where}: needs patterns or unless")
         where_clauses = []
         for metavariable, tests in raw.get("where", {}).items():
+            if not any(re.search(rf"\${re.escape(metavariable)}\b", source) for source in raw.get("patterns", [])):
+                raise ToolError(f"{form_where}: where names ${metavariable}, which no pattern of the form binds")
             for test, pattern in tests.items():
                 if test not in ("contains", "not_contains"):
                     raise ToolError(f"{form_where}: where test must be contains or not_contains")
@@ -216,6 +281,7 @@ def load_rule(path: Path) -> Rule:
                 remedy=_prose(raw.get("remedy", "")),
                 where_file=form_where,
                 patch=_form_patch(raw, verdict, form_where),
+                catch_all=_boolean(raw, "catch_all", form_where),
             )
         )
     _check_patches(forms, where)
@@ -239,7 +305,91 @@ def load_rule(path: Path) -> Rule:
         cases=cases,
         source=path,
         patch_refusal=_prose(data.get("patch_refusal", "")),
+        behaviour=_behaviour(data.get("behaviour"), where, anchor_ids),
+        fix_cases=tuple(_fix_case(raw, where) for raw in data.get("fix_cases", [])),
     )
+
+
+def _boolean(raw: dict[str, Any], key: str, where: str) -> bool:
+    value = raw.get(key, False)
+    if not isinstance(value, bool):
+        raise ToolError(f"{where}: {key} must be true or false")
+    return value
+
+
+def _strings(raw: dict[str, Any], key: str, where: str, allowed: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    value = raw.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ToolError(f"{where}: {key} must be a list of strings")
+    bad = [item for item in value if allowed is not None and item not in allowed]
+    if bad:
+        raise ToolError(f"{where}: {key} names {', '.join(bad)} (known: {', '.join(allowed)})")
+    return tuple(value)
+
+
+def _behaviour(raw: Any, where: str, anchor_ids: set[str]) -> Behaviour | None:
+    if raw is None:
+        return None
+    where = f"{where}: behaviour"
+    if not isinstance(raw, dict):
+        raise ToolError(f"{where} must be a table")
+    _known_keys(raw, ("question", "chain", "alternatives", "subjects", "guards", "files", "construct", "uncovered"), where)
+    question = _require(raw, "question", where)
+    if question not in QUESTIONS:
+        raise ToolError(f"{where}: question must be one of {', '.join(QUESTIONS)}")
+    from .behaviour.reference import reference_names
+
+    chain = _strings(raw, "chain", where, QUESTIONS[question])
+    subjects = _strings(raw, "subjects", where, reference_names())
+    if not chain or not subjects:
+        raise ToolError(f"{where}: needs a chain and subjects")
+    return Behaviour(
+        question=question,
+        chain=chain,
+        alternatives=_strings(raw, "alternatives", where, DIMENSIONS),
+        subjects=subjects,
+        guards=_strings(raw, "guards", where, reference_names()),
+        files=_strings(raw, "files", where),
+        construct=_construct(raw.get("construct"), f"{where}.construct"),
+        uncovered=_strings(raw, "uncovered", where, tuple(sorted(anchor_ids))),
+    )
+
+
+def _construct(raw: Any, where: str) -> Construct | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not isinstance(raw.get("signature"), dict) or not isinstance(raw.get("assume", {}), dict):
+        raise ToolError(f"{where} must be a table with a signature table")
+    _known_keys(raw, ("file", "layer", "index_parameters", "recorded", "signature", "window", "causal", "assume"), where)
+    signature = raw["signature"]
+    return Construct(
+        file=_require(raw, "file", where), layer=_require(raw, "layer", where),
+        index_parameters=_strings(raw, "index_parameters", where), recorded=_require(raw, "recorded", where),
+        signature_file=_require(signature, "file", where), signature=_require(signature, "symbol", where),
+        window=_require(raw, "window", where), causal=_require(raw, "causal", where),
+        assume=tuple(sorted(raw.get("assume", {}).items())),
+    )
+
+
+def _known_keys(raw: dict[str, Any], known: tuple[str, ...], where: str) -> None:
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise ToolError(f"{where}: unknown key {', '.join(unknown)} (known: {', '.join(known)})")
+
+
+def _fix_case(raw: Any, where: str) -> FixCase:
+    from .model import VERDICTS
+
+    name = _require(raw, "name", where)
+    where = f"{where}: fix case {name!r}"
+    files = _require(raw, "files", where)
+    status = _require(raw, "status", where)
+    decided_by = _require(raw, "decided_by", where)
+    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        raise ToolError(f"{where}: files must map relative paths to code")
+    if status not in VERDICTS or decided_by not in DECIDERS:
+        raise ToolError(f"{where}: status must be a verdict and decided_by one of {', '.join(DECIDERS)}")
+    return FixCase(name, tuple(sorted(files.items())), status, decided_by)
 
 
 def _form_patch(raw: dict[str, Any], verdict: str, where: str) -> FormPatch | None:

@@ -1,5 +1,7 @@
 """`rules test`: every rule's snippets must produce exactly the forms they name,
-and every declared patch, applied to a snippet, must produce its present form."""
+every declared patch, applied to a snippet, must produce its present form, and
+every fix case (a small tree written in the rule) must get its verdict from the
+side it names."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import libcst as cst
 
 from .engine import match_forms
 from .model import ABSENT, PARTIAL, ToolError
-from .rules import IGNORE, Rule, load_rules
+from .rules import IGNORE, FixCase, Rule, load_rules
 
 
 def check_rule(rule: Rule) -> Iterator[tuple[str, bool]]:
@@ -50,6 +52,34 @@ def check_rule(rule: Rule) -> Iterator[tuple[str, bool]]:
     decisive = {form.verdict for form in rule.forms if form.id in covered} - {IGNORE}
     if not decisive >= {"present", "absent"} and not decisive >= {"present", "partial"}:
         yield f"{rule.id}: needs at least one positive and one negative case", False
+    for case in rule.fix_cases:
+        yield _check_fix_case(rule, case)
+
+
+def _check_fix_case(rule: Rule, case: FixCase) -> tuple[str, bool]:
+    """Write the case's tree to a temporary directory and judge it like a user's tree
+    (behaviour in the isolated child, no results cache)."""
+    import tempfile
+    from pathlib import Path
+
+    from .targets.path import PathTarget
+    from .verdicts import judge
+
+    with tempfile.TemporaryDirectory(prefix="dflash-doctor-case-") as scratch:
+        root = Path(scratch)
+        for relpath, code in case.files:
+            path = root / relpath
+            if root.resolve() not in path.resolve().parents:
+                return f"{rule.id}: fix case {case.name}: {relpath} is outside the tree", False
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(code.lstrip("\n"), encoding="utf-8")
+        try:
+            (fix,), _, _ = judge(PathTarget(root).resolve(), (rule,))
+        except ToolError as exc:
+            return f"{rule.id}: fix case {case.name}: does not run: {exc}", False
+    ok = (fix.status, fix.decided_by) == (case.status, case.decided_by)
+    detail = "" if ok else f" (expected {case.status} by {case.decided_by}, got {fix.status} by {fix.decided_by}: {fix.reason})"
+    return f"{rule.id}: fix case {case.name}{detail}", ok
 
 
 def _check_patch(rule: Rule, anchor: str, name: str, module: cst.Module) -> tuple[str, bool, bool]:

@@ -40,9 +40,7 @@ def release():
 
 
 def rule_files() -> list[str]:
-    files = {a.file for rule in load_rules() for a in rule.anchors}
-    files |= {rule.applies.file for rule in load_rules()}
-    return sorted(files)
+    return sorted({relpath for rule in load_rules() for relpath in rule.files})
 
 
 @pytest.fixture

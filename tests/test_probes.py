@@ -10,10 +10,9 @@ import pytest
 from dflash_doctor.draft import draft_sections
 from dflash_doctor.draft.config import load_draft_config
 from dflash_doctor.draft.extract import ExtractError, Locator, ProgramBuilder
-from dflash_doctor.draft.probes import PROBED_FILES, run_probes
+from dflash_doctor.draft.probes import run_probes
 from dflash_doctor.draft.render import probe_lines
 from dflash_doctor.draft.sandbox import Call, run
-from dflash_doctor.engine import Checker
 from dflash_doctor.rules import load_rules
 from dflash_doctor.source import DirectoryTree
 from dflash_doctor.targets.path import PathTarget
@@ -148,7 +147,7 @@ def probe_tree(mini_tree, release, version: str) -> Path:
     """The rules' files plus every file the probes read, copied from the real wheel."""
     tree = mini_tree(version)
     source = release(version)
-    for relpath in PROBED_FILES:
+    for relpath in sorted({f for rule in load_rules() for f in rule.files}):
         if (source / relpath).is_file():
             (tree / relpath).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source / relpath, tree / relpath)
@@ -163,18 +162,19 @@ def edit(tree: Path, relpath: str, old: str, new: str) -> None:
 
 
 def check_with_draft(tree: Path, config: Path):
-    resolved = PathTarget(tree).resolve()
-    fixes = Checker(resolved.tree).run(load_rules())
-    sections, adjusted = draft_sections(resolved.tree, config, None, fixes)
-    return {fix.id: fix for fix in fixes}, {fix.id: fix for fix in adjusted}, dict(sections)
+    """(what the forms say, the verdicts with the user's config gating, the report sections)."""
+    sections, fixes = draft_sections(PathTarget(tree).resolve(), load_rules(), config, None)
+    before = {fix.id: fix.structure_status for fix in fixes}
+    return before, {fix.id: fix for fix in fixes}, dict(sections)
 
 
 def test_unaltered_tree_keeps_every_verdict(mini_tree, release):
     tree = probe_tree(mini_tree, release, "0.20.1")
     before, after, sections = check_with_draft(tree, QWEN36)
-    assert {k: f.status for k, f in before.items()} == {k: f.status for k, f in after.items()}
-    assert before["layer-offset"].status == "absent"
-    assert sections["probes"]["disagreements"] == []
+    assert before == {k: f.status for k, f in after.items()}
+    assert before["layer-offset"] == "absent"
+    assert {f.decided_by for f in after.values()} == {"behaviour"}
+    assert after["layer-offset"].decided_by == "behaviour"
     assert sections["draft"]["format"] == "z-lab"
     for key in ("aux_layer_ids", "expected_aux_layer_ids", "layers", "runner", "drops_prefix_block", "reason"):
         assert key in sections["probes"]
@@ -189,15 +189,13 @@ def test_shift_undone_after_the_comprehension_makes_layer_offset_unknown(mini_tr
          "        layer_ids = [i - 1 for i in layer_ids]\n"
          "        if layer_ids and isinstance(layer_ids, (list, tuple)):\n            return tuple(layer_ids)")
     before, after, sections = check_with_draft(tree, QWEN3_8B)
-    assert before["layer-offset"].status == "present"
+    assert before["layer-offset"] == "present"
     assert after["layer-offset"].status == "unknown"
-    assert after["layer-offset"].reason.startswith("PROBE DISAGREES")
+    assert after["layer-offset"].reason.startswith("BEHAVIOUR AND STRUCTURE DISAGREE")
     assert "[1, 9, 17, 25, 33]" in after["layer-offset"].reason
-    assert sections["probes"]["disagreements"] == [
-        {"fix": "layer-offset", "ast": "present", "probe": sections["probes"]["disagreements"][0]["probe"]}
-    ]
-    assert after["cache-drop"] == before["cache-drop"]
-    assert probe_lines(sections["probes"])[1].startswith("  !! PROBE DISAGREES with the layer-offset verdict (present)")
+    assert after["layer-offset"].behaviour.status == "absent"
+    assert after["cache-drop"].status == before["cache-drop"]
+    assert probe_lines(sections["probes"])[1].startswith("  !! vLLM captures aux layers [1, 9, 17, 25, 33]")
 
 
 def test_drop_predicate_changed_under_the_opt_out_flag_makes_cache_drop_unknown(mini_tree, release):
@@ -208,9 +206,9 @@ def test_drop_predicate_changed_under_the_opt_out_flag_makes_cache_drop_unknown(
          'return self.method in ("eagle", "eagle3", "mtp", "dflash", "dspark")',
          'return self.method in ("eagle", "eagle3", "mtp", "dspark")')
     before, after, sections = check_with_draft(tree, QWEN3_8B)
-    assert before["cache-drop"].status == "partial"
+    assert before["cache-drop"] == "partial"
     assert after["cache-drop"].status == "unknown"
-    assert "PROBE DISAGREES" in after["cache-drop"].reason
+    assert "BEHAVIOUR AND STRUCTURE DISAGREE" in after["cache-drop"].reason
     assert sections["probes"]["drops_prefix_block"] is False
 
 
@@ -224,7 +222,10 @@ def test_drop_that_a_later_line_may_undo_is_unknown_not_a_guess(mini_tree, relea
     before, after, sections = check_with_draft(tree, QWEN3_8B)
     assert sections["probes"]["drops_prefix_block"] is None
     assert "may turn the drop off" in sections["probes"]["reason"]["drops_prefix_block"]
-    assert after["cache-drop"] == before["cache-drop"]
+    # The forms still read present; running the code cannot tell: unknown, never present.
+    assert before["cache-drop"] == "present"
+    assert after["cache-drop"].status == "unknown" and after["cache-drop"].decided_by == "behaviour"
+    assert "may turn the drop off" in after["cache-drop"].reason
 
 
 def test_resolver_reading_unknown_state_gives_unknown_layers_not_a_guess(mini_tree, release):
@@ -253,7 +254,9 @@ def test_resolver_moved_to_another_file_is_still_run(mini_tree, release):
 
 
 def test_missing_files_give_reasons_not_guesses(mini_tree, release):
-    tree = mini_tree("0.33.0")  # the rules' files only: no envs.py, no spec_decode/__init__.py
+    tree = mini_tree("0.33.0")
+    for relpath in ("vllm/envs.py", "vllm/v1/worker/gpu/spec_decode/__init__.py"):
+        (tree / relpath).unlink()
     report = run_probes(PathTarget(tree).resolve().tree, load_draft_config(QWEN36)).to_json()
     assert report["runner_support"]["v2"]["supported"] is None
     assert report["default_runner"] is None and "default_runner" in report["reason"]

@@ -13,7 +13,9 @@ from __future__ import annotations
 import ast
 import copy
 import dataclasses
+import textwrap
 from collections.abc import Iterable
+from functools import lru_cache
 
 from ..model import ToolError
 from ..source import SiteError, SourceTree, Symbol, parse_python, search_name
@@ -89,8 +91,14 @@ class Locator:
 class ProgramBuilder:
     """A flat program of copied definitions, in dependency order."""
 
-    def __init__(self, tree: SourceTree, provided: Iterable[str]) -> None:
+    def __init__(self, tree: SourceTree, provided: Iterable[str], classes: bool = False,
+                 follow: Iterable[str] | None = None) -> None:
+        """``classes``: module-level classes of the copied code's own files are
+        copied as classes to construct (``__init__`` and the methods it reaches);
+        ``follow``: the only files imports are followed into (None: any)."""
         self.tree = tree
+        self.classes = classes
+        self.follow = None if follow is None else frozenset(follow)
         self.provided = set(provided)
         self.chunks: list[Chunk] = []
         self.gaps: dict[str, str] = {}  # free name -> label of the gap bound to it
@@ -128,7 +136,7 @@ class ProgramBuilder:
         origin = f"{file}:{node.name}"
         if self._claim(node.name, origin):
             return
-        definition = _stripped(node)
+        definition = _stripped(node, parsed.text)
         decorators = definition.decorator_list
         definition.decorator_list = []
         for decorator in decorators:
@@ -155,7 +163,7 @@ class ProgramBuilder:
             if name not in self.provided:
                 self._resolve(parsed, file, name, depth + 1)
 
-    def _resolve(self, parsed, file: str, name: str, depth: int) -> None:
+    def _resolve(self, parsed, file: str, name: str, depth: int, imported: bool = False) -> None:
         if depth > MAX_DEPTH:
             raise ExtractError(f"the definitions {name!r} depends on go deeper than {MAX_DEPTH} levels")
         bindings = list(_top_level_bindings(parsed.tree, name))
@@ -175,6 +183,8 @@ class ProgramBuilder:
             self.chunks.append(Chunk(name, f"{name} = {ast.unparse(node.value)}"))
         elif isinstance(node, ast.ImportFrom):
             self._follow_import(node, name, file, depth)
+        elif isinstance(node, ast.ClassDef) and self.classes and not imported:
+            self.constructor(Symbol(file, node.name, node, parsed))
         else:
             self._gap(name, f"{name} ({file})")
 
@@ -187,14 +197,30 @@ class ProgramBuilder:
         if module and module.split(".")[0] == self.tree.package:
             base = module.replace(".", "/")
             for candidate in (f"{base}.py", f"{base}/__init__.py"):
+                if self.follow is not None and candidate not in self.follow:
+                    continue
                 try:
                     parsed = self.tree.parsed(candidate)
                 except SiteError:
                     break
                 if parsed is not None:
-                    self._resolve(parsed, candidate, name, depth)
+                    self._resolve_imported(parsed, candidate, name, depth, f"{name} (imported from {module})")
                     return
         self._gap(name, f"{name} (imported from {module or 'a relative module'})")
+
+    def _resolve_imported(self, parsed, file: str, name: str, depth: int, label: str) -> None:
+        """Follow an import into the tree. While constructing classes, a definition
+        there that cannot be copied is a stand-in, like any name from outside."""
+        if not self.classes:
+            self._resolve(parsed, file, name, depth)
+            return
+        kept = (len(self.chunks), dict(self._origins), dict(self.gaps), dict(self.omitted))
+        try:
+            self._resolve(parsed, file, name, depth, imported=True)
+        except ExtractError:
+            del self.chunks[kept[0]:]
+            self._origins, self.gaps, self.omitted = kept[1], kept[2], kept[3]
+            self._gap(name, label)
 
     def _gap(self, name: str, label: str) -> None:
         if name in self.gaps:
@@ -205,7 +231,19 @@ class ProgramBuilder:
 
     # -- classes ---------------------------------------------------------------
 
-    def class_body(self, symbol: Symbol, entries: Iterable[str], option_defaults: bool = False) -> str:
+    def constructor(self, symbol: Symbol) -> str:
+        """Copy a module-level class to construct; its program name. Its bases
+        (torch modules) are not copied: ``super().__init__()`` is dropped."""
+        origin = f"{symbol.file}:{symbol.qualname}"
+        if not self._claim(symbol.node.name, origin):
+            body = self.class_body(symbol, ("__init__",), constructing=True)
+            why = self.omitted.get(f"{symbol.node.name}.__init__")
+            if why:
+                raise ExtractError(why)
+            self.chunks.append(Chunk(symbol.node.name, f"{symbol.node.name} = _module_class({symbol.node.name!r}, {body!r})"))
+        return symbol.node.name
+
+    def class_body(self, symbol: Symbol, entries: Iterable[str], option_defaults: bool = False, constructing: bool = False) -> str:
         """Source of a class body holding ``entries`` and every method they reach
         through ``self``. With ``option_defaults``, fields annotated as plain
         options (bool, int, float, str) keep their literal default: the launch
@@ -230,7 +268,7 @@ class ProgramBuilder:
             included.add(name)
             method = methods[name]
             try:
-                source, reached = self._method(symbol, method)
+                source, reached = self._method(symbol, method, constructing)
             except ExtractError as exc:
                 self.omitted[f"{node.name}.{name}"] = str(exc)
                 continue
@@ -238,9 +276,11 @@ class ProgramBuilder:
             queue.extend(attr for attr in reached if attr in methods)
         return "\n".join(lines) + "\n"
 
-    def _method(self, owner: Symbol, method: ast.FunctionDef) -> tuple[str, set[str]]:
+    def _method(self, owner: Symbol, method: ast.FunctionDef, constructing: bool = False) -> tuple[str, set[str]]:
         where = f"{owner.qualname}.{method.name} in {owner.file}"
-        definition = _stripped(method)
+        definition = _stripped(method, owner.parsed.text)
+        if constructing:
+            definition.body = [statement for statement in definition.body if not _base_init(statement)] or [ast.Pass()]
         wrap = None
         kept = []
         for decorator in definition.decorator_list:
@@ -272,13 +312,35 @@ class ProgramBuilder:
         return names
 
 
-def attribute_names(source: str) -> set[str]:
-    return {n.attr for n in ast.walk(parse_python(source)) if isinstance(n, ast.Attribute)}
+@lru_cache(maxsize=512)
+def attribute_names(source: str) -> frozenset[str]:
+    """Every ``x.name`` in a chunk of the program (cached: stubs are rebuilt until no name is new)."""
+    return frozenset(n.attr for n in ast.walk(parse_python(source)) if isinstance(n, ast.Attribute))
 
 
-def _stripped(node: ast.FunctionDef) -> ast.FunctionDef:
+def _copied(node: ast.FunctionDef, text: str) -> ast.FunctionDef:
+    """A fresh tree of the definition: its source lines parsed again (the C parser
+    is far faster than ``deepcopy`` on a long method); ``deepcopy`` when they do
+    not give back the same definition (a synthetic node, odd indentation)."""
+    start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    segment = "".join(_lines(text)[start - 1:node.end_lineno])
+    try:
+        again = parse_python(textwrap.dedent(segment)).body
+    except SyntaxError:
+        again = []
+    if len(again) == 1 and type(again[0]) is type(node) and again[0].name == node.name and len(again[0].body) == len(node.body):
+        return again[0]
+    return copy.deepcopy(node)
+
+
+@lru_cache(maxsize=32)
+def _lines(text: str) -> list[str]:
+    return text.splitlines(keepends=True)
+
+
+def _stripped(node: ast.FunctionDef, text: str) -> ast.FunctionDef:
     """A copy without annotations: they name types the sandbox does not have."""
-    definition = copy.deepcopy(node)
+    definition = _copied(node, text)
     for inner in ast.walk(definition):
         if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)):
             inner.returns = None
@@ -299,6 +361,16 @@ def _stripped(node: ast.FunctionDef) -> ast.FunctionDef:
                             else ast.Pass()
                         )
     return ast.fix_missing_locations(definition)
+
+
+def _base_init(statement: ast.stmt) -> bool:
+    """``super().__init__(...)``: the base is a torch module the program does not have."""
+    call = statement.value if isinstance(statement, ast.Expr) else None
+    return (
+        isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "__init__"
+        and isinstance(call.func.value, ast.Call) and isinstance(call.func.value.func, ast.Name)
+        and call.func.value.func.id == "super"
+    )
 
 
 def _refuse_dunders(node: ast.AST, where: str) -> None:

@@ -25,6 +25,10 @@ size limits; each call has its own timer. Stubs are described by ``spec``:
     {"$returns": spec}       a function returning the spec (any arguments)
     {"$noop": label}         every attribute is a function doing nothing (a logger)
     {"$unset_env": label}    an ``os`` whose environment is empty (anything else is a gap)
+    {"$standin": path, "assume": {path: value}, "record": [path]}
+                             a permissive stand-in for a name outside the extracted code
+    {"$records": true}       a function taking the calls recorded so far
+    {"$module_class": true}  ``f(name, body)``: a class with that body on a Module base
 
 A gap is raised as a BaseException, so no ``except Exception`` in the
 inspected code can swallow it and take another path.
@@ -98,6 +102,21 @@ class Obj:
         raise MissingConfigKey(label, name)
 
 
+class LooseConfig(Obj):
+    """A drafter config while classes are constructed: a key the file does not set
+    is the library's default, unknown here: read plainly it is a stand-in; read with
+    ``getattr(config, key, default)`` or ``hasattr`` it is missing (see safe_getattr)."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return StandIn("%s.%s" % (object.__getattribute__(self, "_label"), name), {}, ())
+
+
+def _missing(obj, name):
+    return isinstance(obj, LooseConfig) and name not in object.__getattribute__(obj, "__dict__")
+
+
 class NoOp:
     def __getattr__(self, name):
         return lambda *args, **kwargs: None
@@ -128,6 +147,104 @@ class ImportedName(Gap):
         return Constructed(object.__getattribute__(self, "path"))
 
 
+RECORDS = []  # calls of recorded stand-ins (e.g. Attention) since the last take_records()
+
+
+def take_records():
+    taken = list(RECORDS)
+    del RECORDS[:]
+    return taken
+
+
+def summary(value, depth=0):
+    """A recorded argument as JSON: plain values as they are, stand-ins by their path."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, StandIn):
+        return {"$standin": object.__getattribute__(value, "_path")}
+    if isinstance(value, (list, tuple)) and depth < 4:
+        return [summary(item, depth + 1) for item in value]
+    return {"$repr": type(value).__name__}
+
+
+class StandIn:
+    """Stands for a torch/vLLM name outside the extracted code while a class is
+    constructed: attributes, calls and arithmetic give further stand-ins (named by
+    their path); a branch on one is a gap unless the rule assumes its value; calls
+    of a recorded name are recorded with their arguments."""
+
+    def __init__(self, path, assume, record):
+        object.__setattr__(self, "_path", path)
+        object.__setattr__(self, "_assume", assume)
+        object.__setattr__(self, "_record", record)
+
+    def _derive(self, path):
+        assume = object.__getattribute__(self, "_assume")
+        if path in assume:
+            return assume[path]
+        return StandIn(path, assume, object.__getattribute__(self, "_record"))
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return StandIn._derive(self, "%s.%s" % (object.__getattribute__(self, "_path"), name))
+
+    def __call__(self, *args, **kwargs):
+        path = object.__getattribute__(self, "_path")
+        if path in object.__getattribute__(self, "_record"):
+            RECORDS.append({"callee": path, "args": [summary(a) for a in args],
+                            "kwargs": dict((k, summary(v)) for k, v in kwargs.items())})
+        return StandIn._derive(self, path + "()")
+
+    def __setattr__(self, name, value):
+        object.__setattr__(self, name, value)
+
+    def __repr__(self):
+        return "<%s>" % object.__getattribute__(self, "_path")
+
+    def __format__(self, spec):
+        return repr(self)
+
+    __str__ = __repr__
+
+
+def _stand_in_gap(self, *args):
+    raise ProbeGap("%s (a stand-in) decides a branch or a value" % object.__getattribute__(self, "_path"))
+
+
+def _stand_in_op(symbol):
+    def operate(self, *args):
+        return StandIn._derive(self, "(%s %s)" % (object.__getattribute__(self, "_path"), symbol))
+    return operate
+
+
+for _name in "__bool__ __iter__ __len__ __index__ __int__ __float__ __hash__ __contains__ __enter__".split():
+    setattr(StandIn, _name, _stand_in_gap)
+for _name, _symbol in (("add", "+"), ("sub", "-"), ("mul", "*"), ("truediv", "/"), ("floordiv", "//"), ("mod", "%"),
+                       ("pow", "**"), ("and", "&"), ("or", "|")):
+    setattr(StandIn, "__%s__" % _name, _stand_in_op(_symbol))
+    setattr(StandIn, "__r%s__" % _name, _stand_in_op(_symbol))
+for _name, _symbol in (("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="),
+                       ("getitem", "[]"), ("neg", "-"), ("invert", "~")):
+    setattr(StandIn, "__%s__" % _name, _stand_in_op(_symbol))
+
+
+class Module:
+    """Base of a constructed class (it stands for torch.nn.Module): an attribute
+    its constructor did not set does not exist."""
+
+    def __getattr__(self, name):
+        raise AttributeError("%s has no attribute %s" % (type(self).__name__, name))
+
+
+def module_class_factory(namespace):
+    def module_class(name, body):
+        methods = {}
+        exec(body, namespace, methods)
+        return type(name, (Module,), methods)
+    return module_class
+
+
 def _plain_name(name):
     if isinstance(name, str) and name.startswith("__"):
         raise ProbeGap("a dunder attribute (%s)" % name)
@@ -135,11 +252,13 @@ def _plain_name(name):
 
 
 def safe_getattr(obj, name, *default):
+    if default and _missing(obj, name):
+        return default[0]
     return getattr(obj, _plain_name(name), *default)
 
 
 def safe_hasattr(obj, name):
-    return hasattr(obj, _plain_name(name))
+    return not _missing(obj, name) and hasattr(obj, _plain_name(name))
 
 
 def safe_setattr(obj, name, value):
@@ -163,7 +282,7 @@ def build(spec, data, namespace):
     if "$obj" in spec:
         if "data" in spec:
             keys = {k: v for k, v in copy.deepcopy(data[spec["data"]]).items() if not k.startswith("__")}
-            return Obj(spec["$obj"], keys, False)
+            return (LooseConfig if spec.get("loose") else Obj)(spec["$obj"], keys, False)
         return Obj(spec["$obj"], build(spec.get("attrs", {}), data, namespace), True)
     if "$class" in spec:
         body = {}
@@ -177,6 +296,12 @@ def build(spec, data, namespace):
         return lambda *args, **kwargs: value
     if "$noop" in spec:
         return NoOp()
+    if "$standin" in spec:
+        return StandIn(spec["$standin"], build(spec.get("assume", {}), data, namespace), tuple(spec.get("record", ())))
+    if "$records" in spec:
+        return take_records
+    if "$module_class" in spec:
+        return module_class_factory(namespace)
     if "$unset_env" in spec:
         return Obj(spec["$unset_env"], {"environ": {}, "getenv": lambda key, default=None: default}, True)
     return {key: build(value, data, namespace) for key, value in spec.items()}

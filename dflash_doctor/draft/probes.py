@@ -28,14 +28,15 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..model import ABSENT, PARTIAL, PRESENT, UNKNOWN, FixResult
+from ..model import UNKNOWN
 from ..source import SiteError, SourceTree, Symbol
 from . import sandbox
 from .config import SPECULATORS, ZLAB, DraftConfig, draft_layer_count
 from .extract import ExtractError, Locator, ProgramBuilder, Site, attribute_names
-from .sandbox import Call, Outcome, SandboxError
+from .sandbox import Call, Chunk, Outcome, SandboxError
 
 V1_RESOLVER = ("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._get_eagle3_aux_layers_from_config")
 V2_RESOLVER = ("vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py", "get_eagle3_aux_layers_from_config")
@@ -55,11 +56,13 @@ PROVIDED = ("get_current_vllm_config", "envs", "logger", "os")
 # Every DFlash release has these; the others are missing from older releases.
 REQUIRED = (V1_RESOLVER, SPEC_CONFIG, VLLM_CONFIG, SCHEDULER)
 OPTIONAL = (V2_RESOLVER, LAYER_RESOLVER, SPECULATOR_FACTORY)
-PROBED_FILES = tuple(sorted({
-    V1_RESOLVER[0], V2_RESOLVER[0], LAYER_RESOLVER[0], SPEC_CONFIG[0], VLLM_CONFIG[0],
-    SPECULATOR_FACTORY[0], ENVS, SCHEDULER[0], SPECULATORS_ALGOS,
-}))
 RUNNERS = ("v1", "v2")
+# Where a probe program runs: sandbox.run here, or the same request on the host that holds the tree.
+Runner = Callable[[Sequence[Chunk], Sequence[Call], dict[str, Any], dict[str, Any]], dict[str, Outcome]]
+
+
+class NotRegistered(ExtractError):
+    """The tree has no loader for the drafter's format: it cannot run that drafter."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,16 +72,6 @@ class RunnerSupport:
 
     def to_json(self) -> dict[str, Any]:
         return {"supported": self.supported, "reason": self.reason}
-
-
-@dataclasses.dataclass(frozen=True)
-class Disagreement:
-    fix: str
-    ast_status: str
-    probe: str
-
-    def to_json(self) -> dict[str, str]:
-        return {"fix": self.fix, "ast": self.ast_status, "probe": self.probe}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +92,8 @@ class Probes:
     mismatches: tuple[str, ...]
     reasons: tuple[tuple[str, str], ...]
     evidence: tuple[Site, ...]
-    disagreements: tuple[Disagreement, ...] = ()
+    has_opt_out: bool = False  # the tree's SpeculativeConfig has the opt-out flag
+    hf_config: dict[str, Any] | None = dataclasses.field(default=None, compare=False)  # as vLLM builds it
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -117,7 +111,6 @@ class Probes:
             "prefix_block_predicate": self.prefix_block_predicate,
             f"drops_prefix_block_with_{OPT_OUT_FIELD}": self.drops_prefix_block_when_disabled,
             "mismatches": list(self.mismatches),
-            "disagreements": [item.to_json() for item in self.disagreements],
             "evidence": [site.to_json() for site in self.evidence],
             "reason": dict(self.reasons) or None,
         }
@@ -153,61 +146,104 @@ class _Plan:
     reasons: dict[str, str] = dataclasses.field(default_factory=dict)
     evidence: list[Site] = dataclasses.field(default_factory=list)
     v1_refusals: list[tuple[str, str]] = dataclasses.field(default_factory=list)
-    drop_predicate: str | None = None
-    drop_overrides: tuple[int, ...] = ()
+    drop: DropPredicate | None = None
     has_opt_out: bool = False
     has_runner_property: bool = False
 
 
-def run_probes(tree: SourceTree, draft: DraftConfig) -> Probes:
-    expected_aux = draft.expected_aux_layer_ids()
-    expected_layers = draft.expected_layers()
-    try:
-        hf, translation_site = _hf_config(tree, draft)
-    except (ExtractError, SandboxError) as exc:
-        return _nothing(expected_aux, expected_layers, f"the drafter's hf_config could not be built: {exc}")
+def run_probes(tree: SourceTree, draft: DraftConfig, run: Runner = sandbox.run) -> Probes:
+    return probe_configs(tree, (draft,), run)[0]
+
+
+def probe_configs(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = sandbox.run) -> tuple[Probes, ...]:
+    """The probes of every drafter config, planned once and run in one sandbox process
+    (``run``: where the program runs, ``sandbox.run`` or a remote host's equivalent)."""
+    hfs: list[tuple[dict[str, Any], Site | None] | str | NotRegistered] = []
+    for draft in drafts:
+        try:
+            hfs.append(_hf_config(tree, draft, run))
+        except NotRegistered as exc:
+            hfs.append(exc)
+        except (ExtractError, SandboxError) as exc:
+            hfs.append(f"the drafter's hf_config could not be built: {exc}")
     plan = _Plan()
-    if translation_site:
-        plan.evidence.append(translation_site)
     builder = ProgramBuilder(tree, PROVIDED)
     locator = Locator(tree, REQUIRED, OPTIONAL)
     spec_symbol = _optional(plan, "spec", lambda: locator.one(*SPEC_CONFIG))
     _plan_aux(locator, builder, plan)
-    _plan_layers(locator, builder, plan, hf)
+    _plan_layers(locator, builder, plan)
     _plan_runner(tree, locator, builder, plan)
     _plan_prefix_block(locator, plan, spec_symbol)
+    failed = None
     if spec_symbol is None:
-        return _nothing(expected_aux, expected_layers, plan.reasons.get("spec") or f"{SPEC_CONFIG[1]} not found in {SPEC_CONFIG[0]}")
-    try:
-        spec_body = _build_stubs(builder, spec_symbol, plan)
-    except ExtractError as exc:
-        return _nothing(expected_aux, expected_layers, f"{SPEC_CONFIG[1]} could not be stubbed: {exc}")
+        failed = plan.reasons.get("spec") or f"{SPEC_CONFIG[1]} not found in {SPEC_CONFIG[0]}"
+    else:
+        try:
+            spec_body = _build_stubs(builder, spec_symbol, plan)
+        except ExtractError as exc:
+            failed = f"{SPEC_CONFIG[1]} could not be stubbed: {exc}"
+    if failed:
+        return tuple(_nothing(draft, failed if isinstance(hf, tuple) else str(hf)) for draft, hf in zip(drafts, hfs))
     plan.evidence.append(Site(spec_symbol.file, spec_symbol.qualname, spec_symbol.line))
-    block = draft.block_size
-    spec_attrs: dict[str, Any] = {
-        "method": "dflash",
-        "draft_model_config": sandbox.strict_object(
-            "draft_model_config", hf_config=sandbox.config_object("hf_config", "hf"), architectures=list(hf.get("architectures") or [])
-        ),
-    }
-    if isinstance(block, int) and not isinstance(block, bool) and block > 1:
-        spec_attrs["num_speculative_tokens"] = block - 1
-    spec = sandbox.class_instance(SPEC_CONFIG[1], spec_body, **spec_attrs)
-    calls = [_with_spec(call, spec, spec_body, spec_attrs) for call in plan.calls]
+    plans: list[_Plan] = []  # one per drafter config: its own reasons and evidence
+    calls: list[Call] = []
+    data: dict[str, Any] = {}
+    for index, (draft, hf) in enumerate(zip(drafts, hfs)):
+        mine = dataclasses.replace(plan, reasons=dict(plan.reasons), evidence=list(plan.evidence))
+        plans.append(mine)
+        if not isinstance(hf, tuple):
+            continue
+        hf_data, translation_site = hf
+        if translation_site:
+            mine.evidence.insert(0, translation_site)
+        data[f"hf{index}"] = hf_data
+        count = draft_layer_count(hf_data)
+        if count is None and "layers" not in mine.reasons:
+            mine.reasons["layers"] = "the drafter config has no usable num_hidden_layers"
+        spec_attrs: dict[str, Any] = {
+            "method": "dflash",
+            "draft_model_config": sandbox.strict_object(
+                "draft_model_config", hf_config=sandbox.config_object("hf_config", f"hf{index}"),
+                architectures=list(hf_data.get("architectures") or []),
+            ),
+        }
+        block = draft.block_size
+        if isinstance(block, int) and not isinstance(block, bool) and block > 1:
+            spec_attrs["num_speculative_tokens"] = block - 1
+        spec = sandbox.class_instance(SPEC_CONFIG[1], spec_body, **spec_attrs)
+        for call in plan.calls:
+            if call.id.startswith("layers:") and count is None:
+                continue
+            call = _with_spec(call, spec, spec_body, spec_attrs, f"hf{index}", count)
+            calls.append(Call(f"{index}|{call.id}", call.expr, call.bind))
     globals_ = {name: sandbox.gap(label) for name, label in builder.gaps.items()}
     globals_["logger"] = sandbox.noop("logger")
     globals_["os"] = sandbox.unset_env("os")
     try:
-        outcomes = sandbox.run(builder.chunks, calls, {"hf": hf}, globals_)
+        outcomes = run(builder.chunks, calls, data, globals_) if calls else {}
     except SandboxError as exc:
-        return _nothing(expected_aux, expected_layers, str(exc))
-    return _interpret(plan, outcomes, builder, draft, expected_aux, expected_layers)
+        return tuple(_nothing(draft, str(exc)) for draft in drafts)
+    answers = []
+    for index, (draft, hf) in enumerate(zip(drafts, hfs)):
+        if isinstance(hf, NotRegistered):  # no runner of this tree can load the drafter at all
+            refused = RunnerSupport(False, str(hf))
+            answers.append(dataclasses.replace(_nothing(draft, str(hf)), runner_support=tuple((name, refused) for name in RUNNERS)))
+            continue
+        if isinstance(hf, str):
+            answers.append(_nothing(draft, hf))
+            continue
+        prefix = f"{index}|"
+        mine = {call_id[len(prefix):]: outcome for call_id, outcome in outcomes.items() if call_id.startswith(prefix)}
+        found = _interpret(plans[index], mine, builder, draft, draft.expected_aux_layer_ids(), draft.expected_layers())
+        answers.append(dataclasses.replace(found, hf_config=hf[0]))
+    return tuple(answers)
 
 
-def _nothing(expected_aux, expected_layers, reason: str) -> Probes:
+def _nothing(draft: DraftConfig, reason: str) -> Probes:
     fields = ("aux_layer_ids", "layers", "runner", "drops_prefix_block")
+    expected_layers = draft.expected_layers()
     return Probes(
-        aux_layer_ids=None, expected_aux_layer_ids=expected_aux, aux_by_runner=(), layers=None,
+        aux_layer_ids=None, expected_aux_layer_ids=draft.expected_aux_layer_ids(), aux_by_runner=(), layers=None,
         expected_layers=None if expected_layers is None else tuple(expected_layers), runner=None, default_runner=None,
         runner_support=(), drops_prefix_block=None, prefix_block_predicate=None, drops_prefix_block_when_disabled=None,
         mismatches=(), reasons=tuple((field, reason) for field in fields), evidence=(),
@@ -222,7 +258,7 @@ def _optional(plan: _Plan, key: str, find):
         return None
 
 
-def _hf_config(tree: SourceTree, draft: DraftConfig) -> tuple[dict[str, Any], Site | None]:
+def _hf_config(tree: SourceTree, draft: DraftConfig, run: Runner) -> tuple[dict[str, Any], Site | None]:
     """The drafter's hf_config keys as vLLM builds them (speculators: the tree's translation)."""
     if draft.format != SPECULATORS:
         return dict(draft.data), None
@@ -233,7 +269,7 @@ def _hf_config(tree: SourceTree, draft: DraftConfig) -> tuple[dict[str, Any], Si
         if isinstance(node, ast.FunctionDef) and any(_registers(d, kind) for d in node.decorator_list):
             updater = node
     if updater is None:
-        raise ExtractError(f"this vLLM registers no speculators translation for {kind!r} in {SPECULATORS_ALGOS}")
+        raise NotRegistered(f"this vLLM registers no speculators translation for {kind!r} in {SPECULATORS_ALGOS}")
     builder = ProgramBuilder(tree, ())
     symbol = Symbol(SPECULATORS_ALGOS, updater.name, updater, parsed)
     name = builder.function(symbol)
@@ -241,7 +277,7 @@ def _hf_config(tree: SourceTree, draft: DraftConfig) -> tuple[dict[str, Any], Si
                 (("config_dict", sandbox.data_ref("draft")), ("pre", sandbox.data_ref("layers"))))
     layers = draft.data.get("transformer_layer_config")
     globals_ = {gap_name: sandbox.gap(label) for gap_name, label in builder.gaps.items()}
-    outcomes = sandbox.run(builder.chunks, [call], {"draft": draft.data, "layers": layers if isinstance(layers, dict) else {}}, globals_)
+    outcomes = run(builder.chunks, [call], {"draft": draft.data, "layers": layers if isinstance(layers, dict) else {}}, globals_)
     outcome = outcomes.get("translate", Outcome(gap="no answer"))
     if not outcome.ok or not isinstance(outcome.value, dict):
         raise ExtractError(f"{updater.name} in {SPECULATORS_ALGOS} {_failure(outcome)}")
@@ -273,22 +309,18 @@ def _plan_aux(locator: Locator, builder: ProgramBuilder, plan: _Plan) -> None:
         plan.reasons.setdefault("aux:v2", f"{V2_RESOLVER[1]} not found in this tree")
 
 
-def _plan_layers(locator: Locator, builder: ProgramBuilder, plan: _Plan, hf: dict[str, Any]) -> None:
+def _plan_layers(locator: Locator, builder: ProgramBuilder, plan: _Plan) -> None:
     resolver = _optional(plan, "layers", lambda: locator.one(*LAYER_RESOLVER))
     if resolver is None:
         plan.reasons.setdefault("layers", f"this vLLM has no per-layer resolver ({LAYER_RESOLVER[1]} in {LAYER_RESOLVER[0]}); "
                                           "the swa-config verdict says what its draft layers do")
-        return
-    count = draft_layer_count(hf)
-    if count is None:
-        plan.reasons["layers"] = "the drafter config has no usable num_hidden_layers"
         return
     if not _add(builder, plan, "layers", resolver):
         return
     for runner in RUNNERS:
         current = sandbox.strict_object("VllmConfig", use_v2_model_runner=runner == "v2")
         plan.calls.append(Call(
-            f"layers:{runner}", f"[{resolver.node.name}(config, index) for index in range({count})]",
+            f"layers:{runner}", f"[{resolver.node.name}(config, index) for index in range(layer_count)]",
             (("config", sandbox.config_object("hf_config", "hf")), ("get_current_vllm_config", sandbox.returns(current))),
         ))
 
@@ -336,18 +368,17 @@ def _plan_prefix_block(locator: Locator, plan: _Plan, spec_symbol: Symbol | None
         plan.reasons.setdefault("prefix", f"{SCHEDULER[1]} not found in {SCHEDULER[0]}")
         return
     try:
-        predicate, overrides = _drop_predicate(scheduler)
+        plan.drop = _drop_predicate(scheduler)
     except ExtractError as exc:
         plan.reasons["prefix"] = str(exc)
         return
     plan.evidence.append(Site(scheduler.file, scheduler.qualname, scheduler.line))
-    plan.drop_predicate, plan.drop_overrides = predicate, overrides
-    plan.calls.append(Call("prefix", f"spec.{predicate}()"))
+    plan.calls.append(Call("prefix", plan.drop.expression.format(spec="spec")))
     if spec_symbol is not None and any(
         isinstance(s, ast.AnnAssign) and getattr(s.target, "id", None) == OPT_OUT_FIELD for s in spec_symbol.node.body
     ):
         plan.has_opt_out = True
-        plan.calls.append(Call("prefix:opt-out", f"spec_opted_out.{predicate}()"))
+        plan.calls.append(Call("prefix:opt-out", plan.drop.expression.format(spec="spec_opted_out")))
 
 
 def _add(builder: ProgramBuilder, plan: _Plan, key: str, symbol: Symbol) -> bool:
@@ -410,20 +441,56 @@ def _required_positional(function: ast.FunctionDef) -> int:
     return len(arguments.posonlyargs) + len(arguments.args) - len(arguments.defaults)
 
 
-def _drop_predicate(scheduler: Symbol) -> tuple[str, tuple[int, ...]]:
-    """The SpeculativeConfig method whose answer becomes ``KVCacheManager(use_eagle=...)``,
-    and the lines that may turn the drop off afterwards."""
+@dataclasses.dataclass(frozen=True)
+class DropPredicate:
+    """What ``KVCacheManager(use_eagle=...)`` is told, as an expression over the
+    SpeculativeConfig (``{spec}`` stands for it), and the lines that may turn the
+    drop off afterwards."""
+
+    shown: str  # a method name, or the expression for a compound one
+    expression: str
+    methods: tuple[str, ...]
+    overrides: tuple[int, ...]
+
+
+def _drop_predicate(scheduler: Symbol) -> DropPredicate:
     handed = None
     for node in ast.walk(scheduler.node):
         if isinstance(node, ast.Call) and _callee(node.func) == "KVCacheManager":
             handed = next((k.value for k in node.keywords if k.arg == "use_eagle"), handed)
     if handed is None:
         raise ExtractError(f"{scheduler.qualname} hands no use_eagle= to KVCacheManager")
-    if isinstance(handed, ast.Call) and not handed.args and isinstance(handed.func, ast.Attribute):
-        return handed.func.attr, ()
-    if not (isinstance(handed, ast.Attribute) and isinstance(handed.value, ast.Name) and handed.value.id == "self"):
+    methods: list[str] = []
+    overrides: list[int] = []
+
+    def translate(node: ast.expr) -> str:
+        """``spec.m()`` / ``x.speculative_config.m()`` / ``self.attr`` (assigned from one),
+        joined by and/or/not; anything else is a form the probe does not know."""
+        if isinstance(node, ast.BoolOp):
+            joiner = " and " if isinstance(node.op, ast.And) else " or "
+            return "(" + joiner.join(translate(value) for value in node.values) + ")"
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return f"(not {translate(node.operand)})"
+        if isinstance(node, ast.Call) and not node.args and not node.keywords and isinstance(node.func, ast.Attribute) and not (
+            isinstance(node.func.value, ast.Name) and node.func.value.id == "self"
+        ):
+            methods.append(node.func.attr)
+            return "{spec}." + node.func.attr + "()"
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+            method, later = _attribute_predicate(scheduler, node.attr)
+            methods.append(method)
+            overrides.extend(later)
+            return "{spec}." + method + "()"
         raise ExtractError(f"KVCacheManager(use_eagle={ast.unparse(handed)}) is a form the probe does not know")
-    attribute = handed.attr
+
+    expression = translate(handed)
+    shown = methods[0] if len(methods) == 1 and expression == "{spec}." + methods[0] + "()" else expression.replace("{spec}.", "")
+    return DropPredicate(shown, expression, tuple(dict.fromkeys(methods)), tuple(sorted(set(overrides))))
+
+
+def _attribute_predicate(scheduler: Symbol, attribute: str) -> tuple[str, tuple[int, ...]]:
+    """The SpeculativeConfig method ``self.<attribute>`` is set from in ``Scheduler.__init__``,
+    and the lines that may set it False afterwards."""
     assignments: list[tuple[ast.Assign, list[ast.expr]]] = []
 
     def visit(statements, tests):
@@ -463,6 +530,11 @@ def _drop_predicate(scheduler: Symbol) -> tuple[str, tuple[int, ...]]:
     return predicate, tuple(overrides)
 
 
+def _shown(plan: _Plan) -> str:
+    shown = plan.drop.shown
+    return f"{shown}()" if shown.isidentifier() else shown
+
+
 def _predicate_test(test: ast.expr) -> bool:
     return isinstance(test, ast.Call) and not test.args and isinstance(test.func, ast.Attribute)
 
@@ -491,24 +563,29 @@ def _build_stubs(builder: ProgramBuilder, spec_symbol: Symbol, plan: _Plan) -> s
         wanted = builder.attribute_names() | attribute_names(body or "pass")
         for other in bodies.values():
             wanted |= attribute_names(other)
-        if plan.drop_predicate:
-            wanted.add(plan.drop_predicate)
+        if plan.drop:
+            wanted.update(plan.drop.methods)
         if wanted <= seen:
             return body
         seen |= wanted
         body = builder.class_body(spec_symbol, sorted(seen), option_defaults=True)
 
 
-def _with_spec(call: Call, spec: dict, spec_body: str, spec_attrs: dict) -> Call:
-    """Resolve the markers left in calls: every stub that holds the SpeculativeConfig."""
+def _with_spec(call: Call, spec: dict, spec_body: str, spec_attrs: dict, hf_name: str, layer_count: int | None) -> Call:
+    """Resolve the markers left in calls for one drafter config: every stub that
+    holds its SpeculativeConfig, and its hf_config under its own data name."""
     bind = []
     for name, value in call.bind:
         if isinstance(value, dict) and value.get("$marker") == "class":
             value = sandbox.class_instance(value["label"], value["body"], speculative_config=spec)
         elif isinstance(value, dict) and value.get("$marker") == "plain-vllm-config":
             value = sandbox.strict_object("VllmConfig", speculative_config=spec)
+        elif value == sandbox.config_object("hf_config", "hf"):
+            value = sandbox.config_object("hf_config", hf_name)
         bind.append((name, value))
     bind.append(("spec", spec))
+    if call.id.startswith("layers:"):
+        bind.append(("layer_count", layer_count))
     if call.id == "prefix:opt-out":
         bind.append(("spec_opted_out", sandbox.class_instance(SPEC_CONFIG[1], spec_body, **spec_attrs, **{OPT_OUT_FIELD: True})))
     return Call(call.id, call.expr, tuple(bind))
@@ -602,7 +679,7 @@ def _interpret(plan: _Plan, outcomes: dict[str, Outcome], builder: ProgramBuilde
     drops, drops_disabled = _prefix_block(plan, outcome, reasons)
     if drops:
         hint = f"; {OPT_OUT_FIELD}: true turns it off" if drops_disabled is False else ""
-        mismatches.append(f"the scheduler drops the last matched prefix-cache block for method='dflash' ({plan.drop_predicate}() is true){hint}")
+        mismatches.append(f"the scheduler drops the last matched prefix-cache block for method='dflash' ({_shown(plan)} is true){hint}")
 
     return Probes(
         aux_layer_ids=None if aux is None else tuple(aux),
@@ -614,11 +691,12 @@ def _interpret(plan: _Plan, outcomes: dict[str, Outcome], builder: ProgramBuilde
         default_runner=default,
         runner_support=tuple((name, support[name]) for name in RUNNERS),
         drops_prefix_block=drops,
-        prefix_block_predicate=plan.drop_predicate,
+        prefix_block_predicate=plan.drop.shown if plan.drop else None,
         drops_prefix_block_when_disabled=drops_disabled,
         mismatches=tuple(mismatches),
         reasons=tuple(reasons.items()),
         evidence=tuple(dict.fromkeys(plan.evidence)),
+        has_opt_out=plan.has_opt_out,
     )
 
 
@@ -730,16 +808,16 @@ def _choose_runner(default: str | None, default_why: str, support: dict[str, Run
 
 def _prefix_block(plan: _Plan, outcome, reasons: dict[str, str]) -> tuple[bool | None, bool | None]:
     result = outcome("prefix")
-    if plan.drop_predicate is None or result is None:
+    if plan.drop is None or result is None:
         reasons["drops_prefix_block"] = plan.reasons.get("prefix") or plan.reasons.get("spec") or "not probed"
         return None, None
     if not result.ok or not isinstance(result.value, bool):
-        reasons["drops_prefix_block"] = f"SpeculativeConfig.{plan.drop_predicate}() {_failure(result)}"
+        reasons["drops_prefix_block"] = f"SpeculativeConfig: {_shown(plan)} {_failure(result)}"
         return None, None
     drops = result.value
-    if drops and plan.drop_overrides:
-        lines = ", ".join(str(line) for line in plan.drop_overrides)
-        reasons["drops_prefix_block"] = (f"{plan.drop_predicate}() is true for method='dflash', but {SCHEDULER[1]} may turn the drop off "
+    if drops and plan.drop.overrides:
+        lines = ", ".join(str(line) for line in plan.drop.overrides)
+        reasons["drops_prefix_block"] = (f"{_shown(plan)} is true for method='dflash', but {SCHEDULER[1]} may turn the drop off "
                                          f"again (line {lines}) under conditions the probe cannot know")
         return None, None
     disabled = None
@@ -748,63 +826,3 @@ def _prefix_block(plan: _Plan, outcome, reasons: dict[str, str]) -> tuple[bool |
         if opted is not None and opted.ok and isinstance(opted.value, bool):
             disabled = opted.value
     return drops, disabled
-
-
-# -- the probes against the code-pattern verdicts ------------------------------------
-
-
-def disagreements(probes: Probes, fixes: tuple[FixResult, ...], draft: DraftConfig) -> tuple[Disagreement, ...]:
-    """Where running the code contradicts what the code patterns concluded."""
-    found = []
-    for fix in fixes:
-        claim = _contradiction(fix, probes, draft)
-        if claim:
-            found.append(Disagreement(fix.id, fix.status, claim))
-    return tuple(found)
-
-
-def _contradiction(fix: FixResult, probes: Probes, draft: DraftConfig) -> str | None:
-    if fix.id == "layer-offset" and draft.format == ZLAB and probes.expected_aux_layer_ids is not None:
-        raw = tuple(draft.layer_ids)
-        computed = {name: value for name, value in probes.aux_by_runner if value not in (None, UNKNOWN)}
-        raw_runners = [name for name, value in computed.items() if value == raw and raw != probes.expected_aux_layer_ids]
-        shifted = [name for name, value in computed.items() if value == probes.expected_aux_layer_ids]
-        if fix.status == PRESENT and raw_runners:
-            return f"the {'/'.join(r.upper() for r in raw_runners)} resolver returns the raw ids {list(raw)} for this drafter (no +1)"
-        if fix.status == ABSENT and computed and len(shifted) == len(computed):
-            return f"every resolver returns the shifted ids {list(probes.expected_aux_layer_ids)} for this drafter"
-    if fix.id == "swa-config" and probes.expected_layers is not None:
-        wanted = [layer["sliding_window"] for layer in probes.expected_layers]
-        if probes.layers is not None:
-            windows = [window for window, _ in probes.layers]
-            if fix.status == PRESENT and windows != wanted:
-                return f"{LAYER_RESOLVER[1]} gives windows {windows}, the drafter's layers need {wanted}"
-            if fix.status == ABSENT and windows == wanted and any(w is not None for w in wanted):
-                return f"{LAYER_RESOLVER[1]} gives every draft layer its window {windows}"
-        support = dict(probes.runner_support)
-        refused = [s.reason for s in support.values() if s.supported is False and LAYER_RESOLVER[1] in s.reason]
-        if fix.status == PRESENT and len(refused) == len(RUNNERS):
-            return f"every runner refuses this drafter: {refused[0]}"
-    if fix.id == "cache-drop" and probes.drops_prefix_block is not None:
-        if fix.status == PRESENT and probes.drops_prefix_block:
-            return f"{probes.prefix_block_predicate}() is true for method='dflash': the scheduler still drops the block"
-        if fix.status in (ABSENT, PARTIAL) and not probes.drops_prefix_block:
-            return f"{probes.prefix_block_predicate}() is false for method='dflash': the scheduler keeps the block"
-    return None
-
-
-def apply_disagreements(fixes: tuple[FixResult, ...], found: tuple[Disagreement, ...]) -> tuple[FixResult, ...]:
-    """A fix the probes contradict becomes unknown, with a reason that says so."""
-    by_fix = {item.fix: item for item in found}
-    adjusted = []
-    for fix in fixes:
-        item = by_fix.get(fix.id)
-        if item is None:
-            adjusted.append(fix)
-            continue
-        reason = (f"PROBE DISAGREES: the code reads as {item.ast_status}, but running it on the drafter config shows {item.probe}; "
-                  "trust neither until checked by hand")
-        if fix.reason:
-            reason += f" (was: {fix.reason})"
-        adjusted.append(dataclasses.replace(fix, status=UNKNOWN, reason=reason))
-    return tuple(adjusted)

@@ -40,10 +40,8 @@ def lint_table(draft: dict[str, Any]) -> str:
 
 
 def probe_lines(probes: dict[str, Any]) -> list[str]:
-    """What the probes computed, mismatches and disagreements first (they are the news); clean lines."""
+    """What the probes computed, mismatches first (they are the news); clean lines."""
     lines = ["probes (the tree's own code run on the drafter config):"]
-    for item in probes["disagreements"]:
-        lines.append(f"  !! PROBE DISAGREES with the {item['fix']} verdict ({item['ast']}): {item['probe']}")
     for mismatch in probes["mismatches"]:
         lines.append(f"  !! {mismatch}")
     lines.append(f"  aux layer ids: {_value(probes['aux_layer_ids'])} (expected {_value(probes['expected_aux_layer_ids'])})")

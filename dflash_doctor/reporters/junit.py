@@ -96,7 +96,7 @@ def _headline(fix: FixResult) -> str:
 
 
 def _details(fix: FixResult) -> str:
-    lines = [f"verdict: {fix.status}", f"fix: {fix.title}"]
+    lines = [f"verdict: {fix.status}", f"decided by: {fix.decided_by}", f"fix: {fix.title}"]
     if fix.reason:
         lines.append(f"reason: {fix.reason}")
     lines += [f"evidence: {e.file}:{e.line} {e.symbol} [{e.form}]" for e in fix.evidence]

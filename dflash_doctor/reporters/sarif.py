@@ -141,7 +141,7 @@ def _descriptor(fix: FixResult, rule) -> dict[str, Any]:
 
 
 def _message(fix: FixResult) -> str:
-    text = f"{fix.id} is {fix.status}: {fix.title}."
+    text = f"{fix.id} is {fix.status} (decided by {fix.decided_by}): {fix.title}."
     if fix.reason:
         text += f" {fix.reason[0].upper()}{fix.reason[1:]}."
     return f"{text} Remedy: {fix.remedy}"

@@ -20,6 +20,8 @@ def _waiver_note(fix: FixResult) -> str:
 
 def _evidence_lines(fix: FixResult) -> list[str]:
     lines = [f"{clean(e.file)}:{e.line} {clean(e.symbol)} [{clean(e.form)}]" for e in fix.evidence]
+    lines.append(f"decided by {fix.decided_by}" + (f" (the code's forms read {fix.structure_status})"
+                                                   if fix.structure_status not in (None, fix.status) else ""))
     if fix.reason:
         lines.append(clean(fix.reason))
     return lines

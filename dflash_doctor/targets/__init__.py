@@ -3,18 +3,38 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from ..model import TargetInfo
 from ..source import SourceTree
 
+NOT_RUN_HERE = ("the tree came from another machine and its code is never run on this one "
+                "(no behaviour computed on its host came with it)")
+
 
 @dataclasses.dataclass(frozen=True)
 class ResolvedTarget:
+    """``behaviour``: where the tree's own code can run (a ``sandbox.run``-shaped
+    callable), or None when it cannot run anywhere: ``no_behaviour`` says why."""
+
     tree: SourceTree
     info: TargetInfo
+    behaviour: Callable[..., Any] | None = None
+    no_behaviour: str = NOT_RUN_HERE
     # A build commit known from outside the tree (an image label), and where it was read.
     build_commit: tuple[str, str] | None = None
+
+
+def local(tree: SourceTree, info: TargetInfo) -> ResolvedTarget:
+    """A tree on this machine: its code runs in the isolated child process."""
+    return ResolvedTarget(tree, info, behaviour=_run_in_child)
+
+
+def _run_in_child(*args: Any) -> Any:
+    from ..draft import sandbox  # only when behaviour runs: a warm check never does
+
+    return sandbox.run(*args)
 
 
 class Target(Protocol):

@@ -15,7 +15,7 @@ from ..model import TargetInfo
 from ..paths import cache_dir, caches_disabled
 from ..provenance import find_dist_info
 from ..source import DirectoryTree
-from . import ResolvedTarget
+from . import ResolvedTarget, local
 
 REVISION_LABEL = "org.opencontainers.image.revision"
 
@@ -51,11 +51,9 @@ class ImageTarget:
             *tree.labels,
         )
         commit = dict(tree.labels).get(REVISION_LABEL)
-        return ResolvedTarget(
-            DirectoryTree(tree.root, find_dist_info(tree.root)),
-            TargetInfo("image", tree.reference, details),
-            build_commit=(commit, f"{REVISION_LABEL} label") if commit else None,
-        )
+        # The image's code runs only in the isolated child, like any tree on this machine.
+        resolved = local(DirectoryTree(tree.root, find_dist_info(tree.root)), TargetInfo("image", tree.reference, details))
+        return dataclasses.replace(resolved, build_commit=(commit, f"{REVISION_LABEL} label") if commit else None)
 
     def _images_dir(self) -> Path:
         if not caches_disabled():

@@ -8,7 +8,7 @@ from pathlib import Path
 from ..model import TargetInfo, ToolError
 from ..provenance import find_dist_info
 from ..source import DirectoryTree
-from . import ResolvedTarget
+from . import ResolvedTarget, local
 from .path import package_root
 from .probing import parse_probe_output, probe_source
 
@@ -51,4 +51,4 @@ class InterpreterTarget:
         root = package_root(package_dir)
         dist_info = Path(answer["dist_info"]) if answer.get("dist_info") else find_dist_info(root)
         details = (("python", str(answer.get("python") or self.python)),)
-        return ResolvedTarget(DirectoryTree(root, dist_info), TargetInfo("python", str(root), details))
+        return local(DirectoryTree(root, dist_info), TargetInfo("python", str(root), details))

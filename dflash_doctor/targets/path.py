@@ -8,7 +8,7 @@ from pathlib import Path
 from ..model import TargetInfo, ToolError
 from ..provenance import find_dist_info
 from ..source import DirectoryTree
-from . import ResolvedTarget
+from . import ResolvedTarget, local
 
 
 def package_root(path: Path) -> Path:
@@ -39,4 +39,4 @@ class PathTarget:
     def resolve(self) -> ResolvedTarget:
         root = package_root(self.path)
         info = TargetInfo(self.kind, str(root), self.details)
-        return ResolvedTarget(DirectoryTree(root, find_dist_info(root)), info)
+        return local(DirectoryTree(root, find_dist_info(root)), info)

@@ -50,7 +50,7 @@ def probe_source() -> str:
 
 def probe_request(rules: tuple[Rule, ...]) -> dict:
     """The files the rules read, and the anchors the probe must search for if moved."""
-    files = {a.file for rule in rules for a in rule.anchors} | {rule.applies.file for rule in rules}
+    files = {relpath for rule in rules for relpath in rule.files}  # anchors, applicability, behaviour
     anchors = {(a.file, search_name(a.symbol)) for rule in rules for a in rule.anchors if not a.optional}
     anchors |= {(rule.applies.file, search_name(rule.applies.symbol)) for rule in rules}
     return {"files": sorted(files | {"vllm/_version.py"}), "anchors": sorted(map(list, anchors))}

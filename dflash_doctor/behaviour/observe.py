@@ -1,0 +1,87 @@
+"""The question kinds: what the tree's code computed for each drafter config,
+as observations (one per runner, setting, link and layer)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from ..draft.config import DraftConfig
+from ..draft.probes import OPT_OUT_FIELD, RUNNERS, Probes
+from ..model import UNKNOWN, Observation
+from .construct import Built
+
+Layers = dict[str, Built] | None  # per runner, when the rule builds the drafter's layers
+
+DEFAULT = "default"
+
+
+def _accepts(name: str, probes: Probes, runner: str) -> Observation:
+    support = dict(probes.runner_support).get(runner)
+    if support is None:
+        why = dict(probes.reasons).get("runner") or "not probed"
+        return Observation(name, runner, DEFAULT, "runner-accepts", None, True, None, None, why)
+    return Observation(name, runner, DEFAULT, "runner-accepts", None, True, support.supported, support.supported, support.reason)
+
+
+def capture_ids(name: str, draft: DraftConfig, probes: Probes, built: Layers) -> Iterator[Observation]:
+    """Per runner: the aux-layer ids the resolver returns, against the ids the drafter was trained on."""
+    expected = probes.expected_aux_layer_ids
+    computed = dict(probes.aux_by_runner)
+    reasons = dict(probes.reasons)
+    for runner in RUNNERS:
+        yield _accepts(name, probes, runner)
+        value = computed.get(runner, UNKNOWN)
+        if value is UNKNOWN or expected is None:
+            why = reasons.get(f"aux_layer_ids_by_runner.{runner}") or reasons.get("aux_layer_ids") or "the drafter states no usable layer ids"
+            yield Observation(name, runner, DEFAULT, "resolver", None, _list(expected), None, None, why)
+            continue
+        note = "" if value is not None else "the resolver returns None: vLLM ignores the drafter's ids"
+        yield Observation(name, runner, DEFAULT, "resolver", None, list(expected), _list(value), value == tuple(expected), note)
+
+
+def layer_attention(name: str, draft: DraftConfig, probes: Probes, built: Layers) -> Iterator[Observation]:
+    """Per runner and draft layer: the sliding window and causality that reached the
+    attention layer when the tree's own classes built the drafter's layers."""
+    expected = probes.expected_layers
+    for runner in RUNNERS:
+        answer = built.get(runner) if built else None
+        if answer is not None and answer.refused:
+            yield Observation(name, runner, DEFAULT, "runner-accepts", None, True, False, False, answer.reason)
+            continue
+        yield _accepts(name, probes, runner)
+        if answer is None or answer.layers is None or expected is None:
+            why = answer.reason if answer is not None else "the rule builds no layers"
+            for part in ("sliding-window", "causality"):
+                yield Observation(name, runner, DEFAULT, part, None, None, None, None, why or "the drafter states no layers")
+            continue
+        for (window, causal), wanted in zip(answer.layers, expected):
+            index = wanted["index"]
+            yield Observation(name, runner, DEFAULT, "sliding-window", index, wanted["sliding_window"], window,
+                              window == wanted["sliding_window"])
+            want_causal = wanted["causal"]
+            known = want_causal is not None and isinstance(causal, bool)
+            yield Observation(name, runner, DEFAULT, "causality", index, want_causal, causal, causal == want_causal if known else None)
+
+
+def block_drop(name: str, draft: DraftConfig, probes: Probes, built: Layers) -> Iterator[Observation]:
+    """Whether the KV cache manager is told to drop the last prefix-cache block for
+    method='dflash': by default, and with the opt-out flag where the tree has one."""
+    why = dict(probes.reasons).get("drops_prefix_block", "")
+    settings = [(DEFAULT, probes.drops_prefix_block)]
+    if probes.has_opt_out:
+        settings.append((OPT_OUT_FIELD, probes.drops_prefix_block_when_disabled))
+    for setting, drops in settings:
+        shown = probes.prefix_block_predicate or ""
+        note = f"{shown}{'()' if shown.isidentifier() else ''} decides" if drops is not None else why or "not computable"
+        yield Observation(name, None, setting, "kv-cache-manager", None, False, drops, None if drops is None else not drops, note)
+
+
+QUESTION_KINDS: dict[str, Callable[[str, DraftConfig, Probes, Layers], Iterator[Observation]]] = {
+    "capture-ids": capture_ids,
+    "layer-attention": layer_attention,
+    "block-drop": block_drop,
+}
+
+
+def _list(value):
+    return None if value is None else list(value)

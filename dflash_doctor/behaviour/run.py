@@ -1,0 +1,50 @@
+"""Answer every rule's behavioural question on one tree, in one probe run."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..draft.config import DraftConfig
+from ..draft.probes import Probes, Runner, probe_configs
+from ..model import BehaviourAnswer
+from ..rules import Rule
+from ..source import SourceTree
+from .construct import construct_layers
+from .judge import judge
+from .observe import QUESTION_KINDS
+from .reference import reference_configs
+
+
+def user_name(draft: DraftConfig) -> str:
+    return f"user:{draft.path.name}"
+
+
+def answer_rules(
+    tree: SourceTree, rules: tuple[Rule, ...], run: Runner, user: DraftConfig | None = None
+) -> tuple[dict[str, BehaviourAnswer], Probes | None]:
+    """Each rule's answer by id, and the user's probes (for the report's probes section).
+    With a user config, its answer gates where it has one; else the references answer."""
+    asked = [rule for rule in rules if rule.behaviour is not None]
+    configs = list(reference_configs())
+    if user is not None:
+        configs.append((user_name(user), user))
+    if not asked and user is None:
+        return {}, None
+    probes = probe_configs(tree, tuple(draft for _, draft in configs), run)
+    answers = {}
+    for rule in asked:
+        kind = QUESTION_KINDS[rule.behaviour.question]
+        construct = rule.behaviour.construct
+        built = construct_layers(tree, construct, [found.hf_config for found in probes], run, rule.files) if construct else [None] * len(probes)
+        observations = tuple(
+            item for (name, draft), found, layers in zip(configs, probes, built) for item in kind(name, draft, found, layers)
+        )
+        answer = judge(rule.behaviour, observations, rule.behaviour.subjects, rule.behaviour.guards)
+        if user is not None:
+            mine = judge(rule.behaviour, observations, (user_name(user),), ())
+            if mine.status is not None:
+                answer = mine
+            else:  # the user's config cannot be judged for this question: the references answer
+                answer = dataclasses.replace(answer, reason=f"{answer.reason} (for {user_name(user)}: {mine.reason})".lstrip())
+        answers[rule.id] = answer
+    return answers, probes[-1] if user is not None else None

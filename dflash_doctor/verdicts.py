@@ -1,0 +1,29 @@
+"""Verdicts: structure and behaviour on one resolved target, combined (no cache)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .model import FixResult
+from .rules import Rule
+
+if TYPE_CHECKING:
+    from .draft.config import DraftConfig
+    from .draft.probes import Probes
+    from .targets import ResolvedTarget
+
+
+def judge(
+    resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftConfig | None = None
+) -> tuple[tuple[FixResult, ...], Probes | None, bool]:
+    """(fixes, what the tree computes for ``user``'s config, whether the package was
+    searched for moved code). Behaviour runs only where the target can run it."""
+    from .behaviour.combine import combine
+    from .behaviour.run import answer_rules
+    from .engine import Checker
+
+    checker = Checker(resolved.tree)
+    structure = checker.run(rules)
+    answers, probes = answer_rules(resolved.tree, rules, resolved.behaviour, user) if resolved.behaviour is not None else ({}, None)
+    fixes = tuple(combine(rule, fix, answers.get(rule.id), resolved.no_behaviour) for rule, fix in zip(rules, structure))
+    return fixes, probes, checker.scanned

@@ -1,0 +1,160 @@
+"""Behaviour decides, structure explains: the judge on observations written
+here, rule validation, and real 0.22.0/0.33.0 trees edited the way forks do."""
+
+from pathlib import Path
+
+import pytest
+
+from dflash_doctor.behaviour.judge import judge
+from dflash_doctor.behaviour.observe import QUESTION_KINDS
+from dflash_doctor.check import run_check
+from dflash_doctor.model import Observation, ToolError
+from dflash_doctor.rules import QUESTIONS, Behaviour, load_rule, load_rules
+from dflash_doctor.targets.path import PathTarget
+
+RESOLVER = "vllm/v1/worker/gpu_model_runner.py"
+SHIFT = 'layer_ids = [\n                    i + 1 for i in (dflash_config.get("target_layer_ids") or [])\n                ]'
+
+
+def obs(config, runner, part, ok, setting="default", layer=None):
+    return Observation(config, runner, setting, part, layer, 1, 1 if ok else 0, ok, "" if ok is not None else "why not")
+
+
+def ask(chain=("resolver",), alternatives=("runner",)):
+    return Behaviour("capture-ids", tuple(chain), tuple(alternatives), ("a", "b"), ("g",), ())
+
+
+def configs(**links):
+    """configs(a={"v1": (accepts, ok), ...}, ...) -> observations."""
+    found = []
+    for config, runners in links.items():
+        for runner, (accepts, ok) in runners.items():
+            found += [obs(config, runner, "runner-accepts", accepts), obs(config, runner, "resolver", ok)]
+    return tuple(found)
+
+
+def test_every_configuration_working_is_present_and_one_broken_link_is_absent():
+    good = configs(a={"v1": (True, True)}, b={"v1": (True, True)}, g={"v1": (True, True)})
+    assert judge(ask(), good, ("a", "b"), ("g",)).status == "present"
+    broken = configs(a={"v1": (True, False)}, b={"v1": (True, False)}, g={"v1": (True, True)})
+    answer = judge(ask(), broken, ("a", "b"), ("g",))
+    assert answer.status == "absent" and "a on the V1 runner" in answer.reason
+
+
+def test_alternatives_that_disagree_are_partial_and_say_which_work():
+    mixed = configs(a={"v1": (True, True), "v2": (True, False)}, b={"v1": (True, True), "v2": (True, True)}, g={"v1": (True, True)})
+    answer = judge(ask(), mixed, ("a", "b"), ("g",))
+    assert answer.status == "partial"
+    assert "a on the V2 runner" in answer.fails[0] and "b on the V2 runner" in answer.works
+    # Runners that are not alternatives must all work: the config fails as a whole.
+    assert judge(ask(alternatives=()), mixed, ("a", "b"), ("g",)).status == "partial"
+    assert judge(ask(alternatives=()), mixed, ("a",), ()).status == "absent"
+
+
+def test_a_runner_that_refuses_the_drafter_does_not_run_it_unless_acceptance_is_a_link():
+    refused = configs(a={"v1": (True, True), "v2": (False, False)}, b={"v1": (False, False), "v2": (False, False)}, g={"v1": (True, True)})
+    assert judge(ask(), refused, ("a", "b"), ("g",)).status == "present"  # b runs nowhere: not judged
+    answer = judge(ask(chain=("runner-accepts", "resolver")), refused, ("a", "b"), ("g",))
+    assert answer.status == "partial" and "b: no runner accepts it" in answer.fails[0]
+
+
+def test_a_broken_guard_makes_present_partial_and_unknowns_are_never_guessed():
+    guard = configs(a={"v1": (True, True)}, b={"v1": (True, True)}, g={"v1": (True, False)})
+    assert judge(ask(), guard, ("a", "b"), ("g",)).status == "partial"
+    unknown = configs(a={"v1": (True, True)}, b={"v1": (True, None)}, g={"v1": (True, True)})
+    answer = judge(ask(), unknown, ("a", "b"), ("g",))
+    assert answer.status is None and "why not" in answer.reason
+    acceptance = configs(a={"v1": (None, True)}, b={"v1": (True, True)}, g={"v1": (True, True)})
+    assert judge(ask(), acceptance, ("a", "b"), ("g",)).status is None
+
+
+def test_every_declared_question_has_its_kind_and_rules_name_only_known_links():
+    assert set(QUESTIONS) == set(QUESTION_KINDS)
+    for rule in load_rules():
+        assert rule.behaviour is not None and set(rule.behaviour.chain) <= set(QUESTIONS[rule.behaviour.question])
+
+
+def test_a_where_naming_an_unbound_metavariable_is_an_error_at_load(tmp_path):
+    source = next(r.source for r in load_rules() if r.id == "cache-drop").read_text()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(source.replace('where = { T = { not_contains = "\'dflash\'" } }', 'where = { U = { not_contains = "\'dflash\'" } }', 1))
+    with pytest.raises(ToolError, match=r"where names \$U, which no pattern of the form binds"):
+        load_rule(bad)
+
+
+def verdicts(tree: Path) -> dict:
+    return {fix.id: fix for fix in run_check(PathTarget(tree), load_rules()).fixes}
+
+
+@pytest.mark.release
+def test_shift_through_a_helper_is_present_by_behaviour_not_absent_by_the_catch_all(mini_tree, monkeypatch):
+    monkeypatch.setenv("DFLASH_DOCTOR_NO_CACHE", "1")
+    tree = mini_tree("0.22.0")
+    resolver = tree / RESOLVER
+    text = resolver.read_text()
+    assert SHIFT in text
+    resolver.write_text(text.replace(SHIFT, 'layer_ids = _capture_ids(dflash_config.get("target_layer_ids"))')
+                        + "\n\ndef _capture_ids(ids):\n    return [n + 1 for n in (ids or [])]\n")
+    fix = verdicts(tree)["layer-offset"]
+    assert (fix.status, fix.decided_by, fix.structure_status) == ("present", "behaviour", "absent")
+    # The helper turned wrong: behaviour says absent, and nothing guesses present.
+    resolver.write_text(resolver.read_text().replace("return [n + 1 for n in (ids or [])]", "return list(ids or [])"))
+    fix = verdicts(tree)["layer-offset"]
+    assert (fix.status, fix.decided_by) == ("absent", "behaviour")
+    assert "[1, 16, 31, 46, 61]" in fix.reason
+
+
+@pytest.mark.release
+def test_a_method_rebound_after_its_class_is_unknown_with_the_line(mini_tree, monkeypatch):
+    monkeypatch.setenv("DFLASH_DOCTOR_NO_CACHE", "1")
+    tree = mini_tree("0.33.0")
+    scheduler = tree / "vllm/v1/core/sched/scheduler.py"
+    text = scheduler.read_text()
+    scheduler.write_text(text + "\n\ndef _old_init(self, *args, **kwargs):\n    pass\n\n\nScheduler.__init__ = _old_init\n")
+    line = len((text + "\n\ndef _old_init(self, *args, **kwargs):\n    pass\n\n\n").splitlines()) + 1
+    fix = verdicts(tree)["cache-drop"]
+    assert fix.status == "unknown"
+    assert f"replaced at line {line}" in fix.reason
+    assert any(item.form == "rebound" and item.line == line for item in fix.evidence)
+
+
+@pytest.mark.release
+def test_a_probe_answer_is_judged_by_structure_only(mini_tree, tmp_path, monkeypatch):
+    from dflash_doctor.targets.snapshot import snapshot_target
+
+    monkeypatch.setenv("DFLASH_DOCTOR_NO_CACHE", "1")
+    tree = mini_tree("0.33.0")
+    files = {str(p.relative_to(tree)): p.read_bytes() for p in tree.rglob("*.py")}
+    import hashlib
+
+    answer = {"root": str(tree), "files": {k: v.decode("latin-1") for k, v in files.items()},
+              "sha256": {k: hashlib.sha256(v).hexdigest() for k, v in files.items()}}
+    resolved = snapshot_target(answer, "probe", "probe file x")
+
+    class Given:
+        def resolve(self):
+            return resolved
+
+    fixes = run_check(Given(), load_rules()).fixes
+    assert {fix.decided_by for fix in fixes} == {"structure"}
+    assert all(fix.behaviour is None for fix in fixes)
+    assert {fix.id: fix.status for fix in fixes} == {"cache-drop": "present", "layer-offset": "present", "swa-config": "present"}
+    assert "never run on this one" in next(fix for fix in fixes if fix.id == "layer-offset").reason
+
+
+def test_rules_test_runs_fix_cases_and_fails_a_wrong_expectation(tmp_path):
+    from dflash_doctor.rulestest import check_rule
+
+    source = next(r.source for r in load_rules() if r.id == "layer-offset").read_text()
+    assert 'status = "present"\ndecided_by = "behaviour"' in source
+    wrong = tmp_path / "layer-offset.toml"
+    wrong.write_text(source.replace('status = "present"\ndecided_by = "behaviour"', 'status = "present"\ndecided_by = "structure"', 1))
+    results = [(line, ok) for line, ok in check_rule(load_rule(wrong)) if "fix case" in line]
+    assert len(results) == 2
+    assert not results[0][1] and "expected present by structure, got present by behaviour" in results[0][0]
+    assert results[1][1]
+
+
+def test_a_guard_no_runner_accepts_is_not_judged():
+    refused_guard = configs(a={"v1": (True, True)}, b={"v1": (True, True)}, g={"v1": (False, False)})
+    assert judge(ask(chain=("runner-accepts", "resolver")), refused_guard, ("a", "b"), ("g",)).status == "present"
