@@ -1,0 +1,90 @@
+"""The metamorphic corpus (issue 11): edits of real release trees that keep,
+break or add one fix. No confident wrong answer: a preserving edit or an added
+fix is never absent/partial, a breaking edit never present; ``unknown`` is
+allowed and listed at the end of the run ("corpus unknowns: ...")."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import rule_files
+from corpus import cache_drop, layer_offset, swa_config
+from corpus.summary import WRONG, CorpusSummary
+
+from dflash_doctor.check import run_check
+from dflash_doctor.rules import load_rules
+from dflash_doctor.targets.path import PathTarget
+from dflash_doctor.targets.release import release_tree
+
+pytestmark = pytest.mark.release
+
+EDITS = layer_offset.EDITS + swa_config.EDITS + cache_drop.EDITS
+
+# Beyond the files the rules read: what makes a tree a tree, and what running
+# the tree's own DFlash code (config, runners, scheduler, drafter) reaches.
+TREE_FILES = (
+    "vllm/__init__.py",
+    "vllm/_version.py",
+    "vllm/envs.py",
+    "vllm/config/vllm.py",
+    "vllm/config/speculative.py",
+    "vllm/transformers_utils/configs/speculators/algos.py",
+    "vllm/transformers_utils/configs/speculators/base.py",
+    "vllm/model_executor/models/qwen3_dflash.py",
+    "vllm/model_executor/layers/attention/attention.py",
+    "vllm/v1/worker/gpu_model_runner.py",
+    "vllm/v1/worker/gpu/model_runner.py",
+    "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py",
+    "vllm/v1/worker/gpu/spec_decode/dflash/speculator.py",
+    "vllm/v1/worker/gpu/spec_decode/dflash/utils.py",
+    "vllm/v1/core/sched/scheduler.py",
+    "vllm/v1/core/kv_cache_manager.py",
+)
+
+
+@pytest.fixture(scope="session")
+def summary(request) -> CorpusSummary:
+    plugin = CorpusSummary()
+    request.config.pluginmanager.register(plugin, "dflash-doctor-corpus")
+    return plugin
+
+
+@pytest.fixture(scope="session")
+def base_tree(tmp_path_factory):
+    """``base_tree("0.33.0")`` -> a small copy of that real release tree, made once per session."""
+    built: dict[str, Path] = {}
+
+    def build(version: str) -> Path:
+        if version not in built:
+            source = release_tree(version)
+            dest = tmp_path_factory.mktemp(f"base-{version}")
+            for relpath in sorted(set(TREE_FILES) | set(rule_files())):
+                if (source / relpath).is_file():
+                    (dest / relpath).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(source / relpath, dest / relpath)
+            for dist_info in source.glob("vllm-*.dist-info"):
+                shutil.copytree(dist_info, dest / dist_info.name)
+            built[version] = dest
+        return built[version]
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def rules_by_fix() -> dict:
+    return {rule.id: rule for rule in load_rules()}
+
+
+@pytest.mark.parametrize("edit", EDITS, ids=[edit.id for edit in EDITS])
+def test_no_confident_wrong_verdict(edit, base_tree, rules_by_fix, summary, tmp_path):
+    tree = tmp_path / "tree"
+    shutil.copytree(base_tree(edit.base), tree)
+    edit.apply(tree)
+    report = run_check(PathTarget(tree), (rules_by_fix[edit.fix],))
+    (fix,) = report.fixes
+    summary.record(edit, fix.status)
+    assert fix.status not in WRONG[edit.kind], (
+        f"{edit.kind} edit judged {fix.status}: {edit.why} ({fix.reason or 'no reason'})"
+    )
