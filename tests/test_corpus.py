@@ -88,3 +88,10 @@ def test_no_confident_wrong_verdict(edit, base_tree, rules_by_fix, summary, tmp_
     assert fix.status not in WRONG[edit.kind], (
         f"{edit.kind} edit judged {fix.status}: {edit.why} ({fix.reason or 'no reason'})"
     )
+
+
+def test_corpus_has_the_size_issue_11_asks_for():
+    """Per fix: at least 15 preserving rewrites, 15 breaking edits and 5 added fixes."""
+    for fix in ("layer-offset", "swa-config", "cache-drop"):
+        kinds = [edit.kind for edit in EDITS if edit.fix == fix]
+        assert kinds.count("preserve") >= 15 and kinds.count("break") >= 15 and kinds.count("add") >= 5, fix

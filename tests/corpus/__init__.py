@@ -87,6 +87,19 @@ def edits(fix: str, *records: tuple) -> tuple[Edit, ...]:
     return built
 
 
+def replace_span(start: str, end: str, new: str) -> Callable[[str], str]:
+    """A transform replacing the text from the unique ``start`` up to (not
+    including) the next ``end`` with ``new``."""
+
+    def apply(text: str) -> str:
+        assert text.count(start) == 1, f"{start!r} is not unique"
+        head, rest = text.split(start, 1)
+        assert end in rest, f"{end!r} does not follow {start!r}"
+        return head + new + end + rest.split(end, 1)[1]
+
+    return apply
+
+
 def rename_within(start: str, end: str | None, old: str, new: str) -> Callable[[str], str]:
     """A transform renaming the identifier ``old`` to ``new`` between the unique
     marker ``start`` and the next ``end`` (None: the end of the file); string

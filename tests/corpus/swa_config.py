@@ -3,7 +3,7 @@ drafter config (``layer_types`` / ``sliding_window``, or ``dflash_config.use_swa
 / ``swa_window_size``), must reach that layer's ``Attention``; the chain is
 config -> resolver -> decoder layer -> attention."""
 
-from . import Replace, edits
+from . import Replace, Transform, edits, replace_span
 
 QD = "vllm/model_executor/models/qwen3_dflash.py"
 
@@ -53,6 +53,130 @@ CAUSAL_BODY = """    is_causal = getattr(config, "is_causal", None)
 """
 CAUSAL_LAST = "    return layer_types[layer_idx] == _SLIDING_ATTENTION\n"
 MODEL_LAYER_IDX = "                    layer_idx=layer_idx,\n"
+
+
+RESOLVER_START = "def _resolve_layer_attention("
+RESOLVER_END = "class DFlashQwen3Attention("
+
+# Per-layer windows written anew, each in its own style, after upstream's
+# _resolve_layer_attention is taken out; causality stays with the tree's
+# _dflash_layer_causal, and the runners' support for per-layer windows is the tree's.
+MIXED_ERROR = '''"DFlash drafters that mix sliding and full layers need VLLM_USE_V2_MODEL_RUNNER=1"'''
+WINDOW_ERROR = '''"a sliding DFlash layer needs dflash_config.swa_window_size or sliding_window"'''
+
+DATACLASS_STYLE = f'''@dataclasses.dataclass(frozen=True)
+class _DraftLayerAttention:
+    """How one draft layer attends: its sliding window (None: full) and causality."""
+
+    sliding_window: int | None
+    causal: bool
+
+    @classmethod
+    def of(cls, config: Qwen3Config, layer_idx: int) -> "_DraftLayerAttention":
+        dflash_config = getattr(config, "dflash_config", None) or {{}}
+        layer_types = getattr(config, "layer_types", None)
+        use_swa = dflash_config.get("use_swa", False)
+        flags = [kind == _SLIDING_ATTENTION for kind in layer_types or ()]
+        if any(flags) and not all(flags) and not get_current_vllm_config().use_v2_model_runner:
+            raise NotImplementedError({MIXED_ERROR})
+        if layer_types is None or (use_swa and not any(flags)):
+            sliding = bool(use_swa)
+        else:
+            sliding = flags[layer_idx]
+        window = None
+        if sliding:
+            window = dflash_config.get("swa_window_size", getattr(config, "sliding_window", None))
+            if window is None:
+                raise ValueError({WINDOW_ERROR})
+        return cls(window, _dflash_layer_causal(config, layer_idx))
+
+
+'''
+DATACLASS_CALL = (
+    "        attention = _DraftLayerAttention.of(config, layer_idx)\n"
+    "        sliding_window, causal = attention.sliding_window, attention.causal\n"
+)
+
+KWARGS_STYLE = f'''def _draft_attention_kwargs(config: Qwen3Config, layer_idx: int) -> dict:
+    """Keyword arguments for one draft layer's attention: window and causality."""
+    dflash_config = getattr(config, "dflash_config", None) or {{}}
+    layer_types = getattr(config, "layer_types", None)
+    use_swa = dflash_config.get("use_swa", False)
+    if layer_types is None:
+        sliding = bool(use_swa)
+    else:
+        num_sliding = layer_types.count(_SLIDING_ATTENTION)
+        if 0 < num_sliding < len(layer_types):
+            if not get_current_vllm_config().use_v2_model_runner:
+                raise NotImplementedError({MIXED_ERROR})
+        if use_swa and num_sliding == 0:
+            sliding = True
+        else:
+            sliding = layer_types[layer_idx] == _SLIDING_ATTENTION
+    window = (
+        dflash_config.get("swa_window_size", getattr(config, "sliding_window", None))
+        if sliding
+        else None
+    )
+    if sliding and window is None:
+        raise ValueError({WINDOW_ERROR})
+    return {{"sliding_window": window, "causal": _dflash_layer_causal(config, layer_idx)}}
+
+
+'''
+
+EARLY_RETURN_STYLE = f'''def _layer_sliding_window(config: Qwen3Config, layer_idx: int) -> int | None:
+    """This draft layer's sliding window, or None for full attention."""
+    dflash_config = getattr(config, "dflash_config", None) or {{}}
+    layer_types = getattr(config, "layer_types", None)
+    use_swa = dflash_config.get("use_swa", False)
+    if layer_types is not None:
+        kinds = set(layer_types)
+        mixed = _SLIDING_ATTENTION in kinds and len(kinds) > 1
+        if mixed and not get_current_vllm_config().use_v2_model_runner:
+            raise NotImplementedError({MIXED_ERROR})
+    if layer_types is not None and not (use_swa and _SLIDING_ATTENTION not in kinds):
+        if layer_types[layer_idx] != _SLIDING_ATTENTION:
+            return None
+    elif not use_swa:
+        return None
+    window = dflash_config.get("swa_window_size", getattr(config, "sliding_window", None))
+    if window is None:
+        raise ValueError({WINDOW_ERROR})
+    return window
+
+
+'''
+
+MATCH_STYLE = f'''def _layer_window(config: Qwen3Config, layer_idx: int) -> int | None:
+    dflash_config = getattr(config, "dflash_config", None) or {{}}
+    use_swa = dflash_config.get("use_swa", False)
+    match getattr(config, "layer_types", None):
+        case None:
+            sliding = bool(use_swa)
+        case layer_types:
+            flags = [kind == _SLIDING_ATTENTION for kind in layer_types]
+            if any(flags) and not all(flags) and not get_current_vllm_config().use_v2_model_runner:
+                raise NotImplementedError({MIXED_ERROR})
+            sliding = True if use_swa and not any(flags) else flags[layer_idx]
+    if not sliding:
+        return None
+    window = dflash_config.get("swa_window_size", getattr(config, "sliding_window", None))
+    if window is None:
+        raise ValueError({WINDOW_ERROR})
+    return window
+
+
+'''
+SPLIT_CALL = (
+    "        sliding_window = {}(config, layer_idx)\n"
+    "        causal = _dflash_layer_causal(config, layer_idx)\n"
+)
+
+
+def resolver_rewritten(code: str) -> Transform:
+    """Upstream's _resolve_layer_attention taken out, ``code`` in its place."""
+    return Transform(QD, replace_span(RESOLVER_START, RESOLVER_END, code))
 
 
 def qd(find: str, replace: str, count: int = 1) -> Replace:
@@ -239,4 +363,34 @@ EDITS = edits(
     ("positional-wrong-slot", "0.33.0", "break",
      "Attention called positionally with the window in the logits_soft_cap slot and None as the window.",
      positional_attention(window="None", soft_cap="sliding_window")),
+    # --- per-layer windows written anew in other styles, upstream's resolver taken out ------
+    ("add-dataclass", "0.33.0", "add",
+     "a frozen dataclass with a classmethod resolves each layer's window (same rules: layer_types, "
+     "use_swa, swa_window_size before sliding_window, mixed only on V2); causality from the tree's helper.",
+     qd("import io\n", "import dataclasses\nimport io\n"),
+     resolver_rewritten(DATACLASS_STYLE),
+     qd(RESOLVE, DATACLASS_CALL)),
+    ("add-kwargs-helper", "0.33.0", "add",
+     "a helper returns the attention's window and causality as keyword arguments, splatted into the call.",
+     resolver_rewritten(KWARGS_STYLE),
+     qd(RESOLVE, ""),
+     qd(LAYER_KW, "            **_draft_attention_kwargs(config, layer_idx),\n")),
+    ("add-early-returns", "0.33.0", "add",
+     "a window-only function with early returns (set of layer kinds for the mixed test); "
+     "causality from the tree's helper.",
+     resolver_rewritten(EARLY_RETURN_STYLE),
+     qd(RESOLVE, SPLIT_CALL.format("_layer_sliding_window"))),
+    ("add-match", "0.33.0", "add",
+     "a window function written with a match statement on layer_types.",
+     resolver_rewritten(MATCH_STYLE),
+     qd(RESOLVE, SPLIT_CALL.format("_layer_window"))),
+    ("add-dataclass-0.26", "0.26.0", "add",
+     "0.26.0 with its resolver replaced by the dataclass form.",
+     qd("import io\n", "import dataclasses\nimport io\n"),
+     resolver_rewritten(DATACLASS_STYLE),
+     qd(RESOLVE, DATACLASS_CALL)),
+    ("add-early-returns-0.26", "0.26.0", "add",
+     "0.26.0 with its resolver replaced by the early-return window function.",
+     resolver_rewritten(EARLY_RETURN_STYLE),
+     qd(RESOLVE, SPLIT_CALL.format("_layer_sliding_window"))),
 )
