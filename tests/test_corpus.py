@@ -36,6 +36,7 @@ TREE_FILES = (
     "vllm/model_executor/layers/attention/attention.py",
     "vllm/v1/worker/gpu_model_runner.py",
     "vllm/v1/worker/gpu/model_runner.py",
+    "vllm/v1/worker/gpu/spec_decode/__init__.py",
     "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py",
     "vllm/v1/worker/gpu/spec_decode/dflash/speculator.py",
     "vllm/v1/worker/gpu/spec_decode/dflash/utils.py",

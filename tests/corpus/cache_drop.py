@@ -69,6 +69,13 @@ EDITS = edits(
              '_KEEP_TRAILING_BLOCK = frozenset({"dflash", "dspark"})\n\n\n'
              "@config\nclass SpeculativeConfig:"),
      needs("        return self.use_eagle() and self.method not in _KEEP_TRAILING_BLOCK\n")),
+    ("predicate-module-helper", "0.33.0", "preserve",
+     "the exemption moved into a module-level helper over the method name.",
+     Replace(SPEC, "@config\nclass SpeculativeConfig:",
+             "def _draft_kv_from_target_alone(method: str | None) -> bool:\n"
+             '    return method in ("dflash", "dspark")\n\n\n'
+             "@config\nclass SpeculativeConfig:"),
+     needs("        return self.use_eagle() and not _draft_kv_from_target_alone(self.method)\n")),
     ("manager-kwargs-dict", "0.33.0", "preserve",
      "the block-drop bit reaches KVCacheManager through a **kwargs dict.",
      scheduler(SCHED_KW, '            **{"use_eagle": self.use_eagle_block_drop},\n')),

@@ -4,6 +4,9 @@ by name, and the right / unknown / wrong counts per fix and kind."""
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
+
+import dflash_doctor
 
 # A verdict that is confidently wrong for each kind of edit.
 WRONG = {"preserve": {"absent", "partial"}, "break": {"present"}, "add": {"absent", "partial"}}
@@ -28,6 +31,8 @@ class CorpusSummary:
         if not self.seen:
             return
         write = terminalreporter.write_line
+        # Which engine answered: `python -m pytest` puts the working directory first on sys.path.
+        write(f"corpus engine: {Path(dflash_doctor.__file__).parent}")
         unknowns = [name for name, (_, _, status) in self.seen.items() if status == "unknown"]
         write(f"corpus unknowns: {', '.join(unknowns) if unknowns else 'none'}")
         counts: dict[tuple[str, str], dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
