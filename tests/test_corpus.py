@@ -1,7 +1,8 @@
 """The metamorphic corpus (issue 11): edits of real release trees that keep,
 break or add one fix. No confident wrong answer: a preserving edit or an added
-fix is never absent/partial, a breaking edit never present; ``unknown`` is
-allowed and listed at the end of the run ("corpus unknowns: ...")."""
+fix is present (never absent/partial), a breaking edit absent or partial (never
+present); ``unknown`` is allowed and listed at the end of the run ("corpus
+unknowns: ...")."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from conftest import rule_files
-from corpus import cache_drop, layer_offset, swa_config
-from corpus.summary import WRONG, CorpusSummary
+from corpus import Replace, cache_drop, layer_offset, rename_within, swa_config
+from corpus.summary import CorpusSummary, outcome
 
 from dflash_doctor.check import run_check
 from dflash_doctor.rules import load_rules
@@ -86,7 +87,7 @@ def test_no_confident_wrong_verdict(edit, base_tree, rules_by_fix, summary, tmp_
     report = run_check(PathTarget(tree), (rules_by_fix[edit.fix],))
     (fix,) = report.fixes
     summary.record(edit, fix.status)
-    assert fix.status not in WRONG[edit.kind], (
+    assert outcome(edit.kind, fix.status) != "wrong", (
         f"{edit.kind} edit judged {fix.status}: {edit.why} ({fix.reason or 'no reason'})"
     )
 
@@ -96,3 +97,18 @@ def test_corpus_has_the_size_issue_11_asks_for():
     for fix in ("layer-offset", "swa-config", "cache-drop"):
         kinds = [edit.kind for edit in EDITS if edit.fix == fix]
         assert kinds.count("preserve") >= 15 and kinds.count("break") >= 15 and kinds.count("add") >= 5, fix
+
+
+def test_an_edit_that_does_not_match_exactly_is_refused():
+    twice = "x = 1\nx = 1\n"
+    with pytest.raises(AssertionError, match="found 2 times, expected 1"):
+        Replace("f.py", "x = 1", "x = 2").apply(twice)
+    with pytest.raises(AssertionError, match="found 0 times"):
+        Replace("f.py", "y = 1", "y = 2").apply(twice)
+    assert Replace("f.py", "x = 1", "x = 2", count=2).apply(twice) == "x = 2\nx = 2\n"
+
+
+def test_a_rename_keeps_string_literals_and_stays_in_its_span():
+    source = 'def f(ids):\n    return ids, "ids", target_ids\n\ndef g(ids):\n    return ids\n'
+    renamed = rename_within("def f(", "def g(", "ids", "taps")(source)
+    assert renamed == 'def f(taps):\n    return taps, "ids", target_ids\n\ndef g(ids):\n    return ids\n'

@@ -8,14 +8,16 @@ from pathlib import Path
 
 import dflash_doctor
 
-# A verdict that is confidently wrong for each kind of edit.
-WRONG = {"preserve": {"absent", "partial"}, "break": {"present"}, "add": {"absent", "partial"}}
+# The verdicts that are right for each kind of edit; `unknown` is allowed (and
+# listed); anything else (absent for a kept fix, present or not-applicable for a
+# broken one) is a confident wrong answer.
+RIGHT = {"preserve": {"present"}, "break": {"absent", "partial"}, "add": {"present"}}
 
 
 def outcome(kind: str, status: str) -> str:
     if status == "unknown":
         return "unknown"
-    return "wrong" if status in WRONG[kind] else "right"
+    return "right" if status in RIGHT[kind] else "wrong"
 
 
 class CorpusSummary:
