@@ -115,6 +115,10 @@ EDITS = edits(
      "use_eagle_block_drop as all() over its two conditions (no side effects, same value).",
      block_drop("        return all((self.needs_eagle_block_drop(), not self.disable_eagle_block_drop))\n")),
     # --- semantics-breaking edits of 0.33.0 --------------------------------------
+    # A predicate that is true for DFlash makes 0.33.0 drop the block whenever
+    # lookahead block hashes are off (a KV connector, disable_lookahead_block_hashes,
+    # no prefix caching); with them on, DFlash's block hashes change instead.
+    # Either way the tree no longer does what the fix does.
     ("turned-around", "0.33.0", "break",
      "needs_eagle_block_drop turned around: only the non-EAGLE methods (dflash, dspark) drop.",
      needs('        return self.use_eagle() and self.method not in ("eagle", "eagle3", "mtp")\n')),
