@@ -1,0 +1,114 @@
+"""The metamorphic corpus (issue 11): edits of real release trees that keep,
+break or add one fix. No confident wrong answer: a preserving edit or an added
+fix is present (never absent/partial), a breaking edit absent or partial (never
+present); ``unknown`` is allowed and listed at the end of the run ("corpus
+unknowns: ...")."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import rule_files
+from corpus import Replace, cache_drop, layer_offset, rename_within, swa_config
+from corpus.summary import CorpusSummary, outcome
+
+from dflash_doctor.check import run_check
+from dflash_doctor.rules import load_rules
+from dflash_doctor.targets.path import PathTarget
+from dflash_doctor.targets.release import release_tree
+
+pytestmark = pytest.mark.release
+
+EDITS = layer_offset.EDITS + swa_config.EDITS + cache_drop.EDITS
+
+# Beyond the files the rules read: what makes a tree a tree, and what running
+# the tree's own DFlash code (config, runners, scheduler, drafter) reaches.
+TREE_FILES = (
+    "vllm/__init__.py",
+    "vllm/_version.py",
+    "vllm/envs.py",
+    "vllm/config/vllm.py",
+    "vllm/config/speculative.py",
+    "vllm/transformers_utils/configs/speculators/algos.py",
+    "vllm/transformers_utils/configs/speculators/base.py",
+    "vllm/model_executor/models/qwen3_dflash.py",
+    "vllm/model_executor/layers/attention/attention.py",
+    "vllm/v1/worker/gpu_model_runner.py",
+    "vllm/v1/worker/gpu/model_runner.py",
+    "vllm/v1/worker/gpu/spec_decode/__init__.py",
+    "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py",
+    "vllm/v1/worker/gpu/spec_decode/dflash/speculator.py",
+    "vllm/v1/worker/gpu/spec_decode/dflash/utils.py",
+    "vllm/v1/core/sched/scheduler.py",
+    "vllm/v1/core/kv_cache_manager.py",
+)
+
+
+@pytest.fixture(scope="session")
+def summary(request) -> CorpusSummary:
+    plugin = CorpusSummary()
+    request.config.pluginmanager.register(plugin, "dflash-doctor-corpus")
+    return plugin
+
+
+@pytest.fixture(scope="session")
+def base_tree(tmp_path_factory):
+    """``base_tree("0.33.0")`` -> a small copy of that real release tree, made once per session."""
+    built: dict[str, Path] = {}
+
+    def build(version: str) -> Path:
+        if version not in built:
+            source = release_tree(version)
+            dest = tmp_path_factory.mktemp(f"base-{version}")
+            for relpath in sorted(set(TREE_FILES) | set(rule_files())):
+                if (source / relpath).is_file():
+                    (dest / relpath).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(source / relpath, dest / relpath)
+            for dist_info in source.glob("vllm-*.dist-info"):
+                shutil.copytree(dist_info, dest / dist_info.name)
+            built[version] = dest
+        return built[version]
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def rules_by_fix() -> dict:
+    return {rule.id: rule for rule in load_rules()}
+
+
+@pytest.mark.parametrize("edit", EDITS, ids=[edit.id for edit in EDITS])
+def test_no_confident_wrong_verdict(edit, base_tree, rules_by_fix, summary, tmp_path):
+    tree = tmp_path / "tree"
+    shutil.copytree(base_tree(edit.base), tree)
+    edit.apply(tree)
+    report = run_check(PathTarget(tree), (rules_by_fix[edit.fix],))
+    (fix,) = report.fixes
+    summary.record(edit, fix.status)
+    assert outcome(edit.kind, fix.status) != "wrong", (
+        f"{edit.kind} edit judged {fix.status}: {edit.why} ({fix.reason or 'no reason'})"
+    )
+
+
+def test_corpus_has_the_size_issue_11_asks_for():
+    """Per fix: at least 15 preserving rewrites, 15 breaking edits and 5 added fixes."""
+    for fix in ("layer-offset", "swa-config", "cache-drop"):
+        kinds = [edit.kind for edit in EDITS if edit.fix == fix]
+        assert kinds.count("preserve") >= 15 and kinds.count("break") >= 15 and kinds.count("add") >= 5, fix
+
+
+def test_an_edit_that_does_not_match_exactly_is_refused():
+    twice = "x = 1\nx = 1\n"
+    with pytest.raises(AssertionError, match="found 2 times, expected 1"):
+        Replace("f.py", "x = 1", "x = 2").apply(twice)
+    with pytest.raises(AssertionError, match="found 0 times"):
+        Replace("f.py", "y = 1", "y = 2").apply(twice)
+    assert Replace("f.py", "x = 1", "x = 2", count=2).apply(twice) == "x = 2\nx = 2\n"
+
+
+def test_a_rename_keeps_string_literals_and_stays_in_its_span():
+    source = 'def f(ids):\n    return ids, "ids", target_ids\n\ndef g(ids):\n    return ids\n'
+    renamed = rename_within("def f(", "def g(", "ids", "taps")(source)
+    assert renamed == 'def f(taps):\n    return taps, "ids", target_ids\n\ndef g(ids):\n    return ids\n'
