@@ -12,8 +12,6 @@ SandboxError, which every probe turns into an unknown.
 import json
 import os
 import re
-import resource
-import shutil
 import socket
 import subprocess
 import sys
@@ -27,7 +25,6 @@ from conftest import check_json, statuses
 
 from dflash_doctor.draft import lockdown
 from dflash_doctor.draft.extract import Locator, ProgramBuilder
-from dflash_doctor.draft.probes import PROBED_FILES
 from dflash_doctor.draft.sandbox import Call, SandboxError, child_program, isolation_status, run, run_isolated
 from dflash_doctor.source import DirectoryTree
 
@@ -450,11 +447,6 @@ RESOLVER_START = "        if not (self.speculative_config and self.speculative_c
 def hostile_tree(mini_tree, release, action: str) -> Path:
     """A copy of the real 0.33.0 files the checks read, whose V1 aux-layer resolver escapes first."""
     tree = mini_tree("0.33.0")
-    source = release("0.33.0")
-    for relpath in PROBED_FILES:
-        if (source / relpath).is_file():
-            (tree / relpath).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source / relpath, tree / relpath)
     runner = tree / "vllm/v1/worker/gpu_model_runner.py"
     text = runner.read_text()
     assert text.count(RESOLVER_START) == 1
