@@ -422,7 +422,9 @@ def test_an_output_flood_is_cut_at_the_cap_and_the_parent_stays_small():
     proc = subprocess.run([sys.executable, "-c", FLOOD, WALK], capture_output=True, text=True, timeout=120)
     answer = json.loads(proc.stdout)
     assert "wrote more than" in answer["error"]
-    assert answer["peak"] < 120 << 20, answer["peak"]
+    # Unbounded, the flood would reach gigabytes within the run's deadline; the parent alone is ~35 MB,
+    # and a loaded machine has been seen to add transient allocations on top.
+    assert answer["peak"] < 256 << 20, answer["peak"]
 
 
 # -- end to end: a real 0.33.0 tree whose resolver escapes ------------------------------------------
