@@ -2,7 +2,9 @@
 break or add one fix. No confident wrong answer: a preserving edit or an added
 fix is present (never absent/partial), a breaking edit absent or partial (never
 present); ``unknown`` is allowed and listed at the end of the run ("corpus
-unknowns: ...")."""
+unknowns: ..."). Two swa-config lists are asserted apart: ``OBSERVED`` (causality
+edits: observed, not judged; the verdict stays the unedited tree's) and
+``WITH_DRAFT_CONFIG`` (edits only a user's --draft-config tells apart)."""
 
 from __future__ import annotations
 
