@@ -46,6 +46,8 @@ def rule_markdown(rule: Rule) -> str:
             + (f" Not run (their forms join the chain): {', '.join(f'`{a}`' for a in behaviour.uncovered)}." if behaviour.uncovered else "")
             + (f" Layers built from the tree's own `{behaviour.construct.layer}`, recording `{behaviour.construct.recorded}`."
                if behaviour.construct else "")
+            + (f" The index each layer receives is read by constructing the tree's own `{behaviour.construct.model}`."
+               if behaviour.construct and behaviour.construct.model else "")
             + " With `--draft-config` the user's config is the subject where it can be judged.",
         ]
         if rule.fix_cases:

@@ -133,7 +133,7 @@ class Case:
 
 QUESTIONS = {  # question kind -> the links (parts) its observations have
     "capture-ids": ("runner-accepts", "resolver"),
-    "layer-attention": ("runner-accepts", "sliding-window", "causality"),
+    "layer-attention": ("runner-accepts", "layer-index", "sliding-window", "causality"),
     "block-drop": ("kv-cache-manager",),
 }
 DIMENSIONS = ("runner", "setting")  # drafter configs are always alternatives (subjects, guards)
@@ -167,7 +167,9 @@ class Construct:
     code; calls of ``recorded`` are recorded and bound to the parameters of
     ``signature`` (``file``, ``Class.__init__``) to read ``window``; ``causal``
     is an attribute path on the built layer. ``assume``: values of stand-ins a
-    branch reads (the deployment the question is about)."""
+    branch reads (the deployment the question is about). ``model``: the class in
+    ``file`` that builds the layers; it is constructed with ``layer`` recorded, to
+    read the index each layer really receives."""
 
     file: str
     layer: str
@@ -178,6 +180,7 @@ class Construct:
     window: str
     causal: str
     assume: tuple[tuple[str, Any], ...]
+    model: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -360,15 +363,22 @@ def _construct(raw: Any, where: str) -> Construct | None:
         return None
     if not isinstance(raw, dict) or not isinstance(raw.get("signature"), dict) or not isinstance(raw.get("assume", {}), dict):
         raise ToolError(f"{where} must be a table with a signature table")
-    _known_keys(raw, ("file", "layer", "index_parameters", "recorded", "signature", "window", "causal", "assume"), where)
+    _known_keys(raw, ("file", "layer", "index_parameters", "recorded", "signature", "window", "causal", "assume", "model"), where)
     signature = raw["signature"]
     return Construct(
         file=_require(raw, "file", where), layer=_require(raw, "layer", where),
         index_parameters=_strings(raw, "index_parameters", where), recorded=_require(raw, "recorded", where),
         signature_file=_require(signature, "file", where), signature=_require(signature, "symbol", where),
         window=_require(raw, "window", where), causal=_require(raw, "causal", where),
-        assume=tuple(sorted(raw.get("assume", {}).items())),
+        assume=tuple(sorted(raw.get("assume", {}).items())), model=_optional_name(raw, "model", where),
     )
+
+
+def _optional_name(raw: dict[str, Any], key: str, where: str) -> str | None:
+    value = raw.get(key)
+    if value is not None and not (isinstance(value, str) and value.isidentifier()):
+        raise ToolError(f"{where}: {key} must be a class name")
+    return value
 
 
 def _known_keys(raw: dict[str, Any], known: tuple[str, ...], where: str) -> None:

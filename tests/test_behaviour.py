@@ -158,3 +158,36 @@ def test_rules_test_runs_fix_cases_and_fails_a_wrong_expectation(tmp_path):
 def test_a_guard_no_runner_accepts_is_not_judged():
     refused_guard = configs(a={"v1": (True, True)}, b={"v1": (True, True)}, g={"v1": (False, False)})
     assert judge(ask(chain=("runner-accepts", "resolver")), refused_guard, ("a", "b"), ("g",)).status == "present"
+
+
+QWEN3_DFLASH = "vllm/model_executor/models/qwen3_dflash.py"
+MODEL_INDEX = "                    layer_idx=layer_idx,\n"
+
+
+@pytest.mark.release
+def test_the_index_each_layer_receives_comes_from_the_trees_own_model(mini_tree, monkeypatch):
+    """swa-config's layer-index link: DFlashQwen3Model is constructed and each layer
+    must receive its own index; a model that hands layer 0's index to every layer is
+    caught there, and a model that cannot be constructed leaves the answer unknown."""
+    monkeypatch.setenv("DFLASH_DOCTOR_NO_CACHE", "1")
+    rules = tuple(rule for rule in load_rules() if rule.id == "swa-config")
+    tree = mini_tree("0.33.0")
+    (fix,) = run_check(PathTarget(tree), rules).fixes
+    indices = [item for item in fix.behaviour.observations if item.part == "layer-index" and item.config == "zlab-mixed"]
+    assert fix.status == "present"
+    assert [(item.layer, item.observed, item.ok) for item in indices if item.runner == "v2"] == [(i, i, True) for i in range(5)]
+
+    model = tree / QWEN3_DFLASH
+    text = model.read_text()
+    assert text.count(MODEL_INDEX) == 1
+    model.write_text(text.replace(MODEL_INDEX, "                    layer_idx=0,\n"))
+    (fix,) = run_check(PathTarget(tree), rules).fixes
+    assert fix.behaviour.status == "absent"
+    assert "layer-index layer 1 is 0, needs 1" in fix.behaviour.reason
+
+    model.write_text(text.replace("        super().__init__()\n        speculative_config = vllm_config.speculative_config\n",
+                                  "        super().__init__()\n        speculative_config = vllm_config.speculative_config\n"
+                                  "        if vllm_config.parallel_config:\n            pass\n", 1))
+    assert model.read_text() != text
+    (fix,) = run_check(PathTarget(tree), rules).fixes
+    assert fix.status == "unknown" and "layer-index" in fix.reason and "DFlashQwen3Model" in fix.reason

@@ -2,7 +2,9 @@
 break or add one fix. No confident wrong answer: a preserving edit or an added
 fix is present (never absent/partial), a breaking edit absent or partial (never
 present); ``unknown`` is allowed and listed at the end of the run ("corpus
-unknowns: ...")."""
+unknowns: ..."). Two swa-config lists are asserted apart: ``OBSERVED`` (causality
+edits: observed, not judged; the verdict stays the unedited tree's) and
+``WITH_DRAFT_CONFIG`` (edits only a user's --draft-config tells apart)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ from dflash_doctor.targets.release import release_tree
 
 pytestmark = pytest.mark.release
 
-EDITS = layer_offset.EDITS + swa_config.EDITS + cache_drop.EDITS
+EDITS = layer_offset.EDITS + swa_config.EDITS + swa_config.WITH_DRAFT_CONFIG + cache_drop.EDITS
+DRAFTERS = Path(__file__).parent / "corpus" / "drafters"
 
 # Beyond the files the rules read: what makes a tree a tree, and what running
 # the tree's own DFlash code (config, runners, scheduler, drafter) reaches.
@@ -84,12 +87,54 @@ def test_no_confident_wrong_verdict(edit, base_tree, rules_by_fix, summary, tmp_
     tree = tmp_path / "tree"
     shutil.copytree(base_tree(edit.base), tree)
     edit.apply(tree)
-    report = run_check(PathTarget(tree), (rules_by_fix[edit.fix],))
+    draft_config = DRAFTERS / edit.draft_config if edit.draft_config else None
+    report = run_check(PathTarget(tree), (rules_by_fix[edit.fix],), draft_config)
     (fix,) = report.fixes
     summary.record(edit, fix.status)
     assert outcome(edit.kind, fix.status) != "wrong", (
         f"{edit.kind} edit judged {fix.status}: {edit.why} ({fix.reason or 'no reason'})"
     )
+
+
+@pytest.mark.parametrize("edit", swa_config.WITH_DRAFT_CONFIG, ids=[edit.id for edit in swa_config.WITH_DRAFT_CONFIG])
+def test_the_gating_draft_config_tells_the_edit_apart(edit, base_tree, rules_by_fix, tmp_path):
+    """The unedited tree is present with the same --draft-config; the edited one is
+    absent by behaviour, the user's config gating."""
+    rules = (rules_by_fix[edit.fix],)
+    (kept,) = run_check(PathTarget(base_tree(edit.base)), rules, DRAFTERS / edit.draft_config).fixes
+    assert kept.status == "present", kept.reason
+    tree = tmp_path / "tree"
+    shutil.copytree(base_tree(edit.base), tree)
+    edit.apply(tree)
+    (broken,) = run_check(PathTarget(tree), rules, DRAFTERS / edit.draft_config).fixes
+    # behaviour gives absent; the structure's exact mixed-needs-v2 form reads present,
+    # so the check is the loud behaviour/structure disagreement (unknown), never present
+    assert broken.behaviour.status == "absent", broken.behaviour.reason
+    assert broken.status in ("absent", "unknown") and "sliding-window layer 0 is 4096, needs 1024" in broken.reason
+    assert any(item.config.startswith("user:") and item.ok is False for item in broken.behaviour.observations)
+
+
+@pytest.mark.parametrize("edit", swa_config.OBSERVED, ids=[edit.id for edit in swa_config.OBSERVED])
+def test_causality_is_observed_not_judged(edit, base_tree, rules_by_fix, tmp_path):
+    """See swa_config.OBSERVED: the verdict is the unedited tree's, and the report's
+    behaviour observations show the causality the edit changed, per layer."""
+    rules = (rules_by_fix[edit.fix],)
+    (kept,) = run_check(PathTarget(base_tree(edit.base)), rules).fixes
+    tree = tmp_path / "tree"
+    shutil.copytree(base_tree(edit.base), tree)
+    edit.apply(tree)
+    (fix,) = run_check(PathTarget(tree), rules).fixes
+    assert (fix.status, fix.decided_by) == (kept.status, kept.decided_by) == ("present", "behaviour"), fix.reason
+
+    def causality(result):
+        return {(item.config, item.runner, item.layer): (item.expected, item.observed)
+                for item in result.behaviour.observations if item.part == "causality"}
+
+    before, after = causality(kept), causality(fix)
+    assert before.keys() == after.keys() and before
+    assert all(expected == observed for expected, observed in before.values() if expected is not None)
+    changed = [key for key in after if after[key] != before[key]]
+    assert changed and all(after[key][0] != after[key][1] for key in changed), changed
 
 
 def test_corpus_has_the_size_issue_11_asks_for():

@@ -32,6 +32,16 @@ class Built:
     layers: tuple[tuple[Any, Any], ...] | None
     reason: str = ""
     refused: bool = False  # building the layers raised one of vLLM's refusals
+    indices: Indices | None = None  # the rule names no model class
+
+
+@dataclasses.dataclass(frozen=True)
+class Indices:
+    """The layer index each decoder layer received when the tree's model class built
+    them, in build order (None: the layer class takes no index); or why not known."""
+
+    received: tuple[Any, ...] | None
+    reason: str = ""
 
 
 def construct_layers(
@@ -74,10 +84,86 @@ def construct_layers(
         outcomes = run(builder.chunks, calls, data, globals_) if calls else {}
     except SandboxError as exc:
         return [{runner: Built(None, str(exc)) for runner in RUNNERS} for _ in hf_configs]
+    indices = _model_indices(tree, construct, layer, data, run, follow) if construct.model else {}
     return [
-        {runner: _read(outcomes.get(f"{index}|{runner}"), parameters, construct) for runner in RUNNERS}
+        {
+            runner: dataclasses.replace(
+                _read(outcomes.get(f"{index}|{runner}"), parameters, construct), indices=indices.get(f"{index}|{runner}")
+            )
+            for runner in RUNNERS
+        }
         for index in range(len(hf_configs))
     ]
+
+
+def _model_indices(tree: SourceTree, construct: Construct, layer, data: dict, run: Runner, follow: tuple[str, ...]) -> dict[str, Indices]:
+    """Construct the tree's model class (``construct.model``) for each drafter config,
+    with the layer class a recorded stand-in, and bind each recorded layer call to the
+    layer's ``__init__``: the index it received. Keys as the layer calls' ids."""
+    keys = [f"{name[2:]}|{runner}" for name in data for runner in RUNNERS]
+    try:
+        builder = ProgramBuilder(tree, (*PROVIDED, construct.layer), classes=True, follow=follow)
+        model = Locator(tree, [], [(construct.file, construct.model)]).one(construct.file, construct.model)
+        if model is None:
+            raise ExtractError(f"{construct.model} not found in {construct.file}")
+        name = builder.constructor(model)
+        arguments = _model_keywords(model.node, construct)
+    except (ExtractError, SiteError) as exc:
+        return {key: Indices(None, f"building {construct.model}: {exc}") for key in keys}
+    record = (construct.layer,)
+    assume = dict(construct.assume)
+    globals_: dict[str, Any] = {gap: {"$standin": gap, "assume": assume, "record": record} for gap in builder.gaps}
+    globals_.update(_module_class={"$module_class": True}, _records={"$records": True}, logger=sandbox.noop("logger"))
+    globals_[construct.layer] = {"$standin": construct.layer, "assume": assume, "record": record}
+    calls = []
+    for key in keys:
+        index, runner = key.split("|")
+        config = {**sandbox.config_object("hf_config", f"hf{index}"), "loose": True}
+        # the drafter's config reaches the model as vllm_config.speculative_config.draft_model_config.hf_config
+        speculative = sandbox.strict_object("speculative_config", method="dflash", draft_model_config=sandbox.strict_object(
+            "draft_model_config", hf_config=config))
+        vllm_config = {"$standin": "vllm_config", "assume": {**assume, "vllm_config.speculative_config": speculative}, "record": record}
+        current = {"$standin": "get_current_vllm_config()", "record": record,
+                   "assume": {**assume, "get_current_vllm_config().use_v2_model_runner": runner == "v2"}}
+        bind = (("vllm_config", vllm_config), ("get_current_vllm_config", sandbox.returns(current)))
+        calls.append(Call(key, f"(lambda model: _records())({name}({arguments}))", bind))
+    try:
+        outcomes = run(builder.chunks, calls, data, globals_)
+    except SandboxError as exc:
+        return {key: Indices(None, f"building {construct.model}: {exc}") for key in keys}
+    signature = _bind_signature(_init(layer.node, construct.file), None)
+    wanted = [name for name in signature.keywords if name in construct.index_parameters]
+    return {key: _received(outcomes.get(key), signature, wanted, construct, data[f"hf{key.split('|')[0]}"]) for key in keys}
+
+
+def _model_keywords(node: ast.ClassDef, construct: Construct) -> str:
+    """The model constructor's arguments: ``vllm_config``, a prefix, stand-ins for other required parameters."""
+    init = _init(node, construct.file)
+    names = [arg.arg for arg in _parameters(init)]
+    if "vllm_config" not in names:
+        raise ExtractError(f"{node.name}.__init__ takes no vllm_config")
+    parts = ["vllm_config=vllm_config"] + (["prefix='model'"] if "prefix" in names else [])
+    parts += [f"{name}=vllm_config.{name}" for name in _required(init) if name not in ("vllm_config", "prefix")]
+    return ", ".join(parts)
+
+
+def _received(outcome: Outcome | None, signature: _Signature, wanted: list[str], construct: Construct, hf: dict) -> Indices:
+    if outcome is None:
+        return Indices(None, "not built")
+    if not outcome.ok:
+        return Indices(None, f"building {construct.model} {outcome.unknowable or f'raises {outcome.error_type}: {outcome.error_message}'}")
+    mine = [item for item in outcome.value if item.get("callee") == construct.layer]
+    if len(mine) != hf.get("num_hidden_layers"):
+        return Indices(None, f"{construct.model} built {len(mine)} {construct.layer} layers for {hf.get('num_hidden_layers')} in the config")
+    if not wanted:
+        return Indices(tuple(None for _ in mine))
+    received = []
+    for item in mine:
+        value = _bound(item, signature, wanted[0], construct.layer)
+        if isinstance(value, str):
+            return Indices(None, value)
+        received.append(value[0])
+    return Indices(tuple(received))
 
 
 def _parameters(function: ast.FunctionDef) -> list[ast.arg]:
@@ -110,12 +196,17 @@ def _layer_keywords(node: ast.ClassDef, construct: Construct) -> str:
 
 
 def _stand_in_parameters(node: ast.ClassDef, construct: Construct) -> list[str]:
-    init = _init(node, construct.file)
+    required = _required(_init(node, construct.file))
+    return [name for name in required if name not in (*construct.index_parameters, "config", "prefix")]
+
+
+def _required(init: ast.FunctionDef) -> list[str]:
+    """Parameters without a default."""
     arguments = init.args
     positional = [*arguments.posonlyargs, *arguments.args][1:]
     required = positional[: len(positional) - len(arguments.defaults)]
     required += [arg for arg, default in zip(arguments.kwonlyargs, arguments.kw_defaults) if default is None]
-    return [arg.arg for arg in required if arg.arg not in (*construct.index_parameters, "config", "prefix")]
+    return [arg.arg for arg in required]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,8 +214,8 @@ class _Signature:
     positional: tuple[str, ...]
     keywords: frozenset[str]
     var_keywords: bool
-    window_default: Any
-    window_default_known: bool
+    default: Any
+    default_known: bool
 
 
 def _signature(tree: SourceTree, construct: Construct) -> _Signature:
@@ -132,15 +223,19 @@ def _signature(tree: SourceTree, construct: Construct) -> _Signature:
     symbols = parsed.symbols(construct.signature) if parsed else []
     if len(symbols) != 1:
         raise ExtractError(f"{construct.signature} is not defined once in {construct.signature_file}")
-    function = symbols[0].node
+    return _bind_signature(symbols[0].node, construct.window)
+
+
+def _bind_signature(function: ast.FunctionDef, parameter: str | None) -> _Signature:
+    """How calls bind to ``function``'s parameters, and the literal default of ``parameter``."""
     arguments = function.args
     positional = tuple(arg.arg for arg in [*arguments.posonlyargs, *arguments.args][1:])
     defaults = dict(zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults))
     defaults.update({arg.arg: d for arg, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None})
     known, value = False, None
-    if construct.window in defaults:
+    if parameter in defaults:
         try:
-            value, known = ast.literal_eval(defaults[construct.window]), True
+            value, known = ast.literal_eval(defaults[parameter]), True
         except ValueError:
             pass
     keywords = frozenset([*positional, *(arg.arg for arg in arguments.kwonlyargs)])
@@ -158,7 +253,7 @@ def _read(outcome: Outcome | None, signature: _Signature, construct: Construct) 
         mine = [item for item in records if item.get("callee") == construct.recorded]
         if len(mine) != 1:
             return Built(None, f"draft layer {index} built {len(mine)} {construct.recorded} layers; the question needs exactly one")
-        window = _bound_window(mine[0], signature, construct)
+        window = _bound(mine[0], signature, construct.window, construct.recorded)
         if isinstance(window, str):
             return Built(None, f"draft layer {index}: {window}")
         if isinstance(causal, dict):
@@ -167,24 +262,25 @@ def _read(outcome: Outcome | None, signature: _Signature, construct: Construct) 
     return Built(tuple(layers))
 
 
-def _bound_window(record: dict, signature: _Signature, construct: Construct) -> tuple[Any] | str:
-    """The value ``window`` gets when ``record``'s arguments are bound to the signature."""
+def _bound(record: dict, signature: _Signature, parameter: str, callee: str) -> tuple[Any] | str:
+    """The value ``parameter`` gets when ``record``'s arguments are bound to the
+    signature (its literal default when not passed), or why it cannot be told."""
     args, kwargs = record["args"], record["kwargs"]
     if len(args) > len(signature.positional):
-        return f"{construct.recorded} got more positional arguments than its signature has"
+        return f"{callee} got more positional arguments than its signature has"
     bound = dict(zip(signature.positional, args))
     for key, value in kwargs.items():
         if key in bound:
-            return f"{construct.recorded} got {key} twice"
+            return f"{callee} got {key} twice"
         if key not in signature.keywords and not signature.var_keywords:
-            return f"{construct.recorded} got an unexpected keyword {key}"
+            return f"{callee} got an unexpected keyword {key}"
         bound[key] = value
-    if construct.window in bound:
-        value = bound[construct.window]
-    elif signature.window_default_known:
-        value = signature.window_default
+    if parameter in bound:
+        value = bound[parameter]
+    elif signature.default_known:
+        value = signature.default
     else:
-        return f"the default of {construct.window} is not a literal"
+        return f"{callee} was not given {parameter}, whose default is not a literal"
     if isinstance(value, dict):
-        return f"{construct.window} is {value.get('$standin') or value.get('$repr')}, which the stand-ins cannot tell"
+        return f"{parameter} is {value.get('$standin') or value.get('$repr')}, which the stand-ins cannot tell"
     return (value,)

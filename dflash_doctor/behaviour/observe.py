@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from ..draft.config import DraftConfig
 from ..draft.probes import OPT_OUT_FIELD, RUNNERS, Probes
 from ..model import UNKNOWN, Observation
-from .construct import Built
+from .construct import Built, Indices
 
 Layers = dict[str, Built] | None  # per runner, when the rule builds the drafter's layers
 
@@ -49,6 +49,8 @@ def layer_attention(name: str, draft: DraftConfig, probes: Probes, built: Layers
             yield Observation(name, runner, DEFAULT, "runner-accepts", None, True, False, False, answer.reason)
             continue
         yield _accepts(name, probes, runner)
+        if answer is not None and answer.indices is not None:
+            yield from _layer_indices(name, runner, answer.indices)
         if answer is None or answer.layers is None or expected is None:
             why = answer.reason if answer is not None else "the rule builds no layers"
             for part in ("sliding-window", "causality"):
@@ -61,6 +63,18 @@ def layer_attention(name: str, draft: DraftConfig, probes: Probes, built: Layers
             want_causal = wanted["causal"]
             known = want_causal is not None and isinstance(causal, bool)
             yield Observation(name, runner, DEFAULT, "causality", index, want_causal, causal, causal == want_causal if known else None)
+
+
+def _layer_indices(name: str, runner: str, indices: Indices) -> Iterator[Observation]:
+    """The index each layer received from the model class: layer i must get i."""
+    if indices.received is None:
+        yield Observation(name, runner, DEFAULT, "layer-index", None, None, None, None, indices.reason)
+        return
+    for position, received in enumerate(indices.received):
+        if received is None:  # the layer class takes no index: nothing to hand it wrongly
+            yield Observation(name, runner, DEFAULT, "layer-index", position, position, None, True, "the layer takes no index")
+        else:
+            yield Observation(name, runner, DEFAULT, "layer-index", position, position, received, received == position)
 
 
 def block_drop(name: str, draft: DraftConfig, probes: Probes, built: Layers) -> Iterator[Observation]:

@@ -259,6 +259,18 @@ class ProgramBuilder:
             if default is not None:
                 field_name, value = default
                 lines.append(f"{field_name} = {ast.unparse(value)}")
+        for statement in node.body if constructing else ():
+            # class attributes the constructor may read: a static one (``decoder_layer_cls
+            # = Layer``) is copied, any other (a weights mapper) is a stand-in
+            if isinstance(statement, ast.Assign) and all(isinstance(target, ast.Name) for target in statement.targets):
+                if _is_static(statement.value):
+                    self._resolve_free_names(symbol.parsed, symbol.file, _names_in(statement.value), 0)
+                    lines.append(ast.unparse(statement))
+                    continue
+                for target in statement.targets:
+                    stand_in = f"_{node.name}_{target.id}"
+                    self._gap(stand_in, f"{node.name}.{target.id} ({symbol.file})")
+                    lines.append(f"{target.id} = {stand_in}")
         queue = [name for name in entries if name in methods]
         included: set[str] = set()
         while queue:

@@ -52,6 +52,7 @@ class Edit:
     kind: str  # preserve | break | add
     why: str  # what the edit does and why it keeps, breaks or adds the fix
     changes: tuple[Replace | Transform, ...]
+    draft_config: str | None = None  # a file in tests/corpus/drafters/, checked as the user's --draft-config
 
     def __post_init__(self) -> None:
         assert self.kind in KINDS, self.kind

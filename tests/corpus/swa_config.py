@@ -3,6 +3,8 @@ drafter config (``layer_types`` / ``sliding_window``, or ``dflash_config.use_swa
 / ``swa_window_size``), must reach that layer's ``Attention``; the chain is
 config -> resolver -> decoder layer -> attention."""
 
+import dataclasses
+
 from . import Replace, Transform, edits, replace_span
 
 QD = "vllm/model_executor/models/qwen3_dflash.py"
@@ -328,18 +330,9 @@ EDITS = edits(
     ("window-never-reaches-attention", "0.33.0", "break",
      "the window is resolved per layer but not passed to the attention (its default is None).",
      qd(LAYER_KW, "            causal=causal,\n")),
-    ("causal-dropped", "0.33.0", "break",
-     "the layer's causality is resolved, then passed on as False.",
-     qd(LAYER_KW, "            sliding_window=sliding_window,\n            causal=False,\n")),
-    ("causal-turned", "0.33.0", "break",
-     "default causality turned around: full layers causal, sliding layers not.",
-     qd(CAUSAL_LAST, "    return layer_types[layer_idx] != _SLIDING_ATTENTION\n")),
     ("use-swa-wrong-key", "0.33.0", "break",
      "use_swa read from a key MiMo-style configs do not have: their layers run full attention.",
      qd(USE_SWA, '    use_swa = dflash_config.get("use_sliding_window", False)\n')),
-    ("window-from-top-level-only", "0.33.0", "break",
-     "dflash_config.swa_window_size is ignored; only the top-level sliding_window is read.",
-     qd(LOOKUP, '        sliding_window = getattr(config, "sliding_window", None)\n')),
     ("mixed-always-refused", "0.33.0", "break",
      "mixed sliding/full drafters refused on every runner (the V2 condition is gone).",
      qd(MIXED, "        if 0 < num_sliding < len(layer_types):\n")),
@@ -393,4 +386,34 @@ EDITS = edits(
      "0.26.0 with its resolver replaced by the early-return window function.",
      resolver_rewritten(EARLY_RETURN_STYLE),
      qd(RESOLVE, SPLIT_CALL.format("_layer_sliding_window"))),
+)
+
+# swa-config's claim is about sliding windows; causality is observed (the report's
+# behaviour observations give, per layer, the causality the tree hands the attention
+# and the one the drafter expects) but not judged: judging it would change the
+# answer of 0.26.0-0.29.0, which run the non-causal reference drafter causally (a
+# real, separate defect). These edits change only causality: the verdict must stay
+# that of the unedited tree, and the observations must show the change.
+OBSERVED = edits(
+    "swa-config",
+    ("causal-dropped", "0.33.0", "break",
+     "the layer's causality is resolved, then passed on as False.",
+     qd(LAYER_KW, "            sliding_window=sliding_window,\n            causal=False,\n")),
+    ("causal-turned", "0.33.0", "break",
+     "default causality turned around: full layers causal, sliding layers not.",
+     qd(CAUSAL_LAST, "    return layer_types[layer_idx] != _SLIDING_ATTENTION\n")),
+)
+
+# No published drafter sets dflash_config.swa_window_size and sliding_window to
+# different values, so no reference config tells reading the wrong one apart. A
+# user's --draft-config that does (tests/corpus/drafters/) gates the verdict.
+DIFFERING_WINDOWS = "mimo-swa-differing-windows.json"
+WITH_DRAFT_CONFIG = tuple(
+    dataclasses.replace(edit, draft_config=DIFFERING_WINDOWS)
+    for edit in edits(
+        "swa-config",
+        ("window-from-top-level-only", "0.33.0", "break",
+         "dflash_config.swa_window_size is ignored; only the top-level sliding_window is read.",
+         qd(LOOKUP, '        sliding_window = getattr(config, "sliding_window", None)\n')),
+    )
 )
