@@ -136,7 +136,11 @@ class SshTarget:
     @contextlib.contextmanager
     def connected(self):
         """Keep one connection open: yields the paramiko client, and every
-        ``resolve`` inside runs its probe on it (patch: check, write, re-check)."""
+        ``resolve`` inside runs its probe, and its behaviour, on it (patch:
+        check, write, re-check). Inside an open one, the same connection."""
+        if self._open is not None:
+            yield self._open[1]
+            return
         spec = parse_host(self.given, self.options)
         client = self._connect(spec)
         self._open = (spec, client)
