@@ -108,7 +108,10 @@ def test_same_report_as_a_local_check_over_one_connection(version, server, clien
     # Behaviour runs on the host, so the verdicts are exactly the local ones (0.20.1's raw id read included).
     fields = ("id", "status", "decided_by", "evidence", "structure", "behaviour")
     assert [{k: f[k] for k in fields} for f in remote["fixes"]] == [{k: f[k] for k in fields} for f in local["fixes"]]
-    assert "behaviour" in {f["decided_by"] for f in remote["fixes"]}
+    decided = {f["id"]: (f["status"], f["decided_by"]) for f in remote["fixes"]}
+    expected = "present" if version == "0.33.0" else "absent"
+    assert decided["layer-offset"] == (expected, "behaviour")
+    assert decided["swa-config"][0] == expected
     assert remote["vllm"] == local["vllm"]
     assert proc.returncode == (0 if version == "0.33.0" else 1)
     # One connection: the probe, then each behaviour run in its own exec channel on it.
