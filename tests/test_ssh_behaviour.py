@@ -200,3 +200,28 @@ def test_behaviour_after_the_connection_closed_is_refused(host, remote_python, t
         behaviour = target.resolve().behaviour
     with pytest.raises(SandboxError, match="is closed"):
         behaviour([], [], {}, {})
+
+
+def test_no_connection_or_thread_outlives_the_check_through_a_jump_host(host, remote_python, tmp_path):
+    srv, options = host
+    jump = SshServer(tmp_path / "jump", options.identity)
+    try:
+        known = options.known_hosts
+        known.write_text(srv.host_public_key_line + jump.host_public_key_line)
+        config = tmp_path / "ssh_config"
+        config.write_text(f"Host gpu\n  HostName 127.0.0.1\n  Port {srv.port}\n  ProxyJump 127.0.0.1:{jump.port}\n")
+        from dataclasses import replace
+
+        target = SshTarget("gpu", replace(options, python=str(remote_python), ssh_config=config), probe_request(load_rules()))
+        before = threading.active_count()
+        with target.connected():
+            resolved = target.resolve()
+            assert threading.active_count() == before + 2  # the target's transport and the jump host's
+            assert resolved.behaviour([], [Call("x", "6 * 7")], {}, {})["x"].value == 42
+        deadline = time.monotonic() + 5
+        while threading.active_count() > before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert threading.active_count() == before
+        assert jump.log_count("request exec") == 0 and srv.log_count("request exec") == 2
+    finally:
+        jump.stop()

@@ -132,6 +132,7 @@ class SshTarget:
         self.bytes_sent = 0
         self.bytes_received = 0
         self._open: tuple[HostSpec, object] | None = None
+        self._jumps: list = []  # the ProxyJump clients the connection goes through, closed with it
 
     @contextlib.contextmanager
     def connected(self):
@@ -148,7 +149,7 @@ class SshTarget:
             yield client
         finally:
             self._open = None
-            client.close()
+            self._close(client)
 
     def resolve(self) -> ResolvedTarget:
         """The tree; inside ``connected()`` its behaviour runs on the host over
@@ -162,7 +163,7 @@ class SshTarget:
             try:
                 stdout = self._run_probe(client, spec)
             finally:
-                client.close()
+                self._close(client)
         who = f"{self.given}: {self.options.python}"
         answer = parse_probe_output(stdout, who)
         if answer.get("error"):
@@ -176,6 +177,12 @@ class SshTarget:
         if self._open is None:
             return resolved
         return dataclasses.replace(resolved, behaviour=functools.partial(self._run_behaviour, self._open))
+
+    def _close(self, client) -> None:
+        """Close the connection, then the jump hosts it went through (their transport threads end)."""
+        client.close()
+        while self._jumps:
+            self._jumps.pop().close()
 
     def _connect(self, spec: HostSpec, chain: tuple[str, ...] = ()):
         """``chain``: the hosts that jump to this one, to refuse ProxyJump loops."""
@@ -210,21 +217,21 @@ class SshTarget:
                 sock=self._proxy_socket(spec, (*chain, spec.given)),
             )
         except ToolError:
-            client.close()
+            self._close(client)
             raise
         except paramiko.BadHostKeyException as exc:
-            client.close()
+            self._close(client)
             raise ToolError(
                 f"{who}: host key changed: expected {fingerprint(exc.expected_key)}, got {fingerprint(exc.key)}; refusing"
             ) from None
         except paramiko.AuthenticationException:
-            client.close()
+            self._close(client)
             raise ToolError(f"{who}: authentication failed (keys and agent tried; passwords are never used)") from None
         except (socket.timeout, TimeoutError):
-            client.close()
+            self._close(client)
             raise ToolError(f"{who}: timed out after {self.options.connect_timeout:g} s") from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            client.close()
+            self._close(client)
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
             if "banner" in reason or reason == "No existing session":  # the handshake never started
                 raise ToolError(f"{who}: timed out after {self.options.connect_timeout:g} s waiting for the SSH banner") from None
@@ -243,7 +250,9 @@ class SshTarget:
                 hops = " -> ".join((*chain, spec.proxy_jump))
                 raise ToolError(f"{chain[0]}: ProxyJump loop in the ssh config ({hops}); refusing")
             jump = SshTarget(spec.proxy_jump, self.options, self.request)
+            jump._jumps = self._jumps
             jump_client = jump._connect(parse_host(spec.proxy_jump, self.options), chain)
+            self._jumps.append(jump_client)
             try:
                 return jump_client.get_transport().open_channel(
                     "direct-tcpip", (spec.hostname, spec.port), ("127.0.0.1", 0), timeout=self.options.connect_timeout
