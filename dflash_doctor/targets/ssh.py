@@ -325,15 +325,15 @@ class SshTarget:
             raise ToolError(f"{spec.given}: remote interpreter {self.options.python} failed (exit {status}): {last}")
         return text
 
-    def _run_behaviour(self, opened: tuple[HostSpec, object], *args) -> dict:
+    def _run_behaviour(self, connection: tuple[HostSpec, object], *args) -> dict:
         """``sandbox.run`` on the host: the same request and child, read the same
         way; a failure there is a SandboxError as it is here. ``args``: sandbox.run's."""
         import paramiko
 
         from ..draft import sandbox
 
-        spec, client = opened
-        if self._open is not opened:
+        spec, client = connection
+        if self._open is not connection:
             raise sandbox.SandboxError(f"the connection to {spec.given} is closed")
         limit = min(self.options.probe_timeout, sandbox.RUN_TIMEOUT_S)
         program = sandbox.child_program().encode()
@@ -347,6 +347,8 @@ class SshTarget:
             raise sandbox.SandboxError(f"the probe process on {spec.given} did not finish within {limit:g} s") from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise sandbox.SandboxError(f"the probe process on {spec.given} could not run: {exc}") from None
+        if status < 0:  # the session ended with no exit status (the host's shell itself was killed)
+            raise sandbox.SandboxError(f"the probe process on {spec.given} ended with no exit status")
         exit_code = 128 - status if status > 128 else status  # the shell's 128 + N: killed by signal N
         return sandbox.read_answer(sandbox.ChildRun(output, errors, exit_code, peak_rss_bytes=0))
 
