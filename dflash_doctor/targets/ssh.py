@@ -262,14 +262,12 @@ class SshTarget:
                 raise ToolError(f"{spec.given}: jump host {spec.proxy_jump} cannot reach {spec.hostname}:{spec.port}: {exc}") from None
         return None
 
-    def _remote_command(self, arguments: str, seconds: int, prefix: str = "") -> str:
-        """The remote interpreter with ``arguments`` under the remote ``timeout``
-        when it has one that takes ``-k`` (GNU, recent busybox), so that it ends
-        soon after the client gives up: closing the channel does not end a
-        process that has no terminal. ``sh -c``: the login shell may not be
-        POSIX. No ``exec``: a death by signal comes back as the status 128 + N.
-        ``prefix``: shell run first."""
-        run = f"{shlex.quote(self.options.python)} {arguments}"
+    def _remote_command(self, run: str, seconds: int, prefix: str = "") -> str:
+        """``run`` under the remote ``timeout`` when it has one that takes ``-k``
+        (GNU, recent busybox), so that it ends soon after the client gives up:
+        closing the channel does not end a process that has no terminal.
+        ``sh -c``: the login shell may not be POSIX. No ``exec``: a death by
+        signal comes back as the status 128 + N. ``prefix``: shell run first."""
         script = (f"{prefix}if timeout -k 1 1 true >/dev/null 2>&1; then timeout -k 5 {seconds} {run}; "
                   f"else {run}; fi")
         return f"sh -c {shlex.quote(script)}"
@@ -304,7 +302,8 @@ class SshTarget:
 
         limit = self.options.probe_timeout
         seconds = math.ceil(limit) + 1
-        command = self._remote_command(f"- collect {encode_request({**self.request, 'deadline': seconds})}", seconds)
+        request = encode_request({**self.request, "deadline": seconds})
+        command = self._remote_command(f"{shlex.quote(self.options.python)} - collect {request}", seconds)
         self.bytes_sent = self.bytes_received = 0
         try:
             output, errors, status = self._exec(client, command, probe_source().encode(), limit, MAX_OUTPUT_BYTES)
@@ -338,7 +337,9 @@ class SshTarget:
         limit = min(self.options.probe_timeout, sandbox.RUN_TIMEOUT_S)
         program = sandbox.child_program().encode()
         payload = b"%d\n%s%s" % (len(program), program, sandbox.encode_request(*args))
-        command = self._remote_command(f"-I -S -c {shlex.quote(CHILD_BOOT)}", math.ceil(limit) + 1, prefix="cd / && ")
+        # As a local child: the filesystem root as working directory and an empty environment.
+        found = f"cd / && py=$(command -v {shlex.quote(self.options.python)}) && "
+        command = self._remote_command(f'env -i "$py" -I -S -c {shlex.quote(CHILD_BOOT)}', math.ceil(limit) + 1, found)
         try:
             output, errors, status = self._exec(client, command, payload, limit, sandbox.MAX_OUTPUT_BYTES)
         except OverflowError:
