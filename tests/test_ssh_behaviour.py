@@ -8,7 +8,6 @@ process) proves where the code ran.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from pathlib import Path
