@@ -1,9 +1,12 @@
 """`check --host` over ssh on loopback beside a local `check --path` of the same tree.
 
 Starts a real sshd on 127.0.0.1 (the tests' helper), makes a venv whose
-interpreter sees the real vLLM release tree, then times both commands as
+interpreter sees the real vLLM release tree, then times the commands as
 fresh processes, interleaved, and reports medians, the ratio, the bytes
-moved and the connections / exec channels sshd logged:
+moved and the connections / exec channels sshd logged. The baseline
+"structure only" is the same `check --host` with the connection not held
+open, so no behaviour runs on the host (what --host did before behaviour
+ran there): the difference is the cost of the remote behaviour runs.
 
     python benchmarks/bench_ssh.py [--runs 7] [--release 0.33.0]
 """
@@ -52,24 +55,30 @@ def main() -> None:
             remote = cli + ["--host", f"127.0.0.1:{server.port}", "--python", str(work / "venv/bin/python"),
                             "--identity", str(key), "--known-hosts", str(work / "known_hosts")]
             local = cli + ["--path", str(root)]
+            # The same CLI with SshTarget.connected() a no-op: resolve() then holds no connection, no behaviour.
+            unheld = [sys.executable, "-c", "import contextlib; from dflash_doctor.targets.ssh import SshTarget; "
+                      "SshTarget.connected = lambda self: contextlib.nullcontext(); "
+                      "from dflash_doctor.cli import main; main()"] + remote[3:]
             before = server.log_count("Connection from"), server.log_count("request exec")
-            samples: dict[str, list[float]] = {"local": [], "ssh": []}
+            samples: dict[str, list[float]] = {"local": [], "ssh": [], "structure": []}
             report = {}
             for _ in range(args.runs):
                 samples["local"].append(timed(local, env)[0])
                 seconds, out = timed(remote, env)
                 samples["ssh"].append(seconds)
                 report = json.loads(out)
+                samples["structure"].append(timed(unheld, env)[0])
             connections = server.log_count("Connection from") - before[0]
-            execs = server.log_count("request exec") - before[1]
+            execs = server.log_count("request exec") - before[1] - args.runs  # the baseline's probes
         finally:
             server.stop()
-    local_s, ssh_s = statistics.median(samples["local"]), statistics.median(samples["ssh"])
+    local_s, ssh_s, bare_s = (statistics.median(samples[k]) for k in ("local", "ssh", "structure"))
     target = report["target"]
     print(f"vLLM {args.release}, {args.runs} runs each, median wall time, results cache off")
     print(f"  check --path (local):       {local_s:.3f} s")
     print(f"  check --host (ssh loopback): {ssh_s:.3f} s = {ssh_s / local_s:.2f}x local")
-    print(f"  per check: {connections / args.runs:g} connection(s), {execs / args.runs:g} exec channel(s); "
+    print(f"  check --host, structure only (baseline): {bare_s:.3f} s; behaviour on the host adds {ssh_s - bare_s:+.3f} s")
+    print(f"  per behaviour check: {(connections - args.runs) / args.runs:g} connection(s), {execs / args.runs:g} exec channel(s); "
           f"{int(target['bytes_sent']):,} bytes sent, {int(target['bytes_received']):,} bytes received")
 
 

@@ -10,7 +10,7 @@ from .model import CheckReport
 from .patching.state import mark_local_patches
 from .provenance import read_provenance
 from .rules import Rule
-from .targets import Target
+from .targets import Target, opened
 
 
 def run_check(
@@ -19,14 +19,15 @@ def run_check(
     """Behaviour runs on the reference drafter configs wherever the target can run
     the tree's code; with ``draft_config`` the user's config is added (its answer
     gates) and the report also lints it and shows what the tree computes for it."""
-    resolved = target.resolve()
     sections = ()
-    if draft_config is None:
-        fixes, _ = judged_fixes(resolved, rules)
-    else:
-        from .draft import draft_sections
+    with opened(target):
+        resolved = target.resolve()
+        if draft_config is None:
+            fixes, _ = judged_fixes(resolved, rules)
+        else:
+            from .draft import draft_sections
 
-        sections, fixes = draft_sections(resolved, rules, draft_config, target_config)
+            sections, fixes = draft_sections(resolved, rules, draft_config, target_config)
     provenance = read_provenance(resolved.tree)
     report = CheckReport(resolved.info, provenance, fixes, __version__, sections=sections)
     return mark_local_patches(report, resolved.tree)

@@ -95,7 +95,7 @@ def one_line_error(proc, fragment: str) -> None:
 
 
 @pytest.mark.parametrize("version", ["0.20.1", "0.33.0"])
-def test_same_report_as_a_local_check_with_one_connection_and_one_exec(version, server, client, remotes, release):
+def test_same_report_as_a_local_check_over_one_connection(version, server, client, remotes, release):
     srv = server()
     trust(client, srv)
     proc = ssh_check(client, "--host", host(srv), "--python", str(remotes[version]), "--format", "json")
@@ -104,17 +104,19 @@ def test_same_report_as_a_local_check_with_one_connection_and_one_exec(version, 
     assert remote["schema"] == "dflash-doctor/check/v1"
     assert remote["target"]["kind"] == "ssh"
     assert remote["target"]["host"] == host(srv) and remote["target"]["python"] == str(remotes[version])
-    # Same verdicts and evidence; the remote tree's code never runs here, so structure decides.
-    # A verdict that rests on a catch-all form is unknown without behaviour (0.20.1's raw id read).
-    fields = ("id", "evidence", "structure")
+    assert remote["target"]["behaviour"] == f"runs on {host(srv)}"
+    # Behaviour runs on the host, so the verdicts are exactly the local ones (0.20.1's raw id read included).
+    fields = ("id", "status", "decided_by", "evidence", "structure", "behaviour")
     assert [{k: f[k] for k in fields} for f in remote["fixes"]] == [{k: f[k] for k in fields} for f in local["fixes"]]
-    for mine, theirs in zip(remote["fixes"], local["fixes"]):
-        assert mine["status"] == theirs["status"] or (mine["status"] == "unknown" and "only a catch-all form" in mine["reason"])
-    assert {f["decided_by"] for f in remote["fixes"]} == {"structure"} and all(f["behaviour"] is None for f in remote["fixes"])
+    decided = {f["id"]: (f["status"], f["decided_by"]) for f in remote["fixes"]}
+    expected = "present" if version == "0.33.0" else "absent"
+    assert decided["layer-offset"] == (expected, "behaviour")
+    assert decided["swa-config"][0] == expected
     assert remote["vllm"] == local["vllm"]
     assert proc.returncode == (0 if version == "0.33.0" else 1)
+    # One connection: the probe, then each behaviour run in its own exec channel on it.
     assert srv.log_count("Connection from 127.0.0.1") == 1
-    assert srv.log_count("request exec") == 1
+    assert srv.log_count("request exec") >= 2
     assert srv.log_count("subsystem") == 0
 
 
@@ -248,7 +250,8 @@ def test_ssh_config_alias_and_proxy_jump(server, client, remotes, keys):
     report = json.loads(proc.stdout)
     assert report["target"]["host"] == "gpu-node"
     assert jump.log_count("Connection from 127.0.0.1") == 1
-    assert target.log_count("Connection from 127.0.0.1") == 1 and target.log_count("request exec") == 1
+    assert jump.log_count("request exec") == 0  # the jump host only forwards; probe and behaviour run on the target
+    assert target.log_count("Connection from 127.0.0.1") == 1 and target.log_count("request exec") >= 2
 
 
 def test_probe_script_and_from_probe(server, client, remotes, tmp_path):

@@ -249,14 +249,23 @@ def _reap(proc: subprocess.Popen) -> tuple[int, int]:
 def run(program: Sequence[Chunk], calls: Sequence[Call], data: dict[str, Any], globals_: dict[str, Any]) -> dict[str, Outcome]:
     """Outcomes by call id. ``globals_`` are stubs bound before the program runs
     (gaps, loggers, envs); a program statement that fails leaves a gap under its name."""
-    request = {
+    request = encode_request(program, calls, data, globals_)
+    return read_answer(run_isolated(child_program(), request, wall_s=RUN_TIMEOUT_S, max_output_bytes=MAX_OUTPUT_BYTES))
+
+
+def encode_request(program: Sequence[Chunk], calls: Sequence[Call], data: dict[str, Any], globals_: dict[str, Any]) -> bytes:
+    """What ``child_program()`` reads on stdin, wherever it runs."""
+    return json.dumps({
         "globals": globals_,
         "program": [{"name": chunk.name, "source": chunk.source} for chunk in program],
         "data": data,
         "calls": [{"id": call.id, "expr": call.expr, "bind": dict(call.bind)} for call in calls],
         "call_timeout_s": CALL_TIMEOUT_S,
-    }
-    result = run_isolated(child_program(), json.dumps(request).encode(), wall_s=RUN_TIMEOUT_S, max_output_bytes=MAX_OUTPUT_BYTES)
+    }).encode()
+
+
+def read_answer(result: ChildRun) -> dict[str, Outcome]:
+    """Outcomes by call id from a finished child; SandboxError when it gave none."""
     why = result.failure()
     if why is not None:
         raise SandboxError(why)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -40,3 +41,10 @@ def _run_in_child(*args: Any) -> Any:
 class Target(Protocol):
     def resolve(self) -> ResolvedTarget:
         """Find the tree; raise ToolError when there is none to check."""
+
+
+def opened(target: Target) -> contextlib.AbstractContextManager:
+    """Hold what the target keeps open while its tree is checked (an ssh
+    connection, on which behaviour runs); closed on leaving."""
+    connected = getattr(target, "connected", None)
+    return connected() if connected is not None else contextlib.nullcontext()

@@ -1,8 +1,11 @@
 """A vLLM tree on another machine, read over one ssh connection.
 
-One connection and one exec channel per host: the probe goes to the remote
-interpreter on stdin (``python - collect REQUEST``) and the files the rules
-need come back compressed on stdout. Nothing is installed or written there.
+One connection per host. The probe goes to the remote interpreter on stdin
+(``python - collect REQUEST``) and the files the rules need come back
+compressed on stdout. Inside ``connected()`` the tree's code also runs there:
+each behaviour run is a second exec channel running ``sandbox.child_program()``
+under the same lockdown as a local child, so nothing from the remote machine
+runs on this one. Nothing is installed or written there.
 Host keys are verified against known_hosts; an unknown key is refused unless
 ``accept_new_host_key`` (then recorded), a changed key is always refused.
 Keys and the agent are the only authentication.
@@ -13,6 +16,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import math
 import os
@@ -33,6 +37,10 @@ MAX_JUMPS = 8
 # The tail of the remote standard error kept for the error message.
 STDERR_TAIL_BYTES = 64 * 1024
 NO_VLLM_HINT = "point at the remote interpreter that has vllm with --python"
+# What the host's interpreter runs: ``sandbox.child_program()``, sent on stdin
+# after its length; the request follows it on the same stream.
+CHILD_BOOT = ("import sys; _size = int(sys.stdin.buffer.readline()); "
+              "exec(compile(sys.stdin.buffer.read(_size), '<dflash-doctor-child>', 'exec'))")
 HOST_SPEC = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<host>\[[^\]]+\]|[^:@\s]+)(?::(?P<port>\d{1,5}))?$")
 
 
@@ -124,11 +132,16 @@ class SshTarget:
         self.bytes_sent = 0
         self.bytes_received = 0
         self._open: tuple[HostSpec, object] | None = None
+        self._jumps: list = []  # the ProxyJump clients the connection goes through, closed with it
 
     @contextlib.contextmanager
     def connected(self):
         """Keep one connection open: yields the paramiko client, and every
-        ``resolve`` inside runs its probe on it (patch: check, write, re-check)."""
+        ``resolve`` inside runs its probe, and its behaviour, on it (patch:
+        check, write, re-check). Inside an open one, the same connection."""
+        if self._open is not None:
+            yield self._open[1]
+            return
         spec = parse_host(self.given, self.options)
         client = self._connect(spec)
         self._open = (spec, client)
@@ -136,9 +149,11 @@ class SshTarget:
             yield client
         finally:
             self._open = None
-            client.close()
+            self._close(client)
 
     def resolve(self) -> ResolvedTarget:
+        """The tree; inside ``connected()`` its behaviour runs on the host over
+        the open connection (outside, there is none to run it on: structure only)."""
         if self._open is not None:
             spec, client = self._open
             stdout = self._run_probe(client, spec)
@@ -148,16 +163,26 @@ class SshTarget:
             try:
                 stdout = self._run_probe(client, spec)
             finally:
-                client.close()
+                self._close(client)
         who = f"{self.given}: {self.options.python}"
         answer = parse_probe_output(stdout, who)
         if answer.get("error"):
             raise ToolError(f"{who}: {answer['error']} ({NO_VLLM_HINT})")
         details = (("bytes_sent", self.bytes_sent), ("bytes_received", self.bytes_received))
         resolved = snapshot_target(answer, "ssh", who, details)
+        ran = (("behaviour", f"runs on {self.given}"),) if self._open is not None else ()
         info = dataclasses.replace(resolved.info, location=f"{self.given}:{answer.get('root', '')}",
-                                   details=(("host", self.given), ("python", self.options.python), *details))
-        return dataclasses.replace(resolved, info=info)
+                                   details=(("host", self.given), ("python", self.options.python), *ran, *details))
+        resolved = dataclasses.replace(resolved, info=info)
+        if self._open is None:
+            return resolved
+        return dataclasses.replace(resolved, behaviour=functools.partial(self._run_behaviour, self._open))
+
+    def _close(self, client) -> None:
+        """Close the connection, then the jump hosts it went through (their transport threads end)."""
+        client.close()
+        while self._jumps:
+            self._jumps.pop().close()
 
     def _connect(self, spec: HostSpec, chain: tuple[str, ...] = ()):
         """``chain``: the hosts that jump to this one, to refuse ProxyJump loops."""
@@ -192,21 +217,21 @@ class SshTarget:
                 sock=self._proxy_socket(spec, (*chain, spec.given)),
             )
         except ToolError:
-            client.close()
+            self._close(client)
             raise
         except paramiko.BadHostKeyException as exc:
-            client.close()
+            self._close(client)
             raise ToolError(
                 f"{who}: host key changed: expected {fingerprint(exc.expected_key)}, got {fingerprint(exc.key)}; refusing"
             ) from None
         except paramiko.AuthenticationException:
-            client.close()
+            self._close(client)
             raise ToolError(f"{who}: authentication failed (keys and agent tried; passwords are never used)") from None
         except (socket.timeout, TimeoutError):
-            client.close()
+            self._close(client)
             raise ToolError(f"{who}: timed out after {self.options.connect_timeout:g} s") from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            client.close()
+            self._close(client)
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
             if "banner" in reason or reason == "No existing session":  # the handshake never started
                 raise ToolError(f"{who}: timed out after {self.options.connect_timeout:g} s waiting for the SSH banner") from None
@@ -225,7 +250,9 @@ class SshTarget:
                 hops = " -> ".join((*chain, spec.proxy_jump))
                 raise ToolError(f"{chain[0]}: ProxyJump loop in the ssh config ({hops}); refusing")
             jump = SshTarget(spec.proxy_jump, self.options, self.request)
+            jump._jumps = self._jumps
             jump_client = jump._connect(parse_host(spec.proxy_jump, self.options), chain)
+            self._jumps.append(jump_client)
             try:
                 return jump_client.get_transport().open_channel(
                     "direct-tcpip", (spec.hostname, spec.port), ("127.0.0.1", 0), timeout=self.options.connect_timeout
@@ -235,44 +262,60 @@ class SshTarget:
                 raise ToolError(f"{spec.given}: jump host {spec.proxy_jump} cannot reach {spec.hostname}:{spec.port}: {exc}") from None
         return None
 
-    def _remote_command(self) -> str:
-        """The probe under the remote ``timeout`` when it has one that takes
-        ``-k`` (GNU, recent busybox), so that it ends soon after the client gives
-        up: closing the channel does not end a process that has no terminal. The
-        probe also sets its own alarm. ``sh -c``: the login shell may not be POSIX."""
-        seconds = math.ceil(self.options.probe_timeout) + 1
-        request = encode_request({**self.request, "deadline": seconds})
-        probe = f"{shlex.quote(self.options.python)} - collect {request}"
-        script = (f"if timeout -k 1 1 true >/dev/null 2>&1; then exec timeout -k 5 {seconds} {probe}; "
-                  f"else exec {probe}; fi")
+    def _remote_command(self, run: str, seconds: int, prefix: str = "") -> str:
+        """``run`` under the remote ``timeout`` when it has one that takes ``-k``
+        (GNU, recent busybox), so that it ends soon after the client gives up:
+        closing the channel does not end a process that has no terminal.
+        ``sh -c``: the login shell may not be POSIX. No ``exec``: a death by
+        signal comes back as the status 128 + N. ``prefix``: shell run first."""
+        script = (f"{prefix}if timeout -k 1 1 true >/dev/null 2>&1; then timeout -k 5 {seconds} {run}; "
+                  f"else {run}; fi")
         return f"sh -c {shlex.quote(script)}"
 
-    def _run_probe(self, client, spec: HostSpec) -> str:
-        import paramiko
-
-        limit = self.options.probe_timeout
+    def _exec(self, client, command: str, payload: bytes, limit: float, cap: int) -> tuple[bytes, bytes, int]:
+        """Run ``command`` in a new exec channel fed ``payload``: its stdout (at
+        most ``cap`` bytes, else OverflowError), the tail of its stderr and its
+        exit status, within one deadline (else TimeoutError). The channel is
+        closed in every case."""
         deadline = time.monotonic() + limit
-        command = self._remote_command()
-        script = probe_source().encode()
         channel = None
         try:
             channel = client.get_transport().open_session(timeout=limit)
             channel.settimeout(limit)
             channel.exec_command(command)
-            channel.sendall(script)
+            channel.sendall(payload)
             channel.shutdown_write()
-            self.bytes_sent = len(command) + len(script)
-            output, errors = self._drain(channel, deadline, spec)
+            self.bytes_sent += len(command) + len(payload)
+            output, errors = self._drain(channel, deadline, cap)
             if not channel.status_event.wait(max(0.0, deadline - time.monotonic())):
                 raise TimeoutError
-            status = channel.recv_exit_status()
-        except (socket.timeout, TimeoutError):
-            raise ToolError(f"{spec.given}: the probe did not finish within {limit:g} s (--probe-timeout)") from None
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise ToolError(f"{spec.given}: the probe could not run: {exc}") from None
+            return output, errors, channel.recv_exit_status()
+        except socket.timeout:
+            raise TimeoutError from None
         finally:
             if channel is not None:
                 channel.close()
+
+    def _run_probe(self, client, spec: HostSpec) -> str:
+        """The probe also sets its own alarm."""
+        import paramiko
+
+        limit = self.options.probe_timeout
+        seconds = math.ceil(limit) + 1
+        request = encode_request({**self.request, "deadline": seconds})
+        command = self._remote_command(f"{shlex.quote(self.options.python)} - collect {request}", seconds)
+        self.bytes_sent = self.bytes_received = 0
+        try:
+            output, errors, status = self._exec(client, command, probe_source().encode(), limit, MAX_OUTPUT_BYTES)
+        except OverflowError:
+            raise ToolError(
+                f"{spec.given}: remote interpreter {self.options.python} printed more than "
+                f"{MAX_OUTPUT_BYTES // MIB} MiB: not a probe answer"
+            ) from None
+        except TimeoutError:
+            raise ToolError(f"{spec.given}: the probe did not finish within {limit:g} s (--probe-timeout)") from None
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise ToolError(f"{spec.given}: the probe could not run: {exc}") from None
         text = output.decode("utf-8", "replace")
         if status != 0 and "DFLASH-DOCTOR-PROBE:" not in text:
             last = (errors.decode("utf-8", "replace").strip().splitlines() or [f"exit {status}"])[-1]
@@ -281,19 +324,46 @@ class SshTarget:
             raise ToolError(f"{spec.given}: remote interpreter {self.options.python} failed (exit {status}): {last}")
         return text
 
-    def _drain(self, channel, deadline: float, spec: HostSpec) -> tuple[bytes, bytes]:
-        """Standard output (at most MAX_OUTPUT_BYTES) and the tail of standard
+    def _run_behaviour(self, connection: tuple[HostSpec, object], *args) -> dict:
+        """``sandbox.run`` on the host: the same request and child, read the same
+        way; a failure there is a SandboxError as it is here. ``args``: sandbox.run's."""
+        import paramiko
+
+        from ..draft import sandbox
+
+        spec, client = connection
+        if self._open is not connection:
+            raise sandbox.SandboxError(f"the connection to {spec.given} is closed")
+        limit = min(self.options.probe_timeout, sandbox.RUN_TIMEOUT_S)
+        program = sandbox.child_program().encode()
+        payload = b"%d\n%s%s" % (len(program), program, sandbox.encode_request(*args))
+        # As a local child: the filesystem root as working directory and an empty environment.
+        found = f"cd / && py=$(command -v {shlex.quote(self.options.python)}) && "
+        command = self._remote_command(f'env -i "$py" -I -S -c {shlex.quote(CHILD_BOOT)}', math.ceil(limit) + 1, found)
+        try:
+            output, errors, status = self._exec(client, command, payload, limit, sandbox.MAX_OUTPUT_BYTES)
+        except OverflowError:
+            raise sandbox.SandboxError(f"the probe process on {spec.given} wrote more than {sandbox.MAX_OUTPUT_BYTES} bytes") from None
+        except TimeoutError:
+            raise sandbox.SandboxError(f"the probe process on {spec.given} did not finish within {limit:g} s") from None
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise sandbox.SandboxError(f"the probe process on {spec.given} could not run: {exc}") from None
+        if status < 0:  # the session ended with no exit status (the host's shell itself was killed)
+            raise sandbox.SandboxError(f"the probe process on {spec.given} ended with no exit status")
+        exit_code = 128 - status if status > 128 else status  # the shell's 128 + N: killed by signal N
+        return sandbox.read_answer(sandbox.ChildRun(output, errors, exit_code, peak_rss_bytes=0))
+
+    def _drain(self, channel, deadline: float, cap: int) -> tuple[bytes, bytes]:
+        """Standard output (at most ``cap`` bytes) and the tail of standard
         error, until the remote side closes them or the deadline passes."""
         output, errors = bytearray(), bytearray()
-        self.bytes_received = 0
         while True:
             if channel.recv_ready():
-                output += channel.recv(1 << 16)
-                if len(output) > MAX_OUTPUT_BYTES:
-                    raise ToolError(
-                        f"{spec.given}: remote interpreter {self.options.python} printed more than "
-                        f"{MAX_OUTPUT_BYTES // MIB} MiB: not a probe answer"
-                    )
+                chunk = channel.recv(1 << 16)
+                self.bytes_received += len(chunk)
+                output += chunk
+                if len(output) > cap:
+                    raise OverflowError
             elif channel.recv_stderr_ready():
                 chunk = channel.recv_stderr(1 << 16)
                 self.bytes_received += len(chunk)
@@ -304,5 +374,4 @@ class SshTarget:
                 raise TimeoutError
             else:
                 select.select([channel], [], [], left)
-        self.bytes_received += len(output)
         return bytes(output), bytes(errors)
