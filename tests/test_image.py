@@ -412,15 +412,17 @@ def test_bearer_token_challenge_flow(tmp_path, layout, trees, tls):
         tokens.stop()
 
 
-def test_a_progress_bar_per_layer_on_a_terminal(layout):
+def test_a_progress_bar_per_layer_on_a_terminal(layout, tmp_path):
     """stderr on a pseudo-terminal: rich draws a bar named after each layer's digest."""
     import pty
 
     directory, digests = layout
     manifest = json.loads((directory / "blobs/sha256" / digests["plain"].split(":", 1)[1]).read_text())
     leader, follower = pty.openpty()
+    # The report goes to a file: a pipe nobody reads while the terminal is drained would fill and stall the check.
+    report = (tmp_path / "report.json").open("w+b")
     proc = subprocess.Popen([sys.executable, "-m", "dflash_doctor", "check", "--image", f"oci:{directory}:plain", "--format", "json"],
-                            stdout=subprocess.PIPE, stderr=follower)
+                            stdout=report, stderr=follower)
     os.close(follower)
     drawn = b""
     while True:
@@ -431,9 +433,10 @@ def test_a_progress_bar_per_layer_on_a_terminal(layout):
         if not chunk:
             break
         drawn += chunk
-    out, _ = proc.communicate(timeout=300)
+    proc.wait(timeout=300)
     os.close(leader)
-    assert json.loads(out)["target"]["kind"] == "image"  # the report itself still goes to the pipe
+    report.seek(0)
+    assert json.loads(report.read())["target"]["kind"] == "image"  # the report itself still goes to stdout
     for layer in manifest["layers"]:
         assert layer["digest"][7:19].encode() in drawn, drawn[-2000:]
 
