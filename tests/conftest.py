@@ -1,10 +1,18 @@
 """Shared fixtures: real vLLM release trees (downloaded once, cached) and
-small trees built from them for altered-code tests."""
+small trees built from them for altered-code tests.
+
+A test that reads a real wheel is marked ``release`` here, from what it uses
+(see ``pytest_collection_modifyitems``), so ``pytest -m "not release"`` is the
+fast tier: it never downloads or reads a wheel. Every test that is not marked
+runs with an empty cache and pip pointed at nothing, so one that reads a wheel
+anyway fails in both tiers instead of quietly making the fast tier slow.
+"""
 
 from __future__ import annotations
 
+import inspect
 import json
-import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,11 +34,59 @@ symbol = "SpeculativeConfig"
 literal = "dflash"
 '''
 
-# Every check in the tests evaluates the rules; the results cache has its own test.
-os.environ["DFLASH_DOCTOR_NO_CACHE"] = "1"
+# Fixtures that hand a test a real wheel's tree (directly or through other fixtures).
+WHEEL_FIXTURES = {"release", "mini_tree"}
+# A CLI call in a test's source that checks a release by version: the CLI downloads it.
+RELEASE_ARGUMENT = re.compile(r'"--release",\s*"\d')
 
 # Files a check of these releases reads, plus what makes a tree a tree.
 TREE_FILES = ["vllm/__init__.py", "vllm/_version.py"]
+
+
+def reads_wheels(item: pytest.Item) -> bool:
+    """The test uses a wheel fixture, or its module calls ``release_tree`` itself
+    (at import time or in its helpers), or it checks ``--release`` through the CLI."""
+    if WHEEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    module = getattr(item, "module", None)
+    if module is not None and any(value is release_tree for value in vars(module).values()):
+        return True
+    function = getattr(item, "function", None)
+    return function is not None and RELEASE_ARGUMENT.search(inspect.getsource(function)) is not None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if reads_wheels(item) and item.get_closest_marker("release") is None:
+            item.add_marker(pytest.mark.release)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_results_cache():
+    """Every check in the tests evaluates the rules; the results cache has its own test."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DFLASH_DOCTOR_NO_CACHE", "1")
+        yield
+
+
+@pytest.fixture(scope="session")
+def empty_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("empty-cache")
+
+
+@pytest.fixture(autouse=True)
+def no_wheels_unless_marked(request, empty_cache, monkeypatch):
+    """A test not marked ``release`` gets an empty cache and an index that does not answer."""
+    if request.node.get_closest_marker("release") is not None:
+        yield
+        return
+    monkeypatch.setenv("DFLASH_DOCTOR_CACHE", str(empty_cache))
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    yield
+    assert not (empty_cache / "releases").exists() and not (empty_cache / "tmp").exists(), (
+        f"{request.node.nodeid} reached for a vLLM wheel: give it the release or mini_tree fixture"
+    )
 
 
 @pytest.fixture(scope="session")
