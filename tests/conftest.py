@@ -1,11 +1,14 @@
 """Shared fixtures: real vLLM release trees (downloaded once, cached) and
 small trees built from them for altered-code tests.
 
-A test that reads a real wheel is marked ``release`` here, from what it uses
-(see ``pytest_collection_modifyitems``), so ``pytest -m "not release"`` is the
-fast tier: it never downloads or reads a wheel. Every test that is not marked
-runs with an empty cache and pip pointed at nothing, so one that reads a wheel
-anyway fails in both tiers instead of quietly making the fast tier slow.
+A test that reads a real wheel is marked ``release`` here, from what it uses,
+and one whose module builds real git histories or starts real OpenSSH or
+metrics servers is marked ``slow`` (see ``pytest_collection_modifyitems``), so
+``pytest -m "not release and not slow"`` is the fast tier, and
+``pytest -m "not release"`` never downloads or reads a wheel. Every test that
+is not marked ``release`` runs with an empty cache and pip pointed at nothing,
+so one that reads a wheel anyway fails in both tiers instead of quietly making
+the fast tier slow.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ literal = "dflash"
 
 # Fixtures that hand a test a real wheel's tree (directly or through other fixtures).
 WHEEL_FIXTURES = {"release", "mini_tree"}
+# Test helpers that make a test take seconds: real git histories, real OpenSSH
+# servers, real metrics servers sampled over real time windows.
+SLOW_HELPERS = {"gitrepos", "sshd", "metrics_server"}
 # A CLI call in a test's source that checks a release by version: the CLI downloads it.
 RELEASE_ARGUMENT = re.compile(r'"--release",\s*"\d')
 
@@ -55,10 +61,18 @@ def reads_wheels(item: pytest.Item) -> bool:
     return function is not None and RELEASE_ARGUMENT.search(inspect.getsource(function)) is not None
 
 
+def uses_slow_helpers(item: pytest.Item) -> bool:
+    """The test's module uses something defined in one of ``SLOW_HELPERS``."""
+    module = getattr(item, "module", None)
+    return module is not None and any(getattr(value, "__module__", None) in SLOW_HELPERS for value in vars(module).values())
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if reads_wheels(item) and item.get_closest_marker("release") is None:
             item.add_marker(pytest.mark.release)
+        if uses_slow_helpers(item):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session", autouse=True)
