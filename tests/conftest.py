@@ -2,8 +2,9 @@
 small trees built from them for altered-code tests.
 
 A test that reads a real wheel is marked ``release`` here, from what it uses,
-and one whose module builds real git histories or starts real OpenSSH or
-metrics servers is marked ``slow`` (see ``pytest_collection_modifyitems``), so
+and one that calls a helper known to take seconds (``SLOW_HELPERS``: real git
+histories, OpenSSH and metrics servers...), itself, in a fixture or in a
+function it calls, is marked ``slow`` (see ``pytest_collection_modifyitems``), so
 ``pytest -m "not release and not slow"`` is the fast tier, and
 ``pytest -m "not release"`` never downloads or reads a wheel. Every test that
 is not marked ``release`` runs with an empty cache and pip pointed at nothing,
@@ -19,6 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -39,9 +41,14 @@ literal = "dflash"
 
 # Fixtures that hand a test a real wheel's tree (directly or through other fixtures).
 WHEEL_FIXTURES = {"release", "mini_tree"}
-# Test helpers that make a test take seconds: real git histories, real OpenSSH
-# servers, real metrics servers sampled over real time windows.
-SLOW_HELPERS = {"gitrepos", "sshd", "metrics_server"}
+# Test helpers (a module, or module.name) that make a test take seconds.
+SLOW_HELPERS = {
+    "gitrepos",  # real git histories
+    "sshd",  # real OpenSSH servers
+    "metrics_server",  # real metrics servers, sampled over real time windows
+    "test_release_download.Index",  # real pip against an index that serves slowly on purpose
+    "test_ssh_hostile.bomb_answer",  # compresses 1 GiB
+}
 # A CLI call in a test's source that checks a release by version: the CLI downloads it.
 RELEASE_ARGUMENT = re.compile(r'"--release",\s*"\d')
 
@@ -62,9 +69,28 @@ def reads_wheels(item: pytest.Item) -> bool:
 
 
 def uses_slow_helpers(item: pytest.Item) -> bool:
-    """The test's module uses something defined in one of ``SLOW_HELPERS``."""
-    module = getattr(item, "module", None)
-    return module is not None and any(getattr(value, "__module__", None) in SLOW_HELPERS for value in vars(module).values())
+    """The test, one of its fixtures, or a function they call uses something defined in ``SLOW_HELPERS``."""
+    functions = [getattr(item, "function", None)]
+    for definitions in item._fixtureinfo.name2fixturedefs.values():
+        functions.extend(definition.func for definition in definitions)
+    return any(_calls_slow_helper(function, set()) for function in functions if isinstance(function, types.FunctionType))
+
+
+def _calls_slow_helper(function: types.FunctionType, seen: set) -> bool:
+    seen.add(function)
+    codes, names = [function.__code__], set()
+    while codes:
+        code = codes.pop()
+        names.update(code.co_names)
+        codes.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
+    for name in names:
+        value = function.__globals__.get(name)
+        module = getattr(value, "__module__", None)
+        if module in SLOW_HELPERS or f"{module}.{getattr(value, '__qualname__', '')}" in SLOW_HELPERS:
+            return True
+        if isinstance(value, types.FunctionType) and value not in seen and _calls_slow_helper(value, seen):
+            return True
+    return False
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
