@@ -1,10 +1,10 @@
 """Shared fixtures: real vLLM release trees (downloaded once, cached) and
 small trees built from them for altered-code tests.
 
-A test that reads a real wheel is marked ``release`` here, from what it uses,
-and one that calls a helper known to take seconds (``SLOW_HELPERS``: real git
-histories, OpenSSH and metrics servers...), itself, in a fixture or in a
-function it calls, is marked ``slow`` (see ``pytest_collection_modifyitems``), so
+Markers come from what a test's code reaches (itself, its fixtures, and the
+module functions they call): one that reaches ``release_tree`` or runs the CLI
+with ``--release <version>`` is marked ``release``, one that reaches a helper
+known to take seconds (``SLOW_HELPERS``) is marked ``slow``, so
 ``pytest -m "not release and not slow"`` is the fast tier, and
 ``pytest -m "not release"`` never downloads or reads a wheel. Every test that
 is not marked ``release`` runs with an empty cache and pip pointed at nothing,
@@ -14,9 +14,7 @@ the fast tier slow.
 
 from __future__ import annotations
 
-import inspect
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -26,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from dflash_doctor.rules import load_rules
-from dflash_doctor.targets.release import release_tree
+from dflash_doctor.targets.release import RELEASE, release_tree
 
 # The rule texts and applicability of the small demo rules that tests write.
 DEMO_RULE_PREAMBLE = '''
@@ -39,8 +37,6 @@ symbol = "SpeculativeConfig"
 literal = "dflash"
 '''
 
-# Fixtures that hand a test a real wheel's tree (directly or through other fixtures).
-WHEEL_FIXTURES = {"release", "mini_tree"}
 # Test helpers (a module, or module.name) that make a test take seconds.
 SLOW_HELPERS = {
     "gitrepos",  # real git histories
@@ -49,55 +45,58 @@ SLOW_HELPERS = {
     "test_release_download.Index",  # real pip against an index that serves slowly on purpose
     "test_ssh_hostile.bomb_answer",  # compresses 1 GiB
 }
-# A CLI call in a test's source that checks a release by version: the CLI downloads it.
-RELEASE_ARGUMENT = re.compile(r'"--release",\s*"\d')
 
 # Files a check of these releases reads, plus what makes a tree a tree.
 TREE_FILES = ["vllm/__init__.py", "vllm/_version.py"]
 
 
-def reads_wheels(item: pytest.Item) -> bool:
-    """The test uses a wheel fixture, or its module calls ``release_tree`` itself
-    (at import time or in its helpers), or it checks ``--release`` through the CLI."""
-    if WHEEL_FIXTURES & set(getattr(item, "fixturenames", ())):
-        return True
-    module = getattr(item, "module", None)
-    if module is not None and any(value is release_tree for value in vars(module).values()):
-        return True
-    function = getattr(item, "function", None)
-    return function is not None and RELEASE_ARGUMENT.search(inspect.getsource(function)) is not None
-
-
-def uses_slow_helpers(item: pytest.Item) -> bool:
-    """The test, one of its fixtures, or a function they call uses something defined in ``SLOW_HELPERS``."""
+def reached(item: pytest.Item) -> tuple[list, set[str]]:
+    """The globals and string constants that the test, its fixtures and the
+    module functions they call (transitively) name in their code."""
     functions = [getattr(item, "function", None)]
-    for definitions in item._fixtureinfo.name2fixturedefs.values():
+    info = getattr(item, "_fixtureinfo", None)  # pytest's record of the fixtures a test function uses
+    for definitions in (info.name2fixturedefs.values() if info else ()):
         functions.extend(definition.func for definition in definitions)
-    return any(_calls_slow_helper(function, set()) for function in functions if isinstance(function, types.FunctionType))
+    todo = [f for f in functions if isinstance(f, types.FunctionType)]
+    seen, values, strings = set(todo), [], set()
+    while todo:
+        function = todo.pop()
+        codes = [function.__code__]
+        while codes:
+            code = codes.pop()
+            strings.update(const for const in code.co_consts if isinstance(const, str))
+            codes.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
+            for name in code.co_names:
+                value = function.__globals__.get(name)
+                values.append(value)
+                if isinstance(value, types.FunctionType) and value not in seen:
+                    seen.add(value)
+                    todo.append(value)
+    return values, strings
 
 
-def _calls_slow_helper(function: types.FunctionType, seen: set) -> bool:
-    seen.add(function)
-    codes, names = [function.__code__], set()
-    while codes:
-        code = codes.pop()
-        names.update(code.co_names)
-        codes.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
-    for name in names:
-        value = function.__globals__.get(name)
+def reads_wheels(values: list, strings: set[str]) -> bool:
+    """It calls ``release_tree`` (the ``release`` and ``mini_tree`` fixtures do), or runs
+    the CLI with ``--release`` and a version (the CLI downloads that release)."""
+    if any(value is release_tree for value in values):
+        return True
+    return "--release" in strings and any(RELEASE.fullmatch(string) for string in strings)
+
+
+def takes_seconds(values: list) -> bool:
+    for value in values:
         module = getattr(value, "__module__", None)
         if module in SLOW_HELPERS or f"{module}.{getattr(value, '__qualname__', '')}" in SLOW_HELPERS:
-            return True
-        if isinstance(value, types.FunctionType) and value not in seen and _calls_slow_helper(value, seen):
             return True
     return False
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if reads_wheels(item) and item.get_closest_marker("release") is None:
+        values, strings = reached(item)
+        if reads_wheels(values, strings) and item.get_closest_marker("release") is None:
             item.add_marker(pytest.mark.release)
-        if uses_slow_helpers(item):
+        if takes_seconds(values):
             item.add_marker(pytest.mark.slow)
 
 
