@@ -15,6 +15,7 @@ the fast tier slow.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -120,11 +121,12 @@ def no_wheels_unless_marked(request, empty_cache, monkeypatch):
         yield
         return
     monkeypatch.setenv("DFLASH_DOCTOR_CACHE", str(empty_cache))
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # no extra index or link from a pip.conf
     monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
     monkeypatch.setenv("PIP_RETRIES", "0")
     yield
     assert not (empty_cache / "releases").exists() and not (empty_cache / "tmp").exists(), (
-        f"{request.node.nodeid} reached for a vLLM wheel: give it the release or mini_tree fixture"
+        f"{request.node.nodeid} reached for a vLLM wheel: mark it release (the release and mini_tree fixtures do)"
     )
 
 
