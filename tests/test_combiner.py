@@ -1,6 +1,6 @@
-"""How the verdicts of a fix's code sites combine into its status, on trees
-written here (no wheel): the layer-offset rule, through the public check entry
-point, asserting only the final status.
+"""How what a tree's code does and how it reads combine into a fix's status, on
+trees written here (no wheel): the layer-offset rule, through the public check
+entry point, asserting only the final status.
 
 The snippets are written for these tests, in the shapes the rule describes.
 """
@@ -17,7 +17,6 @@ from dflash_doctor.targets.path import PathTarget
 SPECULATIVE = "vllm/config/speculative.py"
 V1 = "vllm/v1/worker/gpu_model_runner.py"
 V2 = "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py"
-SPECULATORS = "vllm/transformers_utils/configs/speculators/algos.py"
 
 CONFIG_WITH_DFLASH = '''
 class SpeculativeConfig:
@@ -70,15 +69,21 @@ class GPUModelRunner:
         hf = self.speculative_config.draft_model_config.hf_config
         return tuple(getattr(hf, "eagle_aux_hidden_state_layer_ids", None) or ()) or None
 '''
-SPECULATORS_DOUBLE_SHIFT = '''
-def update_dflash(config_dict, pre_trained_config):
-    aux = config_dict["aux_hidden_state_layer_ids"]
-    pre_trained_config["eagle_aux_hidden_state_layer_ids"] = [x + 1 for x in aux]
-'''
+
+
+# What behaviour reads besides the fix's own code: the config it builds, and a
+# V2 runner that this tree does not have.
+BASE = {
+    "vllm/__init__.py": "",
+    "vllm/config/vllm.py": "class VllmConfig:\n    pass\n",
+    "vllm/v1/worker/gpu/spec_decode/__init__.py": (
+        'def init_speculator(vllm_config):\n    raise NotImplementedError("this tree has no V2 speculator")\n'
+    ),
+}
 
 
 def status(root: Path, files: dict[str, str]) -> str:
-    files = {"vllm/__init__.py": "", **files}
+    files = {**BASE, **files}
     for relpath, text in files.items():
         (root / relpath).parent.mkdir(parents=True, exist_ok=True)
         (root / relpath).write_text(textwrap.dedent(text).lstrip())
@@ -89,18 +94,18 @@ def status(root: Path, files: dict[str, str]) -> str:
 @pytest.mark.parametrize(
     "files, expected",
     [
-        pytest.param({V1: v1_resolver(SHIFTED)}, "present", id="the one required site shifted, the optional one absent"),
-        pytest.param({V1: v1_resolver(SHIFTED), V2: v2_resolver(SHIFTED)}, "present", id="both runners shifted"),
-        pytest.param({V1: v1_resolver(RAW)}, "absent", id="the one site raw"),
-        pytest.param({V1: v1_resolver(RAW), V2: v2_resolver(RAW)}, "absent", id="both runners raw"),
-        pytest.param({V1: v1_resolver(SHIFTED), V2: v2_resolver(RAW)}, "partial", id="one runner shifted, the other raw"),
-        pytest.param({V1: v1_resolver(RAW), V2: v2_resolver(SHIFTED)}, "partial", id="the other way round"),
-        pytest.param({V1: v1_resolver(SHIFTED), SPECULATORS: SPECULATORS_DOUBLE_SHIFT}, "partial",
-                     id="shifted resolver, speculators ids shifted twice"),
-        pytest.param({V1: V1_EAGLE_ONLY, V2: v2_resolver(SHIFTED)}, "present", id="a site off the DFlash path does not count"),
-        pytest.param({V1: V1_EAGLE_ONLY}, "unknown", id="every site off the DFlash path decides nothing"),
-        pytest.param({V1: v1_resolver(ODD)}, "unknown", id="a form the rule does not know"),
-        pytest.param({V1: v1_resolver(ODD), V2: v2_resolver(SHIFTED)}, "unknown", id="one unknown site outweighs a present one"),
+        pytest.param({V1: v1_resolver(SHIFTED)}, "present", id="the one runner shifts, the optional V2 resolver absent"),
+        pytest.param({V1: v1_resolver(SHIFTED), V2: v2_resolver(SHIFTED)}, "present", id="both resolvers shift"),
+        pytest.param({V1: v1_resolver(RAW)}, "absent", id="the one runner reads raw ids"),
+        pytest.param({V1: v1_resolver(RAW), V2: v2_resolver(RAW)}, "absent", id="both resolvers read raw ids"),
+        # This tree has no V2 runner: its resolver never runs, whatever its code reads.
+        pytest.param({V1: v1_resolver(SHIFTED), V2: v2_resolver(RAW)}, "present", id="a raw resolver no runner reaches"),
+        pytest.param({V1: v1_resolver(RAW), V2: v2_resolver(SHIFTED)}, "absent", id="a shifted resolver no runner reaches"),
+        pytest.param({V1: V1_EAGLE_ONLY}, "absent", id="the one runner never reads DFlash ids"),
+        pytest.param({V1: V1_EAGLE_ONLY, V2: v2_resolver(SHIFTED)}, "unknown",
+                     id="behaviour absent where the forms read present: they disagree"),
+        pytest.param({V1: v1_resolver(ODD)}, "unknown", id="code neither behaviour nor the forms can follow"),
+        pytest.param({V1: v1_resolver(ODD), V2: v2_resolver(SHIFTED)}, "unknown", id="one site nobody can follow outweighs a present one"),
         pytest.param({V2: v2_resolver(SHIFTED)}, "unknown", id="the required site is missing"),
         pytest.param({V1: "class GPUModelRunner:\n    def _get_eagle3_aux_layers_from_config(self)\n"}, "unknown",
                      id="the required site does not parse"),
