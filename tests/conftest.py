@@ -1,5 +1,16 @@
 """Shared fixtures: real vLLM release trees (downloaded once, cached) and
-small trees built from them for altered-code tests."""
+small trees built from them for altered-code tests.
+
+Markers come from what a test's code reaches (itself, its fixtures, and the
+module functions they call): one that reaches ``release_tree`` or runs the CLI
+with ``--release <version>`` is marked ``release``, one that reaches a helper
+known to take seconds (``SLOW_HELPERS``) is marked ``slow``, so
+``pytest -m "not release and not slow"`` is the fast tier, and
+``pytest -m "not release"`` never downloads or reads a wheel. Every test that
+is not marked ``release`` runs with an empty cache and pip pointed at nothing,
+so one that reads a wheel anyway fails in both tiers instead of quietly making
+the fast tier slow.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +19,13 @@ import os
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 
 from dflash_doctor.rules import load_rules
-from dflash_doctor.targets.release import release_tree
+from dflash_doctor.targets.release import RELEASE, release_tree
 
 # The rule texts and applicability of the small demo rules that tests write.
 DEMO_RULE_PREAMBLE = '''
@@ -26,11 +38,96 @@ symbol = "SpeculativeConfig"
 literal = "dflash"
 '''
 
-# Every check in the tests evaluates the rules; the results cache has its own test.
-os.environ["DFLASH_DOCTOR_NO_CACHE"] = "1"
+# Test helpers (a module, or module.name) that make a test take seconds.
+SLOW_HELPERS = {
+    "gitrepos",  # real git histories
+    "sshd",  # real OpenSSH servers
+    "metrics_server",  # real metrics servers, sampled over real time windows
+    "test_release_download.Index",  # real pip against an index that serves slowly on purpose
+    "test_ssh_hostile.bomb_answer",  # compresses 1 GiB
+}
 
 # Files a check of these releases reads, plus what makes a tree a tree.
 TREE_FILES = ["vllm/__init__.py", "vllm/_version.py"]
+
+
+def reached(item: pytest.Item) -> tuple[list, set[str]]:
+    """The globals and string constants that the test, its fixtures and the
+    module functions they call (transitively) name in their code."""
+    functions = [getattr(item, "function", None)]
+    info = getattr(item, "_fixtureinfo", None)  # pytest's record of the fixtures a test function uses
+    for definitions in (info.name2fixturedefs.values() if info else ()):
+        functions.extend(definition.func for definition in definitions)
+    todo = [f for f in functions if isinstance(f, types.FunctionType)]
+    seen, values, strings = set(todo), [], set()
+    while todo:
+        function = todo.pop()
+        codes = [function.__code__]
+        while codes:
+            code = codes.pop()
+            strings.update(const for const in code.co_consts if isinstance(const, str))
+            codes.extend(const for const in code.co_consts if isinstance(const, types.CodeType))
+            for name in code.co_names:
+                value = function.__globals__.get(name)
+                values.append(value)
+                if isinstance(value, types.FunctionType) and value not in seen:
+                    seen.add(value)
+                    todo.append(value)
+    return values, strings
+
+
+def reads_wheels(values: list, strings: set[str]) -> bool:
+    """It calls ``release_tree`` (the ``release`` and ``mini_tree`` fixtures do), or runs
+    the CLI with ``--release`` and a version (the CLI downloads that release)."""
+    if any(value is release_tree for value in values):
+        return True
+    return "--release" in strings and any(RELEASE.fullmatch(string) for string in strings)
+
+
+def takes_seconds(values: list) -> bool:
+    for value in values:
+        module = getattr(value, "__module__", None)
+        if module in SLOW_HELPERS or f"{module}.{getattr(value, '__qualname__', '')}" in SLOW_HELPERS:
+            return True
+    return False
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        values, strings = reached(item)
+        if reads_wheels(values, strings) and item.get_closest_marker("release") is None:
+            item.add_marker(pytest.mark.release)
+        if takes_seconds(values):
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_results_cache():
+    """Every check in the tests evaluates the rules; the results cache has its own test."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DFLASH_DOCTOR_NO_CACHE", "1")
+        yield
+
+
+@pytest.fixture(scope="session")
+def empty_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("empty-cache")
+
+
+@pytest.fixture(autouse=True)
+def no_wheels_unless_marked(request, empty_cache, monkeypatch):
+    """A test not marked ``release`` gets an empty cache and an index that does not answer."""
+    if request.node.get_closest_marker("release") is not None:
+        yield
+        return
+    monkeypatch.setenv("DFLASH_DOCTOR_CACHE", str(empty_cache))
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # no extra index or link from a pip.conf
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    monkeypatch.setenv("PIP_RETRIES", "0")
+    yield
+    assert not (empty_cache / "releases").exists() and not (empty_cache / "tmp").exists(), (
+        f"{request.node.nodeid} reached for a vLLM wheel: mark it release (the release and mini_tree fixtures do)"
+    )
 
 
 @pytest.fixture(scope="session")

@@ -261,6 +261,8 @@ def test_a_failed_write_leaves_the_other_reports_whole(tmp_path, mini_tree):
     good.write_text("previous")
     proc = run_cli("check", "--path", str(tree), "--output", f"json={good}", "--output", f"sarif={tmp_path / 'no-dir' / 'r.sarif'}")
     assert proc.returncode == 3 and proc.stderr.startswith("dflash-doctor: error: cannot write")
-    text = good.read_text()
-    assert text == "previous" or json.loads(text)["schema"] == "dflash-doctor/check/v1"
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    # Reports are written in the order given, each whole: the JSON report is this check's, then the SARIF write fails.
+    report = json.loads(good.read_text())
+    assert report["schema"] == "dflash-doctor/check/v1" and report["target"] == {"kind": "path", "location": str(tree)}
+    assert report["exit_code"] == 1 and {fix["status"] for fix in report["fixes"]} == {"absent"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", tree.name]  # no temporary file, no no-dir
