@@ -21,22 +21,7 @@ from dflash_doctor.targets.ssh import CHILD_BOOT, SshOptions, SshTarget
 from dflash_doctor.targets.probing import probe_request
 from dflash_doctor.rules import load_rules
 from dflash_doctor.source import DirectoryTree
-
-# Out of the restricted builtins as a hostile tree would get out: a running
-# generator's frame leads up the stack to the interpreter's real builtins.
-WALK = '''
-def _module(name):
-    box = []
-
-    def walk():
-        frame = box[0].gi_frame.f_back
-        while frame.f_back is not None:
-            frame = frame.f_back
-        yield frame
-
-    box.append(walk())
-    return next(box[0]).f_builtins["_" + "_import__"](name)
-'''
+from test_isolation import WALK  # the frame walk a hostile tree uses to reach the real builtins
 
 
 @pytest.fixture(scope="module")
