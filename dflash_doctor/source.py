@@ -115,6 +115,37 @@ def search_name(qualname: str) -> str:
     return parts[-1]
 
 
+def locate(
+    tree: SourceTree, wanted: Iterable[tuple[str, str]], required: Iterable[tuple[str, str]]
+) -> tuple[dict[tuple[str, str], list[Symbol] | SiteError], bool]:
+    """(file, qualname) -> the definitions found, or the SiteError that stopped the
+    search; and whether the package was scanned for moved code.
+
+    Only ``required`` pairs are looked for elsewhere in the package when their file
+    lacks them, one scan for all: an optional one names a variant most trees lack
+    (older releases), and a scan per run for each would cost more than the whole check.
+    """
+    required = set(required)
+    found: dict[tuple[str, str], list[Symbol] | SiteError] = {}
+    for file, qualname in sorted(set(wanted)):
+        try:
+            parsed = tree.parsed(file)
+            found[(file, qualname)] = parsed.symbols(qualname) if parsed else []
+        except SiteError as exc:
+            found[(file, qualname)] = exc
+    moved = {search_name(key[1]): key for key, hit in found.items() if hit == [] and key in required}
+    for name, files in tree.files_defining(moved).items() if moved else ():
+        symbols: list[Symbol] = []
+        for other in files:
+            try:
+                parsed = tree.parsed(other)
+            except SiteError:
+                continue  # a broken unrelated file does not hide the definition
+            symbols.extend(parsed.symbols(moved[name][1]) if parsed else [])
+        found[moved[name]] = symbols
+    return found, bool(moved)
+
+
 _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 
 

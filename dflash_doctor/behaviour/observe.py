@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from ..draft.config import DraftConfig
-from ..draft.probes import OPT_OUT_FIELD, RUNNERS, Probes
 from ..model import UNKNOWN, Observation
+from .computed import OPT_OUT_FIELD, RUNNERS, Computed
 from .construct import Built, Indices
 
 Layers = dict[str, Built] | None  # per runner, when the rule builds the drafter's layers
@@ -15,7 +15,7 @@ Layers = dict[str, Built] | None  # per runner, when the rule builds the drafter
 DEFAULT = "default"
 
 
-def _accepts(name: str, probes: Probes, runner: str) -> Observation:
+def _accepts(name: str, probes: Computed, runner: str) -> Observation:
     support = dict(probes.runner_support).get(runner)
     if support is None:
         why = dict(probes.reasons).get("runner") or "not probed"
@@ -23,7 +23,7 @@ def _accepts(name: str, probes: Probes, runner: str) -> Observation:
     return Observation(name, runner, DEFAULT, "runner-accepts", None, True, support.supported, support.supported, support.reason)
 
 
-def capture_ids(name: str, draft: DraftConfig, probes: Probes, built: Layers) -> Iterator[Observation]:
+def capture_ids(name: str, draft: DraftConfig, probes: Computed, built: Layers) -> Iterator[Observation]:
     """Per runner: the aux-layer ids the resolver returns, against the ids the drafter was trained on."""
     expected = probes.expected_aux_layer_ids
     computed = dict(probes.aux_by_runner)
@@ -39,7 +39,7 @@ def capture_ids(name: str, draft: DraftConfig, probes: Probes, built: Layers) ->
         yield Observation(name, runner, DEFAULT, "resolver", None, list(expected), _list(value), value == tuple(expected), note)
 
 
-def layer_attention(name: str, draft: DraftConfig, probes: Probes, built: Layers) -> Iterator[Observation]:
+def layer_attention(name: str, draft: DraftConfig, probes: Computed, built: Layers) -> Iterator[Observation]:
     """Per runner and draft layer: the sliding window and causality that reached the
     attention layer when the tree's own classes built the drafter's layers."""
     expected = probes.expected_layers
@@ -77,7 +77,7 @@ def _layer_indices(name: str, runner: str, indices: Indices) -> Iterator[Observa
             yield Observation(name, runner, DEFAULT, "layer-index", position, position, received, received == position)
 
 
-def block_drop(name: str, draft: DraftConfig, probes: Probes, built: Layers) -> Iterator[Observation]:
+def block_drop(name: str, draft: DraftConfig, probes: Computed, built: Layers) -> Iterator[Observation]:
     """Whether the KV cache manager is told to drop the last prefix-cache block for
     method='dflash': by default, and with the opt-out flag where the tree has one."""
     why = dict(probes.reasons).get("drops_prefix_block", "")
@@ -90,7 +90,7 @@ def block_drop(name: str, draft: DraftConfig, probes: Probes, built: Layers) -> 
         yield Observation(name, None, setting, "kv-cache-manager", None, False, drops, None if drops is None else not drops, note)
 
 
-QUESTION_KINDS: dict[str, Callable[[str, DraftConfig, Probes, Layers], Iterator[Observation]]] = {
+QUESTION_KINDS: dict[str, Callable[[str, DraftConfig, Computed, Layers], Iterator[Observation]]] = {
     "capture-ids": capture_ids,
     "layer-attention": layer_attention,
     "block-drop": block_drop,
