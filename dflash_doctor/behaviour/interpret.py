@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..draft.config import ZLAB, DraftConfig
+from ..draft.config import ZLAB, DraftConfig, int_list
 from ..draft.sandbox import Outcome
 from ..model import UNKNOWN
 from .computed import (
@@ -69,7 +69,7 @@ def interpret(plan: Plan, outcomes: dict[str, Outcome], builder: ProgramBuilder,
         if result is None:
             aux_by_runner[name] = UNKNOWN
             reasons[f"aux_layer_ids_by_runner.{name}"] = plan.reasons.get(f"aux:{name}", "not probed")
-        elif result.ok and (result.value is None or _int_sequence(result.value)):
+        elif result.ok and (result.value is None or int_list(result.value)):
             aux_by_runner[name] = None if result.value is None else tuple(result.value)
         else:
             aux_by_runner[name] = UNKNOWN
@@ -133,10 +133,6 @@ def interpret(plan: Plan, outcomes: dict[str, Outcome], builder: ProgramBuilder,
         has_opt_out=plan.has_opt_out,
     )
 
-
-
-def _int_sequence(value) -> bool:
-    return isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in value)
 
 
 def _layer_list(value) -> bool:
