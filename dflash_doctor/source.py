@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .model import ToolError
+from .probe import read_regular, scan_definitions
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -252,20 +253,14 @@ class DirectoryTree(SourceTree):
         """None when absent or unreadable (not a regular file, over the cap): provenance is then unknown."""
         if self.dist_info is None:
             return None
-        from .probe import read_regular
-
         data, _ = read_regular(str(self.dist_info / name), MAX_SOURCE_BYTES)
         return None if data is None else data.decode("utf-8", "replace")
 
     def read(self, relpath: str) -> bytes | None:
-        from .probe import read_regular
-
         data, reason = read_regular(str(self.root / relpath), MAX_SOURCE_BYTES)
         if reason is not None:
             raise SiteError(f"{relpath} {reason}")
         return data
 
     def files_defining(self, names: Iterable[str]) -> Mapping[str, list[str]]:
-        from .probe import scan_definitions
-
         return scan_definitions(str(self.root), self.package, names)

@@ -61,7 +61,7 @@ class Locator:
             raise ExtractError(str(found))
         if len(found) > 1:
             places = ", ".join(f"{s.file}:{s.line}" for s in found)
-            raise ExtractError(f"{qualname} is defined {len(found)} times ({places}); the probe would have to guess which runs")
+            raise ExtractError(f"{qualname} is defined {len(found)} times ({places}); behaviour would have to guess which one runs")
         return found[0] if found else None
 
 

@@ -68,7 +68,7 @@ def interpret(plan: Plan, outcomes: dict[str, Outcome], builder: ProgramBuilder,
         result = outcome(f"aux:{name}")
         if result is None:
             aux_by_runner[name] = UNKNOWN
-            reasons[f"aux_layer_ids_by_runner.{name}"] = plan.reasons.get(f"aux:{name}", "not probed")
+            reasons[f"aux_layer_ids_by_runner.{name}"] = plan.reasons.get(f"aux:{name}", "not computed")
         elif result.ok and (result.value is None or int_list(result.value)):
             aux_by_runner[name] = None if result.value is None else tuple(result.value)
         else:
@@ -188,12 +188,12 @@ def _v1_support(plan: Plan, outcome, layers: Outcome | None) -> RunnerSupport:
 def _v2_support(plan: Plan, outcome, layers: Outcome | None) -> RunnerSupport:
     result = outcome("runner:v2")
     if result is None:
-        return RunnerSupport(None, plan.reasons.get("runner:v2", "not probed"))
+        return RunnerSupport(None, plan.reasons.get("runner:v2", "not computed"))
     if result.error_type == "NotImplementedError":
         return RunnerSupport(False, f"{SPECULATOR_FACTORY[1]} raises NotImplementedError: {result.error_message}")
     built = result.value.get("$constructed") if result.ok and isinstance(result.value, dict) else None
     if built is None:
-        return RunnerSupport(None, f"{SPECULATOR_FACTORY[1]} {failure(result)}" if not result.ok else f"{SPECULATOR_FACTORY[1]} builds no speculator class the probe can name")
+        return RunnerSupport(None, f"{SPECULATOR_FACTORY[1]} {failure(result)}" if not result.ok else f"{SPECULATOR_FACTORY[1]} builds no speculator class behaviour can name")
     speculator = built.rsplit(".", 1)[-1]
     if ".eagle." in f".{built}.":
         return RunnerSupport(False, f"the V2 runner builds {speculator} ({built}) for method='dflash': it runs the drafter as EAGLE, with no DFlash speculator")
@@ -207,7 +207,7 @@ def _v2_support(plan: Plan, outcome, layers: Outcome | None) -> RunnerSupport:
 def _default_runner(plan: Plan, outcome) -> tuple[str | None, str]:
     env = outcome("runner:env")
     if env is None or not env.ok or env.value not in (None, True, False):
-        why = plan.reasons.get("runner:env") or (f"its default {failure(env)}" if env is not None else "not probed")
+        why = plan.reasons.get("runner:env") or (f"its default {failure(env)}" if env is not None else "not computed")
         return None, f"the default of {RUNNER_ENV} is not known: {why}"
     if not plan.has_runner_property:
         runner = "v2" if env.value else "v1"
@@ -240,7 +240,7 @@ def _choose_runner(default: str | None, default_why: str, support: dict[str, Run
 def _prefix_block(plan: Plan, outcome, reasons: dict[str, str]) -> tuple[bool | None, bool | None]:
     result = outcome("prefix")
     if plan.drop is None or result is None:
-        reasons["drops_prefix_block"] = plan.reasons.get("prefix") or plan.reasons.get("spec") or "not probed"
+        reasons["drops_prefix_block"] = plan.reasons.get("prefix") or plan.reasons.get("spec") or "not computed"
         return None, None
     if not result.ok or not isinstance(result.value, bool):
         reasons["drops_prefix_block"] = f"SpeculativeConfig: {_shown(plan)} {failure(result)}"
@@ -249,7 +249,7 @@ def _prefix_block(plan: Plan, outcome, reasons: dict[str, str]) -> tuple[bool | 
     if drops and plan.drop.overrides:
         lines = ", ".join(str(line) for line in plan.drop.overrides)
         reasons["drops_prefix_block"] = (f"{_shown(plan)} is true for method='dflash', but {SCHEDULER[1]} may turn the drop off "
-                                         f"again (line {lines}) under conditions the probe cannot know")
+                                         f"again (line {lines}) under conditions behaviour cannot know")
         return None, None
     disabled = None
     if plan.has_opt_out:

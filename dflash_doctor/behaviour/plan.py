@@ -245,7 +245,7 @@ def _drop_predicate(scheduler: Symbol) -> DropPredicate:
 
     def translate(node: ast.expr) -> str:
         """``spec.m()`` / ``x.speculative_config.m()`` / ``self.attr`` (assigned from one),
-        joined by and/or/not; anything else is a form the probe does not know."""
+        joined by and/or/not; anything else is a form behaviour does not follow."""
         if isinstance(node, ast.BoolOp):
             joiner = " and " if isinstance(node.op, ast.And) else " or "
             return "(" + joiner.join(translate(value) for value in node.values) + ")"
@@ -261,7 +261,7 @@ def _drop_predicate(scheduler: Symbol) -> DropPredicate:
             methods.append(method)
             overrides.extend(later)
             return "{spec}." + method + "()"
-        raise ExtractError(f"KVCacheManager(use_eagle={ast.unparse(handed)}) is a form the probe does not know")
+        raise ExtractError(f"KVCacheManager(use_eagle={ast.unparse(handed)}) is a form behaviour does not follow")
 
     expression = translate(handed)
     shown = methods[0] if len(methods) == 1 and expression == "{spec}." + methods[0] + "()" else expression.replace("{spec}.", "")
@@ -306,7 +306,7 @@ def _attribute_predicate(scheduler: Symbol, attribute: str) -> tuple[str, tuple[
         if isinstance(statement.value, ast.Constant) and statement.value.value is False:
             overrides.append(statement.lineno)
         else:
-            raise ExtractError(f"self.{attribute} is set again at line {statement.lineno} in a form the probe does not know")
+            raise ExtractError(f"self.{attribute} is set again at line {statement.lineno} in a form behaviour does not follow")
     return predicate, tuple(overrides)
 
 

@@ -86,7 +86,7 @@ class ProgramBuilder:
         definition.decorator_list = []
         for decorator in decorators:
             if not neutral_decorator(parsed.tree, decorator):
-                raise ExtractError(f"{node.name} in {file} is decorated with @{ast.unparse(decorator)}, which the probe cannot reproduce")
+                raise ExtractError(f"{node.name} in {file} is decorated with @{ast.unparse(decorator)}, which behaviour cannot reproduce")
         refuse_dunders(definition, f"{node.name} in {file}")
         self._resolve_free_names(parsed, file, free_names(definition), depth)
         self.chunks.append(Chunk(node.name, ast.unparse(definition)))
@@ -94,13 +94,13 @@ class ProgramBuilder:
     def _claim(self, name: str, origin: str) -> bool:
         """True when ``name`` is already defined from the same place."""
         if name in self.provided or name in self.gaps:
-            raise ExtractError(f"{origin} would shadow the name {name!r} that another probed definition reads")
+            raise ExtractError(f"{origin} would shadow the name {name!r} that another copied definition reads")
         known = self._origins.get(name)
         if known is None:
             self._origins[name] = origin
             return False
         if known != origin:
-            raise ExtractError(f"two probed definitions are both named {name!r} ({known} and {origin})")
+            raise ExtractError(f"two copied definitions are both named {name!r} ({known} and {origin})")
         return True
 
     def _resolve_free_names(self, parsed, file: str, names: set[str], depth: int) -> None:
@@ -171,7 +171,7 @@ class ProgramBuilder:
         if name in self.gaps:
             return
         if name in self._origins:
-            raise ExtractError(f"{label} would be a gap, but another probed definition is named {name!r}")
+            raise ExtractError(f"{label} would be a gap, but another copied definition is named {name!r}")
         self.gaps.setdefault(name, label)
 
     # -- classes ---------------------------------------------------------------
@@ -193,7 +193,7 @@ class ProgramBuilder:
         through ``self``. With ``option_defaults``, fields annotated as plain
         options (bool, int, float, str) keep their literal default: the launch
         default of a config option. Other fields (models, parallelism) are state
-        the probe does not know; they stay out, so reading them is a gap."""
+        behaviour does not know; they stay out, so reading them is a gap."""
         node = symbol.node
         if not isinstance(node, ast.ClassDef):
             raise ExtractError(f"{symbol.qualname} in {symbol.file} is not a class")
@@ -247,7 +247,7 @@ class ProgramBuilder:
             elif name in KEPT_DECORATORS:
                 kept.append(ast.Name(id=name, ctx=ast.Load()))
             else:
-                raise ExtractError(f"{where} is decorated with @{ast.unparse(decorator)}, which the probe cannot reproduce")
+                raise ExtractError(f"{where} is decorated with @{ast.unparse(decorator)}, which behaviour cannot reproduce")
         definition.decorator_list = kept
         refuse_dunders(definition, where)
         self._resolve_free_names(owner.parsed, owner.file, free_names(definition), 0)
