@@ -18,12 +18,15 @@ from ..draft import sandbox
 from ..draft.config import SPECULATORS, DraftConfig, draft_layer_count
 from ..draft.sandbox import Call, Outcome, SandboxError
 from ..source import SourceTree, Symbol
-from .computed import PROVIDED, RUNNERS, SPEC_CONFIG, SPECULATORS_ALGOS, Computed, Runner, RunnerSupport
+from .computed import RUNNERS, SPEC_CONFIG, SPECULATORS_ALGOS, Computed, Runner, RunnerSupport
 from .definitions import ExtractError, Site, parsed_or_none
 from .interpret import failure, interpret
 from .plan import Plan, plan_calls
 from .program import ProgramBuilder
 from .stubs import build_stubs, with_spec
+
+
+PROVIDED = ("get_current_vllm_config", "envs", "logger", "os")  # bound by the run, never copied
 
 
 class NotRegistered(ExtractError):
@@ -36,7 +39,7 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = san
     hfs: list[tuple[dict[str, Any], Site | None] | str | NotRegistered] = []
     for draft in drafts:
         try:
-            hfs.append(hf_config_of(tree, draft, run))
+            hfs.append(_hf_config(tree, draft, run))
         except NotRegistered as exc:
             hfs.append(exc)
         except (ExtractError, SandboxError) as exc:
@@ -52,7 +55,7 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = san
         except ExtractError as exc:
             failed = f"{SPEC_CONFIG[1]} could not be stubbed: {exc}"
     if failed:
-        return tuple(nothing(draft, failed if isinstance(hf, tuple) else str(hf)) for draft, hf in zip(drafts, hfs))
+        return tuple(_nothing(draft, failed if isinstance(hf, tuple) else str(hf)) for draft, hf in zip(drafts, hfs))
     plan.evidence.append(Site(spec_symbol.file, spec_symbol.qualname, spec_symbol.line))
     plans: list[Plan] = []  # one per drafter config: its own reasons and evidence
     calls: list[Call] = []
@@ -91,15 +94,15 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = san
     try:
         outcomes = run(builder.chunks, calls, data, globals_) if calls else {}
     except SandboxError as exc:
-        return tuple(nothing(draft, str(exc)) for draft in drafts)
+        return tuple(_nothing(draft, str(exc)) for draft in drafts)
     answers = []
     for index, (draft, hf) in enumerate(zip(drafts, hfs)):
         if isinstance(hf, NotRegistered):  # no runner of this tree can load the drafter at all
             refused = RunnerSupport(False, str(hf))
-            answers.append(dataclasses.replace(nothing(draft, str(hf)), runner_support=tuple((name, refused) for name in RUNNERS)))
+            answers.append(dataclasses.replace(_nothing(draft, str(hf)), runner_support=tuple((name, refused) for name in RUNNERS)))
             continue
         if isinstance(hf, str):
-            answers.append(nothing(draft, hf))
+            answers.append(_nothing(draft, hf))
             continue
         prefix = f"{index}|"
         mine = {call_id[len(prefix):]: outcome for call_id, outcome in outcomes.items() if call_id.startswith(prefix)}
@@ -108,7 +111,7 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = san
     return tuple(answers)
 
 
-def nothing(draft: DraftConfig, reason: str) -> Computed:
+def _nothing(draft: DraftConfig, reason: str) -> Computed:
     fields = ("aux_layer_ids", "layers", "runner", "drops_prefix_block")
     expected_layers = draft.expected_layers()
     return Computed(
@@ -119,7 +122,7 @@ def nothing(draft: DraftConfig, reason: str) -> Computed:
     )
 
 
-def hf_config_of(tree: SourceTree, draft: DraftConfig, run: Runner) -> tuple[dict[str, Any], Site | None]:
+def _hf_config(tree: SourceTree, draft: DraftConfig, run: Runner) -> tuple[dict[str, Any], Site | None]:
     """The drafter's hf_config keys as vLLM builds them (speculators: the tree's translation)."""
     if draft.format != SPECULATORS:
         return dict(draft.data), None

@@ -42,7 +42,6 @@ SCHEDULER = ("vllm/v1/core/sched/scheduler.py", "Scheduler.__init__")
 SPECULATORS_ALGOS = "vllm/transformers_utils/configs/speculators/algos.py"
 OPT_OUT_FIELD = "disable_eagle_block_drop"
 REFUSALS = ("NotImplementedError", "ValueError")  # deliberate refusals by vLLM code
-PROVIDED = ("get_current_vllm_config", "envs", "logger", "os")
 # Every DFlash release has these; the others are missing from older releases.
 REQUIRED = (V1_RESOLVER, SPEC_CONFIG, VLLM_CONFIG, SCHEDULER)
 OPTIONAL = (V2_RESOLVER, LAYER_RESOLVER, SPECULATOR_FACTORY)

@@ -29,6 +29,7 @@ from .program import ProgramBuilder
 
 
 def failure(outcome: Outcome) -> str:
+    """Why a call gave no answer, as the end of a sentence naming the call."""
     why = outcome.unknowable
     if why:
         return f"could not be evaluated: {why}"
@@ -36,7 +37,7 @@ def failure(outcome: Outcome) -> str:
 
 
 def interpret(plan: Plan, outcomes: dict[str, Outcome], builder: ProgramBuilder, draft: DraftConfig,
-               expected_aux, expected_layers) -> Computed:
+              expected_aux, expected_layers) -> Computed:
     reasons: dict[str, str] = {}
     mismatches: list[str] = []
 

@@ -64,7 +64,7 @@ def plan_calls(tree: SourceTree, builder: ProgramBuilder) -> tuple[Plan, Symbol 
     the tree's SpeculativeConfig (None: not found, the plan's reasons say why)."""
     plan = Plan()
     locator = Locator(tree, REQUIRED, OPTIONAL)
-    spec_symbol = optional(plan, "spec", lambda: locator.one(*SPEC_CONFIG))
+    spec_symbol = _optional(plan, "spec", lambda: locator.one(*SPEC_CONFIG))
     _plan_aux(locator, builder, plan)
     _plan_layers(locator, builder, plan)
     _plan_runner(tree, locator, builder, plan)
@@ -72,7 +72,7 @@ def plan_calls(tree: SourceTree, builder: ProgramBuilder) -> tuple[Plan, Symbol 
     return plan, spec_symbol
 
 
-def optional(plan: Plan, key: str, find):
+def _optional(plan: Plan, key: str, find):
     try:
         return find()
     except ExtractError as exc:
@@ -82,15 +82,15 @@ def optional(plan: Plan, key: str, find):
 
 
 def _plan_aux(locator: Locator, builder: ProgramBuilder, plan: Plan) -> None:
-    v1 = optional(plan, "aux:v1", lambda: locator.one(*V1_RESOLVER))
-    owner = optional(plan, "aux:v1", lambda: _owner(v1)) if v1 is not None else None
+    v1 = _optional(plan, "aux:v1", lambda: locator.one(*V1_RESOLVER))
+    owner = _optional(plan, "aux:v1", lambda: _owner(v1)) if v1 is not None else None
     if owner is not None:
         method = v1.qualname.rsplit(".", 1)[-1]
         plan.stub_calls.append(StubCall("aux:v1", f"runner.{method}()", "runner", owner, (method,), "aux:v1"))
         plan.evidence.append(Site(v1.file, v1.qualname, v1.line))
     elif v1 is None:
         plan.reasons.setdefault("aux:v1", f"{V1_RESOLVER[1]} not found in this tree")
-    v2 = optional(plan, "aux:v2", lambda: locator.one(*V2_RESOLVER))
+    v2 = _optional(plan, "aux:v2", lambda: locator.one(*V2_RESOLVER))
     if v2 is not None and _add(builder, plan, "aux:v2", v2):
         plan.calls.append(Call("aux:v2", f"{v2.node.name}(spec)"))
     elif v2 is None:
@@ -98,7 +98,7 @@ def _plan_aux(locator: Locator, builder: ProgramBuilder, plan: Plan) -> None:
 
 
 def _plan_layers(locator: Locator, builder: ProgramBuilder, plan: Plan) -> None:
-    resolver = optional(plan, "layers", lambda: locator.one(*LAYER_RESOLVER))
+    resolver = _optional(plan, "layers", lambda: locator.one(*LAYER_RESOLVER))
     if resolver is None:
         plan.reasons.setdefault("layers", f"this vLLM has no per-layer resolver ({LAYER_RESOLVER[1]} in {LAYER_RESOLVER[0]}); "
                                           "the swa-config verdict says what its draft layers do")
@@ -114,7 +114,7 @@ def _plan_layers(locator: Locator, builder: ProgramBuilder, plan: Plan) -> None:
 
 
 def _plan_runner(tree: SourceTree, locator: Locator, builder: ProgramBuilder, plan: Plan) -> None:
-    parsed = optional(plan, "runner:env", lambda: parsed_or_none(tree, ENVS))
+    parsed = _optional(plan, "runner:env", lambda: parsed_or_none(tree, ENVS))
     lam = _env_lambda(parsed.tree) if parsed is not None else None
     if lam is None:
         plan.reasons.setdefault("runner:env", f"no {RUNNER_ENV} entry in {ENVS}" if parsed is not None else f"{ENVS} is not in this tree")
@@ -125,7 +125,7 @@ def _plan_runner(tree: SourceTree, locator: Locator, builder: ProgramBuilder, pl
             plan.evidence.append(Site(ENVS, f"environment_variables[{RUNNER_ENV!r}]", lam.lineno))
         except ExtractError as exc:
             plan.reasons["runner:env"] = str(exc)
-    vllm_config = optional(plan, "runner:default", lambda: locator.one(*VLLM_CONFIG))
+    vllm_config = _optional(plan, "runner:default", lambda: locator.one(*VLLM_CONFIG))
     if vllm_config is not None and isinstance(vllm_config.node, ast.ClassDef):
         methods = {s.name: s for s in vllm_config.node.body if isinstance(s, ast.FunctionDef)}
         if RUNNER_PROPERTY in methods:
@@ -141,7 +141,7 @@ def _plan_runner(tree: SourceTree, locator: Locator, builder: ProgramBuilder, pl
                 plan.v1_refusals.append((check, message))
                 plan.stub_calls.append(StubCall(f"v1-refusal:{check}", f"vllm_config.{check}()", "vllm_config",
                                                  vllm_config, (check,), f"v1-refusal:{check}"))
-    factory = optional(plan, "runner:v2", lambda: locator.one(*SPECULATOR_FACTORY))
+    factory = _optional(plan, "runner:v2", lambda: locator.one(*SPECULATOR_FACTORY))
     if factory is None:
         plan.reasons.setdefault("runner:v2", f"{SPECULATOR_FACTORY[1]} not found in {SPECULATOR_FACTORY[0]}: no V2 speculator to check")
     elif _add(builder, plan, "runner:v2", factory):
@@ -151,7 +151,7 @@ def _plan_runner(tree: SourceTree, locator: Locator, builder: ProgramBuilder, pl
 
 
 def _plan_prefix_block(locator: Locator, plan: Plan, spec_symbol: Symbol | None) -> None:
-    scheduler = optional(plan, "prefix", lambda: locator.one(*SCHEDULER))
+    scheduler = _optional(plan, "prefix", lambda: locator.one(*SCHEDULER))
     if scheduler is None:
         plan.reasons.setdefault("prefix", f"{SCHEDULER[1]} not found in {SCHEDULER[0]}")
         return
