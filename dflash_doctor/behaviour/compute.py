@@ -155,4 +155,3 @@ def _registers(decorator: ast.expr, kind: Any) -> bool:
         and isinstance(decorator.args[0], ast.Constant)
         and decorator.args[0].value == kind
     )
-

@@ -103,4 +103,3 @@ class Computed:
 
 def _list(value):
     return None if value is None else list(value)
-

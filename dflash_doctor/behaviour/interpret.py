@@ -135,7 +135,6 @@ def interpret(plan: Plan, outcomes: dict[str, Outcome], builder: ProgramBuilder,
     )
 
 
-
 def _layer_list(value) -> bool:
     return isinstance(value, list) and all(
         isinstance(item, list) and len(item) == 2 and (item[0] is None or isinstance(item[0], int)) and isinstance(item[1], bool)
@@ -263,4 +262,3 @@ def _prefix_block(plan: Plan, outcome, reasons: dict[str, str]) -> tuple[bool | 
 def _shown(plan: Plan) -> str:
     shown = plan.drop.shown
     return f"{shown}()" if shown.isidentifier() else shown
-

@@ -80,7 +80,6 @@ def _optional(plan: Plan, key: str, find):
         return None
 
 
-
 def _plan_aux(locator: Locator, builder: ProgramBuilder, plan: Plan) -> None:
     v1 = _optional(plan, "aux:v1", lambda: locator.one(*V1_RESOLVER))
     owner = _optional(plan, "aux:v1", lambda: _owner(v1)) if v1 is not None else None

@@ -58,5 +58,3 @@ def with_spec(call: Call, spec: dict, spec_body: str, spec_attrs: dict, hf_name:
     if call.id == "prefix:opt-out":
         bind.append(("spec_opted_out", sandbox.class_instance(SPEC_CONFIG[1], spec_body, **spec_attrs, **{OPT_OUT_FIELD: True})))
     return Call(call.id, call.expr, tuple(bind))
-
-
