@@ -1,0 +1,68 @@
+"""Lines laid out for a width: sentences wrap at spaces, a path or a name never breaks.
+
+A line is a list of segments, ``(text, style)``; ``text`` is already clean
+(dflash_doctor.terminal). A token is one unbreakable piece: a word of a
+sentence, a ``file:line``, a host. A token wider than the room left is put
+whole on a line of its own, never cut. Width ``None`` (plain text, piped) wraps
+nothing: each call gives one line. Continuation lines are always indented, so
+only the text a reporter starts a line with (a header, a fix id) stands at
+column 0.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable
+
+Segment = tuple[str, str]
+Line = list[Segment]
+Token = tuple[str, str]  # (text, style), laid out whole
+
+
+def words(text: str, style: str = "") -> list[Token]:
+    """A sentence as tokens, one per word."""
+    return [(word, style) for word in text.split(" ") if word]
+
+
+def width_of(text: str) -> int:
+    from rich.cells import cell_len
+
+    return cell_len(text)
+
+
+def wrap(tokens: Iterable[Token], width: int | None, first: Line, indent: int, gap: str = " ") -> list[Line]:
+    """``tokens`` after the segments ``first``, continued at column ``indent``, ``gap`` between tokens on a line."""
+    lines: list[Line] = []
+    line, used, empty = list(first), sum(width_of(text) for text, _ in first) if width else 0, True
+    for text, style in tokens:
+        size = width_of(text) if width else 0
+        if width and not empty and used + len(gap) + size > width:
+            lines.append(line)
+            line, used, empty = [(" " * indent, "")], indent, True
+        if not empty:
+            line.append((gap, ""))
+            used += len(gap)
+        line.append((text, style))
+        used, empty = used + size, False
+    lines.append(line)
+    return lines
+
+
+def text_of(line: Line) -> str:
+    return "".join(text for text, _ in line).rstrip()
+
+
+def render(lines: list[Line], styled: bool) -> str:
+    """The lines as text; ``styled`` adds rich's colours (rich honours NO_COLOR)."""
+    if not styled:
+        return "".join(text_of(line) + "\n" for line in lines)
+    from rich.console import Console
+    from rich.text import Text
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=True)
+    for line in lines:
+        text = Text.assemble(*line)
+        text.rstrip()
+        console.print(text, soft_wrap=True)
+    return buffer.getvalue()
