@@ -17,6 +17,7 @@ from collections.abc import Iterable
 Segment = tuple[str, str]
 Line = list[Segment]
 Token = tuple[str, str]  # (text, style), laid out whole
+OUTDENT = 4  # where a token too wide for its column starts its own line
 
 
 def words(text: str, style: str = "") -> list[Token]:
@@ -31,14 +32,18 @@ def width_of(text: str) -> int:
 
 
 def wrap(tokens: Iterable[Token], width: int | None, first: Line, indent: int, gap: str = " ") -> list[Line]:
-    """``tokens`` after the segments ``first``, continued at column ``indent``, ``gap`` between tokens on a line."""
+    """``tokens`` after the segments ``first``, continued at column ``indent``, ``gap`` between tokens on a line;
+    a token too wide for the lines at ``indent`` starts a line of its own at ``OUTDENT``."""
     lines: list[Line] = []
     line, used, empty = list(first), sum(width_of(text) for text, _ in first) if width else 0, True
     for text, style in tokens:
         size = width_of(text) if width else 0
-        if width and not empty and used + len(gap) + size > width:
-            lines.append(line)
-            line, used, empty = [(" " * indent, "")], indent, True
+        if width and used + (0 if empty else len(gap)) + size > width:
+            lead = indent if indent + size <= width else min(indent, OUTDENT)
+            if not empty or used > lead:
+                if not empty or text_of(line):  # a line with text stays; blank room is dropped
+                    lines.append(line)
+                line, used, empty = [(" " * lead, "")], lead, True
         if not empty:
             line.append((gap, ""))
             used += len(gap)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..model import ABSENT, BEHAVIOUR, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, CheckReport, FixResult
 from ..terminal import clean, columns
-from .layout import Line, Token, render, width_of, words, wrap
+from .layout import OUTDENT, Line, Token, render, width_of, words, wrap
 
 STYLES = {PRESENT: "bold green", ABSENT: "bold red", PARTIAL: "bold yellow", NOT_APPLICABLE: "bold red", UNKNOWN: "bold magenta"}
 LABEL = "dim"
@@ -66,7 +66,7 @@ def _evidence(fix: FixResult, width: int | None, column: int) -> list[Line]:
     for index, row in enumerate(rows):
         text = GAP.join(row)
         if room and width_of(text) > room:
-            lines.append([(" " * 4, ""), (text, "")])
+            lines.append([(" " * OUTDENT, ""), (text, "")])
         elif index == 0:
             lines[0].append((text, ""))
         else:
@@ -87,13 +87,14 @@ def _waiver(fix: FixResult) -> str:
 
 
 def _fix_lines(fix: FixResult, width: int | None, column: int) -> list[Line]:
-    headline = getattr(fix, "headline", "") or fix.title
+    headline = fix.headline or fix.title
     first: Line = [(clean(fix.id).ljust(column), "bold"), (_verdict(fix), STYLES[fix.status]), ("  ", "")]
     lines = wrap(words(clean(headline)), width, first, column)
     if fix.waiver:
         lines += _field("waived", words(_waiver(fix)), width, column)
-    if getattr(fix, "affects_drafter", None) is False:
-        lines += _field("drafter", words("does not affect this drafter (does not fail the gate)"), width, column)
+    if fix.affects_drafter is False:
+        because = f": {clean(fix.affects_reason)}" if fix.affects_reason else ""
+        lines += _field("drafter", words(f"does not affect this drafter{because} (does not fail the gate)"), width, column)
     if fix.reason:
         lines += _field("why", words(clean(fix.reason)), width, column)
     if fix.status == PARTIAL and fix.behaviour and (fix.behaviour.works or fix.behaviour.fails):
@@ -144,7 +145,7 @@ def check_lines(report: CheckReport, width: int | None) -> list[Line]:
 def _cell(report: CheckReport, fix_id: str) -> Token:
     for fix in report.fixes:
         if fix.id == fix_id:
-            notes = ["waived"] * bool(fix.waiver) + ["not this drafter"] * (getattr(fix, "affects_drafter", None) is False)
+            notes = ["waived"] * bool(fix.waiver) + ["not this drafter"] * (fix.affects_drafter is False)
             return _verdict(fix) + (f" ({', '.join(notes)})" if notes else ""), STYLES[fix.status]
     return "-", ""
 
@@ -156,7 +157,7 @@ def fleet_lines(outcomes, width: int | None) -> list[Line]:
     sizes = [max([len(fix_id)] + [len(row[i][0]) for row in rows if row]) + 2 for i, fix_id in enumerate(fix_ids)]
     host_size = max([4] + [width_of(clean(o.host)) if width else len(clean(o.host)) for o in outcomes]) + 2
     stacked = width is not None and host_size + sum(sizes) > width  # each host alone on a line, its row below it
-    start = 4 if stacked else host_size
+    start = 6 if stacked else host_size
     lines: list[Line] = [[("DFlash fixes per host", "bold")]]
     lines.append([("host".ljust(start), LABEL)] + [(fix_id.ljust(size), LABEL) for fix_id, size in zip(fix_ids, sizes)])
     for o, row in zip(outcomes, rows):
