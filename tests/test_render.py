@@ -86,7 +86,7 @@ def sentence(block: list[str], label: str) -> str:
     ("0.33.0", 200, 16), ("0.30.0", 60, 40),
 ])
 def test_check_on_a_terminal(version, width, most, tmp_path):
-    code, report = check_json("--release", version)
+    _, report = check_json("--release", version)
     rows = in_tmux(width, "check", "--release", version, tmp_path=tmp_path)
     assert rows[0].startswith(f"vLLM {version} ")
     assert all(len(row) <= width for row in rows)
@@ -127,7 +127,7 @@ def test_colour_on_a_terminal_plain_when_piped(tmp_path):
 
 def test_piped_report_one_line_per_item():
     proc = run_cli("check", "--release", "0.30.0")
-    code, report = check_json("--release", "0.30.0")
+    _, report = check_json("--release", "0.30.0")
     rows = proc.stdout.splitlines()
     assert rows[0].startswith("vLLM 0.30.0 commit ") and rows[0].endswith("inspected files match RECORD")
     for fix in report["fixes"]:
@@ -175,3 +175,30 @@ def test_fleet_with_a_long_host_stacks_at_80(fleet_answers, tmp_path):
     assert long_host in rows
     assert re.match(r"^ +PARTIAL +PRESENT +PRESENT$", rows[rows.index(long_host) + 1]), rows
     assert re.match(r"^ +error: ", rows[rows.index("gpu-node-9") + 1]), rows
+
+
+def test_waiver_and_drafter_shown_on_a_terminal(tmp_path):
+    """A waived fix and a fix that cannot affect the given drafter keep their verdict and say so on a line of their own."""
+    waivers = tmp_path / "waivers.toml"
+    waivers.write_text('[[waiver]]\nid = "cache-drop"\nreason = "prefix caching is off on this pool"\nuntil = "2099-12-31"\n')
+    drafter = Path(__file__).parent / "data" / "drafters" / "qwen3-8b-dflash-b16.json"  # full attention only
+    args = ("check", "--release", "0.24.0", "--draft-config", str(drafter), "--waivers", str(waivers))
+    _, report = check_json(*args[1:])
+    swa = next(fix for fix in report["fixes"] if fix["id"] == "swa-config")
+    assert swa["status"] == "absent" and swa["affects_drafter"] is False
+    rows = in_tmux(80, *args, tmp_path=tmp_path)
+    blocks = fix_blocks(rows, ["cache-drop", "layer-offset", "swa-config"])
+    assert re.match(r"^cache-drop +ABSENT  ", blocks["cache-drop"][0])
+    assert sentence(blocks["cache-drop"], "waived") == "until 2099-12-31: prefix caching is off on this pool"
+    assert re.match(r"^swa-config +ABSENT  ", blocks["swa-config"][0])
+    assert sentence(blocks["swa-config"], "drafter").startswith("does not affect this drafter: ")
+    assert "drafter config" in "\n".join(rows)  # the drafter lint section still renders
+
+
+def test_guide_example_is_what_the_tool_prints(tmp_path):
+    """docs/guide.md shows `check --release 0.30.0` at 80 columns: the fixes' lines as the tool prints them."""
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "guide.md").read_text()
+    example = re.search(r"`check --release 0\.30\.0` at 80 columns:\n\n```text\n(.*?)\n```", guide, re.S).group(1)
+    rows = in_tmux(80, "check", "--release", "0.30.0", tmp_path=tmp_path)
+    documented = example.split("\n")
+    assert documented[documented.index(""):] == rows[rows.index(""):]  # the header names this machine's cache
