@@ -12,6 +12,7 @@ column 0.
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterable
 
 Segment = tuple[str, str]
@@ -21,8 +22,8 @@ OUTDENT = 4  # where a token too wide for its column starts its own line
 
 
 def words(text: str, style: str = "") -> list[Token]:
-    """A sentence as tokens, one per word."""
-    return [(word, style) for word in text.split(" ") if word]
+    """A sentence as tokens, one per word; a run of spaces inside the text (column padding) is kept."""
+    return [(word.removesuffix(" "), style) for word in re.findall(r"\S+ *", text)]
 
 
 def width_of(text: str) -> int:

@@ -124,7 +124,9 @@ def _section_lines(report: CheckReport) -> list[str]:
 
 
 def _wrapped(line: str, width: int | None) -> list[Line]:
-    """A section line wrapped at its words, continued four columns deeper than it starts."""
+    """A section line as it is when it fits, else wrapped at its words and continued four columns deeper."""
+    if width is None or width_of(line) <= width:
+        return [[(line, "")]]
     indent = len(line) - len(line.lstrip(" "))
     return wrap(words(line), width, [(" " * indent, "")], indent + 4)
 
