@@ -27,25 +27,10 @@ NOT_VLLM = ("The code this rule starts from is missing: check that the target is
             "directory holding vllm/), or report the tree with the JSON report (check --format json).")
 
 
-def remedy_for(rule: Rule, status: str, evidence: Sequence[Evidence] = (), cause: str = "") -> str:
-    """The remedy that fits the verdict: for absent and partial the upgrade, and the
-    workaround of each form read that has one; for not-applicable, a release with
-    DFlash; for unknown, ``cause``: what to do to get an answer."""
-    if status == PRESENT:
-        return "none needed"
-    if status == NOT_APPLICABLE:
-        return rule.applies.remedy
-    if status == UNKNOWN:
-        return cause
-    forms = {form.id: form for form in rule.forms}
-    workarounds = dict.fromkeys(forms[item.form].remedy for item in evidence if item.form in forms and forms[item.form].remedy)
-    return " ".join([rule.remedy, *workarounds])
-
-
 def restate(rule: Rule, fix: FixResult, status: str, reason: str, cause: str = "", **changes) -> FixResult:
     """``fix`` with a new verdict, and the headline and remedy that go with it."""
     return dataclasses.replace(fix, status=status, reason=reason, headline=rule.headline(status),
-                               remedy=remedy_for(rule, status, fix.evidence, cause), **changes)
+                               remedy=rule.remedy_for(status, fix.evidence, cause), **changes)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,7 @@ from functools import cache, cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .model import ABSENT, DECIDERS, PARTIAL, PRESENT, VERDICTS, ToolError
+from .model import ABSENT, DECIDERS, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, VERDICTS, Evidence, ToolError
 
 if TYPE_CHECKING:
     from .draft.config import DraftConfig
@@ -237,6 +237,20 @@ class Rule:
 
     def headline(self, status: str) -> str:
         return dict(self.headlines)[status]
+
+    def remedy_for(self, status: str, evidence: tuple[Evidence, ...] = (), cause: str = "") -> str:
+        """The remedy that fits the verdict: for absent and partial the upgrade, and the
+        workaround of each form in ``evidence`` that has one; for not-applicable, a
+        release with DFlash; for unknown, ``cause``: what to do to get an answer."""
+        if status == PRESENT:
+            return "none needed"
+        if status == NOT_APPLICABLE:
+            return self.applies.remedy
+        if status == UNKNOWN:
+            return cause
+        forms = {form.id: form for form in self.forms}
+        workarounds = dict.fromkeys(forms[item.form].remedy for item in evidence if item.form in forms and forms[item.form].remedy)
+        return " ".join([self.remedy, *workarounds])
 
     def affects_drafter(self, draft: DraftConfig) -> tuple[bool, str] | tuple[None, str]:
         """Whether the defect can reach ``draft`` (None: the config does not say), and why."""

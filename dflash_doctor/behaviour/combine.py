@@ -47,7 +47,8 @@ def combine(rule: Rule, structure: FixResult, answer: BehaviourAnswer | None, wh
         return restate(rule, decided, answer.status, words)
     if answer is not None:  # behaviour ran on this tree and could not follow its code: no guess from the forms
         reading = f"; the code's forms read {structure.status}" if structure.status in DECISIVE else ""
-        return restate(rule, fix, UNKNOWN, f"behaviour could not answer: {answer.reason}{reading}", NO_ANSWER, decided_by=BEHAVIOUR)
+        cause = structure.remedy if structure.status == UNKNOWN else NO_ANSWER  # the forms may know why (a file that does not parse)
+        return restate(rule, fix, UNKNOWN, f"behaviour could not answer: {answer.reason}{reading}", cause, decided_by=BEHAVIOUR)
     if structure.status in DECISIVE and exact != structure.status:
         where = ", ".join(loose)
         reason = (f"only a catch-all form matched ({where}): it cannot tell the fix's code from other code, "
