@@ -168,6 +168,15 @@ def test_fleet_error_across_the_host_row(fleet_answers, tmp_path, width):
     assert len(rows) <= 6 if width == 80 else len(rows) == 5
 
 
+def test_fleet_piped(fleet_answers):
+    proc = run_cli("check", "--from-probe", fleet_answers.name, cwd=fleet_answers.parent)
+    rows = proc.stdout.splitlines()
+    assert proc.returncode == 3 and "\x1b" not in proc.stdout
+    assert re.match(r"^gpu-node-7 +PARTIAL +PRESENT +PRESENT$", rows[2]), rows
+    assert re.match(r"^gpu-node-9 +error: probe file answers/gpu-node-9\.probe did not answer the probe \(.*\)$", rows[4])
+    assert rows[4].index("error:") == rows[1].index("cache-drop") and len(rows) == 5
+
+
 def test_fleet_with_a_long_host_stacks_at_80(fleet_answers, tmp_path):
     long_host = "gpu-node-" + "0123456789" * 7
     (fleet_answers / "gpu-node-7.probe").rename(fleet_answers / f"{long_host}.probe")

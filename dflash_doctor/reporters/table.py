@@ -157,14 +157,15 @@ def fleet_lines(outcomes, width: int | None) -> list[Line]:
     fix_ids = sorted({f.id for o in outcomes if o.report for f in o.report.fixes})
     rows = [[_cell(o.report, fix_id) for fix_id in fix_ids] if o.report else [] for o in outcomes]
     sizes = [max([len(fix_id)] + [len(row[i][0]) for row in rows if row]) + 2 for i, fix_id in enumerate(fix_ids)]
-    host_size = max([4] + [width_of(clean(o.host)) if width else len(clean(o.host)) for o in outcomes]) + 2
+    measure = width_of if width else len  # cells on a terminal; plain text needs no rich
+    host_size = max([4] + [measure(clean(o.host)) for o in outcomes]) + 2
     stacked = width is not None and host_size + sum(sizes) > width  # each host alone on a line, its row below it
     start = 6 if stacked else host_size
     lines: list[Line] = [[("DFlash fixes per host", "bold")]]
     lines.append([("host".ljust(start), LABEL)] + [(fix_id.ljust(size), LABEL) for fix_id, size in zip(fix_ids, sizes)])
     for o, row in zip(outcomes, rows):
         host = clean(o.host)
-        lead: Line = [(" " * start, "")] if stacked else [(host + " " * (host_size - width_of(host)), "bold")]
+        lead: Line = [(" " * start, "")] if stacked else [(host + " " * (host_size - measure(host)), "bold")]
         if stacked:
             lines.append([(host, "bold")])
         if o.report is None:
