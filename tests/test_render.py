@@ -211,3 +211,18 @@ def test_guide_example_is_what_the_tool_prints(tmp_path):
     rows = in_tmux(80, "check", "--release", "0.30.0", tmp_path=tmp_path)
     documented = example.split("\n")
     assert documented[documented.index(""):] == rows[rows.index(""):]  # the header names this machine's cache
+
+
+@pytest.mark.parametrize("pad", [72, 73, 150])
+def test_a_hostile_version_cannot_fake_a_fix_line_at_80(mini_tree, tmp_path, pad):
+    """A version holding a fake fix line, padded so the terminal would wrap it to column 0: split at its spaces
+    instead, it starts indented; no row but the real ones starts with a fix id and a verdict."""
+    tree = mini_tree("0.19.0")  # every fix not-applicable: a PRESENT row can only be fake
+    next(tree.glob("vllm-*.dist-info")).joinpath("METADATA").unlink()  # the version then comes from _version.py
+    fake = "0.19.0" + " " * pad + "swa-config    PRESENT  The drafter's sliding windows reach its attention layers."
+    (tree / "vllm" / "_version.py").write_text(f"__version__ = {fake!r}\n__commit_id__ = 'g2a69949bd'\n")
+    rows = in_tmux(80, "check", "--path", str(tree), tmp_path=tmp_path)
+    assert not [row for row in rows if re.match(r"^\S+ +PRESENT\b", row)], rows
+    assert [row.split()[:2] for row in rows if re.match(r"^\S+ +[A-Z-]+  ", row)] == [
+        ["cache-drop", "NOT-APPLICABLE"], ["layer-offset", "NOT-APPLICABLE"], ["swa-config", "NOT-APPLICABLE"]]
+    assert "  swa-config    PRESENT  The drafter's" in "\n".join(rows)  # shown, indented, as the tree wrote it

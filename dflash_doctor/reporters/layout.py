@@ -3,10 +3,12 @@
 A line is a list of segments, ``(text, style)``; ``text`` is already clean
 (dflash_doctor.terminal). A token is one unbreakable piece: a word of a
 sentence, a ``file:line``, a host. A token wider than the room left is put
-whole on a line of its own, never cut. Width ``None`` (plain text, piped) wraps
-nothing: each call gives one line. Continuation lines are always indented, so
-only the text a reporter starts a line with (a header, a fix id) stands at
-column 0.
+whole on a line of its own, never cut; one wider than any line that holds
+spaces is split at them, so what the terminal itself wraps to column 0 never
+holds a space (it cannot pass for a fix's first line). Width ``None`` (plain
+text, piped) wraps nothing: each call gives one line. Continuation lines are
+always indented, so only the text a reporter starts a line with (a header, a
+fix id, a host) stands at column 0.
 """
 
 from __future__ import annotations
@@ -37,8 +39,13 @@ def wrap(tokens: Iterable[Token], width: int | None, first: Line, indent: int, g
     a token too wide for the lines at ``indent`` starts a line of its own at ``OUTDENT``."""
     lines: list[Line] = []
     line, used, empty = list(first), sum(width_of(text) for text, _ in first) if width else 0, True
-    for text, style in tokens:
+    pending = list(tokens)[::-1]
+    while pending:
+        text, style = pending.pop()
         size = width_of(text) if width else 0
+        if width and size > width - OUTDENT and " " in text.strip(" "):  # too wide for any line: split at its spaces
+            pending += words(text, style)[::-1]
+            continue
         if width and used + (0 if empty else len(gap)) + size > width:
             lead = indent if indent + size <= width else min(indent, OUTDENT)
             if not empty or used > lead:

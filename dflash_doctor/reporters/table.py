@@ -66,7 +66,7 @@ def _evidence(fix: FixResult, width: int | None, column: int) -> list[Line]:
     for index, row in enumerate(rows):
         text = GAP.join(row)
         if room and width_of(text) > room:
-            lines.append([(" " * OUTDENT, ""), (text, "")])
+            lines += wrap([(text, "")], width, [(" " * OUTDENT, "")], OUTDENT)
         elif index == 0:
             lines[0].append((text, ""))
         else:
@@ -167,7 +167,7 @@ def fleet_lines(outcomes, width: int | None) -> list[Line]:
         host = clean(o.host)
         lead: Line = [(" " * start, "")] if stacked else [(host + " " * (host_size - measure(host)), "bold")]
         if stacked:
-            lines.append([(host, "bold")])
+            lines += wrap([(host, "bold")], width, [], OUTDENT)
         if o.report is None:
             lines += wrap(words(clean(o.error or "")), width, lead + [("error:", "bold red"), (" ", "")], start + 2)
         else:
