@@ -167,6 +167,33 @@ def test_code_in_an_unknown_form_asks_for_a_look_not_an_upgrade(mini_tree):
     assert fix.headline == "Could not tell whether DFlash still drops the last prefix-cache block."
 
 
+def test_unknown_where_behaviour_cannot_run_says_where_to_run_it(mini_tree):
+    """A tree from another machine (a probe answer): structure alone, and code in an
+    unknown form; the remedy asks for a look and says where behaviour could answer."""
+    import hashlib
+
+    from dflash_doctor.check import run_check
+    from dflash_doctor.targets.snapshot import snapshot_target
+
+    tree = mini_tree("0.33.0")
+    scheduler = tree / "vllm/v1/core/sched/scheduler.py"
+    scheduler.write_text(scheduler.read_text().replace("use_eagle=self.use_eagle_block_drop,", "use_eagle=policy_table[self.method],"))
+    files = {str(p.relative_to(tree)): p.read_bytes() for p in tree.rglob("*.py")}
+    answer = {"root": str(tree), "files": {k: v.decode("latin-1") for k, v in files.items()},
+              "sha256": {k: hashlib.sha256(v).hexdigest() for k, v in files.items()}}
+    resolved = snapshot_target(answer, "probe", "probe file x")
+
+    class Given:
+        def resolve(self):
+            return resolved
+
+    rules = tuple(rule for rule in load_rules() if rule.id == "cache-drop")
+    (fix,) = run_check(Given(), rules).fixes
+    assert fix.status == "unknown" and fix.decided_by == "structure"
+    assert fix.remedy.startswith(UNKNOWN_CODE) and "check --path on the machine or in the container" in fix.remedy
+    assert "never run on this one" in fix.remedy and "Upgrade" not in fix.remedy
+
+
 # --- 4. the --draft-config gate --------------------------------------------------------------
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 
 from ..engine import REBOUND, UNKNOWN_CODE, UNRECOGNISED, restate
 from ..model import ABSENT, BEHAVIOUR, PARTIAL, PRESENT, UNKNOWN, BehaviourAnswer, FixResult
@@ -21,8 +22,8 @@ NO_ANSWER = ("Behaviour could not follow this tree's code (the reason says where
 
 
 def _run_it(why_not: str) -> str:
-    return (f"Check the tree where its code can run, so behaviour decides: on the machine that holds it (check --path "
-            f"there, or check --host over ssh to a Linux host). Here behaviour did not run: {why_not}.")
+    return (f"Check the tree where its code can run, so behaviour may decide (check --path on the machine or in the "
+            f"container that holds it, or check --host over ssh); here behaviour did not run: {why_not}.")
 
 
 def combine(rule: Rule, structure: FixResult, answer: BehaviourAnswer | None, why_not: str) -> FixResult:
@@ -55,7 +56,8 @@ def combine(rule: Rule, structure: FixResult, answer: BehaviourAnswer | None, wh
                   f"and behaviour did not run: {why_not}")
         return restate(rule, fix, UNKNOWN, reason, _run_it(why_not))
     note = f"behaviour did not run: {why_not}"
-    return dataclasses.replace(fix, reason=f"{structure.reason}; {note}" if structure.reason else note)
+    fix = dataclasses.replace(fix, reason=f"{structure.reason}; {note}" if structure.reason else note)
+    return dataclasses.replace(fix, remedy=f"{fix.remedy} {_run_it(why_not)}") if fix.status == UNKNOWN else fix
 
 
 def _with_uncovered(rule: Rule, structure: FixResult, answer: BehaviourAnswer) -> tuple[BehaviourAnswer, list[str]]:
@@ -96,7 +98,7 @@ _LINK = re.compile(rf"^({'|'.join(map(re.escape, LINK_WORDS))})\b")
 _LABEL = re.compile(r"^(?: on the (?P<runner>\w+) runner)?(?: \((?P<setting>[^()]*)\))?(?:: (?P<why>.*))?$", re.S)
 
 
-def in_words(answer: BehaviourAnswer, notes: list[str] = ()) -> str:
+def in_words(answer: BehaviourAnswer, notes: Sequence[str] = ()) -> str:
     """Which configurations fail (and the first broken link) and which work, with the
     reference configs named in words (rules/reference/drafters/names.toml); empty when present."""
     if answer.status == PRESENT:
@@ -116,7 +118,7 @@ def _grouped(labels: tuple[str, ...], configs: list[str]) -> list[tuple[str, str
         config = next((name for name in configs if label.startswith(name)), "")
         found = _LABEL.match(label[len(config):]) if config else None
         if found is None:  # not a label of judge's shape: show it as it is
-            runners[(label, None, "")]
+            runners.setdefault((label, None, ""), [])
             continue
         runners[(config, found["setting"], found["why"] or "")] += [found["runner"]] if found["runner"] else []
     words = reference_words()
