@@ -44,8 +44,7 @@ def _field(label: str, tokens: list[Token], width: int | None, column: int) -> l
 
 def _configurations(names: tuple[str, ...]) -> list[Token]:
     """Configuration names (the part before a failure's ``: why``), comma separated."""
-    names = tuple(clean(name.split(": ", 1)[0]) for name in names)
-    return [token for index, name in enumerate(names) for token in words(name + ("," if index < len(names) - 1 else ""))]
+    return words(", ".join(clean(name.split(": ", 1)[0]) for name in names))
 
 
 def _evidence(fix: FixResult, width: int | None, column: int) -> list[Line]:
