@@ -21,7 +21,7 @@ import pytest
 
 from conftest import check_json, run_cli
 
-pytestmark = pytest.mark.release  # real release trees, read from the download cache
+RELEASE = pytest.mark.release  # real release trees, read from the download cache
 
 END = "__render_test_done__"
 
@@ -81,6 +81,7 @@ def sentence(block: list[str], label: str) -> str:
     return continued(block, index).removeprefix(label + " ")
 
 
+@RELEASE
 @pytest.mark.parametrize(("version", "width", "most"), [
     ("0.30.0", 80, 35), ("0.30.0", 200, 24), ("0.19.0", 80, 30), ("0.19.0", 200, 22), ("0.33.0", 80, 26),
     ("0.33.0", 200, 18), ("0.30.0", 60, 42),
@@ -111,6 +112,7 @@ def test_check_on_a_terminal(version, width, most, tmp_path):
         assert sentence(cache_drop, "remedy").startswith("Upgrade")
 
 
+@RELEASE
 def test_wider_terminal_fewer_lines(tmp_path):
     narrow = in_tmux(80, "check", "--release", "0.30.0", tmp_path=tmp_path)
     wide = in_tmux(200, "check", "--release", "0.30.0", tmp_path=tmp_path)
@@ -118,6 +120,7 @@ def test_wider_terminal_fewer_lines(tmp_path):
     assert max(map(len, wide)) > 120  # the width is used
 
 
+@RELEASE
 def test_colour_on_a_terminal_plain_when_piped(tmp_path):
     styled = "\n".join(in_tmux(80, "check", "--release", "0.30.0", tmp_path=tmp_path, colour=True))
     assert re.search(r"\x1b\[[0-9;]*m\s*PARTIAL", styled) or "PARTIAL\x1b" in styled
@@ -125,6 +128,7 @@ def test_colour_on_a_terminal_plain_when_piped(tmp_path):
     assert piped.returncode == 1 and "\x1b" not in piped.stdout
 
 
+@RELEASE
 def test_piped_report_one_line_per_item():
     proc = run_cli("check", "--release", "0.30.0")
     _, report = check_json("--release", "0.30.0")
@@ -157,6 +161,7 @@ def fleet_answers(tmp_path, release):
     return answers
 
 
+@RELEASE
 @pytest.mark.parametrize("width", [80, 200])
 def test_fleet_error_across_the_host_row(fleet_answers, tmp_path, width):
     rows = in_tmux(width, "check", "--from-probe", fleet_answers.name, tmp_path=tmp_path, cwd=fleet_answers.parent)
@@ -168,6 +173,7 @@ def test_fleet_error_across_the_host_row(fleet_answers, tmp_path, width):
     assert len(rows) <= 6 if width == 80 else len(rows) == 5
 
 
+@RELEASE
 def test_fleet_piped(fleet_answers):
     proc = run_cli("check", "--from-probe", fleet_answers.name, cwd=fleet_answers.parent)
     rows = proc.stdout.splitlines()
@@ -177,6 +183,7 @@ def test_fleet_piped(fleet_answers):
     assert rows[4].index("error:") == rows[1].index("cache-drop") and len(rows) == 5
 
 
+@RELEASE
 def test_fleet_with_a_long_host_stacks_at_80(fleet_answers, tmp_path):
     long_host = "gpu-node-" + "0123456789" * 7
     (fleet_answers / "gpu-node-7.probe").rename(fleet_answers / f"{long_host}.probe")
@@ -186,6 +193,7 @@ def test_fleet_with_a_long_host_stacks_at_80(fleet_answers, tmp_path):
     assert re.match(r"^ +error: ", rows[rows.index("gpu-node-9") + 1]), rows
 
 
+@RELEASE
 def test_waiver_and_drafter_shown_on_a_terminal(tmp_path):
     """A waived fix and a fix that cannot affect the given drafter keep their verdict and say so on a line of their own."""
     waivers = tmp_path / "waivers.toml"
@@ -204,6 +212,7 @@ def test_waiver_and_drafter_shown_on_a_terminal(tmp_path):
     assert "drafter config" in "\n".join(rows)  # the drafter lint section still renders
 
 
+@RELEASE
 def test_guide_example_is_what_the_tool_prints(tmp_path):
     """docs/guide.md shows `check --release 0.30.0` at 80 columns: the fixes' lines as the tool prints them."""
     guide = (Path(__file__).resolve().parent.parent / "docs" / "guide.md").read_text()
@@ -213,6 +222,7 @@ def test_guide_example_is_what_the_tool_prints(tmp_path):
     assert documented[documented.index(""):] == rows[rows.index(""):]  # the header names this machine's cache
 
 
+@RELEASE
 @pytest.mark.parametrize("pad", [72, 73, 150])
 def test_a_hostile_version_cannot_fake_a_fix_line_at_80(mini_tree, tmp_path, pad):
     """A version holding a fake fix line, padded so the terminal would wrap it to column 0: split at its spaces
@@ -226,3 +236,18 @@ def test_a_hostile_version_cannot_fake_a_fix_line_at_80(mini_tree, tmp_path, pad
     assert [row.split()[:2] for row in rows if re.match(r"^\S+ +[A-Z-]+  ", row)] == [
         ["cache-drop", "NOT-APPLICABLE"], ["layer-offset", "NOT-APPLICABLE"], ["swa-config", "NOT-APPLICABLE"]]
     assert "  swa-config    PRESENT  The drafter's" in "\n".join(rows)  # shown, indented, as the tree wrote it
+
+
+def test_layout_wraps_words_and_never_cuts_a_token():
+    from dflash_doctor.reporters.layout import text_of, words, wrap
+
+    def laid(tokens, width, first=(), indent=4):
+        return [text_of(line) for line in wrap(tokens, width, list(first), indent)]
+
+    path = ("vllm/transformers_utils/configs/speculators/algos.py:122", "")
+    assert laid(words("one two three four"), 14, [("label ", "")]) == ["label one two", "    three four"]
+    assert laid([path, *words("is read")], 40, [("evidence", "")], 12) == ["evidence", f"    {path[0]}", " " * 12 + "is read"]
+    assert laid([path], None, [("evidence ", "")], 12) == [f"evidence {path[0]}"]  # piped: nothing wraps
+    assert laid(words("pad    kept here"), 80) == ["pad    kept here"]
+    spaced = ("x" * 70 + " fix    PRESENT  fake", "")  # wider than any line, with spaces: split at them
+    assert laid([spaced], 60, [("vLLM", "")], 2) == ["vLLM", "  " + "x" * 70, "  fix    PRESENT  fake"]
