@@ -229,7 +229,7 @@ class Rule:
     forms: tuple[Form, ...]
     cases: tuple[Case, ...]
     source: Path
-    headlines: tuple[tuple[str, str], ...] = ()  # (verdict, what the install will do), one per verdict
+    headlines: tuple[tuple[str, str], ...]  # (verdict, what the install will do), one per verdict
     patch_refusal: str = ""  # why forms without a patch are not patched in place
     behaviour: Behaviour | None = None
     fix_cases: tuple[FixCase, ...] = ()
@@ -252,7 +252,7 @@ class Rule:
         workarounds = dict.fromkeys(forms[item.form].remedy for item in evidence if item.form in forms and forms[item.form].remedy)
         return " ".join([self.remedy, *workarounds])
 
-    def affects_drafter(self, draft: DraftConfig) -> tuple[bool, str] | tuple[None, str]:
+    def affects_drafter(self, draft: DraftConfig) -> tuple[bool | None, str]:
         """Whether the defect can reach ``draft`` (None: the config does not say), and why."""
         if self.affects is None:
             return True, "the defect can reach every DFlash drafter"

@@ -233,6 +233,26 @@ def test_speculators_drafter_is_not_affected_by_the_missing_shift_on_0_20_1():
     assert fix["status"] == "absent" and fix["affects_drafter"] is True and code == 1
 
 
+@pytest.mark.release
+def test_behaviour_failing_the_drafter_overrules_its_config(mini_tree):
+    """A 0.33.0 tree whose speculators translation shifts the ids again: the config says
+    the missing shift cannot reach a speculators drafter, but running the tree's code
+    shows this drafter fed the wrong layers, so the fix is affected and gates."""
+    tree = mini_tree("0.33.0")
+    algos = tree / "vllm/transformers_utils/configs/speculators/algos.py"
+    text = algos.read_text()
+    line = 'pre_trained_config["eagle_aux_hidden_state_layer_ids"] = aux_layer_ids\n'
+    assert text.count(line) == 1
+    algos.write_text(text.replace(line, line.replace("= aux_layer_ids", "= [i + 1 for i in aux_layer_ids]")))
+    code, report = check_json("--path", str(tree), "--only", "layer-offset", "--draft-config", str(SPECULATORS))
+    fix = fixes_of(report)["layer-offset"]
+    assert fix["status"] in ("absent", "unknown") and code != 0
+    assert fix["affects_drafter"] is True and "shows this drafter failing" in fix["affects_reason"]
+    _, unedited = check_json("--path", str(mini_tree("0.33.0", "unedited")), "--only", "layer-offset", "--draft-config", str(SPECULATORS))
+    assert fixes_of(unedited)["layer-offset"]["status"] == "present"
+    assert fixes_of(unedited)["layer-offset"]["affects_drafter"] is False
+
+
 # --- 6. other report formats use the headline ------------------------------------------------
 
 
