@@ -80,7 +80,8 @@ def _store(key: str, tree: SourceTree, fixes: tuple[FixResult, ...]) -> None:
 def _references() -> list[str]:
     from .behaviour.reference import reference_dir
 
-    return [hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(reference_dir().glob("*.json"))]
+    paths = sorted([*reference_dir().glob("*.json"), reference_dir() / "names.toml"])  # names.toml: the reasons' words
+    return [hashlib.sha256(path.read_bytes()).hexdigest() for path in paths]
 
 
 def _key(tree: SourceTree, rules: tuple[Rule, ...], files: list[str], mode: str, references: list[str] | None = None) -> str | None:
