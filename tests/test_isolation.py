@@ -316,14 +316,15 @@ def test_the_working_directory_is_removed_and_no_descriptor_is_inherited(tmp_pat
                 found = []
                 for fd in range(64):
                     try:
-                        found.append([fd, os.read(fd, 100).decode()])
+                        found.append([fd, os.read(fd, 0).decode()])  # 0 bytes: never waits
                     except refused:
                         pass
                 return found
         """, "descriptors()")
     finally:
         os.close(held)
-    # stdin is at its end; stdout and stderr are write-only pipes; nothing else is open.
+    # stdin is the request pipe (the next request is sent only after this answer); stdout and stderr are
+    # write-only pipes; nothing else is open.
     assert outcome.value == [[0, ""]]
     assert list(scratch.iterdir()) == []
 

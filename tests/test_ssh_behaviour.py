@@ -91,7 +91,8 @@ def run_remote(target: SshTarget, tmp_path: Path, source: str, *exprs: str) -> d
     with target.connected():
         resolved = target.resolve()
         assert resolved.info.details[2] == ("behaviour", f"runs on {target.given}")
-        return resolved.behaviour(chunks, [Call(f"c{i}", expr) for i, expr in enumerate(exprs)], {}, globals_)
+        with resolved.behaviour() as run:
+            return run(chunks, [Call(f"c{i}", expr) for i, expr in enumerate(exprs)], {}, globals_)
 
 
 def test_behaviour_outside_a_connection_is_structure_only(host, remote_python):
@@ -157,7 +158,7 @@ def spin():
     watcher.join()
     assert failure and "did not finish within 2 s" in failure[0] and gave_up < 8
     assert seen, "the behaviour child never ran under the host's sshd"  # where the code ran: on the host
-    # The host's timeout -k ends them: TERM 3 s after the start, KILL 5 s later. (Polled by pid: once the
+    # The host's timeout -k ends them: TERM 5 s after the session started (twice the 2 s deadline + 1), KILL 5 s later. (Polled by pid: once the
     # session closes, sshd is no longer their ancestor.)
     deadline = time.monotonic() + 10
     while any(Path(f"/proc/{pid}").exists() for pid in seen) and time.monotonic() < deadline:
@@ -182,8 +183,8 @@ def test_behaviour_after_the_connection_closed_is_refused(host, remote_python, t
     target = target_for(srv, options, remote_python)
     with target.connected():
         behaviour = target.resolve().behaviour
-    with pytest.raises(SandboxError, match="is closed"):
-        behaviour([], [], {}, {})
+    with behaviour() as run, pytest.raises(SandboxError, match="is closed"):
+        run([], [], {}, {})
 
 
 def test_no_connection_or_thread_outlives_the_check_through_a_jump_host(host, remote_python, tmp_path):
@@ -201,7 +202,8 @@ def test_no_connection_or_thread_outlives_the_check_through_a_jump_host(host, re
         with target.connected():
             resolved = target.resolve()
             assert threading.active_count() == before + 2  # the target's transport and the jump host's
-            assert resolved.behaviour([], [Call("x", "6 * 7")], {}, {})["x"].value == 42
+            with resolved.behaviour() as run:
+                assert run([], [Call("x", "6 * 7")], {}, {})["x"].value == 42
         deadline = time.monotonic() + 5
         while threading.active_count() > before and time.monotonic() < deadline:
             time.sleep(0.05)

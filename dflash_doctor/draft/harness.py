@@ -1,12 +1,14 @@
 """Child side of the probe sandbox: run as ``python -I -S harness.py``.
 
-Stdlib only; the tool imports it only for ``SAFE_BUILTIN_NAMES``. Reads one
-JSON request on stdin, prints one JSON answer on stdout:
+Stdlib only; the tool imports it only for ``SAFE_BUILTIN_NAMES``. Reads JSON
+requests on stdin, one a line, and prints one JSON answer line for each on
+stdout, until stdin ends (session.py is the other side). Each request runs in
+fresh globals; the boundary goes up once, when the first request has arrived:
 
-    request  {"globals": {name: spec}, "program": [{"name", "source"}],
+    request  {"id": str, "globals": {name: spec}, "program": [{"name", "source"}],
               "data": {name: json}, "calls": [call], "call_timeout_s": float}
     call     {"id": str, "expr": str, "bind": {name: spec}}
-    answer   {"results": {id: outcome}}
+    answer   {"id": the request's, "results": {id: outcome}}
     outcome  {"value": json} | {"error": {"type", "message"}} | {"gap": str}
              | {"missing_key": str} | {"timeout": true}
 
@@ -240,9 +242,18 @@ class Module:
 def module_class_factory(namespace):
     def module_class(name, body):
         methods = {}
-        exec(body, namespace, methods)
+        exec(compiled(body), namespace, methods)
         return type(name, (Module,), methods)
     return module_class
+
+
+COMPILED = {}  # class bodies of this request by text: the same stub is built for many calls
+
+
+def compiled(body):
+    if body not in COMPILED:
+        COMPILED[body] = compile(body, "<stub>", "exec")
+    return COMPILED[body]
 
 
 def _plain_name(name):
@@ -286,7 +297,7 @@ def build(spec, data, namespace):
         return Obj(spec["$obj"], build(spec.get("attrs", {}), data, namespace), True)
     if "$class" in spec:
         body = {}
-        exec(spec["body"], namespace, body)
+        exec(compiled(spec["body"]), namespace, body)
         cls = type(spec["$class"], (Obj,), body)
         return cls(spec["$class"], build(spec.get("attrs", {}), data, namespace), True)
     if "$gap" in spec:
@@ -329,20 +340,17 @@ def on_alarm(signum, frame):
     raise CallTimeout()
 
 
-def main():
-    request = json.loads(sys.stdin.read())
-    # The boundary goes up before any tree code is compiled (sandbox.child_program() provides the module).
-    import lockdown
-
-    lockdown.lockdown(request.get("limits"))
+def serve(request):
+    """The answer to one request, run in fresh globals."""
     builtins = {name: __builtins__[name] if isinstance(__builtins__, dict) else getattr(__builtins__, name)
                 for name in SAFE_BUILTIN_NAMES}
     builtins.update(__import__=fake_import, getattr=safe_getattr, hasattr=safe_hasattr, setattr=safe_setattr)
     namespace = {"__builtins__": builtins, "__name__": "probed"}
+    take_records()
+    COMPILED.clear()
     data = request.get("data", {})
     for name, spec in request.get("globals", {}).items():
         namespace[name] = build(spec, data, namespace)
-    signal.signal(signal.SIGALRM, on_alarm)
     timeout = float(request.get("call_timeout_s", 2.0))
     # One statement at a time: a definition that fails leaves a gap, not a dead program.
     for chunk in request["program"]:
@@ -370,7 +378,27 @@ def main():
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         results[call["id"]] = outcome
-    sys.stdout.write(json.dumps({"results": results}))
+    return {"id": request.get("id"), "results": results}
+
+
+def main():
+    """Serve request lines until stdin ends: one answer line each."""
+    line = sys.stdin.buffer.readline()
+    if not line:
+        return
+    request = json.loads(line)
+    # The boundary goes up before any tree code is compiled (sandbox.child_program() provides the module).
+    import lockdown
+
+    lockdown.lockdown(request.get("limits"))
+    signal.signal(signal.SIGALRM, on_alarm)
+    while True:
+        sys.stdout.write(json.dumps(serve(request)) + "\n")
+        sys.stdout.flush()
+        line = sys.stdin.buffer.readline()
+        if not line:
+            return
+        request = json.loads(line)
 
 
 if __name__ == "__main__":
