@@ -95,6 +95,24 @@ def run_remote(target: SshTarget, tmp_path: Path, source: str, *exprs: str) -> d
             return run(chunks, [Call(f"c{i}", expr) for i, expr in enumerate(exprs)], {}, globals_)
 
 
+def test_a_checks_requests_share_one_channel_and_each_check_has_its_own_child(host, remote_python, tmp_path):
+    srv, options = host
+    target = target_for(srv, options, remote_python)
+    before, seen = srv.log_count("request exec"), set()
+    with target.connected():
+        for check in range(2):  # as ``patch`` does: check, write, check again on the one connection
+            resolved = target.resolve()
+            with resolved.behaviour() as run:
+                answers = [run([], [Call("x", "0")], {}, {})["x"].value]
+                children = remote_children(srv) - seen
+                answers += [run([], [Call("x", f"{n} * 7")], {}, {})["x"].value for n in range(1, 3)]
+                assert answers == [0, 7, 14]
+                assert children and remote_children(srv) - seen == children  # the same processes answered all three
+                seen |= children
+            assert srv.log_count("request exec") - before == 2 * (check + 1)  # the probe, one session
+    assert srv.log_count("request exec") - before == 4
+
+
 def test_behaviour_outside_a_connection_is_structure_only(host, remote_python):
     srv, options = host
     resolved = target_for(srv, options, remote_python).resolve()
