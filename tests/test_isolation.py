@@ -25,7 +25,16 @@ from conftest import check_json, statuses
 
 from dflash_doctor.draft import lockdown
 from dflash_doctor.draft.extract import Locator, ProgramBuilder
-from dflash_doctor.draft.sandbox import Call, LocalPipe, SandboxError, child_program, isolation_status, run, run_isolated
+from dflash_doctor.draft.sandbox import (
+    Call,
+    LocalPipe,
+    SandboxError,
+    child_program,
+    isolation_status,
+    run,
+    run_isolated,
+    session,
+)
 from dflash_doctor.draft.session import Session
 from dflash_doctor.source import DirectoryTree
 
@@ -453,6 +462,14 @@ def test_a_session_is_one_child_and_each_request_has_fresh_globals(tmp_path):
     finally:
         child.close()
     assert my_children() == []
+
+
+def test_a_child_that_cannot_start_leaves_every_request_unknown_not_a_crash(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
+    with session() as ask:  # opening the check's session does not raise: its requests do, as SandboxError
+        for _ in range(2):
+            with pytest.raises(SandboxError, match="could not start"):
+                ask([], [Call("x", "6 * 7")], {}, {})
 
 
 def test_a_request_that_hangs_is_killed_and_the_later_ones_are_unknown_with_the_reason(tmp_path):

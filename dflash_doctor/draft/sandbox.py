@@ -31,6 +31,7 @@ from .session import (
     Call,
     Chunk,
     Outcome,
+    Refused,
     SandboxError,
     Session,
     exit_failure,
@@ -208,7 +209,10 @@ def session() -> Iterator[Any]:
     """One local child for a check's requests (its ``run``), killed on leaving.
     Started now: its start-up overlaps the parent's work until the first request
     (it waits for that request before the boundary goes up and any tree code is read)."""
-    child = Session(LocalPipe(child_program()), LABEL)
+    try:
+        child = Session(LocalPipe(child_program()), LABEL)
+    except SandboxError as exc:  # it could not start: every request is unknown, with the reason
+        child = Refused(str(exc))
     try:
         yield child.run
     finally:

@@ -184,6 +184,19 @@ class Session:
         self.pipe.close()
 
 
+class Refused:
+    """A session whose child cannot run: every request is unknown, with ``reason``."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def run(self, *args: Any) -> dict[str, Outcome]:
+        raise SandboxError(self.reason)
+
+    def close(self) -> None:
+        pass
+
+
 def encode_request(program: Sequence[Chunk], calls: Sequence[Call], data: dict[str, Any], globals_: dict[str, Any],
                    nonce: str) -> bytes:
     """One request line for ``child_program()``, wherever it runs (JSON has no raw newline)."""

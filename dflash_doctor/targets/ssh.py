@@ -338,7 +338,7 @@ class SshTarget:
         import paramiko
 
         from ..draft import sandbox
-        from ..draft.session import RUN_TIMEOUT_S, Session
+        from ..draft.session import RUN_TIMEOUT_S, Refused, Session
 
         label = f"the probe process on {spec.given}"
         # It lives through the collection it overlaps and the requests after it: twice the probe's deadline.
@@ -365,6 +365,8 @@ class SshTarget:
         """One check's session on the host (``ResolvedTarget.behaviour``): the one
         started with the connection, or for a later check on it a new one (a
         check's tree code never runs in the child of another check)."""
+        from ..draft.session import Refused
+
         spec, client = connection
         if self._open is not connection:
             yield Refused(f"the connection to {spec.given} is closed").run
@@ -399,21 +401,6 @@ class SshTarget:
             else:
                 select.select([channel], [], [], left)
         return bytes(output), bytes(errors)
-
-
-class Refused:
-    """A session that cannot run: every request is unknown, with ``reason``."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-    def run(self, *args) -> dict:
-        from ..draft.session import SandboxError
-
-        raise SandboxError(self.reason)
-
-    def close(self) -> None:
-        pass
 
 
 class ChannelPipe:
