@@ -334,11 +334,12 @@ class SshTarget:
     def _start_session(self, spec: HostSpec, client):
         """The behaviour child on the host, booted and waiting for its first request
         (it reads that request before the lockdown goes up and any tree code is
-        read); a SandboxError-raising ``run`` when it cannot start."""
+        read); a ``Refused`` one when it cannot start."""
         import paramiko
 
         from ..draft import sandbox
         from ..draft.session import RUN_TIMEOUT_S, Refused, Session
+        from .channel import ChannelPipe
 
         label = f"the probe process on {spec.given}"
         # It lives through the collection it overlaps and the requests after it: twice the probe's deadline.
@@ -402,45 +403,3 @@ class SshTarget:
                 select.select([channel], [], [], left)
         return bytes(output), bytes(errors)
 
-
-class ChannelPipe:
-    """The behaviour child at the end of an exec channel (session.Pipe); counts the
-    bytes it moves into ``counter`` (the target's bytes_sent / bytes_received)."""
-
-    def __init__(self, channel, label: str, counter: SshTarget) -> None:
-        self.channel = channel
-        self.label = label
-        self.counter = counter
-
-    def step(self, pending: memoryview, timeout: float) -> tuple[int, bytes, bytes, bool]:
-        channel = self.channel
-        sent = 0
-        if pending and (channel.closed or channel.eof_sent):
-            sent = len(pending)  # nothing reads it any more: the exit status tells why
-        elif pending and channel.send_ready():
-            try:
-                sent = channel.send(bytes(pending[:1 << 16]))
-            except OSError:
-                sent = len(pending)
-            self.counter.bytes_sent += sent
-        out = channel.recv(1 << 16) if channel.recv_ready() else b""
-        err = channel.recv_stderr(1 << 16) if channel.recv_stderr_ready() else b""
-        self.counter.bytes_received += len(out) + len(err)
-        ended = not out and not err and (channel.eof_received or channel.closed)
-        if not (sent or out or err or ended):
-            # The channel's descriptor wakes on data and on its end; sending has none: poll for window.
-            select.select([channel], [], [], min(timeout, 0.005) if pending else timeout)
-        return sent, out, err, ended
-
-    def exit_code(self, deadline: float) -> int:
-        from ..draft.session import SandboxError
-
-        if not self.channel.status_event.wait(max(0.0, deadline - time.monotonic())):
-            raise TimeoutError
-        status = self.channel.recv_exit_status()
-        if status < 0:  # the session ended with no exit status (the host's shell itself was killed)
-            raise SandboxError(f"{self.label} ended with no exit status")
-        return 128 - status if status > 128 else status  # the shell's 128 + N: killed by signal N
-
-    def close(self) -> None:
-        self.channel.close()
