@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -41,11 +42,15 @@ for relpath in sys.argv[2:]:
 """
 
 
-def timed(command: list[str], env: dict, cwd: Path | None = None) -> float:
-    """Wall time of one run. ``cwd`` matters: ``python -m`` puts it first on sys.path."""
+def timed(command: list[str], env: dict, cwd: Path | None = None) -> tuple[float, float]:
+    """Wall time and CPU time (user + system, its children included) of one run.
+    ``cwd`` matters: ``python -m`` puts it first on sys.path."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
 def main() -> None:
@@ -84,22 +89,24 @@ def _measure(args, root: Path, files: list[str], repo: Path, previous: dict[str,
         timed(check, runs[f"{name}, cache on "][1], scratch)  # fill the results cache and the OS page cache
     structure = "this engine, structure only, cache off"
     runs[structure] = ([sys.executable, "-c", STRUCTURE_ONLY, *options], runs["this engine, cache off"][1])
-    samples: dict[str, list[float]] = {"baseline": [], **{name: [] for name in runs}}
+    samples: dict[str, list[tuple[float, float]]] = {"baseline": [], **{name: [] for name in runs}}
     for _ in range(args.runs):  # interleaved, so that machine noise hits all of them alike
         samples["baseline"].append(timed(baseline, runs["this engine, cache off"][1], scratch))
         for name, (command, env) in runs.items():
             samples[name].append(timed(command, env, scratch))
-    median = {name: statistics.median(values) for name, values in samples.items()}
-    print(f"vLLM {args.release}: {len(files)} files read by the rules, {args.runs} runs each, median wall time")
-    print(f"  baseline (libcst parse of those files, one process): {median['baseline']:.3f} s")
-    for name in runs:
-        ratios = [f"{median[name] / median['baseline']:.2f}x baseline"]
-        if name.startswith("this engine, cache"):
-            kind = name.rsplit(", ", 1)[1]
-            if kind == "cache off":
-                ratios.append(f"{median[name] / median[structure]:.2f}x structure only")
-            ratios += [f"{median[name] / median[f'previous engine ({rev}), {kind}']:.2f}x previous ({rev})" for rev in previous]
-        print(f"  {name}: {median[name]:.3f} s = {', '.join(ratios)}")
+    print(f"vLLM {args.release}: {len(files)} files read by the rules, {args.runs} runs each, medians")
+    for index, what in enumerate(("wall time", "CPU time (user + system, child processes included)")):
+        median = {name: statistics.median(values[index] for values in samples[name]) for name in samples}
+        print(f" {what}:")
+        print(f"  baseline (libcst parse of those files, one process): {median['baseline']:.3f} s")
+        for name in runs:
+            ratios = [f"{median[name] / median['baseline']:.2f}x baseline"]
+            if name.startswith("this engine, cache"):
+                kind = name.rsplit(", ", 1)[1]
+                if kind == "cache off":
+                    ratios.append(f"{median[name] / median[structure]:.2f}x structure only")
+                ratios += [f"{median[name] / median[f'previous engine ({rev}), {kind}']:.2f}x previous ({rev})" for rev in previous]
+            print(f"  {name}: {median[name]:.3f} s = {', '.join(ratios)}")
 
 
 if __name__ == "__main__":
