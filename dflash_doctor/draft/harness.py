@@ -36,7 +36,6 @@ A gap is raised as a BaseException, so no ``except Exception`` in the
 inspected code can swallow it and take another path.
 """
 
-import copy
 import json
 import signal
 import sys
@@ -247,13 +246,22 @@ def module_class_factory(namespace):
     return module_class
 
 
-COMPILED = {}  # class bodies of this request by text: the same stub is built for many calls
+# What the stubs of one request are built from, kept for its many calls (cleared per request).
+COMPILED = {}  # class bodies by text
+DATA_TEXT = {}  # request data by name as JSON text: a deep copy is one json.loads
 
 
 def compiled(body):
     if body not in COMPILED:
         COMPILED[body] = compile(body, "<stub>", "exec")
     return COMPILED[body]
+
+
+def fresh(data, name):
+    """A deep copy of request data ``name`` (JSON values only)."""
+    if name not in DATA_TEXT:
+        DATA_TEXT[name] = json.dumps(data[name])
+    return json.loads(DATA_TEXT[name])
 
 
 def _plain_name(name):
@@ -289,10 +297,10 @@ def build(spec, data, namespace):
     if not isinstance(spec, dict):
         return spec
     if "$data" in spec:
-        return copy.deepcopy(data[spec["$data"]])
+        return fresh(data, spec["$data"])
     if "$obj" in spec:
         if "data" in spec:
-            keys = {k: v for k, v in copy.deepcopy(data[spec["data"]]).items() if not k.startswith("__")}
+            keys = {k: v for k, v in fresh(data, spec["data"]).items() if not k.startswith("__")}
             return (LooseConfig if spec.get("loose") else Obj)(spec["$obj"], keys, False)
         return Obj(spec["$obj"], build(spec.get("attrs", {}), data, namespace), True)
     if "$class" in spec:
@@ -348,6 +356,7 @@ def serve(request):
     namespace = {"__builtins__": builtins, "__name__": "probed"}
     take_records()
     COMPILED.clear()
+    DATA_TEXT.clear()
     data = request.get("data", {})
     for name, spec in request.get("globals", {}).items():
         namespace[name] = build(spec, data, namespace)
