@@ -148,8 +148,7 @@ class Session:
         None, until the child exits (all it wrote). Raises SandboxError on the
         request's deadline, the session's output cap, or a child that ended
         without answering."""
-        start = time.monotonic()
-        deadline = start + self.wall_s
+        deadline = time.monotonic() + self.wall_s
         pending = memoryview(request)
         while until is None or until not in self.stdout:
             if self._ended and not pending:
