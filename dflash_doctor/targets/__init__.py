@@ -16,12 +16,13 @@ NOT_RUN_HERE = ("the tree came from another machine and its code is never run on
 
 @dataclasses.dataclass(frozen=True)
 class ResolvedTarget:
-    """``behaviour``: where the tree's own code can run (a ``sandbox.run``-shaped
-    callable), or None when it cannot run anywhere: ``no_behaviour`` says why."""
+    """``behaviour``: where the tree's own code can run, or None when it cannot run
+    anywhere (``no_behaviour`` says why): called, it opens one check's session, a
+    context manager giving a ``sandbox.run``-shaped callable (see ``sandbox.session``)."""
 
     tree: SourceTree
     info: TargetInfo
-    behaviour: Callable[..., Any] | None = None
+    behaviour: Callable[[], contextlib.AbstractContextManager[Callable[..., Any]]] | None = None
     no_behaviour: str = NOT_RUN_HERE
     # A build commit known from outside the tree (an image label), and where it was read.
     build_commit: tuple[str, str] | None = None
@@ -29,13 +30,13 @@ class ResolvedTarget:
 
 def local(tree: SourceTree, info: TargetInfo) -> ResolvedTarget:
     """A tree on this machine: its code runs in the isolated child process."""
-    return ResolvedTarget(tree, info, behaviour=_run_in_child)
+    return ResolvedTarget(tree, info, behaviour=_child_session)
 
 
-def _run_in_child(*args: Any) -> Any:
+def _child_session() -> contextlib.AbstractContextManager:
     from ..draft import sandbox  # only when behaviour runs: a warm check never does
 
-    return sandbox.run(*args)
+    return sandbox.session()
 
 
 class Target(Protocol):
