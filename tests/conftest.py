@@ -14,6 +14,7 @@ the fast tier slow.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from dflash_doctor.cli import main
 from dflash_doctor.rules import load_rules
 from dflash_doctor.targets.release import RELEASE, release_tree
 
@@ -158,10 +160,34 @@ def mini_tree(tmp_path):
     return build
 
 
-def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def run_process(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """``python -m dflash_doctor args`` in its own process: for tests where the
+    process is the point (its imports, exit at interpreter shutdown, signals, limits)."""
     return subprocess.run(
         [sys.executable, "-m", "dflash_doctor", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=900
     )
+
+
+def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """``dflash-doctor args`` in this process: ``cli.main`` with the words, the
+    environment ``env`` (all of it, as a child would get it) and ``cwd``, an empty
+    standard input, and standard output and error captured as a pipe carries them."""
+    out, err = io.BytesIO(), io.BytesIO()
+    with pytest.MonkeyPatch.context() as patch:
+        if env is not None:
+            for key in set(os.environ) - set(env):
+                patch.delenv(key)
+            for key, value in env.items():
+                patch.setenv(key, value)
+        if cwd is not None:
+            patch.chdir(cwd)
+        patch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(), encoding="utf-8"))
+        patch.setattr(sys, "stdout", io.TextIOWrapper(out, encoding="utf-8", write_through=True))
+        patch.setattr(sys, "stderr", io.TextIOWrapper(err, encoding="utf-8", errors="backslashreplace", write_through=True))
+        with pytest.raises(SystemExit) as exit:
+            main([os.fspath(arg) for arg in args])
+        stdout, stderr = out.getvalue().decode(), err.getvalue().decode()  # before the wrappers go and close them
+    return subprocess.CompletedProcess(["dflash-doctor", *args], exit.value.code, stdout, stderr)
 
 
 def check_json(*args: str, **kwargs) -> tuple[int, dict]:
