@@ -45,6 +45,8 @@ SLOW_HELPERS = {
     "gitrepos",  # real git histories
     "sshd",  # real OpenSSH servers
     "metrics_server",  # real metrics servers, sampled over real time windows
+    "registry.Registry",  # a real image registry
+    "registry.TokenServer",  # a real token server in front of it
     "test_release_download.Index",  # real pip against an index that serves slowly on purpose
     "test_ssh_hostile.bomb_answer",  # compresses 1 GiB
 }
