@@ -9,11 +9,14 @@ known to take seconds (``SLOW_HELPERS``) is marked ``slow``, so
 ``pytest -m "not release"`` never downloads or reads a wheel. Every test that
 is not marked ``release`` runs with an empty cache and pip pointed at nothing,
 so one that reads a wheel anyway fails in both tiers instead of quietly making
-the fast tier slow.
+the fast tier slow. ``run_cli`` runs a command in the test process (a Python
+start costs a third of a second per command); ``run_process`` starts
+the real entry point where the process itself is what a test proves.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -62,8 +65,20 @@ def reached(item: pytest.Item) -> tuple[list, set[str]]:
     info = getattr(item, "_fixtureinfo", None)  # pytest's record of the fixtures a test function uses
     for definitions in (info.name2fixturedefs.values() if info else ()):
         functions.extend(definition.func for definition in definitions)
-    todo = [f for f in functions if isinstance(f, types.FunctionType)]
-    seen, values, strings = set(todo), [], set()
+    values, strings = [], set()
+    for function in functions:
+        if isinstance(function, types.FunctionType):
+            named, constants = _reached_from(function)
+            values.extend(named)
+            strings |= constants
+    return values, strings
+
+
+@functools.cache
+def _reached_from(root: types.FunctionType) -> tuple[tuple, frozenset[str]]:
+    """What ``root`` and the module functions it calls name: walked once per
+    function (tests share fixtures, parametrized tests their function)."""
+    todo, seen, values, strings = [root], {root}, [], set()
     while todo:
         function = todo.pop()
         codes = [function.__code__]
@@ -77,7 +92,7 @@ def reached(item: pytest.Item) -> tuple[list, set[str]]:
                 if isinstance(value, types.FunctionType) and value not in seen:
                     seen.add(value)
                     todo.append(value)
-    return values, strings
+    return tuple(values), frozenset(strings)
 
 
 def reads_wheels(values: list, strings: set[str]) -> bool:
