@@ -201,10 +201,10 @@ def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None) -> sub
         patch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(), encoding="utf-8"))
         patch.setattr(sys, "stdout", io.TextIOWrapper(out, encoding="utf-8", write_through=True))
         patch.setattr(sys, "stderr", io.TextIOWrapper(err, encoding="utf-8", errors="backslashreplace", write_through=True))
-        with pytest.raises(SystemExit) as exit:
+        with pytest.raises(SystemExit) as ended:
             main([os.fspath(arg) for arg in args])
         stdout, stderr = out.getvalue().decode(), err.getvalue().decode()  # before the wrappers go and close them
-    return subprocess.CompletedProcess(["dflash-doctor", *args], exit.value.code, stdout, stderr)
+    return subprocess.CompletedProcess(["dflash-doctor", *args], ended.value.code, stdout, stderr)
 
 
 def check_json(*args: str, **kwargs) -> tuple[int, dict]:

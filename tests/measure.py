@@ -40,14 +40,13 @@ os.write(report, f"{os.waitstatus_to_exitcode(status)} {time.monotonic() - start
 
 def run_measured(*args: str, env: dict | None = None, timeout: float = 120.0) -> Measured:
     read, write = os.pipe()
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, os.fdopen(read, "rb") as report:
         try:
             reaper = subprocess.run([sys.executable, "-c", REAPER, str(timeout), str(write), sys.executable, "-m", "dflash_doctor", *args],
                                     stdout=out, stderr=err, env=env, pass_fds=(write,), timeout=timeout + 60)
         finally:
             os.close(write)
-        with os.fdopen(read, "rb") as report:
-            answer = report.read().decode()
+        answer = report.read().decode()
         out.seek(0)
         err.seek(0)
         assert reaper.returncode == 0 and answer, (reaper.returncode, err.read().decode()[-2000:])
