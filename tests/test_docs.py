@@ -5,6 +5,7 @@ real reports, and the small CLI affordances the guide promises."""
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -161,7 +162,10 @@ def test_version_and_shell_completion():
 
     version = run_cli("--version")
     assert version.returncode == 0 and version.stdout == f"dflash-doctor {__version__}\n"
-    shown = run_cli("--show-completion", "bash")
-    assert shown.returncode == 0 and "_DFLASH_DOCTOR_COMPLETE" in shown.stdout
+    # --show-completion detects the shell from the processes above it: started from bash, as a user does
+    # (a second command keeps bash from exec-ing the last one in its own place)
+    shown = subprocess.run(["bash", "-c", f"{shlex.quote(sys.executable)} -m dflash_doctor --show-completion; exit $?"],
+                           capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60)
+    assert shown.returncode == 0 and "_DFLASH_DOCTOR_COMPLETE" in shown.stdout, shown.stderr
     completing = run_cli(env={**os.environ, "_DFLASH_DOCTOR_COMPLETE": "complete_bash", "COMP_WORDS": "dflash-doctor rel", "COMP_CWORD": "1"})
     assert "releases" in completing.stdout.split()
