@@ -150,11 +150,11 @@ def write_state(files: TreeFiles, state: State, like: FileStat) -> None:
 class LocalPatches:
     """The report section of a tree dflash-doctor patched: each manifest entry and its status (not in the table)."""
 
-    files: tuple[tuple[str, str, PatchedFile], ...]  # (path relative to the tree, its status, its entry)
+    entries: tuple[tuple[str, PatchedFile], ...]  # (the file's status, its manifest entry)
     name: ClassVar[str] = "local_patches"
 
     def to_json(self) -> list[dict[str, Any]]:
-        return [{"file": relpath, "status": status, **entry.to_json()} for relpath, status, entry in self.files]
+        return [{"file": entry.file, "status": status, **entry.to_json()} for status, entry in self.entries]
 
     def lines(self) -> list[str]:
         return []
@@ -178,7 +178,7 @@ def mark_local_patches(report: CheckReport, tree: SourceTree) -> CheckReport:
             status = entry.status(tree.digest(relpath))
         except SiteError:
             status = CHANGED
-        section.append((relpath, status, entry))
+        section.append((status, entry))
         if status == APPLIED:
             for patch in entry.patches:
                 applied[(relpath, patch.symbol, patch.produces)] = patch
