@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .model import UNKNOWN
 from .rules import Rule
 
 
@@ -25,6 +26,13 @@ def rule_markdown(rule: Rule) -> str:
         "",
         rule.why,
         "",
+        "## What each verdict says",
+        "",
+        "| verdict | what the install will do | remedy |",
+        "|---|---|---|",
+        *(f"| {status} | {text} | {_remedy(rule, status)} |" for status, text in rule.headlines),
+        "",
+        *_affects(rule),
         "## Where it looks",
         "",
     ]
@@ -61,14 +69,29 @@ def rule_markdown(rule: Rule) -> str:
         "",
         "Code at an anchor that matches none of these forms is decided by behaviour, or is `unknown` where behaviour "
         "could not answer; so is code that only a catch-all form matches.",
-        "",
-        "## Remedy",
-        "",
-        rule.remedy,
     ]
-    extra = [form.remedy for form in rule.forms if form.remedy]
-    out += [f"{line}" for line in extra]
     return "\n".join(out) + "\n"
+
+
+def _remedy(rule: Rule, status: str) -> str:
+    if status == UNKNOWN:
+        return "what to do to get an answer, by cause (a file that does not parse, code in a form the rule does not know, behaviour that could not run)"
+    forms = [form for form in rule.forms if form.remedy and form.verdict == status]
+    workaround = "".join(f" Where the code is `{form.id}`: {form.remedy}" for form in forms)
+    return rule.remedy_for(status) + workaround
+
+
+def _affects(rule: Rule) -> list[str]:
+    """With --draft-config: which drafters the defect can reach."""
+    if rule.affects is None:
+        return ["With `--draft-config`: the defect can reach every DFlash drafter, so this fix always gates.", ""]
+    return [
+        f"With `--draft-config`: the drafter test `{rule.affects.drafter}` decides whether the defect can reach the "
+        f"drafter. Affected: {rule.affects.yes}. Not affected: {rule.affects.no}; the fix then keeps the tree's "
+        "verdict with `affects_drafter: false` and does not fail the gate (unless running the tree's code shows that "
+        "drafter failing).",
+        "",
+    ]
 
 
 def schemas_markdown(schema_dir: Path) -> str:

@@ -13,11 +13,24 @@ from .model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, Evidence, 
 from .patterns import Match, NodeIndex, subtree_ids
 from .rebinding import rebound_at
 from .rules import IGNORE, Anchor, Form, Rule
-from .source import SiteError, SourceTree, Symbol, search_name
+from .source import SiteError, SourceTree, Symbol, locate
 
 
 REBOUND = "rebound"  # evidence form: the anchored definition is replaced later in its module
 UNRECOGNISED = "unrecognised"  # evidence form: code at an anchor that no form of the rule matches
+
+# What to do to get an answer, by why a fix is unknown (never an upgrade: nothing says one is needed).
+UNREADABLE = "A file this fix reads cannot be read as Python (the reason names it): restore it or reinstall vLLM, then check again."
+UNKNOWN_CODE = ("The code at the evidence is in a form this rule does not know: read it by hand, and report it "
+                "with the JSON report (check --format json) so the rule can learn it.")
+NOT_VLLM = ("The code this rule starts from is missing: check that the target is a vLLM tree (--path names the "
+            "directory holding vllm/), or report the tree with the JSON report (check --format json).")
+
+
+def restate(rule: Rule, fix: FixResult, status: str, reason: str, cause: str = "", **changes) -> FixResult:
+    """``fix`` with a new verdict, and the headline and remedy that go with it."""
+    return dataclasses.replace(fix, status=status, reason=reason, headline=rule.headline(status),
+                               remedy=rule.remedy_for(status, fix.evidence, cause), **changes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +82,6 @@ def _where_holds(form: Form, found: Match) -> bool:
 class SiteResult:
     verdicts: frozenset[str]  # IGNORE included; empty when no form is recognised
     evidence: tuple[Evidence, ...]
-    remedies: tuple[str, ...]
 
 
 def evaluate_site(rule: Rule, anchor: Anchor, symbol: Symbol) -> SiteResult:
@@ -77,17 +89,13 @@ def evaluate_site(rule: Rule, anchor: Anchor, symbol: Symbol) -> SiteResult:
     hits = match_forms(rule.forms_for(anchor.id), module)
     if not hits:
         note = "no known form of this fix matches this code"
-        return SiteResult(frozenset(), (Evidence(symbol.file, symbol.line, symbol.qualname, UNRECOGNISED, note),), ())
+        return SiteResult(frozenset(), (Evidence(symbol.file, symbol.line, symbol.qualname, UNRECOGNISED, note),))
     lines = _line_finder(symbol, module, offset)
     evidence = []
     for hit in hits:
         for line in sorted({lines(found.node) for found in hit.matches}) or [symbol.line]:
             evidence.append(Evidence(symbol.file, line, symbol.qualname, hit.form.id, hit.form.description))
-    return SiteResult(
-        frozenset(hit.form.verdict for hit in hits),
-        tuple(evidence),
-        tuple(hit.form.remedy for hit in hits if hit.form.remedy),
-    )
+    return SiteResult(frozenset(hit.form.verdict for hit in hits), tuple(evidence))
 
 
 def _line_finder(symbol: Symbol, module: cst.Module, offset: int):
@@ -135,31 +143,8 @@ class Checker:
         self.scanned = False  # True once the package was searched for moved code
 
     def _locate(self, wanted: set[tuple[str, str]], required: set[tuple[str, str]]) -> dict:
-        """(file, symbol) -> symbols found, or the SiteError that stopped the search.
-
-        Only ``required`` pairs are looked for elsewhere in the package when
-        their file lacks them: an optional anchor names a variant most trees
-        lack, and a scan per run for each would cost more than the whole check.
-        """
-        found: dict[tuple[str, str], list[Symbol] | SiteError] = {}
-        for file, symbol in sorted(wanted):
-            try:
-                parsed = self.tree.parsed(file)
-                found[(file, symbol)] = parsed.symbols(symbol) if parsed else []
-            except SiteError as exc:
-                found[(file, symbol)] = exc
-        moved = {search_name(symbol): (file, symbol) for (file, symbol), hit in found.items() if hit == [] and (file, symbol) in required}
-        self.scanned |= bool(moved)
-        for name, files in self.tree.files_defining(moved).items():
-            key = moved[name]
-            symbols: list[Symbol] = []
-            for other in files:
-                try:
-                    parsed = self.tree.parsed(other)
-                except SiteError:
-                    continue  # a broken unrelated file does not make the anchor unknown
-                symbols.extend(parsed.symbols(key[1]))
-            found[key] = symbols
+        found, scanned = locate(self.tree, wanted, required)
+        self.scanned |= scanned
         return found
 
     def run(self, rules: tuple[Rule, ...]) -> tuple[FixResult, ...]:
@@ -173,15 +158,16 @@ class Checker:
         return tuple(self._check(rule, located) for rule in rules)
 
     def _check(self, rule: Rule, located) -> FixResult:
-        def result(status: str, evidence=(), reason: str = "", remedies=()) -> FixResult:
-            remedy = "none needed" if status == PRESENT else " ".join([rule.remedy, *dict.fromkeys(remedies)])
-            return FixResult(rule.id, status, rule.title, rule.prs + rule.unmerged_prs, tuple(evidence), remedy, reason)
+        def result(status: str, evidence=(), reason: str = "", cause: str = "") -> FixResult:
+            fix = FixResult(rule.id, status, rule.title, rule.prs + rule.unmerged_prs, tuple(evidence), "", reason)
+            return restate(rule, fix, status, reason, cause)
 
         applies = located[(rule.applies.file, rule.applies.symbol)]
         if isinstance(applies, SiteError):
-            return result(UNKNOWN, reason=f"cannot tell whether this vLLM has DFlash: {applies}")
+            return result(UNKNOWN, reason=f"cannot tell whether this vLLM has DFlash: {applies}", cause=UNREADABLE)
         if not applies:
-            return result(UNKNOWN, reason=f"cannot tell whether this vLLM has DFlash: {rule.applies.symbol} not found in {rule.applies.file} or elsewhere")
+            return result(UNKNOWN, reason=f"cannot tell whether this vLLM has DFlash: {rule.applies.symbol} not found in {rule.applies.file} or elsewhere",
+                          cause=NOT_VLLM)
         if not _applies(rule, applies):
             where = applies[0]
             evidence = [Evidence(where.file, where.line, where.qualname, "no-dflash", f"no {rule.applies.literal!r} in {where.qualname}")]
@@ -189,16 +175,18 @@ class Checker:
 
         verdicts: set[str] = set()
         evidence: list[Evidence] = []
-        remedies: list[str] = []
         problems: list[str] = []
+        causes: list[str] = []
         for anchor in rule.anchors:
             symbols = located[(anchor.file, anchor.symbol)]
             if isinstance(symbols, SiteError):
                 problems.append(str(symbols))
+                causes.append(UNREADABLE)
                 continue
             if not symbols:
                 if not anchor.optional:
                     problems.append(f"{anchor.symbol} not found ({anchor.file} or anywhere in the package)")
+                    causes.append(UNKNOWN_CODE)
                 continue
             for symbol in symbols:
                 line = rebound_at(symbol)
@@ -206,26 +194,31 @@ class Checker:
                     note = f"{symbol.qualname} is replaced at line {line}, after its definition: the code read here is not the code that runs"
                     evidence.append(Evidence(symbol.file, line, symbol.qualname, REBOUND, note))
                     problems.append(f"{note} ({symbol.file}:{line})")
+                    causes.append(UNKNOWN_CODE)
                     continue
                 try:
                     site = evaluate_site(rule, anchor, symbol)
                 except (SiteError, cst.ParserSyntaxError) as exc:
                     problems.append(f"{symbol.file}: {exc}")
+                    causes.append(UNREADABLE)
                     continue
                 evidence.extend(site.evidence)
-                remedies.extend(site.remedies)
                 if not site.verdicts:
                     problems.append(f"{symbol.qualname} in {symbol.file}:{symbol.line} has a form this rule does not know")
+                    causes.append(UNKNOWN_CODE)
                 verdicts |= site.verdicts - {IGNORE}
         if problems:
-            return result(UNKNOWN, evidence, "; ".join(problems), remedies)
+            return result(UNKNOWN, evidence, "; ".join(problems), " ".join(dict.fromkeys(causes)))
         if not verdicts:
-            return result(UNKNOWN, evidence, "none of the code this rule reads decides the fix (all of it is off the DFlash path)", remedies)
-        if verdicts == {PRESENT}:
-            return result(PRESENT, evidence, remedies=remedies)
-        if verdicts == {ABSENT}:
-            return result(ABSENT, evidence, remedies=remedies)
-        return result(PARTIAL, evidence, "the fix holds for some configurations and not others", remedies)
+            return result(UNKNOWN, evidence, "none of the code this rule reads decides the fix (all of it is off the DFlash path)", UNKNOWN_CODE)
+        status = PRESENT if verdicts == {PRESENT} else ABSENT if verdicts == {ABSENT} else PARTIAL
+        return result(status, evidence, "" if status == PRESENT else forms_read(rule, evidence))
+
+
+def forms_read(rule: Rule, evidence: Sequence[Evidence]) -> str:
+    """The sentences of the deciding forms the evidence shows, in rule order: the reason a reader gets."""
+    shown = {item.form for item in evidence}
+    return "; ".join(form.description for form in rule.forms if form.id in shown and form.verdict != IGNORE)
 
 
 def _applies(rule: Rule, symbols: list[Symbol] | SiteError) -> bool:

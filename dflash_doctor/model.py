@@ -13,6 +13,9 @@ PARTIAL = "partial"
 NOT_APPLICABLE = "not-applicable"
 UNKNOWN = "unknown"
 VERDICTS = (PRESENT, ABSENT, PARTIAL, NOT_APPLICABLE, UNKNOWN)
+# What kind of remedy fits a verdict: nothing to do, upgrade (or work around), install a
+# release with DFlash at all, or find out why there is no answer.
+REMEDY_KINDS = {PRESENT: "none", ABSENT: "upgrade", PARTIAL: "upgrade", NOT_APPLICABLE: "install", UNKNOWN: "investigate"}
 
 BEHAVIOUR = "behaviour"  # decided by running the tree's own code
 STRUCTURE = "structure"  # decided by the code's forms alone
@@ -134,6 +137,16 @@ class FixResult:
     decided_by: str = STRUCTURE
     behaviour: BehaviourAnswer | None = None  # None when behaviour did not run for this target
     structure_status: str | None = None  # what the code's forms alone say
+    headline: str = ""  # one sentence: what this install will do (rules/<id>.toml [headlines])
+    # With --draft-config: False when the fix's defect cannot touch that drafter (it then
+    # keeps its verdict but does not fail the gate); None without a drafter config.
+    affects_drafter: bool | None = None
+    affects_reason: str = ""  # why the drafter is (not) affected, a sentence
+
+    @property
+    def gates(self) -> bool:
+        """Whether this fix counts toward the exit code: not waived, and not known to miss the drafter."""
+        return self.waiver is None and self.affects_drafter is not False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -148,6 +161,10 @@ class FixResult:
             "decided_by": self.decided_by,
             "structure": self.structure_status,
             "behaviour": self.behaviour.to_json() if self.behaviour else None,
+            "headline": self.headline,
+            "affects_drafter": self.affects_drafter,
+            "affects_reason": self.affects_reason or None,
+            "remedy_kind": REMEDY_KINDS[self.status],
         }
 
     @classmethod
@@ -155,7 +172,9 @@ class FixResult:
         evidence = tuple(Evidence.from_json(item) for item in data["evidence"])
         behaviour = BehaviourAnswer.from_json(data["behaviour"]) if data.get("behaviour") else None
         return cls(data["id"], data["status"], data["title"], tuple(data["prs"]), evidence, data["remedy"], data["reason"] or "",
-                   decided_by=data.get("decided_by", STRUCTURE), behaviour=behaviour, structure_status=data.get("structure"))
+                   decided_by=data.get("decided_by", STRUCTURE), behaviour=behaviour, structure_status=data.get("structure"),
+                   headline=data.get("headline", ""), affects_drafter=data.get("affects_drafter"),
+                   affects_reason=data.get("affects_reason") or "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,7 +218,7 @@ class CheckReport:
 
     @property
     def exit_code(self) -> int:
-        return exit_code_for(verdict_code(fix.status, self.strict) for fix in self.fixes if fix.waiver is None)
+        return exit_code_for(verdict_code(fix.status, self.strict) for fix in self.fixes if fix.gates)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -1,4 +1,9 @@
-"""Rules are data: one TOML file per fix in ``rules/``; this module loads them."""
+"""Rules are data: one TOML file per fix in ``rules/``; this module loads them.
+
+Over ~400 lines for now: the rule model and its validation are being extended
+together (issue 13); once that lands, loading (``load_rule`` and its helpers)
+moves to a module of its own.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +14,10 @@ from functools import cache, cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .model import ABSENT, DECIDERS, PARTIAL, PRESENT, ToolError
+from .model import ABSENT, DECIDERS, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, VERDICTS, Evidence, ToolError
 
 if TYPE_CHECKING:
+    from .draft.config import DraftConfig
     from .patterns import Pattern, Template
 
 IGNORE = "ignore"  # a form that locates code off the DFlash path: evidence only
@@ -41,11 +47,31 @@ class Anchor:
 
 @dataclasses.dataclass(frozen=True)
 class Applies:
-    """The rule applies when ``symbol`` in ``file`` holds the string ``literal``."""
+    """The rule applies when ``symbol`` in ``file`` holds the string ``literal``;
+    ``remedy`` is what to do when it does not (not-applicable)."""
 
     file: str
     symbol: str
     literal: str
+    remedy: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Affects:
+    """Which drafters the defect can touch: ``drafter`` names a test of
+    affects.DRAFTER_TESTS; ``yes``/``no`` say why a drafter is or is not affected."""
+
+    drafter: str
+    yes: str
+    no: str
+
+    def judge(self, draft: DraftConfig) -> tuple[bool | None, str]:
+        from .affects import DRAFTER_TESTS
+
+        affected = DRAFTER_TESTS[self.drafter](draft)
+        if affected is None:
+            return None, f"the drafter config does not say whether the defect can reach it ({self.drafter})"
+        return affected, self.yes if affected else self.no
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,9 +234,34 @@ class Rule:
     forms: tuple[Form, ...]
     cases: tuple[Case, ...]
     source: Path
+    headlines: tuple[tuple[str, str], ...]  # (verdict, what the install will do), one per verdict
     patch_refusal: str = ""  # why forms without a patch are not patched in place
     behaviour: Behaviour | None = None
     fix_cases: tuple[FixCase, ...] = ()
+    affects: Affects | None = None  # None: the defect can touch every DFlash drafter
+
+    def headline(self, status: str) -> str:
+        return dict(self.headlines)[status]
+
+    def remedy_for(self, status: str, evidence: tuple[Evidence, ...] = (), cause: str = "") -> str:
+        """The remedy that fits the verdict: for absent and partial the upgrade, and the
+        workaround of each form in ``evidence`` that has one; for not-applicable, a
+        release with DFlash; for unknown, ``cause``: what to do to get an answer."""
+        if status == PRESENT:
+            return "none needed"
+        if status == NOT_APPLICABLE:
+            return self.applies.remedy
+        if status == UNKNOWN:
+            return cause
+        forms = {form.id: form for form in self.forms}
+        workarounds = dict.fromkeys(forms[item.form].remedy for item in evidence if item.form in forms and forms[item.form].remedy)
+        return " ".join([self.remedy, *workarounds])
+
+    def affects_drafter(self, draft: DraftConfig) -> tuple[bool | None, str]:
+        """Whether the defect can reach ``draft`` (None: the config does not say), and why."""
+        if self.affects is None:
+            return True, "the defect can reach every DFlash drafter"
+        return self.affects.judge(draft)
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -277,7 +328,7 @@ def load_rule(path: Path) -> Rule:
                 id=_require(raw, "id", form_where),
                 verdict=verdict,
                 anchors=tuple(raw["anchors"]),
-                description=raw.get("description", ""),
+                description=_sentence(raw.get("description"), f"{form_where}: description"),
                 pattern_sources=tuple(raw.get("patterns", [])),
                 unless_sources=tuple(raw.get("unless", [])),
                 where_sources=tuple(where_clauses),
@@ -302,7 +353,9 @@ def load_rule(path: Path) -> Rule:
         what=_prose(_require(data, "what", where)),
         why=_prose(_require(data, "why", where)),
         remedy=_prose(_require(data, "remedy", where)),
-        applies=Applies(applies["file"], applies["symbol"], applies["literal"]),
+        applies=Applies(applies["file"], applies["symbol"], applies["literal"], _prose(_require(applies, "remedy", f"{where}: applies"))),
+        headlines=_headlines(_require(data, "headlines", where), where),
+        affects=_affects(data.get("affects"), where),
         anchors=anchors,
         forms=tuple(forms),
         cases=cases,
@@ -311,6 +364,39 @@ def load_rule(path: Path) -> Rule:
         behaviour=_behaviour(data.get("behaviour"), where, anchor_ids),
         fix_cases=tuple(_fix_case(raw, where) for raw in data.get("fix_cases", [])),
     )
+
+
+def _sentence(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ToolError(f"{where} must be a non-empty sentence")
+    return _prose(value)
+
+
+def _headlines(raw: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """``[headlines]``: for every verdict, one sentence of what the install will do."""
+    where = f"{where}: headlines"
+    if not isinstance(raw, dict):
+        raise ToolError(f"{where} must be a table")
+    _known_keys(raw, VERDICTS, where)
+    missing = [verdict for verdict in VERDICTS if verdict not in raw]
+    if missing:
+        raise ToolError(f"{where}: missing {', '.join(missing)} (one sentence per verdict)")
+    return tuple((verdict, _sentence(raw[verdict], f"{where}.{verdict}")) for verdict in VERDICTS)
+
+
+def _affects(raw: Any, where: str) -> Affects | None:
+    if raw is None:
+        return None
+    from .affects import DRAFTER_TESTS
+
+    where = f"{where}: affects"
+    if not isinstance(raw, dict):
+        raise ToolError(f"{where} must be a table")
+    _known_keys(raw, ("drafter", "yes", "no"), where)
+    drafter = _require(raw, "drafter", where)
+    if drafter not in DRAFTER_TESTS:
+        raise ToolError(f"{where}: drafter must be one of {', '.join(DRAFTER_TESTS)}")
+    return Affects(drafter, _sentence(_require(raw, "yes", where), f"{where}.yes"), _sentence(_require(raw, "no", where), f"{where}.no"))
 
 
 def _boolean(raw: dict[str, Any], key: str, where: str) -> bool:
@@ -340,8 +426,9 @@ def _behaviour(raw: Any, where: str, anchor_ids: set[str]) -> Behaviour | None:
     question = _require(raw, "question", where)
     if question not in QUESTIONS:
         raise ToolError(f"{where}: question must be one of {', '.join(QUESTIONS)}")
-    from .behaviour.reference import reference_names
+    from .behaviour.reference import reference_names, reference_words
 
+    reference_words()  # every reference config has its readable name
     chain = _strings(raw, "chain", where, QUESTIONS[question])
     subjects = _strings(raw, "subjects", where, reference_names())
     if not chain or not subjects:

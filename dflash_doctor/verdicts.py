@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from .model import FixResult
@@ -9,13 +10,13 @@ from .rules import Rule
 
 if TYPE_CHECKING:
     from .draft.config import DraftConfig
-    from .draft.probes import Probes
+    from .behaviour.computed import Computed
     from .targets import ResolvedTarget
 
 
 def judge(
     resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftConfig | None = None
-) -> tuple[tuple[FixResult, ...], Probes | None, bool]:
+) -> tuple[tuple[FixResult, ...], Computed | None, bool]:
     """(fixes, what the tree computes for ``user``'s config, whether the package was
     searched for moved code). Behaviour runs only where the target can run it."""
     from .behaviour.combine import combine
@@ -26,4 +27,18 @@ def judge(
     structure = checker.run(rules)
     answers, probes = answer_rules(resolved.tree, rules, resolved.behaviour, user) if resolved.behaviour is not None else ({}, None)
     fixes = tuple(combine(rule, fix, answers.get(rule.id), resolved.no_behaviour) for rule, fix in zip(rules, structure))
+    if user is not None:
+        fixes = tuple(_for_drafter(rule, fix, user) for rule, fix in zip(rules, fixes))
     return fixes, probes, checker.scanned
+
+
+def _for_drafter(rule: Rule, fix: FixResult, user: DraftConfig) -> FixResult:
+    """Whether the fix's defect can reach the user's drafter (the rule's ``[affects]``,
+    overruled by behaviour failing it): a fix it cannot reach keeps its verdict and
+    does not fail the gate."""
+    from .behaviour.run import user_name
+
+    affected, why = rule.affects_drafter(user)
+    if affected is False and fix.behaviour is not None and any(label.startswith(user_name(user)) for label in fix.behaviour.fails):
+        affected, why = True, "running the tree's code shows this drafter failing, whatever its config says"
+    return dataclasses.replace(fix, affects_drafter=affected, affects_reason=why)

@@ -32,10 +32,17 @@ DEMO_RULE_PREAMBLE = '''
 what = "w"
 why = "y"
 remedy = "r"
+[headlines]
+present = "p"
+absent = "a"
+partial = "pa"
+not-applicable = "na"
+unknown = "u"
 [applies]
 file = "vllm/config/speculative.py"
 symbol = "SpeculativeConfig"
 literal = "dflash"
+remedy = "i"
 '''
 
 # Test helpers (a module, or module.name) that make a test take seconds.

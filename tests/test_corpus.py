@@ -110,7 +110,7 @@ def test_the_gating_draft_config_tells_the_edit_apart(edit, base_tree, rules_by_
     # behaviour gives absent; the structure's exact mixed-needs-v2 form reads present,
     # so the check is the loud behaviour/structure disagreement (unknown), never present
     assert broken.behaviour.status == "absent", broken.behaviour.reason
-    assert broken.status in ("absent", "unknown") and "sliding-window layer 0 is 4096, needs 1024" in broken.reason
+    assert broken.status in ("absent", "unknown") and "the sliding window of layer 0 is 4096, needs 1024" in broken.reason
     assert any(item.config.startswith("user:") and item.ok is False for item in broken.behaviour.observations)
 
 

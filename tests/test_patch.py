@@ -191,7 +191,7 @@ def test_patch_check_restore_cycle(tmp_path, version):
 
     proc = patch(root, *only, "--yes")
     assert proc.returncode == 0, proc.stderr
-    assert "patched " in proc.stderr and "present" in proc.stdout
+    assert "patched " in proc.stderr and " PRESENT  " in proc.stdout
 
     code, report = check_json("--path", str(root), *only)
     assert code == 0 and set(statuses(report).values()) == {"present"}
@@ -541,11 +541,13 @@ file = "vllm/v1/worker/gpu_model_runner.py"
 symbol = "GPUModelRunner._get_eagle3_aux_layers_from_config"
 [[forms]]
 id = "eagle-ids-or-none"
+description = "the eagle-ids-or-none form"
 verdict = "present"
 anchors = ["resolver"]
 patterns = ["getattr($H, 'eagle_aux_hidden_state_layer_ids', None) or None"]
 [[forms]]
 id = "eagle-ids"
+description = "the eagle-ids form"
 verdict = "absent"
 anchors = ["resolver"]
 patterns = ["getattr($H, 'eagle_aux_hidden_state_layer_ids', None)"]
@@ -799,11 +801,13 @@ file = "vllm/x.py"
 symbol = "f"
 [[forms]]
 id = "good"
+description = "the good form"
 verdict = "present"
 anchors = ["site"]
 patterns = ["good($X)"]
 [[forms]]
 id = "bad"
+description = "the bad form"
 verdict = "absent"
 anchors = ["site"]
 patterns = ["bad($X)"]

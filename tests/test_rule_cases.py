@@ -19,11 +19,13 @@ file = "vllm/x.py"
 symbol = "f"
 [[forms]]
 id = "good"
+description = "the good form"
 verdict = "present"
 anchors = ["site"]
 patterns = ["good()"]
 [[forms]]
 id = "bad"
+description = "the bad form"
 verdict = "absent"
 anchors = ["site"]
 patterns = ["bad()"]

@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import defaultdict
+from collections.abc import Sequence
 
-from ..engine import REBOUND, UNRECOGNISED
+from ..engine import REBOUND, UNKNOWN_CODE, UNRECOGNISED, restate
 from ..model import ABSENT, BEHAVIOUR, PARTIAL, PRESENT, UNKNOWN, BehaviourAnswer, FixResult
 from ..rules import IGNORE, Rule
+from .reference import reference_words
 
 DECISIVE = (PRESENT, ABSENT, PARTIAL)
+
+# What to do to get an answer, by why behaviour and structure leave a fix unknown.
+DISAGREE = ("Report it with the JSON report (check --format json): running the tree's code and reading its forms "
+            "disagree, so one of them misreads this tree; read the evidence by hand meanwhile.")
+NO_ANSWER = ("Behaviour could not follow this tree's code (the reason says where): report it with the JSON report "
+             "(check --format json), and read the evidence by hand meanwhile.")
+
+
+def _run_it(why_not: str) -> str:
+    return (f"Check the tree where its code can run, so behaviour may decide (check --path on the machine or in the "
+            f"container that holds it, or check --host over ssh); here behaviour did not run: {why_not}.")
 
 
 def combine(rule: Rule, structure: FixResult, answer: BehaviourAnswer | None, why_not: str) -> FixResult:
@@ -20,34 +34,36 @@ def combine(rule: Rule, structure: FixResult, answer: BehaviourAnswer | None, wh
         return fix  # not applicable, or code read that is not the code that runs: nothing to run
     loose, exact = _sites(rule, structure)
     if answer is not None and answer.status is not None:
-        answer = _with_uncovered(rule, structure, answer)
+        answer, notes = _with_uncovered(rule, structure, answer)
         fix = dataclasses.replace(fix, behaviour=answer)
         if answer.status is None:
-            return dataclasses.replace(fix, status=UNKNOWN, decided_by=BEHAVIOUR, reason=answer.reason)
+            return restate(rule, fix, UNKNOWN, answer.reason, UNKNOWN_CODE, decided_by=BEHAVIOUR)
         decided = dataclasses.replace(fix, decided_by=BEHAVIOUR)
+        words = in_words(answer, notes)
         if structure.status in DECISIVE and exact == structure.status != answer.status:
             reason = (f"BEHAVIOUR AND STRUCTURE DISAGREE: running the tree's code gives {answer.status}"
-                      f"{f' ({answer.reason})' if answer.reason else ''}, but the code's forms read {structure.status}"
+                      f"{f' ({words})' if words else ''}, but the code's forms read {structure.status}"
                       f"{f' ({structure.reason})' if structure.reason else ''}; trust neither until checked by hand")
-            return dataclasses.replace(decided, status=UNKNOWN, reason=reason)
-        remedy = "none needed" if answer.status == PRESENT else structure.remedy if structure.status != PRESENT else rule.remedy
-        return dataclasses.replace(decided, status=answer.status, reason=answer.reason, remedy=remedy)
+            return restate(rule, decided, UNKNOWN, reason, DISAGREE)
+        return restate(rule, decided, answer.status, words)
     if answer is not None:  # behaviour ran on this tree and could not follow its code: no guess from the forms
         reading = f"; the code's forms read {structure.status}" if structure.status in DECISIVE else ""
-        return dataclasses.replace(fix, status=UNKNOWN, decided_by=BEHAVIOUR,
-                                   reason=f"behaviour could not answer: {answer.reason}{reading}")
+        cause = structure.remedy if structure.status == UNKNOWN else NO_ANSWER  # the forms may know why (a file that does not parse)
+        return restate(rule, fix, UNKNOWN, f"behaviour could not answer: {answer.reason}{reading}", cause, decided_by=BEHAVIOUR)
     if structure.status in DECISIVE and exact != structure.status:
         where = ", ".join(loose)
         reason = (f"only a catch-all form matched ({where}): it cannot tell the fix's code from other code, "
                   f"and behaviour did not run: {why_not}")
-        return dataclasses.replace(fix, status=UNKNOWN, reason=reason)
+        return restate(rule, fix, UNKNOWN, reason, _run_it(why_not))
     note = f"behaviour did not run: {why_not}"
-    return dataclasses.replace(fix, reason=f"{structure.reason}; {note}" if structure.reason else note)
+    fix = dataclasses.replace(fix, reason=f"{structure.reason}; {note}" if structure.reason else note)
+    return dataclasses.replace(fix, remedy=f"{fix.remedy} {_run_it(why_not)}") if fix.status == UNKNOWN else fix
 
 
-def _with_uncovered(rule: Rule, structure: FixResult, answer: BehaviourAnswer) -> BehaviourAnswer:
+def _with_uncovered(rule: Rule, structure: FixResult, answer: BehaviourAnswer) -> tuple[BehaviourAnswer, list[str]]:
     """Links the question does not run (``uncovered`` anchors) are read from their forms:
-    unrecognised code there leaves the answer open; their verdicts join the chain."""
+    unrecognised code there leaves the answer open; their verdicts join the chain
+    (the sentences of the forms that break it are returned too)."""
     uncovered = [anchor for anchor in rule.anchors if anchor.id in rule.behaviour.uncovered]
     forms = {form.id: form for form in rule.forms}
     verdicts = {answer.status}
@@ -58,7 +74,7 @@ def _with_uncovered(rule: Rule, structure: FixResult, answer: BehaviourAnswer) -
             continue
         if item.form == UNRECOGNISED:
             why = f"{item.symbol} ({item.file}:{item.line}), which behaviour does not run, has a form this rule does not know"
-            return dataclasses.replace(answer, status=None, reason=why)
+            return dataclasses.replace(answer, status=None, reason=why), []
         form = forms.get(item.form)
         if form is not None and form.verdict in DECISIVE and not form.catch_all:
             verdicts.add(form.verdict)
@@ -66,7 +82,56 @@ def _with_uncovered(rule: Rule, structure: FixResult, answer: BehaviourAnswer) -
                 notes.append(f"{item.symbol}: {form.description}")
     status = PRESENT if verdicts == {PRESENT} else ABSENT if verdicts == {ABSENT} else PARTIAL
     reason = "; ".join([answer.reason, *notes]) if status != PRESENT else answer.reason
-    return dataclasses.replace(answer, status=status, reason=reason.strip("; "))
+    return dataclasses.replace(answer, status=status, reason=reason.strip("; ")), notes
+
+
+# The links of a chain (rules.QUESTIONS) as a reader says them, at the head of a broken link's "why".
+LINK_WORDS = {
+    "kv-cache-manager": "the block-drop flag handed to the KV cache manager",
+    "resolver": "the resolver's answer",
+    "sliding-window": "the sliding window of",
+    "layer-index": "the index given to",
+    "causality": "the causality of",
+}
+_LINK = re.compile(rf"^({'|'.join(map(re.escape, LINK_WORDS))})\b")
+# A works/fails label of behaviour/judge.py after its config name: runner, setting, first broken link.
+_LABEL = re.compile(r"^(?: on the (?P<runner>\w+) runner)?(?: \((?P<setting>[^()]*)\))?(?:: (?P<why>.*))?$", re.S)
+
+
+def in_words(answer: BehaviourAnswer, notes: Sequence[str] = ()) -> str:
+    """Which configurations fail (and the first broken link) and which work, with the
+    reference configs named in words (rules/reference/drafters/names.toml); empty when present."""
+    if answer.status == PRESENT:
+        return ""
+    configs = sorted({item.config for item in answer.observations}, key=len, reverse=True)
+    fails = [f"{who}: {why}" if why else who for who, why in _grouped(answer.fails, configs)]
+    works = [who for who, _ in _grouped(answer.works, configs)]
+    parts = [f"fails for {'; '.join(fails)}"] if fails else []
+    parts += [f"works for {', '.join(works)}"] if works else []
+    return "; ".join([*parts, *notes])
+
+
+def _grouped(labels: tuple[str, ...], configs: list[str]) -> list[tuple[str, str]]:
+    """(who in words, why) per configuration and setting, its runners merged where they fail alike."""
+    runners: dict[tuple[str, str | None, str], list[str]] = defaultdict(list)
+    for label in labels:
+        config = next((name for name in configs if label.startswith(name)), "")
+        found = _LABEL.match(label[len(config):]) if config else None
+        if found is None:  # not a label of judge's shape: show it as it is
+            runners.setdefault((label, None, ""), [])
+            continue
+        runners[(config, found["setting"], found["why"] or "")] += [found["runner"]] if found["runner"] else []
+    words = reference_words()
+    out = []
+    for (config, setting, why), on in runners.items():
+        why = _LINK.sub(lambda found: LINK_WORDS[found[1]], why, count=1)
+        who = words.get(config) or (f"your drafter ({config.removeprefix('user:')})" if config.startswith("user:") else config)
+        if on:
+            who += f" on the {' and '.join(on)} runner{'s' if len(on) > 1 else ''}"
+        if setting:
+            who += " by default" if setting == "default" else f" with {setting} set"
+        out.append((who, why))
+    return out
 
 
 def _sites(rule: Rule, structure: FixResult) -> tuple[list[str], str | None]:

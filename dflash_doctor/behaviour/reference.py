@@ -22,6 +22,24 @@ def reference_names() -> tuple[str, ...]:
 
 
 @cache
+def reference_words() -> dict[str, str]:
+    """Each reference config's readable name (names.toml), for the reasons people read."""
+    import tomllib
+
+    from ..model import ToolError
+
+    path = reference_dir() / "names.toml"
+    try:
+        words = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ToolError(f"{path.name}: cannot load the reference drafter names: {exc}") from None
+    missing = [name for name in reference_names() if not isinstance(words.get(name), str) or not words[name].strip()]
+    if missing:
+        raise ToolError(f"{path.name}: no readable name for {', '.join(missing)}")
+    return words
+
+
+@cache
 def reference_configs() -> tuple[tuple[str, DraftConfig], ...]:
     from ..draft.config import load_draft_config
 

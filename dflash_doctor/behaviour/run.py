@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 
 from ..draft.config import DraftConfig
-from ..draft.probes import Probes, Runner, probe_configs
-from ..model import BehaviourAnswer
+from ..model import PRESENT, BehaviourAnswer
 from ..rules import Rule
 from ..source import SourceTree
+from .compute import compute
+from .computed import Computed, Runner
 from .construct import construct_layers
 from .judge import judge
 from .observe import QUESTION_KINDS
@@ -21,16 +22,17 @@ def user_name(draft: DraftConfig) -> str:
 
 def answer_rules(
     tree: SourceTree, rules: tuple[Rule, ...], run: Runner, user: DraftConfig | None = None
-) -> tuple[dict[str, BehaviourAnswer], Probes | None]:
+) -> tuple[dict[str, BehaviourAnswer], Computed | None]:
     """Each rule's answer by id, and the user's probes (for the report's probes section).
-    With a user config, its answer gates where it has one; else the references answer."""
+    With a user config its answer gates where it has one, unless it works and the
+    rule's defect cannot reach that drafter (``[affects]``); else the references answer."""
     asked = [rule for rule in rules if rule.behaviour is not None]
     configs = list(reference_configs())
     if user is not None:
         configs.append((user_name(user), user))
     if not asked and user is None:
         return {}, None
-    probes = probe_configs(tree, tuple(draft for _, draft in configs), run)
+    probes = compute(tree, tuple(draft for _, draft in configs), run)
     answers = {}
     for rule in asked:
         kind = QUESTION_KINDS[rule.behaviour.question]
@@ -42,9 +44,11 @@ def answer_rules(
         answer = judge(rule.behaviour, observations, rule.behaviour.subjects, rule.behaviour.guards)
         if user is not None:
             mine = judge(rule.behaviour, observations, (user_name(user),), ())
-            if mine.status is not None:
+            # A working drafter the defect cannot reach keeps the tree's answer (which then does not gate).
+            unreachable = mine.status == PRESENT and rule.affects_drafter(user)[0] is False
+            if mine.status is not None and not unreachable:
                 answer = mine
-            else:  # the user's config cannot be judged for this question: the references answer
+            elif mine.status is None:  # the user's config cannot be judged for this question: the references answer
                 answer = dataclasses.replace(answer, reason=f"{answer.reason} (for {user_name(user)}: {mine.reason})".lstrip())
         answers[rule.id] = answer
     return answers, probes[-1] if user is not None else None

@@ -109,13 +109,13 @@ def check(
     registry_timeout: float = RegistryTimeoutOption,
     repo: Optional[Path] = typer.Option(None, "--repo", help="A vLLM clone: add which PRs the target's build commit contains (see `ancestry`)."),
     main_ref: Optional[str] = typer.Option(None, "--main-ref", help="With --repo: the main line (default origin/main, else main)."),
-    draft_config: Optional[Path] = typer.Option(None, "--draft-config", help="The drafter's config.json (or its directory): lint it and probe what this vLLM computes for it."),
+    draft_config: Optional[Path] = typer.Option(None, "--draft-config", help="The drafter's config.json (or its directory): lint it, probe what this vLLM computes for it, and gate only on fixes whose defect can reach it."),
     target_config: Optional[Path] = typer.Option(None, "--target-config", help="With --draft-config: the target model's config.json, for the layer range."),
 ) -> int:
     """Check whether the DFlash fixes are in a vLLM tree.
 
-    Exit: 0 all present (or waived), 1 any absent/partial/not-applicable (or unknown with --strict),
-    2 otherwise any unknown, 3 could not run.
+    Exit: 0 all present (or waived, or unable to reach the --draft-config drafter), 1 any
+    absent/partial/not-applicable (or unknown with --strict), 2 otherwise any unknown, 3 could not run.
     """
     from ..check import run_check
     from ..paths import write_atomically

@@ -10,10 +10,10 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..terminal import clean
-from .config import WARNING, LintReport
+from .lint import WARNING, LintReport
 
-if TYPE_CHECKING:  # the probes are built only where behaviour runs
-    from .probes import Probes
+if TYPE_CHECKING:  # computed only where behaviour runs
+    from ..behaviour.computed import Computed
 
 SEVERITY_STYLES = {"error": "bold red", "warning": "bold yellow", "info": "cyan"}
 
@@ -67,15 +67,15 @@ class DraftSection:
 class ProbesSection:
     """What the tree's own code computed for the drafter config."""
 
-    probes: Probes
+    computed: Computed
     name: ClassVar[str] = "probes"
 
     def to_json(self) -> dict[str, Any]:
-        return self.probes.to_json()
+        return self.computed.to_json()
 
     def lines(self) -> list[str]:
         """Mismatches first (they are the news); clean lines."""
-        probes = self.probes
+        probes = self.computed
         lines = ["probes (the tree's own code run on the drafter config):"]
         lines += [f"  !! {mismatch}" for mismatch in probes.mismatches]
         lines.append(f"  aux layer ids: {_value(probes.aux_layer_ids)} (expected {_value(probes.expected_aux_layer_ids)})")

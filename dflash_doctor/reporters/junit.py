@@ -92,13 +92,17 @@ def _headline(fix: FixResult) -> str:
     if fix.waiver is not None:
         until = f" until {fix.waiver.until.isoformat()}" if fix.waiver.until else ""
         return f"{fix.status}, waived{until}: {fix.waiver.reason}"
-    return f"{fix.status}: {fix.title}"
+    if fix.affects_drafter is False:
+        return f"{fix.status}, does not affect this drafter: {fix.headline or fix.title}"
+    return f"{fix.status}: {fix.headline or fix.title}"
 
 
 def _details(fix: FixResult) -> str:
     lines = [f"verdict: {fix.status}", f"decided by: {fix.decided_by}", f"fix: {fix.title}"]
     if fix.reason:
         lines.append(f"reason: {fix.reason}")
+    if fix.affects_reason:
+        lines.append(f"drafter: {fix.affects_reason}")
     lines += [f"evidence: {e.file}:{e.line} {e.symbol} [{e.form}]" for e in fix.evidence]
     if fix.status != PRESENT:
         lines.append(f"remedy: {fix.remedy}")

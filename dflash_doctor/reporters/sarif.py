@@ -129,9 +129,11 @@ def _descriptor(fix: FixResult, rule) -> dict[str, Any]:
 
 
 def _message(fix: FixResult) -> str:
-    text = f"{fix.id} is {fix.status} (decided by {fix.decided_by}): {fix.title}."
+    text = f"{fix.id} is {fix.status} (decided by {fix.decided_by}): {fix.headline or fix.title + '.'}"
     if fix.reason:
         text += f" {fix.reason[0].upper()}{fix.reason[1:]}."
+    if fix.affects_reason:
+        text += f" For the drafter given: {fix.affects_reason}."
     return f"{text} Remedy: {fix.remedy}"
 
 
