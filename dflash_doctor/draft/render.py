@@ -75,20 +75,20 @@ class ProbesSection:
 
     def lines(self) -> list[str]:
         """Mismatches first (they are the news); clean lines."""
-        probes = self.computed
+        computed = self.computed
         lines = ["probes (the tree's own code run on the drafter config):"]
-        lines += [f"  !! {mismatch}" for mismatch in probes.mismatches]
-        lines.append(f"  aux layer ids: {_value(probes.aux_layer_ids)} (expected {_value(probes.expected_aux_layer_ids)})")
-        accepts = ", ".join(f"{name.upper()} {_accepts(support.supported)}" for name, support in probes.runner_support)
-        lines.append(f"  runner: {_value(probes.runner and probes.runner.upper())}" + (f" ({accepts})" if accepts else ""))
-        if probes.layers is None:
+        lines += [f"  !! {mismatch}" for mismatch in computed.mismatches]
+        lines.append(f"  aux layer ids: {_value(computed.aux_layer_ids)} (expected {_value(computed.expected_aux_layer_ids)})")
+        accepts = ", ".join(f"{name.upper()} {_accepts(support.supported)}" for name, support in computed.runner_support)
+        lines.append(f"  runner: {_value(computed.runner and computed.runner.upper())}" + (f" ({accepts})" if accepts else ""))
+        if computed.layers is None:
             lines.append("  layers: not computable")
         else:
-            for index, (window, causal) in enumerate(probes.layers):
+            for index, (window, causal) in enumerate(computed.layers):
                 lines.append(f"  layer {index}: window {window if window is not None else 'full'}, "
                              f"{'causal' if causal else 'non-causal'}")
-        lines.append(f"  drops the prefix-cache block for method='dflash': {_value(probes.drops_prefix_block)}")
-        lines += [f"  ({field}: {why})" for field, why in probes.reasons]
+        lines.append(f"  drops the prefix-cache block for method='dflash': {_value(computed.drops_prefix_block)}")
+        lines += [f"  ({field}: {why})" for field, why in computed.reasons]
         return [clean(line) for line in lines]
 
 
