@@ -1,12 +1,14 @@
-"""Time `dflash-doctor check --path` on a real vLLM 0.33.0 tree beside two baselines.
+"""Time `dflash-doctor check --path` on a real vLLM 0.33.0 tree beside its baselines.
 
 Baselines: one Python process that imports libcst and parses, once each, the
-files the rules read (what a naive libcst checker would do); and the previous
-engine (structure only), a ``git worktree`` of ``--previous`` (default: main)
-in a temporary directory run with the same interpreter. Measured side by side
-in one run, each a fresh process, median of N runs:
+files the rules read (what a naive libcst checker would do); this engine with
+behaviour switched off (the structure-only check: the target's tree is given
+no place to run code); and each ``--previous`` engine, a ``git worktree`` of
+that revision (default: main) in a temporary directory run with the same
+interpreter. Measured side by side in one run, each a fresh process,
+interleaved, median of N runs:
 
-    python benchmarks/bench_check.py [--runs 7] [--release 0.33.0] [--previous main]
+    python benchmarks/bench_check.py [--runs 7] [--release 0.33.0] [--previous main [--previous REV]]
 
 It prints the figures for the README. The results cache is measured both off
 (cold: every rule evaluated) and on (warm: the second and later runs).
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -26,6 +29,10 @@ from pathlib import Path
 from dflash_doctor.rules import load_rules
 from dflash_doctor.targets.release import release_tree
 
+# The same CLI with local targets structure only: their ResolvedTarget has no behaviour.
+STRUCTURE_ONLY = ("import dataclasses; from dflash_doctor.targets import path; made = path.local; "
+                  "path.local = lambda tree, info: dataclasses.replace(made(tree, info), behaviour=None); "
+                  "from dflash_doctor.cli import main; main()")
 BASELINE = """
 import sys, libcst
 root = sys.argv[1]
@@ -35,58 +42,71 @@ for relpath in sys.argv[2:]:
 """
 
 
-def timed(command: list[str], env: dict, cwd: Path | None = None) -> float:
-    """Wall time of one run. ``cwd`` matters: ``python -m`` puts it first on sys.path."""
+def timed(command: list[str], env: dict, cwd: Path | None = None) -> tuple[float, float]:
+    """Wall time and CPU time (user + system, its children included) of one run.
+    ``cwd`` matters: ``python -m`` puts it first on sys.path."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--release", default="0.33.0")
-    parser.add_argument("--previous", default="main", help="git revision of the previous engine")
+    parser.add_argument("--previous", action="append", help="git revision of a previous engine (repeatable; default main)")
     args = parser.parse_args()
+    args.previous = args.previous or ["main"]
     root = release_tree(args.release)
     files = sorted({a.file for r in load_rules() for a in r.anchors} | {r.applies.file for r in load_rules()})
     files = [f for f in files if (root / f).is_file()]
     repo = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory(prefix="bench-check-") as scratch:
-        previous = Path(scratch) / "previous"
-        subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", str(previous), args.previous],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        previous = {revision: Path(scratch) / f"previous-{index}" for index, revision in enumerate(args.previous)}
         try:
+            for revision, tree in previous.items():
+                subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", str(tree), revision],
+                               check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             _measure(args, root, files, repo, previous, Path(scratch))
         finally:
-            subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(previous)], check=False)
+            for tree in previous.values():
+                subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)], check=False)
 
 
-def _measure(args, root: Path, files: list[str], repo: Path, previous: Path, scratch: Path) -> None:
-    check = [sys.executable, "-m", "dflash_doctor", "check", "--path", str(root), "--format", "json"]
+def _measure(args, root: Path, files: list[str], repo: Path, previous: dict[str, Path], scratch: Path) -> None:
+    options = ["check", "--path", str(root), "--format", "json"]
+    check = [sys.executable, "-m", "dflash_doctor", *options]
     baseline = [sys.executable, "-c", BASELINE, str(root), *files]
     base_env = {k: v for k, v in os.environ.items() if k not in ("DFLASH_DOCTOR_NO_CACHE", "PYTHONPATH")}
-    envs = {}
-    for name, source in (("now", repo), ("previous", previous)):
-        cache = {"DFLASH_DOCTOR_CACHE": str(scratch / f"cache-{name}"), "PYTHONPATH": str(source)}
-        envs[f"{name} cold"] = {**base_env, **cache, "DFLASH_DOCTOR_NO_CACHE": "1"}
-        envs[f"{name} warm"] = {**base_env, **cache}
-        timed(check, envs[f"{name} warm"], scratch)  # fill the results cache and the OS page cache
-    samples: dict[str, list[float]] = {"baseline": [], **{name: [] for name in envs}}
+    runs: dict[str, tuple[list[str], dict]] = {}
+    for name, source in (("this engine", repo), *((f"previous engine ({rev})", tree) for rev, tree in previous.items())):
+        cache = {"DFLASH_DOCTOR_CACHE": str(scratch / f"cache-{len(runs)}"), "PYTHONPATH": str(source)}
+        runs[f"{name}, cache off"] = (check, {**base_env, **cache, "DFLASH_DOCTOR_NO_CACHE": "1"})
+        runs[f"{name}, cache on "] = (check, {**base_env, **cache})
+        timed(check, runs[f"{name}, cache on "][1], scratch)  # fill the results cache and the OS page cache
+    structure = "this engine, structure only, cache off"
+    runs[structure] = ([sys.executable, "-c", STRUCTURE_ONLY, *options], runs["this engine, cache off"][1])
+    samples: dict[str, list[tuple[float, float]]] = {"baseline": [], **{name: [] for name in runs}}
     for _ in range(args.runs):  # interleaved, so that machine noise hits all of them alike
-        samples["baseline"].append(timed(baseline, envs["now cold"], scratch))
-        for name, env in envs.items():
-            samples[name].append(timed(check, env, scratch))
-    base = statistics.median(samples["baseline"])
-    print(f"vLLM {args.release}: {len(files)} files read by the rules, {args.runs} runs each, median wall time")
-    print(f"  baseline (libcst parse of those files, one process): {base:.3f} s")
-    before = {kind: statistics.median(samples[f"previous {kind}"]) for kind in ("cold", "warm")}
-    for name in envs:
-        value = statistics.median(samples[name])
-        engine, kind = name.split()
-        label = "this engine (behaviour + structure)" if engine == "now" else f"previous engine ({args.previous})"
-        ratio = f", {value / before[kind]:.2f}x previous" if engine == "now" else ""
-        print(f"  {label}, cache {'off' if kind == 'cold' else 'on '}: {value:.3f} s = {value / base:.2f}x baseline{ratio}")
+        samples["baseline"].append(timed(baseline, runs["this engine, cache off"][1], scratch))
+        for name, (command, env) in runs.items():
+            samples[name].append(timed(command, env, scratch))
+    print(f"vLLM {args.release}: {len(files)} files read by the rules, {args.runs} runs each, medians")
+    for index, what in enumerate(("wall time", "CPU time (user + system, child processes included)")):
+        median = {name: statistics.median(values[index] for values in samples[name]) for name in samples}
+        print(f" {what}:")
+        print(f"  baseline (libcst parse of those files, one process): {median['baseline']:.3f} s")
+        for name in runs:
+            ratios = [f"{median[name] / median['baseline']:.2f}x baseline"]
+            if name.startswith("this engine, cache"):
+                kind = name.rsplit(", ", 1)[1]
+                if kind == "cache off":
+                    ratios.append(f"{median[name] / median[structure]:.2f}x structure only")
+                ratios += [f"{median[name] / median[f'previous engine ({rev}), {kind}']:.2f}x previous ({rev})" for rev in previous]
+            print(f"  {name}: {median[name]:.3f} s = {', '.join(ratios)}")
 
 
 if __name__ == "__main__":

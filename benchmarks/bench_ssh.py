@@ -3,10 +3,13 @@
 Starts a real sshd on 127.0.0.1 (the tests' helper), makes a venv whose
 interpreter sees the real vLLM release tree, then times the commands as
 fresh processes, interleaved, and reports medians, the ratio, the bytes
-moved and the connections / exec channels sshd logged. The baseline
-"structure only" is the same `check --host` with the connection not held
+moved and the connections / exec channels sshd logged. The baselines
+"structure only" are the same `check --host` with the connection not held
 open, so no behaviour runs on the host (what --host did before behaviour
-ran there): the difference is the cost of the remote behaviour runs.
+ran there), and the same `check --path` with behaviour switched off. What
+behaviour adds over ssh, less what it adds locally (the extraction in this
+process is the same), is the cost of running it on the host: the exec
+channel, the round trips and the remote child.
 
     python benchmarks/bench_ssh.py [--runs 7] [--release 0.33.0]
 """
@@ -25,6 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from sshd import SshServer, client_env, keygen  # noqa: E402
+
+from bench_check import STRUCTURE_ONLY  # noqa: E402 - `check --path` with behaviour switched off
 
 from dflash_doctor.targets.release import release_tree  # noqa: E402
 
@@ -59,8 +64,9 @@ def main() -> None:
             unheld = [sys.executable, "-c", "import contextlib; from dflash_doctor.targets.ssh import SshTarget; "
                       "SshTarget.connected = lambda self: contextlib.nullcontext(); "
                       "from dflash_doctor.cli import main; main()"] + remote[3:]
+            local_structure = [sys.executable, "-c", STRUCTURE_ONLY] + local[3:]
             before = server.log_count("Connection from"), server.log_count("request exec")
-            samples: dict[str, list[float]] = {"local": [], "ssh": [], "structure": []}
+            samples: dict[str, list[float]] = {"local": [], "ssh": [], "structure": [], "local structure": []}
             report = {}
             for _ in range(args.runs):
                 samples["local"].append(timed(local, env)[0])
@@ -68,16 +74,18 @@ def main() -> None:
                 samples["ssh"].append(seconds)
                 report = json.loads(out)
                 samples["structure"].append(timed(unheld, env)[0])
+                samples["local structure"].append(timed(local_structure, env)[0])
             connections = server.log_count("Connection from") - before[0]
             execs = server.log_count("request exec") - before[1] - args.runs  # the baseline's probes
         finally:
             server.stop()
-    local_s, ssh_s, bare_s = (statistics.median(samples[k]) for k in ("local", "ssh", "structure"))
+    local_s, ssh_s, bare_s, local_bare_s = (statistics.median(samples[k]) for k in ("local", "ssh", "structure", "local structure"))
     target = report["target"]
     print(f"vLLM {args.release}, {args.runs} runs each, median wall time, results cache off")
-    print(f"  check --path (local):       {local_s:.3f} s")
+    print(f"  check --path (local):       {local_s:.3f} s; structure only {local_bare_s:.3f} s: behaviour adds {local_s - local_bare_s:+.3f} s")
     print(f"  check --host (ssh loopback): {ssh_s:.3f} s = {ssh_s / local_s:.2f}x local")
     print(f"  check --host, structure only (baseline): {bare_s:.3f} s; behaviour on the host adds {ssh_s - bare_s:+.3f} s")
+    print(f"  running behaviour on the host rather than here costs {(ssh_s - bare_s) - (local_s - local_bare_s):+.3f} s")
     print(f"  per behaviour check: {(connections - args.runs) / args.runs:g} connection(s), {execs / args.runs:g} exec channel(s); "
           f"{int(target['bytes_sent']):,} bytes sent, {int(target['bytes_received']):,} bytes received")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import TYPE_CHECKING
 
@@ -19,13 +20,15 @@ def judge(
 ) -> tuple[tuple[FixResult, ...], Computed | None, bool]:
     """(fixes, what the tree computes for ``user``'s config, whether the package was
     searched for moved code). Behaviour runs only where the target can run it."""
-    from .behaviour.combine import combine
-    from .behaviour.run import answer_rules
-    from .engine import Checker
+    opened = resolved.behaviour or (lambda: contextlib.nullcontext(None))
+    with opened() as run:  # first: the child starts while the engine is imported and structure checked
+        from .behaviour.combine import combine
+        from .behaviour.run import answer_rules
+        from .engine import Checker
 
-    checker = Checker(resolved.tree)
-    structure = checker.run(rules)
-    answers, probes = answer_rules(resolved.tree, rules, resolved.behaviour, user) if resolved.behaviour is not None else ({}, None)
+        checker = Checker(resolved.tree)
+        structure = checker.run(rules)
+        answers, probes = answer_rules(resolved.tree, rules, run, user) if run is not None else ({}, None)
     fixes = tuple(combine(rule, fix, answers.get(rule.id), resolved.no_behaviour) for rule, fix in zip(rules, structure))
     if user is not None:
         fixes = tuple(_for_drafter(rule, fix, user) for rule, fix in zip(rules, fixes))

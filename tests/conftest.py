@@ -9,11 +9,15 @@ known to take seconds (``SLOW_HELPERS``) is marked ``slow``, so
 ``pytest -m "not release"`` never downloads or reads a wheel. Every test that
 is not marked ``release`` runs with an empty cache and pip pointed at nothing,
 so one that reads a wheel anyway fails in both tiers instead of quietly making
-the fast tier slow.
+the fast tier slow. ``run_cli`` runs a command in the test process (a Python
+start costs a third of a second per command); ``run_process`` starts
+the real entry point where the process itself is what a test proves.
 """
 
 from __future__ import annotations
 
+import functools
+import io
 import json
 import os
 import shutil
@@ -24,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from dflash_doctor.cli import main
 from dflash_doctor.rules import load_rules
 from dflash_doctor.targets.release import RELEASE, release_tree
 
@@ -50,6 +55,8 @@ SLOW_HELPERS = {
     "gitrepos",  # real git histories
     "sshd",  # real OpenSSH servers
     "metrics_server",  # real metrics servers, sampled over real time windows
+    "registry.Registry",  # a real image registry
+    "registry.TokenServer",  # a real token server in front of it
     "test_release_download.Index",  # real pip against an index that serves slowly on purpose
     "test_ssh_hostile.bomb_answer",  # compresses 1 GiB
 }
@@ -65,8 +72,20 @@ def reached(item: pytest.Item) -> tuple[list, set[str]]:
     info = getattr(item, "_fixtureinfo", None)  # pytest's record of the fixtures a test function uses
     for definitions in (info.name2fixturedefs.values() if info else ()):
         functions.extend(definition.func for definition in definitions)
-    todo = [f for f in functions if isinstance(f, types.FunctionType)]
-    seen, values, strings = set(todo), [], set()
+    values, strings = [], set()
+    for function in functions:
+        if isinstance(function, types.FunctionType):
+            named, constants = _reached_from(function)
+            values.extend(named)
+            strings |= constants
+    return values, strings
+
+
+@functools.cache
+def _reached_from(root: types.FunctionType) -> tuple[tuple, frozenset[str]]:
+    """What ``root`` and the module functions it calls name: walked once per
+    function (tests share fixtures, parametrized tests their function)."""
+    todo, seen, values, strings = [root], {root}, [], set()
     while todo:
         function = todo.pop()
         codes = [function.__code__]
@@ -80,7 +99,7 @@ def reached(item: pytest.Item) -> tuple[list, set[str]]:
                 if isinstance(value, types.FunctionType) and value not in seen:
                     seen.add(value)
                     todo.append(value)
-    return values, strings
+    return tuple(values), frozenset(strings)
 
 
 def reads_wheels(values: list, strings: set[str]) -> bool:
@@ -165,10 +184,34 @@ def mini_tree(tmp_path):
     return build
 
 
-def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def run_process(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """``python -m dflash_doctor args`` in its own process: for tests where the
+    process is the point (its imports, exit at interpreter shutdown, signals, limits)."""
     return subprocess.run(
         [sys.executable, "-m", "dflash_doctor", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=900
     )
+
+
+def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """``dflash-doctor args`` in this process: ``cli.main`` with the words, the
+    environment ``env`` (all of it, as a child would get it) and ``cwd``, an empty
+    standard input, and standard output and error captured as a pipe carries them."""
+    out, err = io.BytesIO(), io.BytesIO()
+    with pytest.MonkeyPatch.context() as patch:
+        if env is not None:
+            for key in set(os.environ) - set(env):
+                patch.delenv(key)
+            for key, value in env.items():
+                patch.setenv(key, value)
+        if cwd is not None:
+            patch.chdir(cwd)
+        patch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(), encoding="utf-8"))
+        patch.setattr(sys, "stdout", io.TextIOWrapper(out, encoding="utf-8", write_through=True))
+        patch.setattr(sys, "stderr", io.TextIOWrapper(err, encoding="utf-8", errors="backslashreplace", write_through=True))
+        with pytest.raises(SystemExit) as ended:
+            main([os.fspath(arg) for arg in args])
+        stdout, stderr = out.getvalue().decode(), err.getvalue().decode()  # before the wrappers go and close them
+    return subprocess.CompletedProcess(["dflash-doctor", *args], ended.value.code, stdout, stderr)
 
 
 def check_json(*args: str, **kwargs) -> tuple[int, dict]:

@@ -7,11 +7,13 @@ import sys
 from pathlib import Path
 
 
-from conftest import assert_error, check_json, run_cli, statuses
+from conftest import assert_error, check_json, run_cli, run_process, statuses
 
 
 def test_nonexistent_path():
     assert_error(run_cli("check", "--path", "/nonexistent/site-packages"), "no such path")
+    # The same through the real entry point: the one line and exit 3 survive interpreter shutdown.
+    assert_error(run_process("check", "--path", "/nonexistent/site-packages"), "no such path")
 
 
 def test_directory_without_vllm(tmp_path):

@@ -36,12 +36,23 @@ def _sources(command) -> str:
     return " ".join(" ".join(texts).split())
 
 
+# One process shows every command's help in turn (a process per command costs seconds, and shows the same).
+SHOW_ALL = f"""
+import sys
+from dflash_doctor.cli import main
+for words in sys.argv[1:]:
+    print({MARK!r} + words, flush=True)
+    try:
+        main([*words.split(), "--help"])
+    except SystemExit:
+        pass
+"""
+
+
 def _render_on_pty(columns: int) -> dict[tuple[str, ...], list[str]]:
     """Each command's --help as a real terminal of ``columns`` columns shows it (COLUMNS unset: the pty's size)."""
-    script = f"stty cols {columns} rows 50; " + "; ".join(
-        f"echo {shlex.quote(MARK + ' '.join(words))}; {shlex.quote(sys.executable)} -m dflash_doctor {shlex.join(words)} --help"
-        for words, _ in COMMANDS
-    )
+    show = [sys.executable, "-c", SHOW_ALL, *(" ".join(words) for words, _ in COMMANDS)]
+    script = f"stty cols {columns} rows 50; {shlex.join(show)}"
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     proc = subprocess.run(["script", "-qec", script, "/dev/null"], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr

@@ -26,7 +26,17 @@ from conftest import check_json, statuses
 from dflash_doctor.draft import lockdown
 from dflash_doctor.behaviour.definitions import Locator
 from dflash_doctor.behaviour.program import ProgramBuilder
-from dflash_doctor.draft.sandbox import Call, SandboxError, child_program, isolation_status, run, run_isolated
+from dflash_doctor.draft.sandbox import (
+    Call,
+    LocalPipe,
+    SandboxError,
+    child_program,
+    isolation_status,
+    run,
+    run_isolated,
+    session,
+)
+from dflash_doctor.draft.session import Session
 from dflash_doctor.source import DirectoryTree
 
 DRAFTERS = Path(__file__).parent / "data" / "drafters"
@@ -317,14 +327,15 @@ def test_the_working_directory_is_removed_and_no_descriptor_is_inherited(tmp_pat
                 found = []
                 for fd in range(64):
                     try:
-                        found.append([fd, os.read(fd, 100).decode()])
+                        found.append([fd, os.read(fd, 0).decode()])  # 0 bytes: never waits
                     except refused:
                         pass
                 return found
         """, "descriptors()")
     finally:
         os.close(held)
-    # stdin is at its end; stdout and stderr are write-only pipes; nothing else is open.
+    # stdin is the request pipe (the next request is sent only after this answer); stdout and stderr are
+    # write-only pipes; nothing else is open.
     assert outcome.value == [[0, ""]]
     assert list(scratch.iterdir()) == []
 
@@ -426,6 +437,120 @@ def test_an_output_flood_is_cut_at_the_cap_and_the_parent_stays_small():
     # Unbounded, the flood would reach gigabytes within the run's deadline; the parent alone is ~35 MB,
     # and a loaded machine has been seen to add transient allocations on top.
     assert answer["peak"] < 256 << 20, answer["peak"]
+
+
+# -- one child per check: the session -----------------------------------------------------------
+
+
+def session_for(**limits) -> Session:
+    """A session on one local child, with bounds of our own."""
+    return Session(LocalPipe(child_program()), **limits)
+
+
+def test_a_session_is_one_child_and_each_request_has_fresh_globals(tmp_path):
+    chunks, globals_ = program_for(tmp_path, """
+        def defines():
+            return 7
+    """)
+    child = session_for()
+    try:
+        assert child.run(chunks, [Call("x", "defines()")], {}, globals_)["x"].value == 7
+        pids = my_children()
+        assert len(pids) == 1
+        later = child.run([], [Call("y", "defines()")], {}, {})["y"]
+        assert later.error_type == "NameError"  # nothing of the first request is bound in the second
+        assert my_children() == pids
+    finally:
+        child.close()
+    assert my_children() == []
+
+
+def test_a_child_that_cannot_start_leaves_every_request_unknown_not_a_crash(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
+    with session() as ask:  # opening the check's session does not raise: its requests do, as SandboxError
+        for _ in range(2):
+            with pytest.raises(SandboxError, match="could not start"):
+                ask([], [Call("x", "6 * 7")], {}, {})
+
+
+def test_a_request_that_hangs_is_killed_and_the_later_ones_are_unknown_with_the_reason(tmp_path):
+    chunks, globals_ = program_for(tmp_path, """
+        def blocks():
+            everything = _real("BaseException")
+            lock = _module("_thread").allocate_lock()
+            lock.acquire()
+            while True:
+                try:
+                    lock.acquire()
+                except everything:
+                    pass
+    """)
+    child = session_for(wall_s=1.5)
+    start = time.monotonic()
+    try:
+        with pytest.raises(SandboxError, match="within 1.5 s"):
+            child.run(chunks, [Call("x", "blocks()")], {}, globals_)
+        assert my_children() == []  # killed at the deadline, not at the session's end
+        with pytest.raises(SandboxError, match="stopped at an earlier request of this check: .*within 1.5 s"):
+            child.run([], [Call("y", "6 * 7")], {}, {})
+    finally:
+        child.close()
+    assert time.monotonic() - start < 5
+
+
+def test_an_answer_forged_ahead_for_a_later_request_is_refused(tmp_path):
+    # The tree code finds its own request's nonce up the stack and answers it; while the parent sends the
+    # next request, it writes an answer for that one: it cannot carry a nonce it has not seen.
+    chunks, globals_ = program_for(tmp_path, """
+        def forges():
+            box = []
+
+            def walk():
+                yield box[0].gi_frame.f_back
+
+            box.append(walk())
+            frame = next(box[0])
+            while "request" not in frame.f_locals:
+                frame = frame.f_back
+            mine = frame.f_locals["request"]["id"]
+            out, clock = _module("sys").stdout, _module("time")
+            out.write('{"id": "%s", "results": {"x": {"value": 1}}}\\n' % mine)
+            out.flush()
+            until = clock.monotonic() + 0.5
+            while clock.monotonic() < until:
+                pass
+            out.write('{"id": "%s", "results": {"y": {"value": 666}}}\\n' % ("0" * 32))
+            out.flush()
+            return 2
+    """)
+    child = session_for()
+    try:
+        # Its own answer is taken: an answer is only ever as true as the request's own tree code.
+        assert child.run(chunks, [Call("x", "forges()")], {}, globals_)["x"].value == 1
+        with pytest.raises(SandboxError, match="no readable answer"):
+            child.run([], [Call("y", "6 * 7")], {}, {})
+        with pytest.raises(SandboxError, match="stopped at an earlier request"):
+            child.run([], [Call("z", "6 * 7")], {}, {})
+    finally:
+        child.close()
+
+
+def test_the_output_cap_holds_across_the_requests_of_a_session(tmp_path):
+    chunks, globals_ = program_for(tmp_path, """
+        def chatters():
+            err = _module("sys").stderr
+            err.write("x" * 600000)
+            err.flush()
+            return 1
+    """)
+    child = session_for(max_output_bytes=1 << 20)
+    try:
+        assert child.run(chunks, [Call("x", "chatters()")], {}, globals_)["x"].value == 1
+        with pytest.raises(SandboxError, match=f"wrote more than {1 << 20} bytes"):
+            child.run(chunks, [Call("x", "chatters()")], {}, globals_)
+    finally:
+        child.close()
+    assert my_children() == []
 
 
 # -- end to end: a real 0.33.0 tree whose resolver escapes ------------------------------------------

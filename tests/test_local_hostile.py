@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import resource
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+import measure
 
 SWA_FILE = "vllm/model_executor/models/qwen3_dflash.py"
 PEAK_MB = 300
@@ -27,32 +26,13 @@ class Run:
         self.code, self.stdout, self.stderr, self.peak_mb, self.seconds = code, stdout, stderr, peak_mb, seconds
 
 
-def run_measured(*args: str, tmp_path: Path, deadline: float = 60.0, address_space_mb: int | None = None) -> Run:
-    """The CLI in a child process: exit code, output, the child's peak RSS; killed (and failed) past the deadline."""
-
-    def limit() -> None:
-        if address_space_mb is not None:
-            size = address_space_mb * 1024 * 1024
-            resource.setrlimit(resource.RLIMIT_AS, (size, size))
-
-    out, err = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
-    start = time.monotonic()
-    with out.open("wb") as stdout, err.open("wb") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "dflash_doctor", *args], stdout=stdout, stderr=stderr,
-            stdin=subprocess.DEVNULL, preexec_fn=limit, start_new_session=True,
-        )
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() - start > deadline:
-                os.killpg(proc.pid, signal.SIGKILL)
-                os.wait4(proc.pid, 0)
-                pytest.fail(f"dflash-doctor {' '.join(args)} still running after {deadline} s")
-            time.sleep(0.02)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return Run(proc.returncode, out.read_text(), err.read_text(), usage.ru_maxrss / 1024, time.monotonic() - start)
+def run_measured(*args: str, deadline: float = 60.0, address_space_mb: int | None = None) -> Run:
+    """The CLI in a child process (its own session, measured by a small go-between):
+    exit code, output, the child's peak RSS; killed (and failed) past the deadline."""
+    result = measure.run_measured(*args, timeout=deadline, address_space_mb=address_space_mb)
+    if result.seconds > deadline:
+        pytest.fail(f"dflash-doctor {' '.join(args)} still running after {deadline} s")
+    return Run(result.returncode, result.stdout, result.stderr, result.peak_rss / 2**20, result.seconds)
 
 
 def one_line_error(run: Run, *words: str) -> None:
@@ -73,7 +53,7 @@ def test_sparse_giant_in_the_tree_is_not_read(mini_tree, tmp_path):
     giant = tree / SWA_FILE
     with giant.open("r+b") as handle:
         handle.truncate(3 * 1024**3)  # 3 GB, sparse: costs no disk, only a reader that trusts it
-    run = run_measured("check", "--path", str(tree), "--format", "json", tmp_path=tmp_path)
+    run = run_measured("check", "--path", str(tree), "--format", "json")
     report = json.loads(run.stdout)
     assert fix(report, "swa-config")["status"] == "unknown"
     assert "too large" in json.dumps(fix(report, "swa-config"))
@@ -85,7 +65,7 @@ def test_dev_zero_link_in_the_tree_is_not_read(mini_tree, tmp_path):
     tree = mini_tree("0.33.0")
     (tree / SWA_FILE).unlink()
     (tree / SWA_FILE).symlink_to("/dev/zero")
-    run = run_measured("check", "--path", str(tree), "--format", "json", tmp_path=tmp_path, deadline=30)
+    run = run_measured("check", "--path", str(tree), "--format", "json", deadline=30)
     report = json.loads(run.stdout)
     assert run.code == 2, run.stderr
     assert fix(report, "swa-config")["status"] == "unknown"
@@ -99,7 +79,7 @@ def test_fifo_does_not_block_the_package_scan(mini_tree, tmp_path):
     (tree / SWA_FILE).unlink()
     os.mkfifo(tree / "vllm" / "x.py")
     os.mkfifo(tree / "vllm" / "model_executor" / "models" / "y.py")
-    run = run_measured("check", "--path", str(tree), "--format", "json", tmp_path=tmp_path, deadline=30)
+    run = run_measured("check", "--path", str(tree), "--format", "json", deadline=30)
     report = json.loads(run.stdout)
     assert fix(report, "cache-drop")["status"] == "present"
     assert fix(report, "swa-config")["status"] != "present"
@@ -109,7 +89,7 @@ def test_fifo_as_an_anchor_file_is_unknown_not_a_hang(mini_tree, tmp_path):
     tree = mini_tree("0.33.0")
     (tree / SWA_FILE).unlink()
     os.mkfifo(tree / SWA_FILE)
-    run = run_measured("check", "--path", str(tree), "--format", "json", tmp_path=tmp_path, deadline=30)
+    run = run_measured("check", "--path", str(tree), "--format", "json", deadline=30)
     swa = fix(json.loads(run.stdout), "swa-config")
     assert swa["status"] == "unknown" and "not a regular file" in json.dumps(swa)
 
@@ -119,12 +99,12 @@ def test_link_to_a_regular_file_is_read(mini_tree, tmp_path):
     real = tmp_path / "elsewhere.py"
     (tree / SWA_FILE).rename(real)
     (tree / SWA_FILE).symlink_to(real)
-    run = run_measured("check", "--path", str(tree), "--format", "json", tmp_path=tmp_path)
+    run = run_measured("check", "--path", str(tree), "--format", "json")
     assert fix(json.loads(run.stdout), "swa-config")["status"] == "present"
 
 
 def _waivers_check(mini_tree, tmp_path, waivers: Path, deadline: float = 30) -> Run:
-    return run_measured("check", "--path", str(mini_tree("0.33.0")), "--waivers", str(waivers), tmp_path=tmp_path, deadline=deadline)
+    return run_measured("check", "--path", str(mini_tree("0.33.0")), "--waivers", str(waivers), deadline=deadline)
 
 
 def test_waivers_nested_deep_are_one_line(mini_tree, tmp_path):
@@ -151,7 +131,7 @@ def test_waivers_fifo_does_not_block(mini_tree, tmp_path):
 def test_drafter_config_linked_to_dev_zero_is_one_line(tmp_path):
     config = tmp_path / "config.json"
     config.symlink_to("/dev/zero")
-    run = run_measured("config", str(config), tmp_path=tmp_path, deadline=30)
+    run = run_measured("config", str(config), deadline=30)
     one_line_error(run, "drafter config", "not a regular file")
     assert run.peak_mb < PEAK_MB
 
@@ -159,7 +139,7 @@ def test_drafter_config_linked_to_dev_zero_is_one_line(tmp_path):
 def test_hosts_file_fifo_does_not_block(tmp_path):
     hosts = tmp_path / "hosts"
     os.mkfifo(hosts)
-    one_line_error(run_measured("check", "--hosts-file", str(hosts), tmp_path=tmp_path, deadline=30), "hosts file", "not a regular file")
+    one_line_error(run_measured("check", "--hosts-file", str(hosts), deadline=30), "hosts file", "not a regular file")
 
 
 @pytest.mark.parametrize(
@@ -178,7 +158,7 @@ def test_direct_url_of_the_wrong_shape_is_no_commit(mini_tree, tmp_path, direct_
     dist_info = next(tree.glob("vllm-*.dist-info"))
     text = direct_url if isinstance(direct_url, str) else json.dumps(direct_url)
     (dist_info / "direct_url.json").write_text(text)
-    run = run_measured("check", "--path", str(tree), "--format", "json", tmp_path=tmp_path)
+    run = run_measured("check", "--path", str(tree), "--format", "json")
     assert run.code == 0, run.stderr
     assert json.loads(run.stdout)["vllm"]["commit_source"] == "_version.py"
 
@@ -186,7 +166,7 @@ def test_direct_url_of_the_wrong_shape_is_no_commit(mini_tree, tmp_path, direct_
 def test_output_to_a_fifo_is_refused(mini_tree, tmp_path):
     fifo = tmp_path / "report.json"
     os.mkfifo(fifo)
-    run = run_measured("check", "--path", str(mini_tree("0.33.0")), "--output", f"json={fifo}", tmp_path=tmp_path, deadline=30)
+    run = run_measured("check", "--path", str(mini_tree("0.33.0")), "--output", f"json={fifo}", deadline=30)
     one_line_error(run, "not a regular file")
     assert fifo.is_fifo()
 
@@ -202,12 +182,12 @@ def memory_hungry_tree(mini_tree):
 
 
 def test_memory_error_is_an_internal_error_on_one_line(memory_hungry_tree, tmp_path):
-    run = run_measured("check", "--path", str(memory_hungry_tree), tmp_path=tmp_path, address_space_mb=250)
+    run = run_measured("check", "--path", str(memory_hungry_tree), address_space_mb=250)
     one_line_error(run, "internal error: MemoryError", "--debug")
 
 
 def test_debug_shows_the_traceback(memory_hungry_tree, tmp_path):
-    run = run_measured("--debug", "check", "--path", str(memory_hungry_tree), tmp_path=tmp_path, address_space_mb=250)
+    run = run_measured("--debug", "check", "--path", str(memory_hungry_tree), address_space_mb=250)
     assert run.code == 3
     assert "Traceback (most recent call last)" in run.stderr
     assert run.stderr.splitlines()[-1].startswith("dflash-doctor: internal error: MemoryError")
@@ -229,7 +209,7 @@ def test_output_symlink_is_replaced_not_written_through(mini_tree, tmp_path):
     outside.write_text("keep me\n")
     link = tmp_path / "report.json"
     link.symlink_to(outside)
-    run = run_measured("check", "--path", str(mini_tree("0.33.0")), "--output", f"json={link}", tmp_path=tmp_path)
+    run = run_measured("check", "--path", str(mini_tree("0.33.0")), "--output", f"json={link}")
     assert run.code == 0, run.stderr
     assert outside.read_text() == "keep me\n"
     assert not link.is_symlink() and json.loads(link.read_text())["exit_code"] == 0

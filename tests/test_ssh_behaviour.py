@@ -92,7 +92,26 @@ def run_remote(target: SshTarget, tmp_path: Path, source: str, *exprs: str) -> d
     with target.connected():
         resolved = target.resolve()
         assert resolved.info.details[2] == ("behaviour", f"runs on {target.given}")
-        return resolved.behaviour(chunks, [Call(f"c{i}", expr) for i, expr in enumerate(exprs)], {}, globals_)
+        with resolved.behaviour() as run:
+            return run(chunks, [Call(f"c{i}", expr) for i, expr in enumerate(exprs)], {}, globals_)
+
+
+def test_a_checks_requests_share_one_channel_and_each_check_has_its_own_child(host, remote_python, tmp_path):
+    srv, options = host
+    target = target_for(srv, options, remote_python)
+    before, seen = srv.log_count("request exec"), set()
+    with target.connected():
+        for check in range(2):  # as ``patch`` does: check, write, check again on the one connection
+            resolved = target.resolve()
+            with resolved.behaviour() as run:
+                answers = [run([], [Call("x", "0")], {}, {})["x"].value]
+                children = remote_children(srv) - seen
+                answers += [run([], [Call("x", f"{n} * 7")], {}, {})["x"].value for n in range(1, 3)]
+                assert answers == [0, 7, 14]
+                assert children and remote_children(srv) - seen == children  # the same processes answered all three
+                seen |= children
+            assert srv.log_count("request exec") - before == 2 * (check + 1)  # the probe, one session
+    assert srv.log_count("request exec") - before == 4
 
 
 def test_behaviour_outside_a_connection_is_structure_only(host, remote_python):
@@ -133,7 +152,7 @@ def resolve_layers():
 
 def test_the_remote_child_is_gone_after_the_client_gives_up(host, remote_python, tmp_path):
     srv, options = host
-    target = target_for(srv, options, remote_python, probe_timeout=2.0)
+    target = target_for(srv, options, remote_python, probe_timeout=3.0)
     source = '''
 def spin():
     while True:
@@ -151,15 +170,15 @@ def spin():
     watcher.start()
     started = time.monotonic()
     try:
-        run_remote(target, tmp_path, source, *["spin()"] * 8)  # 8 calls x 2 s each: far past the 2 s deadline
+        run_remote(target, tmp_path, source, *["spin()"] * 8)  # 8 calls x 2 s each: far past the 3 s deadline
     except SandboxError as exc:
         failure.append(str(exc))
     gave_up = time.monotonic() - started
     watcher.join()
-    assert failure and "did not finish within 2 s" in failure[0] and gave_up < 8
+    assert failure and "did not finish within 3 s" in failure[0] and gave_up < 9
     assert seen, "the behaviour child never ran under the host's sshd"  # where the code ran: on the host
-    # The host's timeout -k ends them: TERM 3 s after the start, KILL 5 s later. (Polled by pid: once the
-    # session closes, sshd is no longer their ancestor.)
+    # The host's timeout -k ends them: TERM 7 s after the session started (twice the 3 s deadline + 1 s),
+    # KILL 5 s later. (Polled by pid: once the session closes, sshd is no longer their ancestor.)
     deadline = time.monotonic() + 10
     while any(Path(f"/proc/{pid}").exists() for pid in seen) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -183,8 +202,8 @@ def test_behaviour_after_the_connection_closed_is_refused(host, remote_python, t
     target = target_for(srv, options, remote_python)
     with target.connected():
         behaviour = target.resolve().behaviour
-    with pytest.raises(SandboxError, match="is closed"):
-        behaviour([], [], {}, {})
+    with behaviour() as run, pytest.raises(SandboxError, match="is closed"):
+        run([], [], {}, {})
 
 
 def test_no_connection_or_thread_outlives_the_check_through_a_jump_host(host, remote_python, tmp_path):
@@ -202,7 +221,8 @@ def test_no_connection_or_thread_outlives_the_check_through_a_jump_host(host, re
         with target.connected():
             resolved = target.resolve()
             assert threading.active_count() == before + 2  # the target's transport and the jump host's
-            assert resolved.behaviour([], [Call("x", "6 * 7")], {}, {})["x"].value == 42
+            with resolved.behaviour() as run:
+                assert run([], [Call("x", "6 * 7")], {}, {})["x"].value == 42
         deadline = time.monotonic() + 5
         while threading.active_count() > before and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -1,12 +1,14 @@
 """Child side of the probe sandbox: run as ``python -I -S harness.py``.
 
-Stdlib only; the tool imports it only for ``SAFE_BUILTIN_NAMES``. Reads one
-JSON request on stdin, prints one JSON answer on stdout:
+Stdlib only; the tool imports it only for ``SAFE_BUILTIN_NAMES``. Reads JSON
+requests on stdin, one a line, and prints one JSON answer line for each on
+stdout, until stdin ends (session.py is the other side). Each request runs in
+fresh globals; the boundary goes up once, when the first request has arrived:
 
-    request  {"globals": {name: spec}, "program": [{"name", "source"}],
+    request  {"id": str, "globals": {name: spec}, "program": [{"name", "source"}],
               "data": {name: json}, "calls": [call], "call_timeout_s": float}
     call     {"id": str, "expr": str, "bind": {name: spec}}
-    answer   {"results": {id: outcome}}
+    answer   {"id": the request's, "results": {id: outcome}}
     outcome  {"value": json} | {"error": {"type", "message"}} | {"gap": str}
              | {"missing_key": str} | {"timeout": true}
 
@@ -34,7 +36,6 @@ A gap is raised as a BaseException, so no ``except Exception`` in the
 inspected code can swallow it and take another path.
 """
 
-import copy
 import json
 import signal
 import sys
@@ -240,9 +241,27 @@ class Module:
 def module_class_factory(namespace):
     def module_class(name, body):
         methods = {}
-        exec(body, namespace, methods)
+        exec(compiled(body), namespace, methods)
         return type(name, (Module,), methods)
     return module_class
+
+
+# What the stubs of one request are built from, kept for its many calls (cleared per request).
+COMPILED = {}  # class bodies by text
+DATA_TEXT = {}  # request data by name as JSON text: a deep copy is one json.loads
+
+
+def compiled(body):
+    if body not in COMPILED:
+        COMPILED[body] = compile(body, "<stub>", "exec")
+    return COMPILED[body]
+
+
+def fresh(data, name):
+    """A deep copy of request data ``name`` (JSON values only)."""
+    if name not in DATA_TEXT:
+        DATA_TEXT[name] = json.dumps(data[name])
+    return json.loads(DATA_TEXT[name])
 
 
 def _plain_name(name):
@@ -278,15 +297,15 @@ def build(spec, data, namespace):
     if not isinstance(spec, dict):
         return spec
     if "$data" in spec:
-        return copy.deepcopy(data[spec["$data"]])
+        return fresh(data, spec["$data"])
     if "$obj" in spec:
         if "data" in spec:
-            keys = {k: v for k, v in copy.deepcopy(data[spec["data"]]).items() if not k.startswith("__")}
+            keys = {k: v for k, v in fresh(data, spec["data"]).items() if not k.startswith("__")}
             return (LooseConfig if spec.get("loose") else Obj)(spec["$obj"], keys, False)
         return Obj(spec["$obj"], build(spec.get("attrs", {}), data, namespace), True)
     if "$class" in spec:
         body = {}
-        exec(spec["body"], namespace, body)
+        exec(compiled(spec["body"]), namespace, body)
         cls = type(spec["$class"], (Obj,), body)
         return cls(spec["$class"], build(spec.get("attrs", {}), data, namespace), True)
     if "$gap" in spec:
@@ -329,20 +348,18 @@ def on_alarm(signum, frame):
     raise CallTimeout()
 
 
-def main():
-    request = json.loads(sys.stdin.read())
-    # The boundary goes up before any tree code is compiled (sandbox.child_program() provides the module).
-    import lockdown
-
-    lockdown.lockdown(request.get("limits"))
+def serve(request):
+    """The answer to one request, run in fresh globals."""
     builtins = {name: __builtins__[name] if isinstance(__builtins__, dict) else getattr(__builtins__, name)
                 for name in SAFE_BUILTIN_NAMES}
     builtins.update(__import__=fake_import, getattr=safe_getattr, hasattr=safe_hasattr, setattr=safe_setattr)
     namespace = {"__builtins__": builtins, "__name__": "probed"}
+    take_records()
+    COMPILED.clear()
+    DATA_TEXT.clear()
     data = request.get("data", {})
     for name, spec in request.get("globals", {}).items():
         namespace[name] = build(spec, data, namespace)
-    signal.signal(signal.SIGALRM, on_alarm)
     timeout = float(request.get("call_timeout_s", 2.0))
     # One statement at a time: a definition that fails leaves a gap, not a dead program.
     for chunk in request["program"]:
@@ -370,7 +387,27 @@ def main():
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         results[call["id"]] = outcome
-    sys.stdout.write(json.dumps({"results": results}))
+    return {"id": request.get("id"), "results": results}
+
+
+def main():
+    """Serve request lines until stdin ends: one answer line each."""
+    line = sys.stdin.buffer.readline()
+    if not line:
+        return
+    request = json.loads(line)
+    # The boundary goes up before any tree code is compiled (sandbox.child_program() provides the module).
+    import lockdown
+
+    lockdown.lockdown(request.get("limits"))
+    signal.signal(signal.SIGALRM, on_alarm)
+    while True:
+        sys.stdout.write(json.dumps(serve(request)) + "\n")
+        sys.stdout.flush()
+        line = sys.stdin.buffer.readline()
+        if not line:
+            return
+        request = json.loads(line)
 
 
 if __name__ == "__main__":

@@ -20,14 +20,15 @@ COPIES = "its files are copies a probe sent, not the files themselves"
 
 @dataclasses.dataclass(frozen=True)
 class ResolvedTarget:
-    """``behaviour``: where the tree's own code can run (a ``sandbox.run``-shaped
-    callable), or None when it cannot run anywhere: ``no_behaviour`` says why.
+    """``behaviour``: where the tree's own code can run, or None when it cannot run
+    anywhere (``no_behaviour`` says why): called, it opens one check's session, a
+    context manager giving a ``sandbox.run``-shaped callable (see ``sandbox.session``).
     ``files``: how ``patch`` and ``restore`` write the tree (a ``TreeFiles``
     factory), or None when they cannot: ``no_files`` says why."""
 
     tree: SourceTree
     info: TargetInfo
-    behaviour: Callable[..., Any] | None = None
+    behaviour: Callable[[], contextlib.AbstractContextManager[Callable[..., Any]]] | None = None
     no_behaviour: str = NOT_RUN_HERE
     # A build commit known from outside the tree (an image label), and where it was read.
     build_commit: tuple[str, str] | None = None
@@ -40,16 +41,16 @@ def local(tree: DirectoryTree, info: TargetInfo) -> ResolvedTarget:
     its files are written in place, unless it is in the release cache."""
     releases = (cache_dir() / "releases").resolve()
     if tree.root.resolve().is_relative_to(releases):
-        return ResolvedTarget(tree, info, behaviour=_run_in_child, no_files=(
+        return ResolvedTarget(tree, info, behaviour=_child_session, no_files=(
             f"it is in dflash-doctor's read-only release cache ({releases}), a download cache, not an installation: "
             "patch a copy of it, or an installed vLLM"))
-    return ResolvedTarget(tree, info, behaviour=_run_in_child, files=functools.partial(LocalFiles, tree.root))
+    return ResolvedTarget(tree, info, behaviour=_child_session, files=functools.partial(LocalFiles, tree.root))
 
 
-def _run_in_child(*args: Any) -> Any:
+def _child_session() -> contextlib.AbstractContextManager:
     from ..draft import sandbox  # only when behaviour runs: a warm check never does
 
-    return sandbox.run(*args)
+    return sandbox.session()
 
 
 class Target(Protocol):

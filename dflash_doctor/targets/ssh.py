@@ -3,8 +3,10 @@
 One connection per host. The probe goes to the remote interpreter on stdin
 (``python - collect REQUEST``) and the files the rules need come back
 compressed on stdout. Inside ``connected()`` the tree's code also runs there:
-each behaviour run is a second exec channel running ``sandbox.child_program()``
-under the same lockdown as a local child, so nothing from the remote machine
+a second exec channel, opened with the connection so that its start-up
+overlaps the collection, runs ``sandbox.child_program()`` under the same
+lockdown as a local child and answers the check's behaviour requests in
+sequence (session.py), one round trip each; nothing from the remote machine
 runs on this one. Nothing is installed or written there.
 Host keys are verified against known_hosts; an unknown key is refused unless
 ``accept_new_host_key`` (then recorded), a changed key is always refused.
@@ -133,6 +135,7 @@ class SshTarget:
         self.bytes_sent = 0
         self.bytes_received = 0
         self._open: tuple[HostSpec, object] | None = None
+        self._ready = None  # the behaviour session started with the connection, until a check takes it
         self._jumps: list = []  # the ProxyJump clients the connection goes through, closed with it
 
     @contextlib.contextmanager
@@ -147,9 +150,13 @@ class SshTarget:
         client = self._connect(spec)
         self._open = (spec, client)
         try:
+            self._ready = self._start_session(spec, client)
             yield client
         finally:
             self._open = None
+            if self._ready is not None:
+                self._ready.close()
+                self._ready = None
             self._close(client)
 
     def resolve(self) -> ResolvedTarget:
@@ -178,7 +185,7 @@ class SshTarget:
         if self._open is None:
             return dataclasses.replace(resolved, no_files="the ssh connection it was read over is closed")
         files = functools.partial(SftpFiles, self._open[1], resolved.tree.root, self.options.python, info.location)
-        return dataclasses.replace(resolved, behaviour=functools.partial(self._run_behaviour, self._open), files=files)
+        return dataclasses.replace(resolved, behaviour=functools.partial(self._behaviour, self._open), files=files)
 
     def _close(self, client) -> None:
         """Close the connection, then the jump hosts it went through (their transport threads end)."""
@@ -326,34 +333,54 @@ class SshTarget:
             raise ToolError(f"{spec.given}: remote interpreter {self.options.python} failed (exit {status}): {last}")
         return text
 
-    def _run_behaviour(self, connection: tuple[HostSpec, object], *args) -> dict:
-        """``sandbox.run`` on the host: the same request and child, read the same
-        way; a failure there is a SandboxError as it is here. ``args``: sandbox.run's."""
+    def _start_session(self, spec: HostSpec, client):
+        """The behaviour child on the host, booted and waiting for its first request
+        (it reads that request before the lockdown goes up and any tree code is
+        read); a ``Refused`` one when it cannot start."""
         import paramiko
 
         from ..draft import sandbox
+        from ..draft.session import RUN_TIMEOUT_S, Refused, Session
+        from .channel import ChannelPipe
+
+        label = f"the probe process on {spec.given}"
+        # It lives through the collection it overlaps and the requests after it: twice the probe's deadline.
+        seconds = 2 * math.ceil(self.options.probe_timeout) + 1
+        # As a local child: the filesystem root as working directory and an empty environment.
+        found = f"cd / && py=$(command -v {shlex.quote(self.options.python)}) && "
+        command = self._remote_command(f'env -i "$py" -I -S -c {shlex.quote(CHILD_BOOT)}', seconds, found)
+        program = sandbox.child_program().encode()
+        boot = b"%d\n%s" % (len(program), program)
+        channel = None
+        try:
+            channel = client.get_transport().open_session(timeout=self.options.connect_timeout)
+            channel.exec_command(command)
+            channel.sendall(boot)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            if channel is not None:
+                channel.close()
+            return Refused(f"{label} could not start: {exc}")
+        self.bytes_sent += len(command) + len(boot)
+        return Session(ChannelPipe(channel, label, self), label, wall_s=min(self.options.probe_timeout, RUN_TIMEOUT_S))
+
+    @contextlib.contextmanager
+    def _behaviour(self, connection: tuple[HostSpec, object]):
+        """One check's session on the host (``ResolvedTarget.behaviour``): the one
+        started with the connection, or for a later check on it a new one (a
+        check's tree code never runs in the child of another check)."""
+        from ..draft.session import Refused
 
         spec, client = connection
         if self._open is not connection:
-            raise sandbox.SandboxError(f"the connection to {spec.given} is closed")
-        limit = min(self.options.probe_timeout, sandbox.RUN_TIMEOUT_S)
-        program = sandbox.child_program().encode()
-        payload = b"%d\n%s%s" % (len(program), program, sandbox.encode_request(*args))
-        # As a local child: the filesystem root as working directory and an empty environment.
-        found = f"cd / && py=$(command -v {shlex.quote(self.options.python)}) && "
-        command = self._remote_command(f'env -i "$py" -I -S -c {shlex.quote(CHILD_BOOT)}', math.ceil(limit) + 1, found)
+            yield Refused(f"the connection to {spec.given} is closed").run
+            return
+        session, self._ready = self._ready, None
+        if session is None:
+            session = self._start_session(spec, client)
         try:
-            output, errors, status = self._exec(client, command, payload, limit, sandbox.MAX_OUTPUT_BYTES)
-        except OverflowError:
-            raise sandbox.SandboxError(f"the probe process on {spec.given} wrote more than {sandbox.MAX_OUTPUT_BYTES} bytes") from None
-        except TimeoutError:
-            raise sandbox.SandboxError(f"the probe process on {spec.given} did not finish within {limit:g} s") from None
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise sandbox.SandboxError(f"the probe process on {spec.given} could not run: {exc}") from None
-        if status < 0:  # the session ended with no exit status (the host's shell itself was killed)
-            raise sandbox.SandboxError(f"the probe process on {spec.given} ended with no exit status")
-        exit_code = 128 - status if status > 128 else status  # the shell's 128 + N: killed by signal N
-        return sandbox.read_answer(sandbox.ChildRun(output, errors, exit_code, peak_rss_bytes=0))
+            yield session.run
+        finally:
+            session.close()
 
     def _drain(self, channel, deadline: float, cap: int) -> tuple[bytes, bytes]:
         """Standard output (at most ``cap`` bytes) and the tail of standard
@@ -377,3 +404,4 @@ class SshTarget:
             else:
                 select.select([channel], [], [], left)
         return bytes(output), bytes(errors)
+

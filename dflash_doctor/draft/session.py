@@ -1,0 +1,230 @@
+"""One isolated child serving a check's behaviour requests in sequence.
+
+The child (``sandbox.child_program()``: lockdown.py + harness.py) reads one
+request per line on its stdin and writes one answer per line on its stdout;
+it puts up the boundary once, after its first request has arrived and before
+any tree code is compiled, and runs each request in fresh globals. The parent
+side here holds a wall deadline per request, caps what the child writes over
+the whole session, and checks that each answer echoes its own request's
+nonce: a line the tree code wrote ahead (a forged answer for a later
+request) is refused. A request that fails ends the session: the child is
+killed and every later request is unknown, with the reason. Where the child
+runs (a local process, an ssh channel) is a ``Pipe``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import secrets
+import signal
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from ..model import ToolError
+
+RUN_TIMEOUT_S = 20.0  # per request
+CALL_TIMEOUT_S = 2.0
+MAX_OUTPUT_BYTES = 8 << 20  # per session: stdout and stderr together
+STDERR_TAIL_BYTES = 64 * 1024
+# Why the child was killed, by signal.
+KILLED_BECAUSE = {
+    signal.SIGSYS: "it made a system call the sandbox forbids (SIGSYS)",
+    signal.SIGXCPU: "it reached its CPU time limit (SIGXCPU)",
+    signal.SIGKILL: "SIGKILL (its hard CPU limit, or the kernel out of memory)",
+}
+
+
+class SandboxError(ToolError):
+    """The child did not answer: every probe of the request is unknown."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    """One top-level statement of the program, and the name it defines."""
+
+    name: str
+    source: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    id: str
+    expr: str
+    bind: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What one call gave: a value, an exception, or why the probe cannot know."""
+
+    value: Any = None
+    error_type: str | None = None
+    error_message: str = ""
+    gap: str | None = None
+    missing_key: str | None = None
+    timeout: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error_type is None and self.gap is None and self.missing_key is None and not self.timeout
+
+    @property
+    def unknowable(self) -> str | None:
+        """Why this outcome says nothing about vLLM (None when it does)."""
+        if self.gap is not None:
+            return f"the code reads {self.gap}, which the probe cannot know"
+        if self.missing_key is not None:
+            return f"the code reads the config key {self.missing_key!r}, which this drafter config does not set"
+        if self.timeout:
+            return f"the call did not finish within {CALL_TIMEOUT_S:g} s"
+        return None
+
+
+def exit_failure(label: str, exit_code: int, stderr: bytes) -> str | None:
+    """Why a child that ended this way gave no answer (None: it exited 0).
+    ``exit_code``: negative when killed by that signal."""
+    if exit_code == 0:
+        return None
+    if exit_code < 0:
+        number = -exit_code
+        because = KILLED_BECAUSE.get(number, f"signal {number}")
+        return f"{label} was killed: {because}"
+    last = (stderr.decode("utf-8", "replace").strip().splitlines() or ["no message"])[-1]
+    return f"{label} failed (exit {exit_code}): {''.join(c if c.isprintable() else '?' for c in last[:300])}"
+
+
+class Pipe(Protocol):
+    """The parent's end of a running child."""
+
+    def step(self, pending: memoryview, timeout: float) -> tuple[int, bytes, bytes, bool]:
+        """Wait at most ``timeout`` s for progress: how many bytes of ``pending`` went
+        to the child's stdin (all of them once it stopped reading), what came from
+        its stdout and stderr, and whether both have ended."""
+
+    def exit_code(self, deadline: float) -> int:
+        """Once its outputs ended: how the child exited (negative: that signal);
+        TimeoutError at the monotonic ``deadline``, SandboxError when it cannot be known."""
+
+    def close(self) -> None:
+        """Kill the child (if still there) and release it."""
+
+
+class Session:
+    """The requests of one check, answered by one child behind ``pipe``.
+
+    ``run`` has ``sandbox.run``'s signature. ``label`` names the child in messages."""
+
+    def __init__(self, pipe: Pipe, label: str = "the probe process", *, wall_s: float = RUN_TIMEOUT_S,
+                 max_output_bytes: int = MAX_OUTPUT_BYTES) -> None:
+        self.pipe = pipe
+        self.label = label
+        self.wall_s = wall_s
+        self.cap = max_output_bytes
+        self.stdout = bytearray()
+        self.stderr = bytearray()  # its tail
+        self._total = 0
+        self._ended = False  # both outputs
+        self.exit: int | None = None  # how the child exited, once known
+        self._broken: str | None = None  # why later requests get no answer
+
+    def run(self, program: Sequence[Chunk], calls: Sequence[Call], data: dict[str, Any], globals_: dict[str, Any]) -> dict[str, Outcome]:
+        """Outcomes by call id. ``globals_`` are stubs bound before the program runs
+        (gaps, loggers, envs); a program statement that fails leaves a gap under its name."""
+        if self._broken is not None:
+            raise SandboxError(self._broken)
+        nonce = secrets.token_hex(16)
+        try:
+            line = self.exchange(encode_request(program, calls, data, globals_, nonce) + b"\n", b"\n")
+            return read_answer(line, nonce, self.label)
+        except SandboxError as exc:
+            self._broken = f"{self.label} stopped at an earlier request of this check: {exc}"
+            self.close()
+            raise
+
+    def exchange(self, request: bytes, until: bytes | None) -> bytes:
+        """Send ``request``, then read up to the first ``until`` (its line) or, with
+        None, until the child exits (all it wrote). Raises SandboxError on the
+        request's deadline, the session's output cap, or a child that ended
+        without answering."""
+        deadline = time.monotonic() + self.wall_s
+        pending = memoryview(request)
+        while until is None or until not in self.stdout:
+            if self._ended and not pending:
+                self.exit = self._exit_code(deadline)
+                if until is None:
+                    return bytes(self.stdout)
+                raise SandboxError(exit_failure(self.label, self.exit, bytes(self.stderr)) or f"{self.label} gave no readable answer")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise SandboxError(f"{self.label} did not finish within {self.wall_s:g} s")
+            sent, out, err, ended = self.pipe.step(pending, remaining)
+            pending = pending[sent:]
+            self._total += len(out) + len(err)
+            if self._total > self.cap:
+                raise SandboxError(f"{self.label} wrote more than {self.cap} bytes")
+            self.stdout += out
+            self.stderr = (self.stderr + err)[-STDERR_TAIL_BYTES:]
+            self._ended = ended
+        line, _, rest = bytes(self.stdout).partition(until)
+        self.stdout = bytearray(rest)
+        if pending:  # an answer before the whole request was read: not the harness's
+            raise SandboxError(f"{self.label} gave no readable answer")
+        return line
+
+    def _exit_code(self, deadline: float) -> int:
+        try:
+            return self.pipe.exit_code(deadline)
+        except TimeoutError:
+            raise SandboxError(f"{self.label} did not finish within {self.wall_s:g} s") from None
+
+    def close(self) -> None:
+        self.pipe.close()
+
+
+class Refused:
+    """A session whose child cannot run: every request is unknown, with ``reason``."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def run(self, *args: Any) -> dict[str, Outcome]:
+        raise SandboxError(self.reason)
+
+    def close(self) -> None:
+        pass
+
+
+def encode_request(program: Sequence[Chunk], calls: Sequence[Call], data: dict[str, Any], globals_: dict[str, Any],
+                   nonce: str) -> bytes:
+    """One request line for ``child_program()``, wherever it runs (JSON has no raw newline)."""
+    return json.dumps({
+        "id": nonce,
+        "globals": globals_,
+        "program": [{"name": chunk.name, "source": chunk.source} for chunk in program],
+        "data": data,
+        "calls": [{"id": call.id, "expr": call.expr, "bind": dict(call.bind)} for call in calls],
+        "call_timeout_s": CALL_TIMEOUT_S,
+    }).encode()
+
+
+def read_answer(line: bytes, nonce: str, label: str) -> dict[str, Outcome]:
+    """Outcomes by call id from one answer line; SandboxError when it is not the
+    answer to the request with ``nonce``."""
+    try:  # the answer is as hostile as the code that wrote it: any shape may come back
+        answer = json.loads(line)
+        if answer["id"] != nonce:
+            raise ValueError("the answer to another request")
+        return {call_id: _outcome(raw) for call_id, raw in answer["results"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        raise SandboxError(f"{label} gave no readable answer") from None
+
+
+def _outcome(raw: dict[str, Any]) -> Outcome:
+    error = raw.get("error") or {}
+    texts = (error.get("type"), error.get("message", ""), raw.get("gap"), raw.get("missing_key"))
+    if not all(text is None or isinstance(text, str) for text in texts):
+        raise TypeError("an outcome field that is not a string")
+    return Outcome(value=raw.get("value"), error_type=texts[0], error_message=texts[1], gap=texts[2],
+                   missing_key=texts[3], timeout=raw.get("timeout") is True)
