@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, ClassVar, Protocol
 
 PRESENT = "present"
 ABSENT = "absent"
@@ -20,10 +21,11 @@ BEHAVIOUR = "behaviour"  # decided by running the tree's own code
 STRUCTURE = "structure"  # decided by the code's forms alone
 DECIDERS = (BEHAVIOUR, STRUCTURE)
 
-EXIT_OK = 0
-EXIT_MISSING = 1
-EXIT_UNKNOWN = 2
-EXIT_ERROR = 3
+# The exit codes every command shares; ``exit_code_for`` is the one rule that combines them.
+EXIT_OK = 0  # everything checked is fine
+EXIT_MISSING = 1  # a fix verdict or a finding fails
+EXIT_UNKNOWN = 2  # nothing fails, something could not be decided
+EXIT_ERROR = 3  # could not run (or, in a fleet, some host could not be checked)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,6 +200,7 @@ class TargetInfo:
     kind: str
     location: str
     details: tuple[tuple[str, str | int], ...] = ()  # numbers (bytes_sent, ...) stay numbers in JSON
+    directory: bool = False  # ``location`` is a directory on this machine (a file: URI names it truthfully)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "location": self.location, **dict(self.details)}
@@ -209,13 +212,13 @@ class CheckReport:
     vllm: Provenance
     fixes: tuple[FixResult, ...]
     tool_version: str
-    # Extra top-level JSON sections added by options of `check` (ancestry, draft, probes, ...).
-    sections: tuple[tuple[str, Any], ...] = ()
+    # What options of `check` add beside the fixes (ancestry, draft, probes, ...): one top-level JSON key each.
+    sections: tuple[Section, ...] = ()
     strict: bool = False  # --strict: unknown fails the gate like absent
 
     @property
     def exit_code(self) -> int:
-        return exit_code_for((fix.status for fix in self.fixes if fix.gates), strict=self.strict)
+        return exit_code_for(verdict_code(fix.status, self.strict) for fix in self.fixes if fix.gates)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -224,20 +227,26 @@ class CheckReport:
             "target": self.target.to_json(),
             "vllm": self.vllm.to_json(),
             "fixes": [fix.to_json() for fix in self.fixes],
-            **dict(self.sections),
+            **{section.name: section.to_json() for section in self.sections},
             "strict": self.strict,
             "exit_code": self.exit_code,
         }
 
 
-def exit_code_for(statuses, strict: bool = False) -> int:
-    """0 all present; 1 any absent/partial/not-applicable (or unknown when strict); else 2 any unknown."""
-    seen = set(statuses)
-    if seen & {ABSENT, PARTIAL, NOT_APPLICABLE} or (strict and UNKNOWN in seen):
-        return EXIT_MISSING
-    if UNKNOWN in seen:
+def exit_code_for(codes: Iterable[int]) -> int:
+    """The one exit-code rule, for every command: the worst of its parts' codes,
+    worst first 3 (could not run), 1 (fails), 2 (unknown), 0 (ok); no parts is 0."""
+    seen = set(codes)
+    return next((code for code in (EXIT_ERROR, EXIT_MISSING, EXIT_UNKNOWN) if code in seen), EXIT_OK)
+
+
+def verdict_code(status: str, strict: bool = False) -> int:
+    """A fix verdict's part: present 0, absent/partial/not-applicable 1, unknown 2 (1 when strict)."""
+    if status == PRESENT:
+        return EXIT_OK
+    if status == UNKNOWN and not strict:
         return EXIT_UNKNOWN
-    return EXIT_OK
+    return EXIT_MISSING
 
 
 class ToolError(Exception):
@@ -246,3 +255,46 @@ class ToolError(Exception):
     The base of every domain error (SiteError, ExtractError, SandboxError,
     PatchRefused, GitFailure): one that escapes its handler still ends as one
     line, never as a traceback or exit 1."""
+
+
+@dataclasses.dataclass(frozen=True)
+class HostOutcome:
+    """One host of a fleet: its report, or the error that kept it from being checked."""
+
+    host: str
+    report: CheckReport | None = None
+    error: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_ERROR if self.report is None else self.report.exit_code
+
+    def to_json(self) -> dict[str, Any]:
+        if self.report is not None:
+            return self.report.to_json()
+        return {"host": self.host, "error": self.error, "exit_code": self.exit_code}
+
+
+FLEET_SCHEMA = "dflash-doctor/fleet/v1"
+
+
+def fleet_exit_code(outcomes: Iterable[HostOutcome]) -> int:
+    """The worst over all hosts: a host that could not be checked counts 3, any
+    other its own code (its --strict and waivers counted)."""
+    return exit_code_for(outcome.exit_code for outcome in outcomes)
+
+
+def fleet_json(outcomes: list[HostOutcome]) -> dict[str, Any]:
+    return {"schema": FLEET_SCHEMA, "hosts": [o.to_json() for o in outcomes], "exit_code": fleet_exit_code(outcomes)}
+
+
+class Section(Protocol):
+    """A part of a check report beside the fixes: a frozen dataclass that says
+    its JSON key, its JSON, and its plain lines (clean for a terminal; none when
+    the table does not show it). Reporters only iterate over sections."""
+
+    name: ClassVar[str]
+
+    def to_json(self) -> Any: ...
+
+    def lines(self) -> list[str]: ...

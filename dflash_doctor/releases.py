@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .model import EXIT_ERROR, EXIT_OK, PRESENT, ToolError
+from .model import EXIT_ERROR, EXIT_OK, PRESENT, ToolError, exit_code_for
 from .paths import cache_dir, caches_disabled, write_atomically
 from .rules import Rule
 from .targets.release import COMPLETE, RELEASE, UNREACHABLE_HINT, canonical_release, unreachable_index
@@ -86,7 +86,7 @@ class Matrix:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_ERROR if any(row.error for row in self.rows) else EXIT_OK
+        return exit_code_for(EXIT_ERROR if row.error else EXIT_OK for row in self.rows)
 
     def present_from(self, fix_ids: Iterable[str]) -> str | None:
         """The oldest checked release from which every later checked release has all these fixes present."""

@@ -19,13 +19,47 @@ import datetime
 import fnmatch
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from .model import PRESENT, CheckReport, TargetInfo, ToolError, Waiver
 from .paths import read_file
 
 KEYS = ("id", "target", "reason", "until")
 MAX_WAIVERS_BYTES = 1024 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class WaiversSection:
+    """What the waivers file did to a report: not in the table, said on standard error (``summary``)."""
+
+    file: str
+    waived: tuple[tuple[str, Waiver], ...]  # (the fix's status, the waiver that covers it)
+    expired: tuple[Waiver, ...]
+    not_needed: tuple[Waiver, ...]
+    name: ClassVar[str] = "waivers"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "waived": [{"status": status, **waiver.to_json()} for status, waiver in self.waived],
+            "expired": [waiver.to_json() for waiver in self.expired],
+            "not_needed": [waiver.to_json() for waiver in self.not_needed],
+        }
+
+    def lines(self) -> list[str]:
+        return []
+
+    def summary(self) -> list[str]:
+        """One line each: printed on every run that has a waivers file."""
+        count = len(self.waived)
+        lines = [f"{count} fix{'' if count == 1 else 'es'} waived by {self.file}"]
+        for status, waiver in self.waived:
+            lines.append(f"waived {waiver.id} ({status}){_until(waiver)}: {waiver.reason}")
+        for waiver in self.expired:
+            lines.append(f"expired waiver not applied: {waiver.id} (until {waiver.until.isoformat()}): {waiver.reason}")
+        for waiver in self.not_needed:
+            lines.append(f"waiver not needed, the fix is present: {waiver.id}: {waiver.reason}")
+        return lines
 
 
 def load_waivers(path: Path, known_ids: set[str]) -> tuple[Waiver, ...]:
@@ -103,32 +137,16 @@ def apply_waivers(report: CheckReport, waivers: tuple[Waiver, ...], source: Path
             waiver = None
         if waiver is not None:
             fix = dataclasses.replace(fix, waiver=waiver)
-            waived.append({"status": fix.status, **waiver.to_json()})
+            waived.append((fix.status, waiver))
         fixes.append(fix)
-    section = {
-        "file": str(source),
-        "waived": waived,
-        "expired": [w.to_json() for w in expired],
-        "not_needed": [w.to_json() for w in unneeded],
-    }
-    return dataclasses.replace(report, fixes=tuple(fixes), sections=report.sections + (("waivers", section),))
+    section = WaiversSection(str(source), tuple(waived), tuple(expired), tuple(unneeded))
+    return dataclasses.replace(report, fixes=tuple(fixes), sections=(*report.sections, section))
 
 
 def waiver_summary(report: CheckReport) -> list[str]:
-    """What the waivers did in this run, one line each: printed on every run that has a waivers file."""
-    section = dict(report.sections).get("waivers")
-    if section is None:
-        return []
-    count = len(section["waived"])
-    lines = [f"{count} fix{'' if count == 1 else 'es'} waived by {section['file']}"]
-    for entry in section["waived"]:
-        lines.append(f"waived {entry['id']} ({entry['status']}){_until(entry)}: {entry['reason']}")
-    for entry in section["expired"]:
-        lines.append(f"expired waiver not applied: {entry['id']} (until {entry['until']}): {entry['reason']}")
-    for entry in section["not_needed"]:
-        lines.append(f"waiver not needed, the fix is present: {entry['id']}: {entry['reason']}")
-    return lines
+    """What the waivers did in this run (nothing without a waivers file)."""
+    return [line for section in report.sections if isinstance(section, WaiversSection) for line in section.summary()]
 
 
-def _until(entry: dict[str, Any]) -> str:
-    return f" until {entry['until']}" if entry["until"] else ""
+def _until(waiver: Waiver) -> str:
+    return f" until {waiver.until.isoformat()}" if waiver.until else ""

@@ -73,11 +73,16 @@ def test_main_tip_contains_every_merged_pr_by_merge_commit(history):
 
 
 def test_section_for_the_check_report_is_the_ancestry_report(history):
-    from dflash_doctor.ancestry import ancestry_report
+    from dflash_doctor.commands.check import with_ancestry
+    from dflash_doctor.model import CheckReport, Provenance, TargetInfo
+    from dflash_doctor.rules import load_rules
 
-    section = ancestry_report(history.path, history.c["release"][:9], "version")
+    built = Provenance("0.20.1", history.c["release"][:9], "version", None)
+    report = with_ancestry(CheckReport(TargetInfo("path", "/site"), built, (), "0"), history.path, None, load_rules())
+    section = report.to_json()["ancestry"]
     assert section == judge(history.path, history.c["release"], "version").to_json()
     assert (section["commit"], section["commit_source"]) == (history.c["release"], "version")
+    assert report.sections[-1].lines()[0] == f"ancestry of {section['commit']} in {section['repo']}:"
 
 
 def test_one_entry_per_fix_and_pr_from_the_rules(history):

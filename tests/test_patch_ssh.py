@@ -118,14 +118,14 @@ def test_remote_file_changed_after_the_check_is_refused(remote):
     rules = select(["layer-offset"])
     options = SshOptions(python=str(remote["python"]), identity=Path(user["args"][1]), known_hosts=user["known"])
     target = SshTarget(host(remote["srv"]), options, probe_request(rules))
-    with target.connected() as ssh_client:
+    with target.connected():
         resolved = target.resolve()
         plan = plan_patches(resolved.tree, rules, checked_fixes(resolved.tree, rules))
         assert [change.file for change in plan.changes] == [RESOLVER]
         edited = (root / RESOLVER).read_bytes() + b"# edited by someone else\n"
         (root / RESOLVER).write_bytes(edited)
         with pytest.raises(ToolError, match="changed since it was checked"):
-            apply_changes(files_for(resolved, ssh_client), plan.changes, "test")
+            apply_changes(files_for(resolved)(), plan.changes, "test")
     assert (root / RESOLVER).read_bytes() == edited
     assert not (root / STATE).exists()
     assert connections(remote) == 1

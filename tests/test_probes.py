@@ -12,7 +12,6 @@ from dflash_doctor.draft.config import load_draft_config
 from dflash_doctor.behaviour.compute import compute
 from dflash_doctor.behaviour.definitions import ExtractError, Locator
 from dflash_doctor.behaviour.program import ProgramBuilder
-from dflash_doctor.draft.render import probe_lines
 from dflash_doctor.draft.sandbox import Call, run
 from dflash_doctor.rules import load_rules
 from dflash_doctor.source import DirectoryTree
@@ -166,7 +165,7 @@ def check_with_draft(tree: Path, config: Path):
     """(what the forms say, the verdicts with the user's config gating, the report sections)."""
     sections, fixes = draft_sections(PathTarget(tree).resolve(), load_rules(), config, None)
     before = {fix.id: fix.structure_status for fix in fixes}
-    return before, {fix.id: fix for fix in fixes}, dict(sections)
+    return before, {fix.id: fix for fix in fixes}, {section.name: section for section in sections}
 
 
 def test_unaltered_tree_keeps_every_verdict(mini_tree, release):
@@ -176,9 +175,9 @@ def test_unaltered_tree_keeps_every_verdict(mini_tree, release):
     assert before["layer-offset"] == "absent"
     assert {f.decided_by for f in after.values()} == {"behaviour"}
     assert after["layer-offset"].decided_by == "behaviour"
-    assert sections["draft"]["format"] == "z-lab"
+    assert sections["draft"].to_json()["format"] == "z-lab"
     for key in ("aux_layer_ids", "expected_aux_layer_ids", "layers", "runner", "drops_prefix_block", "reason"):
-        assert key in sections["probes"]
+        assert key in sections["probes"].to_json()
 
 
 def test_shift_undone_after_the_comprehension_makes_layer_offset_unknown(mini_tree, release):
@@ -196,7 +195,7 @@ def test_shift_undone_after_the_comprehension_makes_layer_offset_unknown(mini_tr
     assert "[1, 9, 17, 25, 33]" in after["layer-offset"].reason
     assert after["layer-offset"].behaviour.status == "absent"
     assert after["cache-drop"].status == before["cache-drop"]
-    assert probe_lines(sections["probes"])[1].startswith("  !! vLLM captures aux layers [1, 9, 17, 25, 33]")
+    assert sections["probes"].lines()[1].startswith("  !! vLLM captures aux layers [1, 9, 17, 25, 33]")
 
 
 def test_drop_predicate_changed_under_the_opt_out_flag_makes_cache_drop_unknown(mini_tree, release):
@@ -210,7 +209,7 @@ def test_drop_predicate_changed_under_the_opt_out_flag_makes_cache_drop_unknown(
     assert before["cache-drop"] == "partial"
     assert after["cache-drop"].status == "unknown"
     assert "BEHAVIOUR AND STRUCTURE DISAGREE" in after["cache-drop"].reason
-    assert sections["probes"]["drops_prefix_block"] is False
+    assert sections["probes"].computed.drops_prefix_block is False
 
 
 def test_drop_that_a_later_line_may_undo_is_unknown_not_a_guess(mini_tree, release):
@@ -221,8 +220,8 @@ def test_drop_that_a_later_line_may_undo_is_unknown_not_a_guess(mini_tree, relea
          '    def use_dflash(self) -> bool:\n        return self.method == "dflash"',
          '    def use_dflash(self) -> bool:\n        return self.method == "dflash-v1"')
     before, after, sections = check_with_draft(tree, QWEN3_8B)
-    assert sections["probes"]["drops_prefix_block"] is None
-    assert "may turn the drop off" in sections["probes"]["reason"]["drops_prefix_block"]
+    assert sections["probes"].computed.drops_prefix_block is None
+    assert "may turn the drop off" in dict(sections["probes"].computed.reasons)["drops_prefix_block"]
     # The forms still read present; running the code cannot tell: unknown, never present.
     assert before["cache-drop"] == "present"
     assert after["cache-drop"].status == "unknown" and after["cache-drop"].decided_by == "behaviour"

@@ -133,34 +133,6 @@ def test_sarif_waived_fix_is_a_suppressed_result(tmp_path, mini_tree):
     ]
 
 
-def test_sarif_fixes_come_only_from_a_patch_provider(mini_tree):
-    """The hook `patch` feeds: a provider's exact edits land in `fixes` and stay schema-valid."""
-    from dflash_doctor.check import run_check
-    from dflash_doctor.reporters.sarif import ROOT_ID, SarifReporter
-    from dflash_doctor.targets.path import PathTarget
-
-    report = run_check(PathTarget(mini_tree("0.20.1")), load_rules())
-
-    def one_line_edit(report, fix):
-        if fix.id != "layer-offset":
-            return []
-        evidence = next(e for e in fix.evidence if e.form == "raw-dflash-ids")
-        return [{
-            "description": {"text": "shift the DFlash layer ids to capture ids"},
-            "artifactChanges": [{
-                "artifactLocation": {"uri": evidence.file, "uriBaseId": ROOT_ID},
-                "replacements": [{"deletedRegion": {"startLine": evidence.line}, "insertedContent": {"text": "edited\n"}}],
-            }],
-        }]
-
-    log = json.loads(SarifReporter(fixes_for=one_line_edit).render(report, terminal=False))
-    assert sarif_errors(log) == []
-    with_fixes = [r["ruleId"] for r in log["runs"][0]["results"] if "fixes" in r]
-    assert with_fixes == ["layer-offset"]
-    plain = json.loads(SarifReporter().render(report, terminal=False))
-    assert all("fixes" not in r for r in plain["runs"][0]["results"])
-
-
 def test_one_run_and_one_category_per_target(mini_tree):
     from dflash_doctor.check import run_check
     from dflash_doctor.reporters.sarif import SarifReporter

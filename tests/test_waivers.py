@@ -74,7 +74,7 @@ def test_until_is_the_last_day_the_waiver_applies(mini_tree):
     applied = apply_waivers(report, (on_the_day,), Path("w.toml"), today=datetime.date(2030, 5, 1))
     assert applied.exit_code == 0
     after = apply_waivers(report, (on_the_day,), Path("w.toml"), today=datetime.date(2030, 5, 2))
-    assert after.exit_code == 1 and dict(after.sections)["waivers"]["expired"][0]["until"] == "2030-05-01"
+    assert after.exit_code == 1 and after.to_json()["waivers"]["expired"][0]["until"] == "2030-05-01"
 
 
 def test_target_pattern_matches_location_or_details(tmp_path, mini_tree):

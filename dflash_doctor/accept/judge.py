@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..model import EXIT_MISSING, EXIT_OK, EXIT_UNKNOWN
+from ..model import EXIT_MISSING, EXIT_OK, EXIT_UNKNOWN, exit_code_for
 from .measurement import Measurement
 from .reference import Expected, Judgement
 
@@ -16,7 +16,7 @@ UNIFORM_LOSS = "uniform-loss"
 CONTEXT_DECAY = "context-decay"
 LARGE_LOSS = "large-loss"
 
-EXIT_CODES = {
+EXIT_CODES = {  # each diagnosis's part in the one exit-code rule
     WITHIN_BAND: EXIT_OK,
     NO_REFERENCE: EXIT_OK,
     COLLAPSE: EXIT_MISSING,
@@ -34,7 +34,7 @@ class Diagnosis:
 
     @property
     def exit_code(self) -> int:
-        return EXIT_CODES[self.code]
+        return exit_code_for((EXIT_CODES[self.code],))
 
     def to_json(self) -> dict[str, str]:
         return {"code": self.code, "text": self.text}

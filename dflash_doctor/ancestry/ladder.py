@@ -234,11 +234,6 @@ def judge(
         repository.close()
 
 
-def ancestry_report(repo: Path, commit: str, commit_source: str | None = None, **options) -> dict[str, Any]:
-    """The JSON section ``check --repo`` adds to its report (raises ToolError when it cannot run)."""
-    return judge(repo, commit, commit_source, **options).to_json()
-
-
 def commit_from_target(target) -> tuple[str, str]:
     """The build commit a target records (``check`` provenance), and where it was read."""
     from ..provenance import read_provenance

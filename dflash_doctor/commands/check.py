@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from ..model import ToolError
+from ..reporters import FORMATS
 from ..terminal import clean
 from .options import (
     AcceptNewHostKeyOption,
@@ -35,17 +36,12 @@ from .options import (
 )
 
 
-class Format(str, Enum):
-    table = "table"
-    json = "json"
-    sarif = "sarif"
-    junit = "junit"
+# --format's choices: the reporter registry's names.
+Format = Enum("Format", [(name, name) for name in FORMATS], type=str)
 
 
 def parse_outputs(default_format: str, specs: list[str]) -> list[tuple[str, Path]]:
     """``FORMAT=FILE`` pairs; a bare path is the ``--format`` report. Checked before the run."""
-    from ..reporters import FORMATS
-
     outputs: list[tuple[str, Path]] = []
     for spec in specs:
         name, sep, rest = spec.partition("=")
@@ -76,12 +72,12 @@ def _warm_up(rules) -> None:
 
 def with_ancestry(report, repo: Path, main_ref: Optional[str], rules):
     """The report with an ``ancestry`` section for its recorded build commit."""
-    from ..ancestry import ancestry_report
+    from ..ancestry import judge
 
     if not report.vllm.commit:
         raise ToolError(f"--repo: {report.target.location} records no build commit to look up (version {report.vllm.version})")
-    section = ancestry_report(repo, report.vllm.commit, report.vllm.commit_source, rules=rules, main_ref=main_ref)
-    return dataclasses.replace(report, sections=(*report.sections, ("ancestry", section)))
+    section = judge(repo, report.vllm.commit, report.vllm.commit_source, rules=rules, main_ref=main_ref)
+    return dataclasses.replace(report, sections=(*report.sections, section))
 
 
 def check(
@@ -89,7 +85,7 @@ def check(
     python: Optional[str] = PythonOption,
     release: Optional[str] = ReleaseOption,
     only: Optional[list[str]] = OnlyOption,
-    format: Format = typer.Option(Format.table, "--format", help="Report on standard output (or in the bare --output path)."),
+    format: Format = typer.Option(Format["table"], "--format", help="Report on standard output (or in the bare --output path)."),
     output: Optional[list[str]] = typer.Option(
         None, "--output", metavar="[FORMAT=]FILE",
         help="Write a report to a file, atomically (repeatable): json=report.json, sarif=report.sarif, junit=junit.xml, "
@@ -150,7 +146,8 @@ def check(
         return apply_waivers(report, waiver_list, waivers) if waiver_list is not None else report
 
     if fleet:
-        from ..fleet import HostOutcome, check_targets, fleet_exit_code
+        from ..fleet import check_targets
+        from ..model import HostOutcome, fleet_exit_code
 
         def finish_host(outcome):
             try:

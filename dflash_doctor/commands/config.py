@@ -31,17 +31,18 @@ def config(
     """
     from .. import __version__
     from ..draft.lint import lint_report
-    from ..draft.render import lint_lines, lint_table
+    from ..draft.render import DraftSection
 
     report = lint_report(path, target_config)
-    draft = report.to_json()
+    section = DraftSection(report)
     if format is LintFormat.json:
-        document = {"schema": "dflash-doctor/config/v1", "tool_version": __version__, "draft": draft, "exit_code": report.exit_code}
+        document = {"schema": "dflash-doctor/config/v1", "tool_version": __version__, "draft": section.to_json(),
+                    "exit_code": report.exit_code}
         text = json.dumps(document, indent=2) + "\n"
     elif output is None and sys.stdout.isatty():
-        text = lint_table(draft)
+        text = section.table()
     else:
-        text = "\n".join(lint_lines(draft)) + "\n"
+        text = "\n".join(section.lines()) + "\n"
     emit(text, output)
     return report.exit_code
 

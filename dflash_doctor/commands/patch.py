@@ -8,7 +8,6 @@ check, the writes (SFTP) and the re-check share one ssh connection.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from pathlib import Path
 from typing import Optional
@@ -34,8 +33,6 @@ from .options import (
 
 ReleaseRefusedOption = typer.Option(None, "--release", help="Refused: release trees are a download cache, not an install.")
 ImageRefusedOption = typer.Option(None, "--image", help="Refused: an image is patched when it is built (see docs/images.md).")
-IMAGE_REFUSAL = ("an image cannot be patched in place: patch it when it is built, with "
-                 "`RUN dflash-doctor patch --path SITE-PACKAGES --yes` in its Dockerfile (see docs/images.md)")
 YesOption = typer.Option(False, "--yes", "-y", help="Apply without asking (needed when there is no terminal).")
 
 
@@ -66,8 +63,7 @@ def patch(
     (refused, with the reason), 2 some unknown, 3 could not run (nothing half-written).
     With --repo/--pr: 0 applied or already there, 1 conflict (nothing changed), 3 could not run.
     """
-    if image is not None:
-        raise ToolError(f"--image: {IMAGE_REFUSAL}")
+    _refuse_image(image)
     if repo is not None or pr is not None:
         given = [name for name, value in (("--path", path), ("--python", python), ("--release", release),
                                           ("--host", host), ("--only", only)) if value]
@@ -78,23 +74,25 @@ def patch(
         return _patch_repo(repo, pr, main_ref, remote, dry_run, yes)
     ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, probe_timeout, accept_new_host_key)
     from ..rules import select
+    from ..targets import opened
 
     rules = select(only)
     target = _installed_target(path, python, release, host, ssh, rules)
-    with _connection(target) as client:
-        return _patch(target, client, rules, dry_run, yes)
+    with opened(target):
+        return _patch(target, rules, dry_run, yes)
 
 
-def _patch(target, client, rules, dry_run: bool, yes: bool) -> int:
+def _patch(target, rules, dry_run: bool, yes: bool) -> int:
     from .. import __version__
     from ..cache import checked_fixes
     from ..check import run_check
-    from ..model import exit_code_for
+    from ..model import exit_code_for, verdict_code
     from ..patching import files_for
     from ..patching.apply import apply_changes
     from ..patching.plan import plan_patches
 
-    resolved = _resolve(target)
+    resolved = target.resolve()
+    open_files = files_for(resolved)  # refused before anything is planned or shown
     plan = plan_patches(resolved.tree, rules, checked_fixes(resolved.tree, rules))
     for change in plan.changes:
         for site in change.sites:
@@ -104,12 +102,11 @@ def _patch(target, client, rules, dry_run: bool, yes: bool) -> int:
     if dry_run:
         _show("".join(change.diff() for change in plan.changes))
         _say("dry run: nothing was changed" if plan.changes else "nothing to patch")
-        return exit_code_for(fix.status for fix in plan.after)
+        return exit_code_for(verdict_code(fix.status) for fix in plan.after)
     if plan.changes:
-        files = files_for(resolved, client)
         _confirm(f"Patch {', '.join(plan.fixes)} in {resolved.info.location}?", yes,
                  "".join(change.diff() for change in plan.changes))
-        apply_changes(files, plan.changes, __version__)
+        apply_changes(open_files(), plan.changes, __version__)
         _say(f"patched {', '.join(change.file for change in plan.changes)}; `dflash-doctor restore` undoes it")
     elif not plan.refusals:
         _say("nothing to patch: every selected fix is present")
@@ -136,24 +133,24 @@ def restore(
 
     Exit: 0 restored (or nothing to restore), 3 could not run.
     """
-    if image is not None:
-        raise ToolError(f"--image: {IMAGE_REFUSAL}")
+    _refuse_image(image)
     from ..rules import select
+    from ..targets import opened
 
     ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, probe_timeout, accept_new_host_key)
     rules = select(only)
     target = _installed_target(path, python, release, host, ssh, rules)
-    with _connection(target) as client:
-        return _restore(target, client, rules, bool(only), yes)
+    with opened(target):
+        return _restore(target, rules, bool(only), yes)
 
 
-def _restore(target, client, rules, only: bool, yes: bool) -> int:
+def _restore(target, rules, only: bool, yes: bool) -> int:
     from ..check import run_check
     from ..patching import files_for
     from ..patching.apply import apply_restore, plan_restore
 
-    resolved = _resolve(target)
-    files = files_for(resolved, client)
+    resolved = target.resolve()
+    files = files_for(resolved)()
     plan = plan_restore(files, frozenset(rule.id for rule in rules) if only else None)
     if not plan.restore and not plan.forget:
         _say("nothing to restore: dflash-doctor has not patched " + ("these fixes" if only else "this tree"))
@@ -186,31 +183,12 @@ def _installed_target(path: Optional[Path], python: Optional[str], release: Opti
     return SshTarget(host, SshOptions(python=python or "python3", **ssh), probe_request(rules))
 
 
-@contextlib.contextmanager
-def _connection(target):
-    """An ssh target's one connection, open for the check, the writes and the re-check (None locally)."""
-    from ..targets.ssh import SshTarget
+def _refuse_image(image: Optional[str]) -> None:
+    """An image is refused before it is pulled: the reason is the image target's own."""
+    if image is not None:
+        from ..targets.image import READ_ONLY
 
-    if isinstance(target, SshTarget):
-        with target.connected() as client:
-            yield client
-    else:
-        yield None
-
-
-def _resolve(target):
-    """The target's tree; a local one must not be the release cache."""
-    from ..paths import cache_dir
-
-    resolved = target.resolve()
-    if resolved.info.kind != "ssh":
-        releases = (cache_dir() / "releases").resolve()
-        if Path(resolved.info.location).resolve().is_relative_to(releases):
-            raise ToolError(
-                f"{resolved.info.location} is in dflash-doctor's read-only release cache ({releases}), "
-                "a download cache, not an installation: patch a copy of it, or an installed vLLM"
-            )
-    return resolved
+        raise ToolError(f"--image: {READ_ONLY}")
 
 
 def _patch_repo(repo: Path, pr: int, main_ref: Optional[str], remote: str, dry_run: bool, yes: bool) -> int:

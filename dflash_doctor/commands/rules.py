@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import typer
 
-from ..model import EXIT_MISSING, EXIT_OK
+from ..model import EXIT_MISSING, EXIT_OK, exit_code_for
 
 rules_app = typer.Typer(help="List, show and test the rules.", no_args_is_help=True, rich_markup_mode=None)
 
@@ -34,11 +34,11 @@ def rules_test() -> int:
     """Run every rule's own snippets; a rule without cases fails (exit 1)."""
     from ..rulestest import run_rule_cases
 
-    failures = 0
+    codes = []
     for line, ok in run_rule_cases():
-        failures += not ok
+        codes.append(EXIT_OK if ok else EXIT_MISSING)
         typer.echo(("ok    " if ok else "FAIL  ") + line)
-    return EXIT_OK if failures == 0 else EXIT_MISSING
+    return exit_code_for(codes)
 
 
 def register(app: typer.Typer) -> None:

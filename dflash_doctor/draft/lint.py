@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..model import EXIT_MISSING, EXIT_OK
+from ..model import EXIT_MISSING, EXIT_OK, exit_code_for
 from .config import (
     FULL,
     LAYER_TYPES,
@@ -58,7 +58,7 @@ class LintReport:
     @property
     def exit_code(self) -> int:
         """0 no error finding, 1 any (warnings and notes never fail)."""
-        return EXIT_MISSING if self.errors else EXIT_OK
+        return exit_code_for(EXIT_MISSING if finding.severity == ERROR else EXIT_OK for finding in self.findings)
 
     def to_json(self) -> dict[str, Any]:
         return {

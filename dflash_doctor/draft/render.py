@@ -1,68 +1,95 @@
-"""Text for the ``draft`` and ``probes`` report sections (JSON dicts in, lines out).
+"""The ``draft`` and ``probes`` sections of a check report: their JSON and their text.
 
-Plain lines work in a log and in the check table's footer; ``lint_table``
-is the rich form of the findings for a terminal.
+Plain lines work in a log and in the check table's footer; ``DraftSection.table``
+is the rich form of the findings for a terminal (``config``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..terminal import clean
+from .lint import WARNING, LintReport
+
+if TYPE_CHECKING:  # computed only where behaviour runs
+    from ..behaviour.computed import Computed
 
 SEVERITY_STYLES = {"error": "bold red", "warning": "bold yellow", "info": "cyan"}
 
 
-def lint_lines(draft: dict[str, Any]) -> list[str]:
-    """The findings as lines, each clean for a terminal."""
-    lines = [f"drafter config {draft['path']} ({draft['format']} format); {_target(draft)}"]
-    for finding in draft["findings"]:
-        lines.append(f"  {finding['severity']:<7} {finding['code']}: {finding['message']}")
-        if finding["fix"]:  # info findings carry a note, or nothing to do
-            lines.append(f"          {'note' if finding['severity'] == 'info' else 'fix'}: {finding['fix']}")
-    lines.append(f"  {draft['errors']} error(s), {draft['warnings']} warning(s)")
-    return [clean(line) for line in lines]
+@dataclasses.dataclass(frozen=True)
+class DraftSection:
+    """The drafter config's lint."""
+
+    lint: LintReport
+    name: ClassVar[str] = "draft"
+
+    def to_json(self) -> dict[str, Any]:
+        return self.lint.to_json()
+
+    def lines(self) -> list[str]:
+        """The findings as lines, each clean for a terminal."""
+        lines = [self._title()]
+        for finding in self.lint.findings:
+            lines.append(f"  {finding.severity:<7} {finding.code}: {finding.message}")
+            if finding.fix:  # info findings carry a note, or nothing to do
+                lines.append(f"          {'note' if finding.severity == 'info' else 'fix'}: {finding.fix}")
+        lines.append(f"  {self._totals()}")
+        return [clean(line) for line in lines]
+
+    def table(self) -> str:
+        from rich.table import Table
+        from rich.text import Text
+
+        from ..terminal import literal, terminal_text
+
+        table = Table(title=literal(self._title()), title_justify="left", show_lines=True)
+        for column in ("severity", "finding", "fix or note"):
+            table.add_column(column, overflow="fold")
+        for finding in self.lint.findings:
+            style = SEVERITY_STYLES.get(finding.severity, "")
+            message = Text(f"{clean(finding.code)}\n{clean(finding.message)}")
+            table.add_row(literal(finding.severity, style), message, literal(finding.fix))
+        return terminal_text(table, self._totals())
+
+    def _title(self) -> str:
+        target = self.lint.target
+        layers = "target layer count unknown" if target is None else f"target has {target.count} layers ({target.source})"
+        return f"drafter config {self.lint.config.path} ({self.lint.config.format} format); {layers}"
+
+    def _totals(self) -> str:
+        warnings = sum(finding.severity == WARNING for finding in self.lint.findings)
+        return f"{self.lint.errors} error(s), {warnings} warning(s)"
 
 
-def lint_table(draft: dict[str, Any]) -> str:
-    from ..terminal import literal, terminal_text
-    from rich.table import Table
-    from rich.text import Text
+@dataclasses.dataclass(frozen=True)
+class ProbesSection:
+    """What the tree's own code computed for the drafter config."""
 
-    table = Table(title=literal(f"drafter config {draft['path']} ({draft['format']} format); {_target(draft)}"), title_justify="left", show_lines=True)
-    for column in ("severity", "finding", "fix or note"):
-        table.add_column(column, overflow="fold")
-    for finding in draft["findings"]:
-        style = SEVERITY_STYLES.get(finding["severity"], "")
-        message = Text(f"{clean(finding['code'])}\n{clean(finding['message'])}")
-        table.add_row(literal(finding["severity"], style), message, literal(finding["fix"]))
-    return terminal_text(table, f"{draft['errors']} error(s), {draft['warnings']} warning(s)")
+    computed: Computed
+    name: ClassVar[str] = "probes"
 
+    def to_json(self) -> dict[str, Any]:
+        return self.computed.to_json()
 
-def probe_lines(probes: dict[str, Any]) -> list[str]:
-    """What the probes computed, mismatches first (they are the news); clean lines."""
-    lines = ["probes (the tree's own code run on the drafter config):"]
-    for mismatch in probes["mismatches"]:
-        lines.append(f"  !! {mismatch}")
-    lines.append(f"  aux layer ids: {_value(probes['aux_layer_ids'])} (expected {_value(probes['expected_aux_layer_ids'])})")
-    support = probes.get("runner_support") or {}
-    accepts = ", ".join(f"{name.upper()} {_accepts(value['supported'])}" for name, value in support.items())
-    lines.append(f"  runner: {_value(probes['runner'] and probes['runner'].upper())}" + (f" ({accepts})" if accepts else ""))
-    if probes["layers"] is None:
-        lines.append("  layers: not computable")
-    else:
-        for layer in probes["layers"]:
-            window = layer["sliding_window"] if layer["sliding_window"] is not None else "full"
-            lines.append(f"  layer {layer['index']}: window {window}, {'causal' if layer['causal'] else 'non-causal'}")
-    lines.append(f"  drops the prefix-cache block for method='dflash': {_value(probes['drops_prefix_block'])}")
-    for field, why in (probes.get("reason") or {}).items():
-        lines.append(f"  ({field}: {why})")
-    return [clean(line) for line in lines]
-
-
-def _target(draft: dict[str, Any]) -> str:
-    target = draft.get("target_layers")
-    return "target layer count unknown" if target is None else f"target has {target['count']} layers ({target['source']})"
+    def lines(self) -> list[str]:
+        """Mismatches first (they are the news); clean lines."""
+        computed = self.computed
+        lines = ["probes (the tree's own code run on the drafter config):"]
+        lines += [f"  !! {mismatch}" for mismatch in computed.mismatches]
+        lines.append(f"  aux layer ids: {_value(computed.aux_layer_ids)} (expected {_value(computed.expected_aux_layer_ids)})")
+        accepts = ", ".join(f"{name.upper()} {_accepts(support.supported)}" for name, support in computed.runner_support)
+        lines.append(f"  runner: {_value(computed.runner and computed.runner.upper())}" + (f" ({accepts})" if accepts else ""))
+        if computed.layers is None:
+            lines.append("  layers: not computable")
+        else:
+            for index, (window, causal) in enumerate(computed.layers):
+                lines.append(f"  layer {index}: window {window if window is not None else 'full'}, "
+                             f"{'causal' if causal else 'non-causal'}")
+        lines.append(f"  drops the prefix-cache block for method='dflash': {_value(computed.drops_prefix_block)}")
+        lines += [f"  ({field}: {why})" for field, why in computed.reasons]
+        return [clean(line) for line in lines]
 
 
 def _value(value: Any) -> str:
@@ -70,7 +97,7 @@ def _value(value: Any) -> str:
         return "unknown"
     if isinstance(value, bool):
         return "yes" if value else "no"
-    return str(value)
+    return str(list(value) if isinstance(value, tuple) else value)
 
 
 def _accepts(supported: bool | None) -> str:

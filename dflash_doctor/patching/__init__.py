@@ -4,6 +4,7 @@
 - ``plan``: check verdicts -> new bytes per file, re-checked in memory.
 - ``files``: the file operations, behind ``TreeFiles`` (``LocalFiles``;
   ``sftp_files.SftpFiles`` for ssh targets, over the check's connection).
+  Which one a target uses is the target's to say (``ResolvedTarget.files``).
 - ``apply``: lock, hash and compile checks, backup, manifest, atomic writes.
 - ``state``: the manifest beside the package, and the marking of check
   reports for fixes present because of a local patch.
@@ -11,6 +12,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..model import ToolError
@@ -20,17 +22,9 @@ if TYPE_CHECKING:
     from .files import TreeFiles
 
 
-def files_for(resolved: ResolvedTarget, ssh_client=None) -> TreeFiles:
-    """Where patch and restore write for this target; an ssh target's tree is
-    written over ``ssh_client``, the open connection its probe ran on."""
-    from ..source import DirectoryTree
-    from .files import LocalFiles
-
-    if isinstance(resolved.tree, DirectoryTree):
-        return LocalFiles(resolved.tree.root)
-    if resolved.info.kind == "ssh" and ssh_client is not None:
-        from .sftp_files import SftpFiles
-
-        python = dict(resolved.info.details)["python"]
-        return SftpFiles(ssh_client, resolved.tree.root, python, resolved.info.location)
-    raise ToolError(f"patch and restore do not support {resolved.info.kind} targets")
+def files_for(resolved: ResolvedTarget) -> Callable[[], TreeFiles]:
+    """How patch and restore write this target's tree (called when they do);
+    a ToolError with the target's reason when it cannot be written."""
+    if resolved.files is None:
+        raise ToolError(f"{resolved.info.location} cannot be patched: {resolved.no_files}")
+    return resolved.files

@@ -19,7 +19,7 @@ import hashlib
 import json
 import re
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..model import PRESENT, CheckReport, ToolError
 from ..probe import PATCH_MANIFEST as MANIFEST
@@ -146,6 +146,20 @@ def write_state(files: TreeFiles, state: State, like: FileStat) -> None:
     files.write_atomic(MANIFEST, (json.dumps(data, indent=2) + "\n").encode("utf-8"), like)
 
 
+@dataclasses.dataclass(frozen=True)
+class LocalPatches:
+    """The report section of a tree dflash-doctor patched: each manifest entry and its status (not in the table)."""
+
+    entries: tuple[tuple[str, PatchedFile], ...]  # (the file's status, its manifest entry)
+    name: ClassVar[str] = "local_patches"
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [{"file": entry.file, "status": status, **entry.to_json()} for status, entry in self.entries]
+
+    def lines(self) -> list[str]:
+        return []
+
+
 def mark_local_patches(report: CheckReport, tree: SourceTree) -> CheckReport:
     """Tell a patched tree from a release with the fix: evidence of a form a
     local patch made gets a note, the fix a reason, and the report a
@@ -164,7 +178,7 @@ def mark_local_patches(report: CheckReport, tree: SourceTree) -> CheckReport:
             status = entry.status(tree.digest(relpath))
         except SiteError:
             status = CHANGED
-        section.append({"file": relpath, "status": status, **entry.to_json()})
+        section.append((status, entry))
         if status == APPLIED:
             for patch in entry.patches:
                 applied[(relpath, patch.symbol, patch.produces)] = patch
@@ -182,4 +196,4 @@ def mark_local_patches(report: CheckReport, tree: SourceTree) -> CheckReport:
         if marked and fix.status == PRESENT:
             reason = "present because of a local dflash-doctor patch; `dflash-doctor restore` undoes it"
         fixes.append(dataclasses.replace(fix, evidence=tuple(evidence), reason=reason))
-    return dataclasses.replace(report, fixes=tuple(fixes), sections=report.sections + (("local_patches", section),))
+    return dataclasses.replace(report, fixes=tuple(fixes), sections=(*report.sections, LocalPatches(tuple(section))))

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 
-from ..model import CheckReport
+from ..model import CheckReport, fleet_json
 
 
 class JsonReporter:
@@ -10,6 +10,4 @@ class JsonReporter:
         return json.dumps(report.to_json(), indent=2) + "\n"
 
     def render_fleet(self, outcomes, terminal: bool) -> str:
-        from ..fleet import fleet_json
-
         return json.dumps(fleet_json(outcomes), indent=2) + "\n"

@@ -5,17 +5,16 @@ One rule per fix (help text from ``rules/``), one result per fix that is not
 id), waived fixes carried as ``suppressions``, one run (and one code-scanning
 category) per target.
 
-``fixes``: SARIF fixes are exact byte edits, and only `dflash-doctor patch`
-knows them. ``SarifReporter(fixes_for=...)`` takes a callable that returns the
-SARIF ``fix`` objects (``description`` + ``artifactChanges``) for a result; the
-default emits none rather than a guess.
+No SARIF ``fixes``: they are exact byte edits, which only `dflash-doctor patch`
+computes (from the tree, which a report does not carry); the remedy is in the
+message instead of a guessed edit.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,17 +22,10 @@ from ..model import PRESENT, UNKNOWN, CheckReport, Evidence, FixResult
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 ROOT_ID = "VLLM_ROOT"
-# Targets whose location is a directory on this machine (a file: URI is truthful for them).
-LOCAL_KINDS = ("path", "python", "release")
 FINGERPRINT = "dflashDoctorFix/v1"
-
-FixesFor = Callable[[CheckReport, FixResult], Sequence[dict[str, Any]]]
 
 
 class SarifReporter:
-    def __init__(self, fixes_for: FixesFor | None = None) -> None:
-        self.fixes_for = fixes_for
-
     def render(self, report: CheckReport, terminal: bool) -> str:
         return json.dumps(self.log([report]), indent=2) + "\n"
 
@@ -49,7 +41,7 @@ class SarifReporter:
                     "automationDetails": {"id": f"dflash-doctor/ssh:{o.host}/"},
                     "invocations": [{
                         "executionSuccessful": False,
-                        "exitCode": 3,
+                        "exitCode": o.exit_code,
                         "toolExecutionNotifications": [{"level": "error", "message": {"text": f"{o.host}: {o.error}"}}],
                     }],
                     "results": [],
@@ -110,10 +102,6 @@ class SarifReporter:
             result["relatedLocations"] = [_location(item) for item in related]
         if fix.waiver is not None:
             result["suppressions"] = [_suppression(fix)]
-        if self.fixes_for is not None:
-            fixes = list(self.fixes_for(report, fix))
-            if fixes:
-                result["fixes"] = fixes
         return result
 
 
@@ -178,7 +166,7 @@ def _anchor_location(rule) -> dict[str, Any]:
 
 def _root(report: CheckReport) -> dict[str, Any]:
     location = report.target.location
-    if report.target.kind in LOCAL_KINDS and location.startswith("/"):
+    if report.target.directory:
         return {"uri": Path(location).as_uri().rstrip("/") + "/"}
     return {"description": {"text": f"{report.target.kind} {location}"}}
 

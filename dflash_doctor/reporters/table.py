@@ -107,19 +107,8 @@ def _fix_lines(fix: FixResult, width: int | None, column: int) -> list[Line]:
 
 
 def _section_lines(report: CheckReport) -> list[str]:
-    """The drafter lint, the probes and the ancestry, when the check had them: clean lines."""
-    sections = dict(report.sections)
-    lines: list[str] = []
-    if "draft" in sections or "probes" in sections:
-        from ..draft.render import lint_lines, probe_lines
-
-        lines += lint_lines(sections["draft"]) if "draft" in sections else []
-        lines += probe_lines(sections["probes"]) if "probes" in sections else []
-    if "ancestry" in sections:
-        ancestry = sections["ancestry"]
-        lines.append(clean(f"ancestry of {ancestry['commit']} in {ancestry['repo']}:"))
-        lines += [clean(f"    #{pr['pr']} ({pr['fix']}): {pr['status']} by {pr['method']}") for pr in ancestry["prs"]]
-    return lines
+    """The sections' own lines (the drafter lint, the probes, the ancestry), already clean."""
+    return [line for section in report.sections for line in section.lines()]
 
 
 def _wrapped(line: str, width: int | None) -> list[Line]:

@@ -4,21 +4,27 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..model import TargetInfo
-from ..source import SourceTree
+from ..patching.files import LocalFiles, TreeFiles
+from ..paths import cache_dir
+from ..source import DirectoryTree, SourceTree
 
 NOT_RUN_HERE = ("the tree came from another machine and its code is never run on this one "
                 "(no behaviour computed on its host came with it)")
+COPIES = "its files are copies a probe sent, not the files themselves"
 
 
 @dataclasses.dataclass(frozen=True)
 class ResolvedTarget:
     """``behaviour``: where the tree's own code can run, or None when it cannot run
     anywhere (``no_behaviour`` says why): called, it opens one check's session, a
-    context manager giving a ``sandbox.run``-shaped callable (see ``sandbox.session``)."""
+    context manager giving a ``sandbox.run``-shaped callable (see ``sandbox.session``).
+    ``files``: how ``patch`` and ``restore`` write the tree (a ``TreeFiles``
+    factory), or None when they cannot: ``no_files`` says why."""
 
     tree: SourceTree
     info: TargetInfo
@@ -26,11 +32,19 @@ class ResolvedTarget:
     no_behaviour: str = NOT_RUN_HERE
     # A build commit known from outside the tree (an image label), and where it was read.
     build_commit: tuple[str, str] | None = None
+    files: Callable[[], TreeFiles] | None = None
+    no_files: str = COPIES
 
 
-def local(tree: SourceTree, info: TargetInfo) -> ResolvedTarget:
-    """A tree on this machine: its code runs in the isolated child process."""
-    return ResolvedTarget(tree, info, behaviour=_child_session)
+def local(tree: DirectoryTree, info: TargetInfo) -> ResolvedTarget:
+    """A tree on this machine: its code runs in the isolated child process, and
+    its files are written in place, unless it is in the release cache."""
+    releases = (cache_dir() / "releases").resolve()
+    if tree.root.resolve().is_relative_to(releases):
+        return ResolvedTarget(tree, info, behaviour=_child_session, no_files=(
+            f"it is in dflash-doctor's read-only release cache ({releases}), a download cache, not an installation: "
+            "patch a copy of it, or an installed vLLM"))
+    return ResolvedTarget(tree, info, behaviour=_child_session, files=functools.partial(LocalFiles, tree.root))
 
 
 def _child_session() -> contextlib.AbstractContextManager:

@@ -18,6 +18,8 @@ from ..source import DirectoryTree
 from . import ResolvedTarget, local
 
 REVISION_LABEL = "org.opencontainers.image.revision"
+READ_ONLY = ("an image cannot be patched in place: patch it when it is built, with "
+             "`RUN dflash-doctor patch --path SITE-PACKAGES --yes` in its Dockerfile (see docs/images.md)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +55,8 @@ class ImageTarget:
         commit = dict(tree.labels).get(REVISION_LABEL)
         # The image's code runs only in the isolated child, like any tree on this machine.
         resolved = local(DirectoryTree(tree.root, find_dist_info(tree.root)), TargetInfo("image", tree.reference, details))
-        return dataclasses.replace(resolved, build_commit=(commit, f"{REVISION_LABEL} label") if commit else None)
+        return dataclasses.replace(resolved, build_commit=(commit, f"{REVISION_LABEL} label") if commit else None,
+                                   files=None, no_files=READ_ONLY)
 
     def _images_dir(self) -> Path:
         if not caches_disabled():

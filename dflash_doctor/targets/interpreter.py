@@ -51,4 +51,4 @@ class InterpreterTarget:
         root = package_root(package_dir)
         dist_info = Path(answer["dist_info"]) if answer.get("dist_info") else find_dist_info(root)
         details = (("python", str(answer.get("python") or self.python)),)
-        return local(DirectoryTree(root, dist_info), TargetInfo("python", str(root), details))
+        return local(DirectoryTree(root, dist_info), TargetInfo("python", str(root), details, directory=True))

@@ -38,5 +38,5 @@ class PathTarget:
 
     def resolve(self) -> ResolvedTarget:
         root = package_root(self.path)
-        info = TargetInfo(self.kind, str(root), self.details)
+        info = TargetInfo(self.kind, str(root), self.details, directory=True)
         return local(DirectoryTree(root, find_dist_info(root)), info)

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from ..model import ToolError
+from ..patching.sftp_files import SftpFiles
 from . import ResolvedTarget
 from .probing import MAX_OUTPUT_BYTES, MIB, encode_request, parse_probe_output, probe_source
 from .snapshot import snapshot_target
@@ -182,8 +183,9 @@ class SshTarget:
                                    details=(("host", self.given), ("python", self.options.python), *ran, *details))
         resolved = dataclasses.replace(resolved, info=info)
         if self._open is None:
-            return resolved
-        return dataclasses.replace(resolved, behaviour=functools.partial(self._behaviour, self._open))
+            return dataclasses.replace(resolved, no_files="the ssh connection it was read over is closed")
+        files = functools.partial(SftpFiles, self._open[1], resolved.tree.root, self.options.python, info.location)
+        return dataclasses.replace(resolved, behaviour=functools.partial(self._behaviour, self._open), files=files)
 
     def _close(self, client) -> None:
         """Close the connection, then the jump hosts it went through (their transport threads end)."""
