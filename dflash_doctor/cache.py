@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from .model import FixResult, ToolError
 from .paths import cache_dir, caches_disabled, write_atomically
 from .rules import Rule
-from .source import SiteError, SourceTree
+from .source import SourceError, SourceTree
 
 if TYPE_CHECKING:
     from .draft.config import DraftConfig
@@ -93,7 +93,7 @@ def _key(tree: SourceTree, rules: tuple[Rule, ...], files: list[str], mode: str,
             "references": references or [],
             "files": {relpath: tree.digest(relpath) for relpath in files},
         }
-    except (OSError, SiteError):
+    except (OSError, SourceError):
         return None
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 

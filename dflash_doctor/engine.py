@@ -13,7 +13,7 @@ from .model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, Evidence, 
 from .patterns import Match, NodeIndex, subtree_ids
 from .rebinding import rebound_at
 from .rules import IGNORE, Anchor, Form, Rule
-from .source import SiteError, SourceTree, Symbol, locate
+from .source import SourceError, SourceTree, Symbol, locate
 
 
 REBOUND = "rebound"  # evidence form: the anchored definition is replaced later in its module
@@ -163,7 +163,7 @@ class Checker:
             return restate(rule, fix, status, reason, cause)
 
         applies = located[(rule.applies.file, rule.applies.symbol)]
-        if isinstance(applies, SiteError):
+        if isinstance(applies, SourceError):
             return result(UNKNOWN, reason=f"cannot tell whether this vLLM has DFlash: {applies}", cause=UNREADABLE)
         if not applies:
             return result(UNKNOWN, reason=f"cannot tell whether this vLLM has DFlash: {rule.applies.symbol} not found in {rule.applies.file} or elsewhere",
@@ -179,7 +179,7 @@ class Checker:
         causes: list[str] = []
         for anchor in rule.anchors:
             symbols = located[(anchor.file, anchor.symbol)]
-            if isinstance(symbols, SiteError):
+            if isinstance(symbols, SourceError):
                 problems.append(str(symbols))
                 causes.append(UNREADABLE)
                 continue
@@ -198,7 +198,7 @@ class Checker:
                     continue
                 try:
                     site = evaluate_site(rule, anchor, symbol)
-                except (SiteError, cst.ParserSyntaxError) as exc:
+                except (SourceError, cst.ParserSyntaxError) as exc:
                     problems.append(f"{symbol.file}: {exc}")
                     causes.append(UNREADABLE)
                     continue
@@ -221,7 +221,7 @@ def forms_read(rule: Rule, evidence: Sequence[Evidence]) -> str:
     return "; ".join(form.description for form in rule.forms if form.id in shown and form.verdict != IGNORE)
 
 
-def _applies(rule: Rule, symbols: list[Symbol] | SiteError) -> bool:
+def _applies(rule: Rule, symbols: list[Symbol] | SourceError) -> bool:
     return isinstance(symbols, list) and any(_holds_literal(s.node, rule.applies.literal) for s in symbols)
 
 

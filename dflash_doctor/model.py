@@ -252,7 +252,7 @@ def verdict_code(status: str, strict: bool = False) -> int:
 class ToolError(Exception):
     """The tool could not run: reported as one line, exit code 3 (cli.main is the one boundary).
 
-    The base of every domain error (SiteError, ExtractError, SandboxError,
+    The base of every domain error (SourceError, ExtractError, SandboxError,
     PatchRefused, GitFailure): one that escapes its handler still ends as one
     line, never as a traceback or exit 1."""
 

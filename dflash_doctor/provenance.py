@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from .model import Provenance
-from .source import SiteError, SourceTree, parse_python
+from .source import SourceError, SourceTree, parse_python
 
 _LOCAL_SHA = re.compile(r"\+g([0-9a-f]{7,40})\b")
 _COMMIT = re.compile(r"^g?([0-9a-f]{7,40})$")
@@ -29,7 +29,7 @@ def read_provenance(tree: SourceTree) -> Provenance:
     version = _metadata_version(metadata) if metadata else None
     try:
         version_py = tree.read("vllm/_version.py")
-    except SiteError:
+    except SourceError:
         version_py = None
     version_file = _version_file_values(version_py.decode("utf-8", "replace")) if version_py else {}
     version = version or version_file.get("__version__")

@@ -30,7 +30,7 @@ MAX_SOURCE_BYTES = 2 * 1024 * 1024
 _AST_LOCK = threading.Lock()
 
 
-class SiteError(ToolError):
+class SourceError(ToolError):
     """A file the rules need cannot be read as Python; the reason is user-facing."""
 
 
@@ -83,17 +83,17 @@ class ParsedFile:
         self.relpath = relpath
         self.sha256 = hashlib.sha256(data).hexdigest()
         if len(data) > MAX_SOURCE_BYTES:  # a snapshot's files were bounded by the remote probe: checked again here
-            raise SiteError(f"{relpath} is {len(data)} bytes, too large for a Python source")
+            raise SourceError(f"{relpath} is {len(data)} bytes, too large for a Python source")
         if b"\x00" in data:
-            raise SiteError(f"{relpath} is a binary file, not Python source")
+            raise SourceError(f"{relpath} is a binary file, not Python source")
         try:
             self.text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise SiteError(f"{relpath} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+            raise SourceError(f"{relpath} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
         try:
             self.tree = parse_python(self.text, relpath)
         except SyntaxError as exc:
-            raise SiteError(f"{relpath} does not parse: {exc.msg} (line {exc.lineno})") from None
+            raise SourceError(f"{relpath} does not parse: {exc.msg} (line {exc.lineno})") from None
 
     def symbols(self, qualname: str) -> list[Symbol]:
         """Defs with this qualified name; else defs with the same last name (moved)."""
@@ -118,8 +118,8 @@ def search_name(qualname: str) -> str:
 
 def locate(
     tree: SourceTree, wanted: Iterable[tuple[str, str]], required: Iterable[tuple[str, str]]
-) -> tuple[dict[tuple[str, str], list[Symbol] | SiteError], bool]:
-    """(file, qualname) -> the definitions found, or the SiteError that stopped the
+) -> tuple[dict[tuple[str, str], list[Symbol] | SourceError], bool]:
+    """(file, qualname) -> the definitions found, or the SourceError that stopped the
     search; and whether the package was scanned for moved code.
 
     Only ``required`` pairs are looked for elsewhere in the package when their file
@@ -127,12 +127,12 @@ def locate(
     (older releases), and a scan per run for each would cost more than the whole check.
     """
     required = set(required)
-    found: dict[tuple[str, str], list[Symbol] | SiteError] = {}
+    found: dict[tuple[str, str], list[Symbol] | SourceError] = {}
     for file, qualname in sorted(set(wanted)):
         try:
             parsed = tree.parsed(file)
             found[(file, qualname)] = parsed.symbols(qualname) if parsed else []
-        except SiteError as exc:
+        except SourceError as exc:
             found[(file, qualname)] = exc
     moved = {search_name(key[1]): key for key, hit in found.items() if hit == [] and key in required}
     for name, files in tree.files_defining(moved).items() if moved else ():
@@ -140,7 +140,7 @@ def locate(
         for other in files:
             try:
                 parsed = tree.parsed(other)
-            except SiteError:
+            except SourceError:
                 continue  # a broken unrelated file does not hide the definition
             symbols.extend(parsed.symbols(moved[name][1]) if parsed else [])
         found[moved[name]] = symbols
@@ -172,7 +172,7 @@ def _cst_statement_at(module: cst.Module, line: int) -> cst.CSTNode:
             header = position.start.line + len(node.decorators) if node.decorators else position.start.line
             if header == line or position.start.line == line:
                 return node
-    raise SiteError(f"cannot isolate the definition at line {line}")
+    raise SourceError(f"cannot isolate the definition at line {line}")
 
 
 class SourceTree:
@@ -185,12 +185,12 @@ class SourceTree:
     package = "vllm"
 
     def __init__(self) -> None:
-        self._data: dict[str, bytes | None | SiteError] = {}
-        self._parsed: dict[str, ParsedFile | SiteError | None] = {}
+        self._data: dict[str, bytes | None | SourceError] = {}
+        self._parsed: dict[str, ParsedFile | SourceError | None] = {}
         self._remembered: dict[str, str] = {}
 
     def read(self, relpath: str) -> bytes | None:
-        """The file's bytes, None if it does not exist; raises SiteError."""
+        """The file's bytes, None if it does not exist; raises SourceError."""
         raise NotImplementedError
 
     def files_defining(self, names: Iterable[str]) -> Mapping[str, list[str]]:
@@ -202,32 +202,32 @@ class SourceTree:
         raise NotImplementedError
 
     def data(self, relpath: str) -> bytes | None:
-        """``read`` once per file; raises SiteError."""
+        """``read`` once per file; raises SourceError."""
         if relpath not in self._data:
             try:
                 self._data[relpath] = self.read(relpath)
-            except SiteError as exc:
+            except SourceError as exc:
                 self._data[relpath] = exc
         result = self._data[relpath]
-        if isinstance(result, SiteError):
+        if isinstance(result, SourceError):
             raise result
         return result
 
     def digest(self, relpath: str) -> str | None:
-        """sha256 of the file's bytes, None when it does not exist; raises SiteError."""
+        """sha256 of the file's bytes, None when it does not exist; raises SourceError."""
         data = self.data(relpath)
         return None if data is None else hashlib.sha256(data).hexdigest()
 
     def parsed(self, relpath: str) -> ParsedFile | None:
-        """The parsed file, None when it does not exist; raises SiteError."""
+        """The parsed file, None when it does not exist; raises SourceError."""
         if relpath not in self._parsed:
             try:
                 data = self.data(relpath)
                 self._parsed[relpath] = None if data is None else ParsedFile(relpath, data)
-            except SiteError as exc:
+            except SourceError as exc:
                 self._parsed[relpath] = exc
         result = self._parsed[relpath]
-        if isinstance(result, SiteError):
+        if isinstance(result, SourceError):
             raise result
         return result
 
@@ -259,7 +259,7 @@ class DirectoryTree(SourceTree):
     def read(self, relpath: str) -> bytes | None:
         data, reason = read_regular(str(self.root / relpath), MAX_SOURCE_BYTES)
         if reason is not None:
-            raise SiteError(f"{relpath} {reason}")
+            raise SourceError(f"{relpath} {reason}")
         return data
 
     def files_defining(self, names: Iterable[str]) -> Mapping[str, list[str]]:

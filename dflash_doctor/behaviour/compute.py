@@ -19,7 +19,7 @@ from ..draft.config import SPECULATORS, DraftConfig, draft_layer_count
 from ..draft.sandbox import Call, Outcome, SandboxError
 from ..source import SourceTree, Symbol
 from .computed import RUNNERS, SPEC_CONFIG, SPECULATORS_ALGOS, Computed, Runner, RunnerSupport
-from .definitions import ExtractError, Site, parsed_or_none
+from .definitions import ExtractError, Place, parsed_or_none
 from .interpret import failure, interpret
 from .plan import Plan, plan_calls
 from .program import ProgramBuilder
@@ -36,7 +36,7 @@ class NotRegistered(ExtractError):
 def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = sandbox.run) -> tuple[Computed, ...]:
     """What the tree computes for every drafter config, planned once and run in one sandbox process
     (``run``: where the program runs, ``sandbox.run`` or a remote host's equivalent)."""
-    hfs: list[tuple[dict[str, Any], Site | None] | str | NotRegistered] = []
+    hfs: list[tuple[dict[str, Any], Place | None] | str | NotRegistered] = []
     for draft in drafts:
         try:
             hfs.append(_hf_config(tree, draft, run))
@@ -56,7 +56,7 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = san
             failed = f"{SPEC_CONFIG[1]} could not be stubbed: {exc}"
     if failed:
         return tuple(_nothing(draft, failed if isinstance(hf, tuple) else str(hf)) for draft, hf in zip(drafts, hfs))
-    plan.evidence.append(Site(spec_symbol.file, spec_symbol.qualname, spec_symbol.line))
+    plan.evidence.append(Place(spec_symbol.file, spec_symbol.qualname, spec_symbol.line))
     plans: list[Plan] = []  # one per drafter config: its own reasons and evidence
     calls: list[Call] = []
     data: dict[str, Any] = {}
@@ -122,7 +122,7 @@ def _nothing(draft: DraftConfig, reason: str) -> Computed:
     )
 
 
-def _hf_config(tree: SourceTree, draft: DraftConfig, run: Runner) -> tuple[dict[str, Any], Site | None]:
+def _hf_config(tree: SourceTree, draft: DraftConfig, run: Runner) -> tuple[dict[str, Any], Place | None]:
     """The drafter's hf_config keys as vLLM builds them (speculators: the tree's translation)."""
     if draft.format != SPECULATORS:
         return dict(draft.data), None
@@ -145,7 +145,7 @@ def _hf_config(tree: SourceTree, draft: DraftConfig, run: Runner) -> tuple[dict[
     outcome = outcomes.get("translate", Outcome(gap="no answer"))
     if not outcome.ok or not isinstance(outcome.value, dict):
         raise ExtractError(f"{updater.name} in {SPECULATORS_ALGOS} {failure(outcome)}")
-    return outcome.value, Site(SPECULATORS_ALGOS, updater.name, updater.lineno)
+    return outcome.value, Place(SPECULATORS_ALGOS, updater.name, updater.lineno)
 
 
 def _registers(decorator: ast.expr, kind: Any) -> bool:

@@ -26,7 +26,7 @@ from typing import Any
 
 from ..draft.sandbox import Call, Chunk, Outcome
 from ..model import UNKNOWN
-from .definitions import Site
+from .definitions import Place
 
 V1_RESOLVER = ("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._get_eagle3_aux_layers_from_config")
 V2_RESOLVER = ("vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py", "get_eagle3_aux_layers_from_config")
@@ -76,7 +76,7 @@ class Computed:
     drops_prefix_block_when_disabled: bool | None
     mismatches: tuple[str, ...]
     reasons: tuple[tuple[str, str], ...]
-    evidence: tuple[Site, ...]
+    evidence: tuple[Place, ...]
     has_opt_out: bool = False  # the tree's SpeculativeConfig has the opt-out flag
     hf_config: dict[str, Any] | None = dataclasses.field(default=None, compare=False)  # as vLLM builds it
 

@@ -18,7 +18,7 @@ from typing import Any
 from ..draft import sandbox
 from ..draft.sandbox import Call, Outcome, SandboxError
 from ..rules import Construct
-from ..source import SiteError, SourceTree
+from ..source import SourceError, SourceTree
 from .computed import REFUSALS, RUNNERS, Runner
 from .definitions import ExtractError, Locator
 from .program import ProgramBuilder
@@ -58,7 +58,7 @@ def construct_layers(
         name = builder.constructor(layer)
         keywords = _layer_keywords(layer.node, construct)
         parameters = _signature(tree, construct)
-    except (ExtractError, SiteError) as exc:
+    except (ExtractError, SourceError) as exc:
         return [{runner: Built(None, str(exc)) for runner in RUNNERS} for _ in hf_configs]
     record = (construct.recorded,)
     assume = dict(construct.assume)
@@ -109,7 +109,7 @@ def _model_indices(tree: SourceTree, construct: Construct, layer, data: dict, ru
             raise ExtractError(f"{construct.model} not found in {construct.file}")
         name = builder.constructor(model)
         arguments = _model_keywords(model.node, construct)
-    except (ExtractError, SiteError) as exc:
+    except (ExtractError, SourceError) as exc:
         return {key: Indices(None, f"building {construct.model}: {exc}") for key in keys}
     record = (construct.layer,)
     assume = dict(construct.assume)

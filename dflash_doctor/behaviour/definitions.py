@@ -17,7 +17,7 @@ from functools import lru_cache
 
 from ..draft.harness import SAFE_BUILTIN_NAMES
 from ..model import ToolError
-from ..source import SiteError, SourceTree, Symbol, locate, parse_python
+from ..source import SourceError, SourceTree, Symbol, locate, parse_python
 
 SAFE_BUILTINS = frozenset(SAFE_BUILTIN_NAMES)
 CONTAINER_CALLS = {"frozenset", "set", "tuple", "list", "dict"}
@@ -34,7 +34,7 @@ class ExtractError(ToolError):
 
 
 @dataclasses.dataclass(frozen=True)
-class Site:
+class Place:
     """Where a definition that ran lives in the tree (evidence for the report)."""
 
     file: str
@@ -57,7 +57,7 @@ class Locator:
     def one(self, file: str, qualname: str) -> Symbol | None:
         """The one definition of ``qualname``; None when there is none."""
         found = self.found[(file, qualname)]
-        if isinstance(found, SiteError):
+        if isinstance(found, SourceError):
             raise ExtractError(str(found))
         if len(found) > 1:
             places = ", ".join(f"{s.file}:{s.line}" for s in found)
@@ -69,7 +69,7 @@ def parsed_or_none(tree: SourceTree, relpath: str):
     """The parsed file, None when the tree lacks it; an unreadable one raises ExtractError."""
     try:
         return tree.parsed(relpath)
-    except SiteError as exc:
+    except SourceError as exc:
         raise ExtractError(str(exc)) from None
 
 

@@ -27,7 +27,7 @@ from .computed import (
     V2_RESOLVER,
     VLLM_CONFIG,
 )
-from .definitions import ExtractError, Locator, Site, parsed_or_none
+from .definitions import ExtractError, Locator, Place, parsed_or_none
 from .program import ProgramBuilder
 
 
@@ -52,7 +52,7 @@ class Plan:
     calls: list[Call] = dataclasses.field(default_factory=list)
     stub_calls: list[StubCall] = dataclasses.field(default_factory=list)
     reasons: dict[str, str] = dataclasses.field(default_factory=dict)
-    evidence: list[Site] = dataclasses.field(default_factory=list)
+    evidence: list[Place] = dataclasses.field(default_factory=list)
     v1_refusals: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     drop: DropPredicate | None = None
     has_opt_out: bool = False
@@ -86,7 +86,7 @@ def _plan_aux(locator: Locator, builder: ProgramBuilder, plan: Plan) -> None:
     if owner is not None:
         method = v1.qualname.rsplit(".", 1)[-1]
         plan.stub_calls.append(StubCall("aux:v1", f"runner.{method}()", "runner", owner, (method,), "aux:v1"))
-        plan.evidence.append(Site(v1.file, v1.qualname, v1.line))
+        plan.evidence.append(Place(v1.file, v1.qualname, v1.line))
     elif v1 is None:
         plan.reasons.setdefault("aux:v1", f"{V1_RESOLVER[1]} not found in this tree")
     v2 = _optional(plan, "aux:v2", lambda: locator.one(*V2_RESOLVER))
@@ -121,7 +121,7 @@ def _plan_runner(tree: SourceTree, locator: Locator, builder: ProgramBuilder, pl
         try:
             name = builder.expression_function(ENVS, "_default_" + RUNNER_ENV, lam.body)
             plan.calls.append(Call("runner:env", f"{name}()"))
-            plan.evidence.append(Site(ENVS, f"environment_variables[{RUNNER_ENV!r}]", lam.lineno))
+            plan.evidence.append(Place(ENVS, f"environment_variables[{RUNNER_ENV!r}]", lam.lineno))
         except ExtractError as exc:
             plan.reasons["runner:env"] = str(exc)
     vllm_config = _optional(plan, "runner:default", lambda: locator.one(*VLLM_CONFIG))
@@ -129,13 +129,13 @@ def _plan_runner(tree: SourceTree, locator: Locator, builder: ProgramBuilder, pl
         methods = {s.name: s for s in vllm_config.node.body if isinstance(s, ast.FunctionDef)}
         if RUNNER_PROPERTY in methods:
             plan.has_runner_property = True
-            plan.evidence.append(Site(vllm_config.file, f"{vllm_config.qualname}.{RUNNER_PROPERTY}", methods[RUNNER_PROPERTY].lineno))
+            plan.evidence.append(Place(vllm_config.file, f"{vllm_config.qualname}.{RUNNER_PROPERTY}", methods[RUNNER_PROPERTY].lineno))
             for value in (None, False, True):
                 envs = sandbox.strict_object("envs", **{RUNNER_ENV: value})
                 plan.stub_calls.append(StubCall(f"runner:default:{value}", f"vllm_config.{RUNNER_PROPERTY}", "vllm_config",
                                                  vllm_config, (RUNNER_PROPERTY,), "runner:default", (("envs", envs),)))
         if V1_REFUSALS in methods:
-            plan.evidence.append(Site(vllm_config.file, f"{vllm_config.qualname}.{V1_REFUSALS}", methods[V1_REFUSALS].lineno))
+            plan.evidence.append(Place(vllm_config.file, f"{vllm_config.qualname}.{V1_REFUSALS}", methods[V1_REFUSALS].lineno))
             for check, message in _refusal_checks(methods[V1_REFUSALS], set(methods)):
                 plan.v1_refusals.append((check, message))
                 plan.stub_calls.append(StubCall(f"v1-refusal:{check}", f"vllm_config.{check}()", "vllm_config",
@@ -159,7 +159,7 @@ def _plan_prefix_block(locator: Locator, plan: Plan, spec_symbol: Symbol | None)
     except ExtractError as exc:
         plan.reasons["prefix"] = str(exc)
         return
-    plan.evidence.append(Site(scheduler.file, scheduler.qualname, scheduler.line))
+    plan.evidence.append(Place(scheduler.file, scheduler.qualname, scheduler.line))
     plan.calls.append(Call("prefix", plan.drop.expression.format(spec="spec")))
     if spec_symbol is not None and any(
         isinstance(s, ast.AnnAssign) and getattr(s.target, "id", None) == OPT_OUT_FIELD for s in spec_symbol.node.body
@@ -174,7 +174,7 @@ def _add(builder: ProgramBuilder, plan: Plan, key: str, symbol: Symbol) -> bool:
     except ExtractError as exc:
         plan.reasons[key] = str(exc)
         return False
-    plan.evidence.append(Site(symbol.file, symbol.qualname, symbol.line))
+    plan.evidence.append(Place(symbol.file, symbol.qualname, symbol.line))
     return True
 
 

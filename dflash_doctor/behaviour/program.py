@@ -14,7 +14,7 @@ import copy
 from collections.abc import Iterable
 
 from ..draft.sandbox import Chunk
-from ..source import SiteError, SourceTree, Symbol, parse_python
+from ..source import SourceError, SourceTree, Symbol, parse_python
 from .definitions import (
     ExtractError,
     absolute_module,
@@ -146,7 +146,7 @@ class ProgramBuilder:
                     continue
                 try:
                     parsed = self.tree.parsed(candidate)
-                except SiteError:
+                except SourceError:
                     break
                 if parsed is not None:
                     self._resolve_imported(parsed, candidate, name, depth, f"{name} (imported from {module})")

@@ -89,12 +89,12 @@ def patch_definitions(text: str, relpath: str, qualname: str, forms: list[Form])
     its new lines are put back: the rest of the file keeps its exact bytes,
     and a large file is never parsed whole by libcst.
     """
-    from ..source import ParsedFile, SiteError
+    from ..source import ParsedFile, SourceError
 
     def located() -> list:
         try:
             return [s.node for s in ParsedFile(relpath, text.encode("utf-8")).symbols(qualname) if s.qualname == qualname]
-        except SiteError as exc:
+        except SourceError as exc:
             raise PatchRefused(str(exc)) from None
 
     done: list[SiteEdit] = []

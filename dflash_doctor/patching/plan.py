@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 
 from ..model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, Evidence, FixResult, ToolError
 from ..rules import Form, Rule
-from ..source import ParsedFile, SiteError, SourceTree
+from ..source import ParsedFile, SourceError, SourceTree
 from .state import sha256
 
 
@@ -132,7 +132,7 @@ def _patch_fix(tree: SourceTree, rule: Rule, wanted: list[Evidence], texts: Mapp
         if text is None:
             try:
                 text = tree.parsed(relpath).text
-            except SiteError as exc:
+            except SourceError as exc:
                 raise PatchRefused(str(exc)) from None
         produces: dict[str, str] = {}
         here = [item for item in wanted if item.file == relpath]

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..model import PRESENT, CheckReport, ToolError
 from ..probe import PATCH_MANIFEST as MANIFEST
 from ..probe import PATCH_STATE_DIR as STATE_DIR
-from ..source import SiteError, SourceTree
+from ..source import SourceError, SourceTree
 
 if TYPE_CHECKING:
     from .files import FileStat, TreeFiles
@@ -167,7 +167,7 @@ def mark_local_patches(report: CheckReport, tree: SourceTree) -> CheckReport:
     try:
         data = tree.read(MANIFEST)
         state = parse_state(data.decode("utf-8")) if data else {}
-    except (SiteError, ValueError, UnicodeDecodeError, RecursionError):
+    except (SourceError, ValueError, UnicodeDecodeError, RecursionError):
         return report
     if not state:
         return report
@@ -176,7 +176,7 @@ def mark_local_patches(report: CheckReport, tree: SourceTree) -> CheckReport:
     for relpath, entry in sorted(state.items()):
         try:
             status = entry.status(tree.digest(relpath))
-        except SiteError:
+        except SourceError:
             status = CHANGED
         section.append((status, entry))
         if status == APPLIED:

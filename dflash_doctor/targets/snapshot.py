@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from ..model import TargetInfo, ToolError
-from ..source import SiteError, SourceTree
+from ..source import SourceError, SourceTree
 from . import ResolvedTarget
 from .probing import parse_probe_output, read_probe_file
 
@@ -26,15 +26,15 @@ class SnapshotTree(SourceTree):
 
     def read(self, relpath: str) -> bytes | None:
         if relpath in self._errors:
-            raise SiteError(f"{relpath} {self._errors[relpath]}")
+            raise SourceError(f"{relpath} {self._errors[relpath]}")
         if relpath not in self._files:
-            raise SiteError(f"{relpath} was not collected by the probe")
+            raise SourceError(f"{relpath} was not collected by the probe")
         text = self._files[relpath]
         if text is None:
             return None
         data = text.encode("latin-1")
         if hashlib.sha256(data).hexdigest() != self._sha256.get(relpath):
-            raise SiteError(f"{relpath} arrived damaged (sha256 differs from the probe's)")
+            raise SourceError(f"{relpath} arrived damaged (sha256 differs from the probe's)")
         return data
 
     def files_defining(self, names: Iterable[str]) -> Mapping[str, list[str]]:
