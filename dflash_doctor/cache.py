@@ -19,10 +19,12 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .behaviour.reference import reference_dir
 from .model import FixResult, ToolError
 from .paths import cache_dir, caches_disabled, write_atomically
 from .rules import Rule
 from .source import SourceError, SourceTree
+from .verdicts import judge
 
 if TYPE_CHECKING:
     from .draft.config import DraftConfig
@@ -38,7 +40,7 @@ def checked_fixes(tree: SourceTree, rules: tuple[Rule, ...]) -> tuple[FixResult,
         if cached is not None:
             tree.remember_inspected(cached["inspected"])
             return tuple(FixResult.from_json(fix) for fix in cached["fixes"])
-    from .engine import Checker
+    from .engine import Checker  # heavy: libcst, which a warm check never imports
 
     checker = Checker(tree)
     fixes = checker.run(rules)
@@ -59,7 +61,6 @@ def judged_fixes(resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftC
         if cached is not None:
             tree.remember_inspected(cached["inspected"])
             return tuple(FixResult.from_json(fix) for fix in cached["fixes"]), None
-    from .verdicts import judge
 
     fixes, probes, scanned = judge(resolved, rules, user)
     if key is not None and not scanned:
@@ -78,8 +79,6 @@ def _store(key: str, tree: SourceTree, fixes: tuple[FixResult, ...]) -> None:
 
 
 def _references() -> list[str]:
-    from .behaviour.reference import reference_dir
-
     paths = sorted([*reference_dir().glob("*.json"), reference_dir() / "names.toml"])  # names.toml: the reasons' words
     return [hashlib.sha256(path.read_bytes()).hexdigest() for path in paths]
 

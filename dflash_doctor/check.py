@@ -9,6 +9,7 @@ from pathlib import Path
 
 from . import __version__
 from .cache import judged_fixes
+from .draft import draft_sections
 from .model import CheckReport
 from .patching.state import mark_local_patches
 from .provenance import read_provenance
@@ -28,8 +29,6 @@ def run_check(
         if draft_config is None:
             fixes, _ = judged_fixes(resolved, rules)
         else:
-            from .draft import draft_sections
-
             sections, fixes = draft_sections(resolved, rules, draft_config, target_config)
     provenance = read_provenance(resolved.tree)
     report = CheckReport(resolved.info, provenance, fixes, __version__, sections=sections)

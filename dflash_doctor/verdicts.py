@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 from typing import TYPE_CHECKING
 
+from .behaviour.run import answer_rules, user_name
 from .model import FixResult
 from .rules import Rule
 
@@ -22,8 +23,7 @@ def judge(
     searched for moved code). Behaviour runs only where the target can run it."""
     opened = resolved.behaviour or (lambda: contextlib.nullcontext(None))
     with opened() as run:  # first: the child starts while the engine is imported and structure checked
-        from .behaviour.combine import combine
-        from .behaviour.run import answer_rules
+        from .behaviour.combine import combine  # heavy: libcst, imported while the child starts
         from .engine import Checker
 
         checker = Checker(resolved.tree)
@@ -39,8 +39,6 @@ def _for_drafter(rule: Rule, fix: FixResult, user: DraftConfig) -> FixResult:
     """Whether the fix's defect can reach the user's drafter (the rule's ``[affects]``,
     overruled by behaviour failing it): a fix it cannot reach keeps its verdict and
     does not fail the gate."""
-    from .behaviour.run import user_name
-
     affected, why = rule.affects_drafter(user)
     if affected is False and fix.behaviour is not None and any(label.startswith(user_name(user)) for label in fix.behaviour.fails):
         affected, why = True, "running the tree's code shows this drafter failing, whatever its config says"

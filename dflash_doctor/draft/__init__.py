@@ -8,7 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the command modules import this package: keep it light
+from .lint import lint_report
+from .render import DraftSection, ProbesSection
+
+if TYPE_CHECKING:
     from ..model import FixResult, Section
     from ..rules import Rule
     from ..targets import ResolvedTarget
@@ -19,9 +22,7 @@ def draft_sections(
 ) -> tuple[tuple[Section, ...], tuple[FixResult, ...]]:
     """The ``draft`` and ``probes`` report sections, and the fixes judged with the
     user's config as the one that gates. Raises ToolError for unreadable input."""
-    from ..cache import judged_fixes
-    from .lint import lint_report
-    from .render import DraftSection, ProbesSection
+    from ..cache import judged_fixes  # cycle: cache -> verdicts -> behaviour.run -> draft.config -> this package
 
     report = lint_report(Path(draft_config), None if target_config is None else Path(target_config))
     fixes, probes = judged_fixes(resolved, rules, report.config)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..terminal import clean
+from ..terminal import clean, literal, terminal_text
 from .lint import WARNING, LintReport
 
 if TYPE_CHECKING:  # computed only where behaviour runs
@@ -41,8 +41,6 @@ class DraftSection:
     def table(self) -> str:
         from rich.table import Table
         from rich.text import Text
-
-        from ..terminal import literal, terminal_text
 
         table = Table(title=literal(self._title()), title_justify="left", show_lines=True)
         for column in ("severity", "finding", "fix or note"):

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import __version__
 from ..model import PRESENT, UNKNOWN, CheckReport, Evidence, FixResult
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -31,8 +32,6 @@ class SarifReporter:
 
     def render_fleet(self, outcomes, terminal: bool) -> str:
         """A run per host; a host that could not be checked is a failed invocation."""
-        from .. import __version__
-
         log = self.log([o.report for o in outcomes if o.report])
         for o in outcomes:
             if o.report is None:
@@ -50,14 +49,12 @@ class SarifReporter:
 
     def log(self, reports: Sequence[CheckReport]) -> dict[str, Any]:
         """One SARIF log, one run per target (several for a fleet)."""
-        from ..rules import load_rules
+        from ..rules import load_rules  # --help: rules pull in tomllib and string, only a SARIF render needs them
 
         rules = {rule.id: rule for rule in load_rules()}
         return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": [self._run(report, rules) for report in reports]}
 
     def _run(self, report: CheckReport, rules: dict) -> dict[str, Any]:
-        from .. import __version__
-
         descriptors = [_descriptor(fix, rules.get(fix.id)) for fix in report.fixes]
         results = [
             self._result(report, fix, index, rules.get(fix.id))
@@ -115,7 +112,7 @@ def _descriptor(fix: FixResult, rule) -> dict[str, Any]:
     }
     if rule is None:  # a report from an older rule set: the result still carries its remedy
         return descriptor
-    from ..docs import rule_markdown
+    from ..docs import rule_markdown  # --help: as load_rules above
 
     descriptor["fullDescription"] = {"text": rule.what}
     descriptor["help"] = {
