@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from .model import UNKNOWN
-from .rules import Rule
+from .rules import Rule, load_rules
 
 
 def rule_markdown(rule: Rule) -> str:
@@ -96,8 +97,6 @@ def _affects(rule: Rule) -> list[str]:
 
 def schemas_markdown(schema_dir: Path) -> str:
     """docs/schemas.md: every JSON Schema file of schemas/, embedded as it is shipped."""
-    import json
-
     out = [
         "# JSON Schemas",
         "",
@@ -116,8 +115,6 @@ def schemas_markdown(schema_dir: Path) -> str:
 
 def generated_pages(repo: Path) -> dict[Path, str]:
     """The docs pages made from data (rules/, schemas/): path -> text."""
-    from .rules import load_rules
-
     pages = {repo / "docs" / "fixes" / f"{rule.id}.md": rule_markdown(rule) for rule in load_rules()}
     pages[repo / "docs" / "schemas.md"] = schemas_markdown(repo / "schemas")
     return pages

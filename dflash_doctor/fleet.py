@@ -6,6 +6,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from .check import run_check
 from .model import HostOutcome, ToolError
 from .rules import Rule
 
@@ -14,8 +15,6 @@ def check_targets(
     named_targets: list[tuple[str, Any]], rules: tuple[Rule, ...], jobs: int, progress: bool, **check_options
 ) -> list[HostOutcome]:
     """Run ``check`` on each (name, target) in parallel; failures stay per host."""
-    from .check import run_check
-
     def one(name: str, target) -> HostOutcome:
         try:
             return HostOutcome(name, report=run_check(target, rules, **check_options))

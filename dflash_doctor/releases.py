@@ -23,11 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .check import run_check
 from .model import EXIT_ERROR, EXIT_OK, PRESENT, ToolError, exit_code_for
 from .paths import cache_dir, caches_disabled, write_atomically
+from .reporters.table import STYLES
 from .rules import Rule
-from .targets.release import COMPLETE, RELEASE, UNREACHABLE_HINT, canonical_release, unreachable_index
-from .terminal import clean
+from .targets.release import COMPLETE, RELEASE, UNREACHABLE_HINT, ReleaseTarget, canonical_release, unreachable_index
+from .terminal import clean, literal, terminal_text
 
 # The first vLLM release with a DFlash code path: older ones are not-applicable for every fix.
 DEFAULT_FROM = "0.20.0"
@@ -211,8 +213,6 @@ def release_row(release: str, rules: tuple[Rule, ...], digest: str) -> Row:
             return _row(release, report, cached=True)
         except (OSError, ValueError, KeyError, TypeError):
             pass
-    from .check import run_check
-    from .targets.release import ReleaseTarget
 
     try:
         report = run_check(ReleaseTarget(release), rules).to_json()
@@ -275,11 +275,7 @@ def render_plain(matrix: Matrix) -> str:
 
 
 def render_rich(matrix: Matrix) -> str:
-
-    from .terminal import literal, terminal_text
     from rich.table import Table
-
-    from .reporters.table import STYLES
 
     table = Table(title="vLLM releases × DFlash fixes", title_justify="left")
     for column in ("release", *matrix.fix_ids, "all present"):

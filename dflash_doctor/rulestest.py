@@ -5,13 +5,18 @@ side it names."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import libcst as cst
 
 from .engine import match_forms
 from .model import ABSENT, PARTIAL, ToolError
+from .patching.codemod import PatchRefused, apply_edits, site_edits
 from .rules import IGNORE, FixCase, Rule, load_rules
+from .targets.path import PathTarget
+from .verdicts import judge
 
 
 def check_rule(rule: Rule) -> Iterator[tuple[str, bool]]:
@@ -59,12 +64,6 @@ def check_rule(rule: Rule) -> Iterator[tuple[str, bool]]:
 def _check_fix_case(rule: Rule, case: FixCase) -> tuple[str, bool]:
     """Write the case's tree to a temporary directory and judge it like a user's tree
     (behaviour in the isolated child, no results cache)."""
-    import tempfile
-    from pathlib import Path
-
-    from .targets.path import PathTarget
-    from .verdicts import judge
-
     with tempfile.TemporaryDirectory(prefix="dflash-doctor-case-") as scratch:
         root = Path(scratch)
         for relpath, code in case.files:
@@ -85,8 +84,6 @@ def _check_fix_case(rule: Rule, case: FixCase) -> tuple[str, bool]:
 def _check_patch(rule: Rule, anchor: str, name: str, module: cst.Module) -> tuple[str, bool, bool]:
     """Patch the snippet: (line, ok, applied). A refusal is safe, so it passes;
     patched code must compile, hold the produced forms and nothing absent or partial."""
-    from .patching.codemod import PatchRefused, apply_edits, site_edits
-
     forms = rule.forms_for(anchor)
     try:
         edits = site_edits(forms, module)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..model import ToolError
+from ..provenance import read_provenance
 from ..rules import load_rules
 from .cache import PatchIds, landing_index
 from .git import GitFailure, Repository, three_way
@@ -236,8 +237,6 @@ def judge(
 
 def commit_from_target(target) -> tuple[str, str]:
     """The build commit a target records (``check`` provenance), and where it was read."""
-    from ..provenance import read_provenance
-
     resolved = target.resolve()
     provenance = read_provenance(resolved.tree)
     if not provenance.commit and resolved.build_commit:

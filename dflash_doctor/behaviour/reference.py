@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import tomllib
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from ..draft.config import DraftConfig, load_draft_config
+from ..model import ToolError
 from ..rules import rules_dir
-
-if TYPE_CHECKING:  # rules are validated against the names on every run, warm ones included: stay light
-    from ..draft.config import DraftConfig
 
 
 def reference_dir() -> Path:
@@ -24,10 +23,6 @@ def reference_names() -> tuple[str, ...]:
 @cache
 def reference_words() -> dict[str, str]:
     """Each reference config's readable name (names.toml), for the reasons people read."""
-    import tomllib
-
-    from ..model import ToolError
-
     path = reference_dir() / "names.toml"
     try:
         words = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -41,6 +36,4 @@ def reference_words() -> dict[str, str]:
 
 @cache
 def reference_configs() -> tuple[tuple[str, DraftConfig], ...]:
-    from ..draft.config import load_draft_config
-
     return tuple((name, load_draft_config(reference_dir() / f"{name}.json")) for name in reference_names())

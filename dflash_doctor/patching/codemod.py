@@ -20,6 +20,7 @@ from ..engine import match_forms
 from ..model import ABSENT, PARTIAL, ToolError
 from ..patterns import NodeIndex, PatternError, subtree_ids
 from ..rules import Form
+from ..source import ParsedFile, SourceError
 
 
 class PatchRefused(ToolError):
@@ -89,8 +90,6 @@ def patch_definitions(text: str, relpath: str, qualname: str, forms: list[Form])
     its new lines are put back: the rest of the file keeps its exact bytes,
     and a large file is never parsed whole by libcst.
     """
-    from ..source import ParsedFile, SourceError
-
     def located() -> list:
         try:
             return [s.node for s in ParsedFile(relpath, text.encode("utf-8")).symbols(qualname) if s.qualname == qualname]

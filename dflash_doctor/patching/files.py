@@ -283,7 +283,7 @@ class LocalFiles:
 
     @contextlib.contextmanager
     def lock(self, relpath: str) -> Iterator[None]:
-        import fcntl
+        import fcntl  # POSIX only: the module is imported wherever a target is
 
         try:
             with self._parent(relpath) as (parent, name):

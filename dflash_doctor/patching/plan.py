@@ -71,7 +71,7 @@ class PatchPlan:
 
 
 def plan_patches(tree: SourceTree, rules: tuple[Rule, ...], fixes: tuple[FixResult, ...]) -> PatchPlan:
-    from .codemod import PatchRefused
+    from .codemod import PatchRefused  # heavy: libcst, and restore imports this module (apply) without patching
 
     by_id = {rule.id: rule for rule in rules}
     refusals: list[Refusal] = []
@@ -123,7 +123,7 @@ def _sites_to_patch(rule: Rule, fix: FixResult, refusals: list[Refusal]) -> list
 
 def _patch_fix(tree: SourceTree, rule: Rule, wanted: list[Evidence], texts: Mapping[str, str]):
     """New texts of the files this fix touches, and its sites; raises PatchRefused."""
-    from .codemod import PatchRefused, patch_definitions
+    from .codemod import PatchRefused, patch_definitions  # heavy: as in plan_patches
 
     patched: dict[str, str] = {}
     sites: list[SitePatch] = []
@@ -182,7 +182,7 @@ class PatchedTree(SourceTree):
 def _verify(tree: SourceTree, rules: tuple[Rule, ...], changes: list[FileChange]) -> tuple[FixResult, ...]:
     """Check the tree as the changes would leave it; a patch that does not make
     its fix present through the declared form is a rule bug, and stops the run."""
-    from ..engine import Checker
+    from ..engine import Checker  # heavy: as in plan_patches
 
     after = Checker(PatchedTree(tree, {change.file: change.after for change in changes})).run(rules)
     by_id = {fix.id: fix for fix in after}

@@ -8,6 +8,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from ..draft import sandbox
 from ..model import TargetInfo
 from ..patching.files import LocalFiles, TreeFiles
 from ..paths import cache_dir
@@ -48,8 +49,6 @@ def local(tree: DirectoryTree, info: TargetInfo) -> ResolvedTarget:
 
 
 def _child_session() -> contextlib.AbstractContextManager:
-    from ..draft import sandbox  # only when behaviour runs: a warm check never does
-
     return sandbox.session()
 
 

@@ -11,6 +11,7 @@ import dataclasses
 import tempfile
 from pathlib import Path
 
+from ..images.extract import image_tree, open_source
 from ..model import TargetInfo
 from ..paths import cache_dir, caches_disabled
 from ..provenance import find_dist_info
@@ -37,8 +38,6 @@ class ImageTarget:
         self._scratch: tempfile.TemporaryDirectory | None = None
 
     def resolve(self) -> ResolvedTarget:
-        from ..images.extract import image_tree, open_source
-
         source = open_source(self.reference, self.options.insecure, self.options.timeout)
         try:
             tree = image_tree(source, self.options.platform, self._images_dir(), self.options.progress)

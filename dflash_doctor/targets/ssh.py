@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import logging
 import math
 import os
 import re
@@ -29,9 +30,12 @@ import socket
 import time
 from pathlib import Path
 
+from ..draft import sandbox
+from ..draft.session import RUN_TIMEOUT_S, Refused, Session
 from ..model import ToolError
 from ..patching.sftp_files import SftpFiles
 from . import ResolvedTarget
+from .channel import ChannelPipe
 from .probing import MAX_OUTPUT_BYTES, MIB, encode_request, parse_probe_output, probe_source
 from .snapshot import snapshot_target
 
@@ -195,8 +199,6 @@ class SshTarget:
 
     def _connect(self, spec: HostSpec, chain: tuple[str, ...] = ()):
         """``chain``: the hosts that jump to this one, to refuse ProxyJump loops."""
-        import logging
-
         import paramiko
 
         # paramiko's transport thread logs failures itself; ours are reported as one line.
@@ -339,10 +341,6 @@ class SshTarget:
         read); a ``Refused`` one when it cannot start."""
         import paramiko
 
-        from ..draft import sandbox
-        from ..draft.session import RUN_TIMEOUT_S, Refused, Session
-        from .channel import ChannelPipe
-
         label = f"the probe process on {spec.given}"
         # It lives through the collection it overlaps and the requests after it: twice the probe's deadline.
         seconds = 2 * math.ceil(self.options.probe_timeout) + 1
@@ -368,8 +366,6 @@ class SshTarget:
         """One check's session on the host (``ResolvedTarget.behaviour``): the one
         started with the connection, or for a later check on it a new one (a
         check's tree code never runs in the child of another check)."""
-        from ..draft.session import Refused
-
         spec, client = connection
         if self._open is not connection:
             yield Refused(f"the connection to {spec.given} is closed").run
