@@ -24,7 +24,6 @@ from .model import FixResult, ToolError
 from .paths import cache_dir, caches_disabled, write_atomically
 from .rules import Rule
 from .source import SourceError, SourceTree
-from .verdicts import judge
 
 if TYPE_CHECKING:
     from .draft.config import DraftConfig
@@ -61,6 +60,7 @@ def judged_fixes(resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftC
         if cached is not None:
             tree.remember_inspected(cached["inspected"])
             return tuple(FixResult.from_json(fix) for fix in cached["fixes"]), None
+    from .verdicts import judge  # warm check: verdicts pulls in every behaviour module, which a cache hit never needs
 
     fixes, probes, scanned = judge(resolved, rules, user)
     if key is not None and not scanned:

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from . import __version__
 from .cache import judged_fixes
-from .draft import draft_sections
 from .model import CheckReport
 from .patching.state import mark_local_patches
 from .provenance import read_provenance
@@ -29,6 +28,8 @@ def run_check(
         if draft_config is None:
             fixes, _ = judged_fixes(resolved, rules)
         else:
+            from .draft import draft_sections  # warm check: the draft package (lint, render) only with --draft-config
+
             sections, fixes = draft_sections(resolved, rules, draft_config, target_config)
     provenance = read_provenance(resolved.tree)
     report = CheckReport(resolved.info, provenance, fixes, __version__, sections=sections)

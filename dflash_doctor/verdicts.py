@@ -23,7 +23,7 @@ def judge(
     searched for moved code). Behaviour runs only where the target can run it."""
     opened = resolved.behaviour or (lambda: contextlib.nullcontext(None))
     with opened() as run:  # first: the child starts while the engine is imported and structure checked
-        from .behaviour.combine import combine  # heavy: libcst, imported while the child starts
+        from .behaviour.combine import combine  # heavy: libcst (both), imported while the child starts
         from .engine import Checker
 
         checker = Checker(resolved.tree)

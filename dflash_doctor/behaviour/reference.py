@@ -5,10 +5,13 @@ from __future__ import annotations
 import tomllib
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..draft.config import DraftConfig, load_draft_config
 from ..model import ToolError
 from ..rules import rules_dir
+
+if TYPE_CHECKING:  # rules are validated against the names on every run, warm ones included: stay light
+    from ..draft.config import DraftConfig
 
 
 def reference_dir() -> Path:
@@ -36,4 +39,6 @@ def reference_words() -> dict[str, str]:
 
 @cache
 def reference_configs() -> tuple[tuple[str, DraftConfig], ...]:
+    from ..draft.config import load_draft_config  # warm runs: as DraftConfig above
+
     return tuple((name, load_draft_config(reference_dir() / f"{name}.json")) for name in reference_names())

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..cache import judged_fixes
 from .lint import lint_report
 from .render import DraftSection, ProbesSection
 
@@ -22,8 +23,6 @@ def draft_sections(
 ) -> tuple[tuple[Section, ...], tuple[FixResult, ...]]:
     """The ``draft`` and ``probes`` report sections, and the fixes judged with the
     user's config as the one that gates. Raises ToolError for unreadable input."""
-    from ..cache import judged_fixes  # cycle: cache -> verdicts -> behaviour.run -> draft.config -> this package
-
     report = lint_report(Path(draft_config), None if target_config is None else Path(target_config))
     fixes, probes = judged_fixes(resolved, rules, report.config)
     sections: list[Section] = [DraftSection(report)]

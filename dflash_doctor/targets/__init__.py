@@ -8,7 +8,6 @@ import functools
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..draft import sandbox
 from ..model import TargetInfo
 from ..patching.files import LocalFiles, TreeFiles
 from ..paths import cache_dir
@@ -49,6 +48,8 @@ def local(tree: DirectoryTree, info: TargetInfo) -> ResolvedTarget:
 
 
 def _child_session() -> contextlib.AbstractContextManager:
+    from ..draft import sandbox  # only when behaviour runs: a warm check never does
+
     return sandbox.session()
 
 
