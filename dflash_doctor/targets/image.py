@@ -11,7 +11,6 @@ import dataclasses
 import tempfile
 from pathlib import Path
 
-from ..images.extract import image_tree, open_source
 from ..model import TargetInfo
 from ..paths import cache_dir, caches_disabled
 from ..provenance import find_dist_info
@@ -38,6 +37,8 @@ class ImageTarget:
         self._scratch: tempfile.TemporaryDirectory | None = None
 
     def resolve(self) -> ResolvedTarget:
+        from ..images.extract import image_tree, open_source  # startup: ssl, http.client, tarfile only for an image
+
         source = open_source(self.reference, self.options.insecure, self.options.timeout)
         try:
             tree = image_tree(source, self.options.platform, self._images_dir(), self.options.progress)
