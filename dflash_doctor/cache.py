@@ -26,7 +26,7 @@ from .source import SiteError, SourceTree
 
 if TYPE_CHECKING:
     from .draft.config import DraftConfig
-    from .draft.probes import Probes
+    from .behaviour.computed import Computed
     from .targets import ResolvedTarget
 
 def checked_fixes(tree: SourceTree, rules: tuple[Rule, ...]) -> tuple[FixResult, ...]:
@@ -47,7 +47,7 @@ def checked_fixes(tree: SourceTree, rules: tuple[Rule, ...]) -> tuple[FixResult,
     return fixes
 
 
-def judged_fixes(resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftConfig | None = None) -> tuple[tuple[FixResult, ...], Probes | None]:
+def judged_fixes(resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftConfig | None = None) -> tuple[tuple[FixResult, ...], Computed | None]:
     """The verdicts: behaviour decides where the target can run the tree's code,
     structure explains; and what the tree computes for ``user``'s config (not cached)."""
     tree = resolved.tree

@@ -13,7 +13,7 @@ from .model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, Evidence, 
 from .patterns import Match, NodeIndex, subtree_ids
 from .rebinding import rebound_at
 from .rules import IGNORE, Anchor, Form, Rule
-from .source import SiteError, SourceTree, Symbol, search_name
+from .source import SiteError, SourceTree, Symbol, locate
 
 
 REBOUND = "rebound"  # evidence form: the anchored definition is replaced later in its module
@@ -143,31 +143,8 @@ class Checker:
         self.scanned = False  # True once the package was searched for moved code
 
     def _locate(self, wanted: set[tuple[str, str]], required: set[tuple[str, str]]) -> dict:
-        """(file, symbol) -> symbols found, or the SiteError that stopped the search.
-
-        Only ``required`` pairs are looked for elsewhere in the package when
-        their file lacks them: an optional anchor names a variant most trees
-        lack, and a scan per run for each would cost more than the whole check.
-        """
-        found: dict[tuple[str, str], list[Symbol] | SiteError] = {}
-        for file, symbol in sorted(wanted):
-            try:
-                parsed = self.tree.parsed(file)
-                found[(file, symbol)] = parsed.symbols(symbol) if parsed else []
-            except SiteError as exc:
-                found[(file, symbol)] = exc
-        moved = {search_name(symbol): (file, symbol) for (file, symbol), hit in found.items() if hit == [] and (file, symbol) in required}
-        self.scanned |= bool(moved)
-        for name, files in self.tree.files_defining(moved).items():
-            key = moved[name]
-            symbols: list[Symbol] = []
-            for other in files:
-                try:
-                    parsed = self.tree.parsed(other)
-                except SiteError:
-                    continue  # a broken unrelated file does not make the anchor unknown
-                symbols.extend(parsed.symbols(key[1]))
-            found[key] = symbols
+        found, scanned = locate(self.tree, wanted, required)
+        self.scanned |= scanned
         return found
 
     def run(self, rules: tuple[Rule, ...]) -> tuple[FixResult, ...]:

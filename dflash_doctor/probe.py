@@ -14,13 +14,16 @@ f-strings, nothing newer. dflash_doctor imports ``scan_definitions`` from here
 so that local and remote trees are searched by the same code.
 """
 
+import ast
 import base64
 import errno
 import hashlib
+import importlib.util
 import json
 import os
 import re
 import signal
+import site
 import socket
 import stat
 import sys
@@ -72,8 +75,6 @@ def add_site_dirs():
     sitecustomize do not execute. PYTHONPATH, the venv (pyvenv.cfg) or system
     site-packages, the user site where site would add it, and the directory
     lines of .pth files; their ``import`` lines are skipped."""
-    import site
-
     exe_dir = os.path.dirname(os.path.abspath(sys.executable))
     prefixes, user_site = [sys.prefix, sys.exec_prefix], True
     for config in (os.path.join(exe_dir, "pyvenv.cfg"), os.path.join(os.path.dirname(exe_dir), "pyvenv.cfg")):
@@ -119,8 +120,6 @@ def pth_directories(directory, name):
     """The existing directories a .pth file names. ``import`` lines are code and
     are skipped, but for setuptools' editable finder the parent directory of each
     package in its MAPPING literal is read (never imported)."""
-    import ast
-
     found = []
     for line in _read_text(os.path.join(directory, name)).splitlines():
         finder = EDITABLE_FINDER.match(line)
@@ -144,8 +143,6 @@ def pth_directories(directory, name):
 
 
 def locate():
-    import importlib.util
-
     if sys.flags.no_site:
         add_site_dirs()
     answer = {"python": sys.executable, "python_version": "%d.%d.%d" % sys.version_info[:3]}
@@ -161,7 +158,7 @@ def locate():
     answer["version"] = None
     answer["dist_info"] = None
     try:
-        from importlib import metadata
+        from importlib import metadata  # Python 3.8+; older servers record no version
 
         dist = metadata.distribution("vllm")
         answer["version"] = dist.version

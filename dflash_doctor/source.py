@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .model import ToolError
+from .probe import read_regular, scan_definitions
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -113,6 +114,37 @@ def search_name(qualname: str) -> str:
     if parts[-1].startswith("__") and len(parts) > 1:
         return parts[-2]
     return parts[-1]
+
+
+def locate(
+    tree: SourceTree, wanted: Iterable[tuple[str, str]], required: Iterable[tuple[str, str]]
+) -> tuple[dict[tuple[str, str], list[Symbol] | SiteError], bool]:
+    """(file, qualname) -> the definitions found, or the SiteError that stopped the
+    search; and whether the package was scanned for moved code.
+
+    Only ``required`` pairs are looked for elsewhere in the package when their file
+    lacks them, one scan for all: an optional one names a variant most trees lack
+    (older releases), and a scan per run for each would cost more than the whole check.
+    """
+    required = set(required)
+    found: dict[tuple[str, str], list[Symbol] | SiteError] = {}
+    for file, qualname in sorted(set(wanted)):
+        try:
+            parsed = tree.parsed(file)
+            found[(file, qualname)] = parsed.symbols(qualname) if parsed else []
+        except SiteError as exc:
+            found[(file, qualname)] = exc
+    moved = {search_name(key[1]): key for key, hit in found.items() if hit == [] and key in required}
+    for name, files in tree.files_defining(moved).items() if moved else ():
+        symbols: list[Symbol] = []
+        for other in files:
+            try:
+                parsed = tree.parsed(other)
+            except SiteError:
+                continue  # a broken unrelated file does not hide the definition
+            symbols.extend(parsed.symbols(moved[name][1]) if parsed else [])
+        found[moved[name]] = symbols
+    return found, bool(moved)
 
 
 _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
@@ -221,20 +253,14 @@ class DirectoryTree(SourceTree):
         """None when absent or unreadable (not a regular file, over the cap): provenance is then unknown."""
         if self.dist_info is None:
             return None
-        from .probe import read_regular
-
         data, _ = read_regular(str(self.dist_info / name), MAX_SOURCE_BYTES)
         return None if data is None else data.decode("utf-8", "replace")
 
     def read(self, relpath: str) -> bytes | None:
-        from .probe import read_regular
-
         data, reason = read_regular(str(self.root / relpath), MAX_SOURCE_BYTES)
         if reason is not None:
             raise SiteError(f"{relpath} {reason}")
         return data
 
     def files_defining(self, names: Iterable[str]) -> Mapping[str, list[str]]:
-        from .probe import scan_definitions
-
         return scan_definitions(str(self.root), self.package, names)

@@ -44,12 +44,17 @@ def literal(value: object, style: str = ""):
     return Text(clean(value), style=style)
 
 
+def columns() -> int:
+    """The terminal's width (``COLUMNS`` first), 160 when it cannot be told."""
+    return shutil.get_terminal_size((160, 24)).columns
+
+
 def terminal_text(*renderables) -> str:
     """The renderables printed one after another, as wide as the terminal."""
     from rich.console import Console
 
     buffer = io.StringIO()
-    console = Console(file=buffer, force_terminal=True, width=shutil.get_terminal_size((160, 24)).columns)
+    console = Console(file=buffer, force_terminal=True, width=columns())
     for renderable in renderables:
         console.print(renderable)
     return buffer.getvalue()

@@ -10,13 +10,13 @@ from .rules import Rule
 
 if TYPE_CHECKING:
     from .draft.config import DraftConfig
-    from .draft.probes import Probes
+    from .behaviour.computed import Computed
     from .targets import ResolvedTarget
 
 
 def judge(
     resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftConfig | None = None
-) -> tuple[tuple[FixResult, ...], Probes | None, bool]:
+) -> tuple[tuple[FixResult, ...], Computed | None, bool]:
     """(fixes, what the tree computes for ``user``'s config, whether the package was
     searched for moved code). Behaviour runs only where the target can run it."""
     from .behaviour.combine import combine

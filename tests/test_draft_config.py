@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 from conftest import run_cli
 
-from dflash_doctor.draft.config import SPECULATORS, ZLAB, lint_report, load_draft_config
+from dflash_doctor.draft.config import SPECULATORS, ZLAB, load_draft_config
+from dflash_doctor.draft.lint import lint_report
 from dflash_doctor.model import ToolError
 
 DRAFTERS = Path(__file__).parent / "data" / "drafters"

@@ -24,7 +24,8 @@ import pytest
 from conftest import check_json, statuses
 
 from dflash_doctor.draft import lockdown
-from dflash_doctor.draft.extract import Locator, ProgramBuilder
+from dflash_doctor.behaviour.definitions import Locator
+from dflash_doctor.behaviour.program import ProgramBuilder
 from dflash_doctor.draft.sandbox import Call, SandboxError, child_program, isolation_status, run, run_isolated
 from dflash_doctor.source import DirectoryTree
 

@@ -19,7 +19,7 @@ from conftest import run_cli
 
 from dflash_doctor.terminal import clean
 
-FAKE_ROW = "\r\n│ swa-config │ [bold green]present[/] │ :thumbs_up:"
+FAKE_ROW = "\r\n│ swa-config │ [bold green]present[/] │ :thumbs_up:\nswa-config    PRESENT  fine"
 HOSTILE = "0.19.0\x1b[2J\x1b]0;pwned\x07\x9b31m\u202e" + FAKE_ROW
 SGR = re.compile(r"\x1b\[[0-9;]*m")  # rich's own styling: the only escape sequence allowed out
 
@@ -46,6 +46,7 @@ def assert_inert(output: str) -> str:
 def no_fake_present(text: str) -> None:
     assert not re.search(r"│\s*present\s*│", text), text
     assert not re.search(r"^\S+: present\b", text, re.M), text
+    assert not re.search(r"^\S+\s+PRESENT\b", text, re.M), text  # a fix's first line: id, verdict, headline
 
 
 def hostile_tree(mini_tree) -> Path:
@@ -64,7 +65,7 @@ def test_clean_escapes_every_control_character():
 
 def test_table_on_a_terminal_prints_tree_strings_literally(mini_tree, tmp_path):
     output = in_pty("check", "--path", str(hostile_tree(mini_tree)), stderr=tmp_path / "stderr")
-    assert "not-applicable" in output  # the report is there
+    assert "NOT-APPLICABLE" in output  # the report is there
     text = assert_inert(output)
     assert "[bold green]present[/]" in text and ":thumbs_up:" in text  # markup and emoji codes shown as typed
     assert "\\x1b[2J" in text and "\\x07" in text

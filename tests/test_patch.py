@@ -191,7 +191,7 @@ def test_patch_check_restore_cycle(tmp_path, version):
 
     proc = patch(root, *only, "--yes")
     assert proc.returncode == 0, proc.stderr
-    assert "patched " in proc.stderr and "present" in proc.stdout
+    assert "patched " in proc.stderr and " PRESENT  " in proc.stdout
 
     code, report = check_json("--path", str(root), *only)
     assert code == 0 and set(statuses(report).values()) == {"present"}

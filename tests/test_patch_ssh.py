@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -50,7 +51,7 @@ def test_patch_check_restore_over_ssh_one_connection_per_run(remote):
     proc = over_ssh(remote, "patch", *FIXES, "--yes")
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     assert f"patched {RESOLVER}, {SCHEDULER}" in proc.stderr or f"patched {SCHEDULER}, {RESOLVER}" in proc.stderr
-    assert "layer-offset" in proc.stdout and "present" in proc.stdout  # the re-check's verdicts
+    assert re.search(r"^layer-offset +PRESENT ", proc.stdout, re.M)  # the re-check's verdicts
     assert connections(remote) == 1
     assert remote["srv"].log_count("Starting session: subsystem 'sftp'") == 1
     # the probe, the lock holder, the re-check's probe, and the behaviour runs of the check and the re-check
@@ -84,7 +85,7 @@ def test_patch_check_restore_over_ssh_one_connection_per_run(remote):
 
     proc = over_ssh(remote, "restore", "--yes")
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
-    assert "absent" in proc.stdout
+    assert " ABSENT  " in proc.stdout
     assert snapshot(root) == before  # every file's bytes, mode and owner; no state directory left
     assert connections(remote) == 4
     again = over_ssh(remote, "restore", "--yes")

@@ -9,8 +9,9 @@ import pytest
 
 from dflash_doctor.draft import draft_sections
 from dflash_doctor.draft.config import load_draft_config
-from dflash_doctor.draft.extract import ExtractError, Locator, ProgramBuilder
-from dflash_doctor.draft.probes import run_probes
+from dflash_doctor.behaviour.compute import compute
+from dflash_doctor.behaviour.definitions import ExtractError, Locator
+from dflash_doctor.behaviour.program import ProgramBuilder
 from dflash_doctor.draft.render import probe_lines
 from dflash_doctor.draft.sandbox import Call, run
 from dflash_doctor.rules import load_rules
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.release
 
 def probe(release, version: str, config: Path) -> dict:
     tree = DirectoryTree(release(version), None)
-    return run_probes(tree, load_draft_config(config)).to_json()
+    return compute(tree, (load_draft_config(config),))[0].to_json()
 
 
 def windows(report: dict) -> list:
@@ -234,7 +235,7 @@ def test_resolver_reading_unknown_state_gives_unknown_layers_not_a_guess(mini_tr
          '    dflash_config = getattr(config, "dflash_config", None) or {}\n    layer_types = getattr(config, "layer_types", None)\n    use_swa',
          '    if get_tensor_model_parallel_world_size() > 1:\n        return None, False\n'
          '    dflash_config = getattr(config, "dflash_config", None) or {}\n    layer_types = getattr(config, "layer_types", None)\n    use_swa')
-    report = run_probes(PathTarget(tree).resolve().tree, load_draft_config(QWEN3_8B)).to_json()
+    report = compute(PathTarget(tree).resolve().tree, (load_draft_config(QWEN3_8B),))[0].to_json()
     assert report["layers"] is None
     assert "get_tensor_model_parallel_world_size" in report["reason"]["layers"]
     assert report["aux_layer_ids"] == [2, 10, 18, 26, 34]  # the other probes still answer
@@ -248,7 +249,7 @@ def test_resolver_moved_to_another_file_is_still_run(mini_tree, release):
     end = text.index("    def reload_weights(", start)
     (tree / "vllm/v1/worker/aux_layers.py").write_text("class GPUModelRunner:\n" + text[start:end])
     runner.write_text(text[:start] + text[end:])
-    report = run_probes(PathTarget(tree).resolve().tree, load_draft_config(QWEN36)).to_json()
+    report = compute(PathTarget(tree).resolve().tree, (load_draft_config(QWEN36),))[0].to_json()
     assert report["aux_layer_ids_by_runner"]["v1"] == [1, 16, 31, 46, 61]
     assert {"file": "vllm/v1/worker/aux_layers.py", "line": 2, "symbol": "GPUModelRunner._get_eagle3_aux_layers_from_config"} in report["evidence"]
 
@@ -257,7 +258,7 @@ def test_missing_files_give_reasons_not_guesses(mini_tree, release):
     tree = mini_tree("0.33.0")
     for relpath in ("vllm/envs.py", "vllm/v1/worker/gpu/spec_decode/__init__.py"):
         (tree / relpath).unlink()
-    report = run_probes(PathTarget(tree).resolve().tree, load_draft_config(QWEN36)).to_json()
+    report = compute(PathTarget(tree).resolve().tree, (load_draft_config(QWEN36),))[0].to_json()
     assert report["runner_support"]["v2"]["supported"] is None
     assert report["default_runner"] is None and "default_runner" in report["reason"]
 

@@ -139,7 +139,7 @@ def test_many_hosts_in_parallel_with_one_broken(server, client, remotes):
     assert fleet["hosts"][3]["host"] == dead and "cannot connect" in fleet["hosts"][3]["error"]
     assert proc.returncode == 3
     table = ssh_check(client, *args, "--python", str(remotes["0.33.0"]))
-    assert table.returncode == 3 and dead in table.stdout and "present" in table.stdout
+    assert table.returncode == 3 and dead in table.stdout and " PRESENT " in table.stdout
 
 
 def test_hosts_file_with_comments_and_worst_exit_code(server, client, remotes, tmp_path):

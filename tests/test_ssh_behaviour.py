@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from sshd import SshServer, keygen
 
-from dflash_doctor.draft.extract import Locator, ProgramBuilder
+from dflash_doctor.behaviour.definitions import Locator
+from dflash_doctor.behaviour.program import ProgramBuilder
 from dflash_doctor.draft.sandbox import Call, Outcome, SandboxError
 from dflash_doctor.targets.ssh import CHILD_BOOT, SshOptions, SshTarget
 from dflash_doctor.targets.probing import probe_request

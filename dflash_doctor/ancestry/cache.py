@@ -11,6 +11,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from ..model import ToolError
+from ..paths import caches_disabled, write_atomically
 from .git import NO_EXTERNAL_DIFF, Repository
 from .refs import MainRef
 
@@ -42,8 +43,6 @@ def _cache_usable(repository: Repository, path: Path) -> bool:
 
 
 def _read_cache(repository: Repository, path: Path, kind: str) -> list[str] | None:
-    from ..paths import caches_disabled
-
     if caches_disabled() or not _cache_usable(repository, path):
         return None
     try:
@@ -59,9 +58,6 @@ def _read_cache(repository: Repository, path: Path, kind: str) -> list[str] | No
 
 def _write_cache(repository: Repository, path: Path, kind: str, lines: Iterable[str]) -> None:
     """Best effort: a read-only or shallow repository is judged all the same, just not cached."""
-    from ..paths import caches_disabled
-    from ..paths import write_atomically
-
     if repository.shallow or caches_disabled() or not _cache_usable(repository, path):
         return
     try:

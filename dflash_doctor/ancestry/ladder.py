@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..model import ToolError
+from ..rules import load_rules
 from .cache import PatchIds, landing_index
 from .git import GitFailure, Repository, three_way
 from .refs import MainRef, fetch_refs, main_branch, resolve_commit, resolve_main_ref
@@ -212,8 +213,6 @@ def judge(
 ) -> AncestryReport:
     """Judge ``commit`` in ``repo`` for every PR of ``rules`` (default: all rules)."""
     if rules is None:
-        from ..rules import load_rules
-
         rules = load_rules()
     wanted = _wanted_prs(rules, prs)
     numbers = list(dict.fromkeys(pr for _, pr in wanted))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..terminal import clean
+from ..terminal import clean, literal, terminal_text
 from .report import CONTAINED, MISSING, UNKNOWN, AncestryReport, PrAncestry, short_sha
 
 STYLES = {CONTAINED: "bold green", MISSING: "bold red", UNKNOWN: "bold magenta"}
@@ -32,7 +32,6 @@ def render(report: AncestryReport, terminal: bool) -> str:
             out.extend(f"    {line}" for line in _evidence_lines(entry))
         return "\n".join(clean(line) for line in out) + "\n"
 
-    from ..terminal import literal, terminal_text
     from rich.table import Table
     from rich.text import Text
 

@@ -16,11 +16,12 @@ import dataclasses
 from typing import Any
 
 from ..draft import sandbox
-from ..draft.extract import ExtractError, Locator, ProgramBuilder
-from ..draft.probes import REFUSALS, RUNNERS, Runner
 from ..draft.sandbox import Call, Outcome, SandboxError
 from ..rules import Construct
 from ..source import SiteError, SourceTree
+from .computed import REFUSALS, RUNNERS, Runner
+from .definitions import ExtractError, Locator
+from .program import ProgramBuilder
 
 PROVIDED = ("get_current_vllm_config", "_module_class", "_records", "logger")
 

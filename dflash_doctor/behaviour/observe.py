@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from ..draft.config import DraftConfig
-from ..draft.probes import OPT_OUT_FIELD, RUNNERS, Probes
 from ..model import UNKNOWN, Observation
+from .computed import OPT_OUT_FIELD, RUNNERS, Computed
 from .construct import Built, Indices
 
 Layers = dict[str, Built] | None  # per runner, when the rule builds the drafter's layers
@@ -15,22 +15,22 @@ Layers = dict[str, Built] | None  # per runner, when the rule builds the drafter
 DEFAULT = "default"
 
 
-def _accepts(name: str, probes: Probes, runner: str) -> Observation:
-    support = dict(probes.runner_support).get(runner)
+def _accepts(name: str, computed: Computed, runner: str) -> Observation:
+    support = dict(computed.runner_support).get(runner)
     if support is None:
-        why = dict(probes.reasons).get("runner") or "not probed"
+        why = dict(computed.reasons).get("runner") or "not computed"
         return Observation(name, runner, DEFAULT, "runner-accepts", None, True, None, None, why)
     return Observation(name, runner, DEFAULT, "runner-accepts", None, True, support.supported, support.supported, support.reason)
 
 
-def capture_ids(name: str, draft: DraftConfig, probes: Probes, built: Layers) -> Iterator[Observation]:
+def capture_ids(name: str, draft: DraftConfig, computed: Computed, built: Layers) -> Iterator[Observation]:
     """Per runner: the aux-layer ids the resolver returns, against the ids the drafter was trained on."""
-    expected = probes.expected_aux_layer_ids
-    computed = dict(probes.aux_by_runner)
-    reasons = dict(probes.reasons)
+    expected = computed.expected_aux_layer_ids
+    by_runner = dict(computed.aux_by_runner)
+    reasons = dict(computed.reasons)
     for runner in RUNNERS:
-        yield _accepts(name, probes, runner)
-        value = computed.get(runner, UNKNOWN)
+        yield _accepts(name, computed, runner)
+        value = by_runner.get(runner, UNKNOWN)
         if value is UNKNOWN or expected is None:
             why = reasons.get(f"aux_layer_ids_by_runner.{runner}") or reasons.get("aux_layer_ids") or "the drafter states no usable layer ids"
             yield Observation(name, runner, DEFAULT, "resolver", None, _list(expected), None, None, why)
@@ -39,16 +39,16 @@ def capture_ids(name: str, draft: DraftConfig, probes: Probes, built: Layers) ->
         yield Observation(name, runner, DEFAULT, "resolver", None, list(expected), _list(value), value == tuple(expected), note)
 
 
-def layer_attention(name: str, draft: DraftConfig, probes: Probes, built: Layers) -> Iterator[Observation]:
+def layer_attention(name: str, draft: DraftConfig, computed: Computed, built: Layers) -> Iterator[Observation]:
     """Per runner and draft layer: the sliding window and causality that reached the
     attention layer when the tree's own classes built the drafter's layers."""
-    expected = probes.expected_layers
+    expected = computed.expected_layers
     for runner in RUNNERS:
         answer = built.get(runner) if built else None
         if answer is not None and answer.refused:
             yield Observation(name, runner, DEFAULT, "runner-accepts", None, True, False, False, answer.reason)
             continue
-        yield _accepts(name, probes, runner)
+        yield _accepts(name, computed, runner)
         if answer is not None and answer.indices is not None:
             yield from _layer_indices(name, runner, answer.indices)
         if answer is None or answer.layers is None or expected is None:
@@ -77,20 +77,20 @@ def _layer_indices(name: str, runner: str, indices: Indices) -> Iterator[Observa
             yield Observation(name, runner, DEFAULT, "layer-index", position, position, received, received == position)
 
 
-def block_drop(name: str, draft: DraftConfig, probes: Probes, built: Layers) -> Iterator[Observation]:
+def block_drop(name: str, draft: DraftConfig, computed: Computed, built: Layers) -> Iterator[Observation]:
     """Whether the KV cache manager is told to drop the last prefix-cache block for
     method='dflash': by default, and with the opt-out flag where the tree has one."""
-    why = dict(probes.reasons).get("drops_prefix_block", "")
-    settings = [(DEFAULT, probes.drops_prefix_block)]
-    if probes.has_opt_out:
-        settings.append((OPT_OUT_FIELD, probes.drops_prefix_block_when_disabled))
+    why = dict(computed.reasons).get("drops_prefix_block", "")
+    settings = [(DEFAULT, computed.drops_prefix_block)]
+    if computed.has_opt_out:
+        settings.append((OPT_OUT_FIELD, computed.drops_prefix_block_when_disabled))
     for setting, drops in settings:
-        shown = probes.prefix_block_predicate or ""
+        shown = computed.prefix_block_predicate or ""
         note = f"{shown}{'()' if shown.isidentifier() else ''} decides" if drops is not None else why or "not computable"
         yield Observation(name, None, setting, "kv-cache-manager", None, False, drops, None if drops is None else not drops, note)
 
 
-QUESTION_KINDS: dict[str, Callable[[str, DraftConfig, Probes, Layers], Iterator[Observation]]] = {
+QUESTION_KINDS: dict[str, Callable[[str, DraftConfig, Computed, Layers], Iterator[Observation]]] = {
     "capture-ids": capture_ids,
     "layer-attention": layer_attention,
     "block-drop": block_drop,

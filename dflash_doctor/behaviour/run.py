@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 
 from ..draft.config import DraftConfig
-from ..draft.probes import Probes, Runner, probe_configs
 from ..model import PRESENT, BehaviourAnswer
 from ..rules import Rule
 from ..source import SourceTree
+from .compute import compute
+from .computed import Computed, Runner
 from .construct import construct_layers
 from .judge import judge
 from .observe import QUESTION_KINDS
@@ -21,7 +22,7 @@ def user_name(draft: DraftConfig) -> str:
 
 def answer_rules(
     tree: SourceTree, rules: tuple[Rule, ...], run: Runner, user: DraftConfig | None = None
-) -> tuple[dict[str, BehaviourAnswer], Probes | None]:
+) -> tuple[dict[str, BehaviourAnswer], Computed | None]:
     """Each rule's answer by id, and the user's probes (for the report's probes section).
     With a user config its answer gates where it has one, unless it works and the
     rule's defect cannot reach that drafter (``[affects]``); else the references answer."""
@@ -31,7 +32,7 @@ def answer_rules(
         configs.append((user_name(user), user))
     if not asked and user is None:
         return {}, None
-    probes = probe_configs(tree, tuple(draft for _, draft in configs), run)
+    probes = compute(tree, tuple(draft for _, draft in configs), run)
     answers = {}
     for rule in asked:
         kind = QUESTION_KINDS[rule.behaviour.question]

@@ -30,7 +30,7 @@ def config(
     Exit: 0 no error finding, 1 any error finding, 3 could not run (file missing or not a JSON object).
     """
     from .. import __version__
-    from ..draft.config import lint_report
+    from ..draft.lint import lint_report
     from ..draft.render import lint_lines, lint_table
 
     report = lint_report(path, target_config)

@@ -20,7 +20,7 @@ def draft_sections(
     """The ``draft`` and ``probes`` report sections, and the fixes judged with the
     user's config as the one that gates. Raises ToolError for unreadable input."""
     from ..cache import judged_fixes
-    from .config import lint_report
+    from .lint import lint_report
 
     report = lint_report(Path(draft_config), None if target_config is None else Path(target_config))
     fixes, probes = judged_fixes(resolved, rules, report.config)

@@ -19,10 +19,13 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from .archive import ArchiveSource
 from .interface import ImageError, ImageSource
 from .layers import LayerIndex, load_index, read_layer, save_index
+from .layout import LayoutSource
 from .manifest import Image, Layer, resolve_image
 from .merge import find_site, merge, site_files
+from .registry import RegistrySource
 
 LABELS = ("org.opencontainers.image.revision", "org.opencontainers.image.version", "org.opencontainers.image.source")
 TREE_FORMAT = "1"  # bump when what a tree holds changes
@@ -43,15 +46,9 @@ class ImageTree:
 def open_source(reference: str, insecure: tuple[str, ...] = (), timeout: float = 30.0) -> ImageSource:
     """``oci:DIR[:TAG]``, ``docker-archive:FILE``, else a registry reference (``docker://`` optional)."""
     if reference.startswith("oci:"):
-        from .layout import LayoutSource
-
         return LayoutSource(reference[len("oci:"):])
     if reference.startswith("docker-archive:"):
-        from .archive import ArchiveSource
-
         return ArchiveSource(reference[len("docker-archive:"):])
-    from .registry import RegistrySource
-
     return RegistrySource(reference.removeprefix("docker://"), insecure, timeout)
 
 

@@ -1,44 +1,109 @@
-"""Fix / verdict / evidence / remedy: a rich table on a terminal, plain text otherwise.
+"""The report as lines for a person: each fix leads with its verdict and headline, then why, where and what to do.
 
-Every value from the report passes through ``clean``/``literal`` (dflash_doctor.terminal):
-a tree or host cannot drive the terminal, print markup, or start a line of its own.
+On a terminal the lines are wrapped to its width and coloured; piped, they are
+plain and unwrapped. Every value from the report passes through ``clean``
+(dflash_doctor.terminal): a tree or host cannot drive the terminal, print
+markup, or start a line of its own (reporters/layout.py indents every
+continuation).
 """
 
 from __future__ import annotations
 
-from ..terminal import clean, literal, terminal_text
-from ..model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, CheckReport, FixResult
+from ..model import ABSENT, BEHAVIOUR, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, CheckReport, FixResult
+from ..terminal import clean, columns
+from .layout import OUTDENT, Line, Token, render, width_of, words, wrap
 
 STYLES = {PRESENT: "bold green", ABSENT: "bold red", PARTIAL: "bold yellow", NOT_APPLICABLE: "bold red", UNKNOWN: "bold magenta"}
+LABEL = "dim"
+GAP = "   "  # between evidence locations sharing a line
 
 
-def _waiver_note(fix: FixResult) -> str:
-    waiver = fix.waiver
-    until = f" until {waiver.until.isoformat()}" if waiver.until else ""
-    return f"waived{until}: {clean(waiver.reason)}"
+def _verdict(fix: FixResult) -> str:
+    return fix.status.upper()
 
 
-def _evidence_lines(fix: FixResult) -> list[str]:
-    lines = [f"{clean(e.file)}:{e.line} {clean(e.symbol)} [{clean(e.form)}]" for e in fix.evidence]
-    lines.append(f"decided by {fix.decided_by}" + (f" (the code's forms read {fix.structure_status})"
-                                                   if fix.structure_status not in (None, fix.status) else ""))
-    if fix.reason:
-        lines.append(clean(fix.reason))
+def _header(report: CheckReport, width: int | None) -> list[Line]:
+    vllm, target = report.vllm, report.target
+    tokens: list[Token] = [("vLLM", "bold"), (clean(vllm.version) if vllm.version else "(unknown version)", "bold")]
+    if vllm.commit:
+        tokens += [("commit", ""), (clean(vllm.commit), "")] + words(f"(from {clean(vllm.commit_source)})")
+    tokens += [("at", ""), (clean(target.location), ""), (f"({clean(target.kind)});", "")]
+    if vllm.modified_files is None:
+        tokens += words("no RECORD to compare against")
+    elif vllm.modified_files:
+        names = [clean(name) for name in vllm.modified_files]
+        tokens += words("locally modified:") + [(name + ",", "") for name in names[:-1]] + [(names[-1], "")]
+    else:
+        tokens += words("inspected files match RECORD")
+    return wrap(tokens, width, [], 2)
+
+
+def _field(label: str, tokens: list[Token], width: int | None, column: int) -> list[Line]:
+    return wrap(tokens, width, [("  " + label.ljust(column - 2), LABEL)], column)
+
+
+def _configurations(names: tuple[str, ...]) -> list[Token]:
+    """Configuration names (the part before a failure's ``: why``), comma separated."""
+    return words(", ".join(clean(name.split(": ", 1)[0]) for name in names))
+
+
+def _evidence(fix: FixResult, width: int | None, column: int) -> list[Line]:
+    """One ``file:line symbol`` per place; on a terminal as many as fit share a line, and a place too wide keeps
+    its ``file:line`` only (the JSON has the symbol), which, wider than the column, stands whole on a line of
+    its own further left."""
+    room = width - column if width else None
+    rows: list[list[str]] = []
+    for item in fix.evidence:
+        where = clean(item.file) + (f":{item.line}" if item.line is not None else "")
+        place = f"{where} {clean(item.symbol)}" if item.symbol else where
+        place = place if room is None or width_of(place) <= room else where
+        if room and rows and width_of(GAP.join(rows[-1] + [place])) <= room:
+            rows[-1].append(place)
+        else:
+            rows.append([place])
+    lines: list[Line] = [[("  " + "evidence".ljust(column - 2), LABEL)]] if rows else []
+    for index, row in enumerate(rows):
+        text = GAP.join(row)
+        if room and width_of(text) > room:
+            lines += wrap([(text, "")], width, [(" " * OUTDENT, "")], OUTDENT)
+        elif index == 0:
+            lines[0].append((text, ""))
+        else:
+            lines.append([(" " * column, ""), (text, "")])
     return lines
 
 
-def _header(report: CheckReport) -> str:
-    vllm = report.vllm
-    commit = f" commit {clean(vllm.commit)} (from {clean(vllm.commit_source)})" if vllm.commit else ""
-    if vllm.modified_files is None:
-        modified = "no RECORD to compare against"
-    elif vllm.modified_files:
-        modified = "locally modified: " + ", ".join(clean(name) for name in vllm.modified_files)
-    else:
-        modified = "inspected files match RECORD"
-    target = report.target
-    version = clean(vllm.version) if vllm.version else "unknown version"
-    return f"vLLM {version}{commit} at {clean(target.location)} ({clean(target.kind)}); {modified}"
+def _decided(fix: FixResult) -> str:
+    by = "behaviour (running the tree's code)" if fix.decided_by == BEHAVIOUR else "structure (the code's forms)"
+    if fix.structure_status not in (None, fix.status):
+        return f"by {by}; the code's forms alone read {fix.structure_status.upper()}"
+    return f"by {by}"
+
+
+def _waiver(fix: FixResult) -> str:
+    until = f"until {fix.waiver.until.isoformat()}: " if fix.waiver.until else ""
+    return until + clean(fix.waiver.reason)
+
+
+def _fix_lines(fix: FixResult, width: int | None, column: int) -> list[Line]:
+    headline = fix.headline or fix.title
+    first: Line = [(clean(fix.id).ljust(column), "bold"), (_verdict(fix), STYLES[fix.status]), ("  ", "")]
+    lines = wrap(words(clean(headline)), width, first, column)
+    if fix.waiver:
+        lines += _field("waived", words(_waiver(fix)), width, column)
+    if fix.affects_drafter is False:
+        because = f": {clean(fix.affects_reason)}" if fix.affects_reason else ""
+        lines += _field("drafter", words(f"does not affect this drafter{because} (does not fail the gate)"), width, column)
+    if fix.reason:
+        lines += _field("why", words(clean(fix.reason)), width, column)
+    if fix.status == PARTIAL and fix.behaviour and (fix.behaviour.works or fix.behaviour.fails):
+        lines += _field("works", _configurations(fix.behaviour.works) or words("(none)"), width, column)
+        lines += _field("fails", _configurations(fix.behaviour.fails) or words("(none)"), width, column)
+    lines += _evidence(fix, width, column)
+    lines += _field("decided", words(_decided(fix)), width, column)
+    if fix.status != PRESENT:
+        lines += _field("remedy", words(clean(fix.remedy)), width, column)
+    return lines
 
 
 def _section_lines(report: CheckReport) -> list[str]:
@@ -57,70 +122,61 @@ def _section_lines(report: CheckReport) -> list[str]:
     return lines
 
 
-def _status_of(report: CheckReport, fix_id: str) -> str:
+def _wrapped(line: str, width: int | None) -> list[Line]:
+    """A section line as it is when it fits, else wrapped at its words and continued four columns deeper."""
+    if width is None or width_of(line) <= width:
+        return [[(line, "")]]
+    indent = len(line) - len(line.lstrip(" "))
+    return wrap(words(line), width, [(" " * indent, "")], indent + 4)
+
+
+def check_lines(report: CheckReport, width: int | None) -> list[Line]:
+    column = max([12] + [len(clean(fix.id)) + 2 for fix in report.fixes])
+    lines = _header(report, width)
+    for fix in report.fixes:
+        lines += [[]] + _fix_lines(fix, width, column)
+    sections = _section_lines(report)
+    if sections:
+        lines.append([])
+    for line in sections:
+        lines += _wrapped(line, width)
+    return lines
+
+
+def _cell(report: CheckReport, fix_id: str) -> Token:
     for fix in report.fixes:
         if fix.id == fix_id:
-            return f"{fix.status} (waived)" if fix.waiver else fix.status
-    return "-"
+            notes = ["waived"] * bool(fix.waiver) + ["not this drafter"] * (fix.affects_drafter is False)
+            return _verdict(fix) + (f" ({', '.join(notes)})" if notes else ""), STYLES[fix.status]
+    return "-", ""
 
 
-def _lines(lines: list[str]):
-    """Already clean lines as one rich cell, never read as markup."""
-    from rich.text import Text
-
-    return Text("\n".join(lines))
+def fleet_lines(outcomes, width: int | None) -> list[Line]:
+    """One line per host: its host, then a verdict under each fix, or its error across the fix columns."""
+    fix_ids = sorted({f.id for o in outcomes if o.report for f in o.report.fixes})
+    rows = [[_cell(o.report, fix_id) for fix_id in fix_ids] if o.report else [] for o in outcomes]
+    sizes = [max([len(fix_id)] + [len(row[i][0]) for row in rows if row]) + 2 for i, fix_id in enumerate(fix_ids)]
+    measure = width_of if width else len  # cells on a terminal; plain text needs no rich
+    host_size = max([4] + [measure(clean(o.host)) for o in outcomes]) + 2
+    stacked = width is not None and host_size + sum(sizes) > width  # each host alone on a line, its row below it
+    start = 6 if stacked else host_size
+    lines: list[Line] = [[("DFlash fixes per host", "bold")]]
+    lines.append([("host".ljust(start), LABEL)] + [(fix_id.ljust(size), LABEL) for fix_id, size in zip(fix_ids, sizes)])
+    for o, row in zip(outcomes, rows):
+        host = clean(o.host)
+        lead: Line = [(" " * start, "")] if stacked else [(host + " " * (host_size - measure(host)), "bold")]
+        if stacked:
+            lines += wrap([(host, "bold")], width, [], OUTDENT)
+        if o.report is None:
+            lines += wrap(words(clean(o.error or "")), width, lead + [("error:", "bold red"), (" ", "")], start + 2)
+        else:
+            lines.append(lead + [(text.ljust(size), style) for (text, style), size in zip(row, sizes)])
+    return lines
 
 
 class TableReporter:
     def render(self, report: CheckReport, terminal: bool) -> str:
-        if not terminal:
-            return self._plain(report)
-        from rich.table import Table
-        from rich.text import Text
-
-        table = Table(title=_lines([_header(report)]), title_justify="left", show_lines=True)
-        for column in ("fix", "verdict", "evidence", "remedy"):
-            table.add_column(column, overflow="fold")
-        for fix in report.fixes:
-            verdict = Text.assemble((fix.status, STYLES[fix.status]), "\n" + _waiver_note(fix) if fix.waiver else "")
-            table.add_row(
-                _lines([clean(fix.id), clean(fix.title)]), verdict, _lines(_evidence_lines(fix)), literal(fix.remedy)
-            )
-        extra = _section_lines(report)
-        return terminal_text(table) + ("\n".join(extra) + "\n" if extra else "")
+        return render(check_lines(report, columns() if terminal else None), terminal)
 
     def render_fleet(self, outcomes, terminal: bool) -> str:
-        """One row per host, one column per fix; a host that failed shows its error."""
-        fix_ids = sorted({f.id for o in outcomes if o.report for f in o.report.fixes})
-        if not terminal:
-            lines = ["\t".join(["host", *fix_ids])]
-            for o in outcomes:
-                cells = [f"error: {o.error}"] if o.report is None else [_status_of(o.report, i) for i in fix_ids]
-                lines.append("\t".join(clean(cell) for cell in [o.host, *cells]))
-            return "\n".join(lines) + "\n"
-        from rich.table import Table
-        from rich.text import Text
-
-        table = Table(title="DFlash fixes per host", title_justify="left")
-        for column in ("host", *fix_ids):
-            table.add_column(literal(column), overflow="fold")
-        for o in outcomes:
-            if o.report is None:
-                error = Text.assemble(("error", "bold red"), ": " + clean(o.error or ""))
-                table.add_row(literal(o.host), error, *[""] * (len(fix_ids) - 1))
-            else:
-                cells = [_status_of(o.report, fix_id) for fix_id in fix_ids]
-                table.add_row(literal(o.host), *[literal(c, STYLES.get(c, "")) for c in cells])
-        return terminal_text(table)
-
-    def _plain(self, report: CheckReport) -> str:
-        out = [_header(report)]
-        for fix in report.fixes:
-            out.append(f"{clean(fix.id)}: {fix.status} - {clean(fix.title)}")
-            if fix.waiver:
-                out.append(f"    {_waiver_note(fix)}")
-            out.extend(f"    {line}" for line in _evidence_lines(fix))
-            if fix.status != PRESENT:
-                out.append(f"    remedy: {clean(fix.remedy)}")
-        out.extend(_section_lines(report))
-        return "\n".join(out) + "\n"
+        return render(fleet_lines(outcomes, columns() if terminal else None), terminal)

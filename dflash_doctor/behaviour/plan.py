@@ -1,0 +1,317 @@
+"""Plan the calls that ask a tree what it computes: find each definition,
+copy it into the program, and note why a call cannot be made."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from typing import Any
+
+from ..draft import sandbox
+from ..draft.sandbox import Call
+from ..source import SourceTree, Symbol
+from .computed import (
+    ENVS,
+    LAYER_RESOLVER,
+    OPT_OUT_FIELD,
+    OPTIONAL,
+    REQUIRED,
+    RUNNER_ENV,
+    RUNNER_PROPERTY,
+    RUNNERS,
+    SCHEDULER,
+    SPEC_CONFIG,
+    SPECULATOR_FACTORY,
+    V1_REFUSALS,
+    V1_RESOLVER,
+    V2_RESOLVER,
+    VLLM_CONFIG,
+)
+from .definitions import ExtractError, Locator, Site, parsed_or_none
+from .program import ProgramBuilder
+
+
+@dataclasses.dataclass(frozen=True)
+class StubCall:
+    """A call on an instance of a class stub (a runner, VllmConfig): made once
+    the SpeculativeConfig stub it holds is known."""
+
+    id: str
+    expr: str
+    holder: str
+    owner: Symbol
+    entries: tuple[str, ...]
+    reason_key: str
+    bind: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclasses.dataclass
+class Plan:
+    """Calls to make and what each needs; filled while the program is built."""
+
+    calls: list[Call] = dataclasses.field(default_factory=list)
+    stub_calls: list[StubCall] = dataclasses.field(default_factory=list)
+    reasons: dict[str, str] = dataclasses.field(default_factory=dict)
+    evidence: list[Site] = dataclasses.field(default_factory=list)
+    v1_refusals: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    drop: DropPredicate | None = None
+    has_opt_out: bool = False
+    has_runner_property: bool = False
+
+
+def plan_calls(tree: SourceTree, builder: ProgramBuilder) -> tuple[Plan, Symbol | None]:
+    """The calls for every question, their definitions copied into ``builder``; and
+    the tree's SpeculativeConfig (None: not found, the plan's reasons say why)."""
+    plan = Plan()
+    locator = Locator(tree, REQUIRED, OPTIONAL)
+    spec_symbol = _optional(plan, "spec", lambda: locator.one(*SPEC_CONFIG))
+    _plan_aux(locator, builder, plan)
+    _plan_layers(locator, builder, plan)
+    _plan_runner(tree, locator, builder, plan)
+    _plan_prefix_block(locator, plan, spec_symbol)
+    return plan, spec_symbol
+
+
+def _optional(plan: Plan, key: str, find):
+    try:
+        return find()
+    except ExtractError as exc:
+        plan.reasons[key] = str(exc)
+        return None
+
+
+def _plan_aux(locator: Locator, builder: ProgramBuilder, plan: Plan) -> None:
+    v1 = _optional(plan, "aux:v1", lambda: locator.one(*V1_RESOLVER))
+    owner = _optional(plan, "aux:v1", lambda: _owner(v1)) if v1 is not None else None
+    if owner is not None:
+        method = v1.qualname.rsplit(".", 1)[-1]
+        plan.stub_calls.append(StubCall("aux:v1", f"runner.{method}()", "runner", owner, (method,), "aux:v1"))
+        plan.evidence.append(Site(v1.file, v1.qualname, v1.line))
+    elif v1 is None:
+        plan.reasons.setdefault("aux:v1", f"{V1_RESOLVER[1]} not found in this tree")
+    v2 = _optional(plan, "aux:v2", lambda: locator.one(*V2_RESOLVER))
+    if v2 is not None and _add(builder, plan, "aux:v2", v2):
+        plan.calls.append(Call("aux:v2", f"{v2.node.name}(spec)"))
+    elif v2 is None:
+        plan.reasons.setdefault("aux:v2", f"{V2_RESOLVER[1]} not found in this tree")
+
+
+def _plan_layers(locator: Locator, builder: ProgramBuilder, plan: Plan) -> None:
+    resolver = _optional(plan, "layers", lambda: locator.one(*LAYER_RESOLVER))
+    if resolver is None:
+        plan.reasons.setdefault("layers", f"this vLLM has no per-layer resolver ({LAYER_RESOLVER[1]} in {LAYER_RESOLVER[0]}); "
+                                          "the swa-config verdict says what its draft layers do")
+        return
+    if not _add(builder, plan, "layers", resolver):
+        return
+    for runner in RUNNERS:
+        current = sandbox.strict_object("VllmConfig", use_v2_model_runner=runner == "v2")
+        plan.calls.append(Call(
+            f"layers:{runner}", f"[{resolver.node.name}(config, index) for index in range(layer_count)]",
+            (("config", sandbox.config_object("hf_config", "hf")), ("get_current_vllm_config", sandbox.returns(current))),
+        ))
+
+
+def _plan_runner(tree: SourceTree, locator: Locator, builder: ProgramBuilder, plan: Plan) -> None:
+    parsed = _optional(plan, "runner:env", lambda: parsed_or_none(tree, ENVS))
+    lam = _env_lambda(parsed.tree) if parsed is not None else None
+    if lam is None:
+        plan.reasons.setdefault("runner:env", f"no {RUNNER_ENV} entry in {ENVS}" if parsed is not None else f"{ENVS} is not in this tree")
+    else:
+        try:
+            name = builder.expression_function(ENVS, "_default_" + RUNNER_ENV, lam.body)
+            plan.calls.append(Call("runner:env", f"{name}()"))
+            plan.evidence.append(Site(ENVS, f"environment_variables[{RUNNER_ENV!r}]", lam.lineno))
+        except ExtractError as exc:
+            plan.reasons["runner:env"] = str(exc)
+    vllm_config = _optional(plan, "runner:default", lambda: locator.one(*VLLM_CONFIG))
+    if vllm_config is not None and isinstance(vllm_config.node, ast.ClassDef):
+        methods = {s.name: s for s in vllm_config.node.body if isinstance(s, ast.FunctionDef)}
+        if RUNNER_PROPERTY in methods:
+            plan.has_runner_property = True
+            plan.evidence.append(Site(vllm_config.file, f"{vllm_config.qualname}.{RUNNER_PROPERTY}", methods[RUNNER_PROPERTY].lineno))
+            for value in (None, False, True):
+                envs = sandbox.strict_object("envs", **{RUNNER_ENV: value})
+                plan.stub_calls.append(StubCall(f"runner:default:{value}", f"vllm_config.{RUNNER_PROPERTY}", "vllm_config",
+                                                 vllm_config, (RUNNER_PROPERTY,), "runner:default", (("envs", envs),)))
+        if V1_REFUSALS in methods:
+            plan.evidence.append(Site(vllm_config.file, f"{vllm_config.qualname}.{V1_REFUSALS}", methods[V1_REFUSALS].lineno))
+            for check, message in _refusal_checks(methods[V1_REFUSALS], set(methods)):
+                plan.v1_refusals.append((check, message))
+                plan.stub_calls.append(StubCall(f"v1-refusal:{check}", f"vllm_config.{check}()", "vllm_config",
+                                                 vllm_config, (check,), f"v1-refusal:{check}"))
+    factory = _optional(plan, "runner:v2", lambda: locator.one(*SPECULATOR_FACTORY))
+    if factory is None:
+        plan.reasons.setdefault("runner:v2", f"{SPECULATOR_FACTORY[1]} not found in {SPECULATOR_FACTORY[0]}: no V2 speculator to check")
+    elif _add(builder, plan, "runner:v2", factory):
+        extra = ", None" * max(0, _required_positional(factory.node) - 1)
+        plan.calls.append(Call("runner:v2", f"{factory.node.name}(vllm_config{extra})",
+                               (("vllm_config", {"$marker": "plain-vllm-config"}),)))
+
+
+def _plan_prefix_block(locator: Locator, plan: Plan, spec_symbol: Symbol | None) -> None:
+    scheduler = _optional(plan, "prefix", lambda: locator.one(*SCHEDULER))
+    if scheduler is None:
+        plan.reasons.setdefault("prefix", f"{SCHEDULER[1]} not found in {SCHEDULER[0]}")
+        return
+    try:
+        plan.drop = _drop_predicate(scheduler)
+    except ExtractError as exc:
+        plan.reasons["prefix"] = str(exc)
+        return
+    plan.evidence.append(Site(scheduler.file, scheduler.qualname, scheduler.line))
+    plan.calls.append(Call("prefix", plan.drop.expression.format(spec="spec")))
+    if spec_symbol is not None and any(
+        isinstance(s, ast.AnnAssign) and getattr(s.target, "id", None) == OPT_OUT_FIELD for s in spec_symbol.node.body
+    ):
+        plan.has_opt_out = True
+        plan.calls.append(Call("prefix:opt-out", plan.drop.expression.format(spec="spec_opted_out")))
+
+
+def _add(builder: ProgramBuilder, plan: Plan, key: str, symbol: Symbol) -> bool:
+    try:
+        builder.function(symbol)
+    except ExtractError as exc:
+        plan.reasons[key] = str(exc)
+        return False
+    plan.evidence.append(Site(symbol.file, symbol.qualname, symbol.line))
+    return True
+
+
+def _owner(method: Symbol) -> Symbol:
+    class_name = method.qualname.rsplit(".", 1)[0]
+    owner = method.parsed.symbols(class_name)
+    if len(owner) != 1:
+        raise ExtractError(f"the class of {method.qualname} cannot be told apart in {method.file}")
+    return owner[0]
+
+def _env_lambda(module: ast.Module) -> ast.Lambda | None:
+    for statement in module.body:
+        value = statement.value if isinstance(statement, (ast.Assign, ast.AnnAssign)) else None
+        if isinstance(value, ast.Dict):
+            for key, item in zip(value.keys, value.values):
+                if isinstance(key, ast.Constant) and key.value == RUNNER_ENV and isinstance(item, ast.Lambda) and not item.args.args:
+                    return item
+    return None
+
+
+def _refusal_checks(function: ast.FunctionDef, methods: set[str]) -> list[tuple[str, str]]:
+    """``if self.<check>(): unsupported.append("...")`` in the V1 refusal list."""
+    checks = []
+    for node in ast.walk(function):
+        if not isinstance(node, ast.If):
+            continue
+        test = node.test
+        if (
+            isinstance(test, ast.Call) and not test.args and isinstance(test.func, ast.Attribute)
+            and isinstance(test.func.value, ast.Name) and test.func.value.id == "self" and test.func.attr in methods
+        ):
+            appended = [
+                n.args[0] for n in ast.walk(ast.Module(body=node.body, type_ignores=[]))
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "append" and n.args
+            ]
+            message = appended[0].value if appended and isinstance(appended[0], ast.Constant) else test.func.attr
+            checks.append((test.func.attr, str(message)))
+    return checks
+
+
+def _required_positional(function: ast.FunctionDef) -> int:
+    arguments = function.args
+    return len(arguments.posonlyargs) + len(arguments.args) - len(arguments.defaults)
+
+
+@dataclasses.dataclass(frozen=True)
+class DropPredicate:
+    """What ``KVCacheManager(use_eagle=...)`` is told, as an expression over the
+    SpeculativeConfig (``{spec}`` stands for it), and the lines that may turn the
+    drop off afterwards."""
+
+    shown: str  # a method name, or the expression for a compound one
+    expression: str
+    methods: tuple[str, ...]
+    overrides: tuple[int, ...]
+
+
+def _drop_predicate(scheduler: Symbol) -> DropPredicate:
+    handed = None
+    for node in ast.walk(scheduler.node):
+        if isinstance(node, ast.Call) and _callee(node.func) == "KVCacheManager":
+            handed = next((k.value for k in node.keywords if k.arg == "use_eagle"), handed)
+    if handed is None:
+        raise ExtractError(f"{scheduler.qualname} hands no use_eagle= to KVCacheManager")
+    methods: list[str] = []
+    overrides: list[int] = []
+
+    def translate(node: ast.expr) -> str:
+        """``spec.m()`` / ``x.speculative_config.m()`` / ``self.attr`` (assigned from one),
+        joined by and/or/not; anything else is a form behaviour does not follow."""
+        if isinstance(node, ast.BoolOp):
+            joiner = " and " if isinstance(node.op, ast.And) else " or "
+            return "(" + joiner.join(translate(value) for value in node.values) + ")"
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return f"(not {translate(node.operand)})"
+        if isinstance(node, ast.Call) and not node.args and not node.keywords and isinstance(node.func, ast.Attribute) and not (
+            isinstance(node.func.value, ast.Name) and node.func.value.id == "self"
+        ):
+            methods.append(node.func.attr)
+            return "{spec}." + node.func.attr + "()"
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+            method, later = _attribute_predicate(scheduler, node.attr)
+            methods.append(method)
+            overrides.extend(later)
+            return "{spec}." + method + "()"
+        raise ExtractError(f"KVCacheManager(use_eagle={ast.unparse(handed)}) is a form behaviour does not follow")
+
+    expression = translate(handed)
+    shown = methods[0] if len(methods) == 1 and expression == "{spec}." + methods[0] + "()" else expression.replace("{spec}.", "")
+    return DropPredicate(shown, expression, tuple(dict.fromkeys(methods)), tuple(sorted(set(overrides))))
+
+
+def _attribute_predicate(scheduler: Symbol, attribute: str) -> tuple[str, tuple[int, ...]]:
+    """The SpeculativeConfig method ``self.<attribute>`` is set from in ``Scheduler.__init__``,
+    and the lines that may set it False afterwards."""
+    assignments: list[tuple[ast.Assign, list[ast.expr]]] = []
+
+    def visit(statements, tests):
+        for statement in statements:
+            if isinstance(statement, ast.Assign) and any(
+                isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self" and t.attr == attribute
+                for t in statement.targets
+            ):
+                assignments.append((statement, tests))
+            if isinstance(statement, ast.If):
+                visit(statement.body, [*tests, statement.test])
+                visit(statement.orelse, [*tests, ast.UnaryOp(op=ast.Not(), operand=statement.test)])
+            elif isinstance(statement, (ast.For, ast.While, ast.With, ast.Try)):
+                for field in ("body", "orelse", "finalbody"):
+                    visit(getattr(statement, field, []) or [], [*tests, statement])
+                for handler in getattr(statement, "handlers", []) or []:
+                    visit(handler.body, [*tests, handler])
+
+    visit(scheduler.node.body, [])
+    predicate, index = None, -1
+    for position, (statement, tests) in enumerate(assignments):
+        value = statement.value
+        if isinstance(value, ast.Call) and not value.args and isinstance(value.func, ast.Attribute) and not (
+            isinstance(value.func.value, ast.Name) and value.func.value.id == "self"
+        ):
+            predicate, index = value.func.attr, position
+        elif isinstance(value, ast.Constant) and value.value is True and tests and _predicate_test(tests[-1]):
+            predicate, index = tests[-1].func.attr, position
+    if predicate is None:
+        raise ExtractError(f"no assignment of self.{attribute} in {scheduler.qualname} reads a SpeculativeConfig predicate")
+    overrides = []
+    for statement, _ in assignments[index + 1:]:
+        if isinstance(statement.value, ast.Constant) and statement.value.value is False:
+            overrides.append(statement.lineno)
+        else:
+            raise ExtractError(f"self.{attribute} is set again at line {statement.lineno} in a form behaviour does not follow")
+    return predicate, tuple(overrides)
+
+
+def _predicate_test(test: ast.expr) -> bool:
+    return isinstance(test, ast.Call) and not test.args and isinstance(test.func, ast.Attribute)
+
+
+def _callee(func: ast.expr) -> str | None:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None

@@ -1,0 +1,269 @@
+"""Build a program from definitions taken out of a vLLM tree, with what they need.
+
+Each free name a copied definition reads is looked up at the top of its own
+module: a function is copied too, a constant built from literals is copied, a
+``from vllm... import`` is followed into the tree. Anything else becomes a
+gap: the sandbox binds it to an object that stops the run the moment the code
+touches it.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from collections.abc import Iterable
+
+from ..draft.sandbox import Chunk
+from ..source import SiteError, SourceTree, Symbol, parse_python
+from .definitions import (
+    ExtractError,
+    absolute_module,
+    attribute_names,
+    base_init,
+    free_names,
+    is_static,
+    names_in,
+    neutral_decorator,
+    option_default,
+    parsed_or_none,
+    refuse_dunders,
+    stripped,
+    top_level_bindings,
+)
+
+PROPERTY_DECORATORS = {"property", "cached_property"}
+KEPT_DECORATORS = {"staticmethod", "classmethod"}
+MAX_DEPTH = 12
+
+
+class ProgramBuilder:
+    """A flat program of copied definitions, in dependency order."""
+
+    def __init__(self, tree: SourceTree, provided: Iterable[str], classes: bool = False,
+                 follow: Iterable[str] | None = None) -> None:
+        """``classes``: module-level classes of the copied code's own files are
+        copied as classes to construct (``__init__`` and the methods it reaches);
+        ``follow``: the only files imports are followed into (None: any)."""
+        self.tree = tree
+        self.classes = classes
+        self.follow = None if follow is None else frozenset(follow)
+        self.provided = set(provided)
+        self.chunks: list[Chunk] = []
+        self.gaps: dict[str, str] = {}  # free name -> label of the gap bound to it
+        self.omitted: dict[str, str] = {}  # "Class.method" -> why it was left out
+        self._origins: dict[str, str] = {}  # program name -> "file:qualname"
+
+    # -- module-level definitions -------------------------------------------
+
+    def function(self, symbol: Symbol) -> str:
+        """Copy a module-level function and its dependencies; its program name."""
+        node = symbol.node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or "." in symbol.qualname:
+            raise ExtractError(f"{symbol.qualname} in {symbol.file} is not a module-level function")
+        self._add_function(symbol.parsed, node, symbol.file, 0)
+        return node.name
+
+    def expression_function(self, symbol_file: str, name: str, expression: ast.expr) -> str:
+        """Wrap an expression of a module (e.g. a lambda's body) as ``def name(): return ...``."""
+        parsed = self._parsed(symbol_file)
+        definition = parse_python(f"def {name}():\n    return None").body[0]
+        definition.body[0].value = copy.deepcopy(expression)
+        self._add_function(parsed, ast.fix_missing_locations(definition), symbol_file, 0)
+        return name
+
+    def _parsed(self, relpath: str):
+        parsed = parsed_or_none(self.tree, relpath)
+        if parsed is None:
+            raise ExtractError(f"{relpath} is not in this tree")
+        return parsed
+
+    def _add_function(self, parsed, node, file: str, depth: int) -> None:
+        origin = f"{file}:{node.name}"
+        if self._claim(node.name, origin):
+            return
+        definition = stripped(node, parsed.text)
+        decorators = definition.decorator_list
+        definition.decorator_list = []
+        for decorator in decorators:
+            if not neutral_decorator(parsed.tree, decorator):
+                raise ExtractError(f"{node.name} in {file} is decorated with @{ast.unparse(decorator)}, which behaviour cannot reproduce")
+        refuse_dunders(definition, f"{node.name} in {file}")
+        self._resolve_free_names(parsed, file, free_names(definition), depth)
+        self.chunks.append(Chunk(node.name, ast.unparse(definition)))
+
+    def _claim(self, name: str, origin: str) -> bool:
+        """True when ``name`` is already defined from the same place."""
+        if name in self.provided or name in self.gaps:
+            raise ExtractError(f"{origin} would shadow the name {name!r} that another copied definition reads")
+        known = self._origins.get(name)
+        if known is None:
+            self._origins[name] = origin
+            return False
+        if known != origin:
+            raise ExtractError(f"two copied definitions are both named {name!r} ({known} and {origin})")
+        return True
+
+    def _resolve_free_names(self, parsed, file: str, names: set[str], depth: int) -> None:
+        for name in sorted(names):
+            if name not in self.provided:
+                self._resolve(parsed, file, name, depth + 1)
+
+    def _resolve(self, parsed, file: str, name: str, depth: int, imported: bool = False) -> None:
+        if depth > MAX_DEPTH:
+            raise ExtractError(f"the definitions {name!r} depends on go deeper than {MAX_DEPTH} levels")
+        bindings = list(top_level_bindings(parsed.tree, name))
+        if len(bindings) != 1:
+            self._gap(name, f"{name} ({file})")
+            return
+        node, conditional = bindings[0]
+        if conditional:
+            self._gap(name, f"{name} ({file}, defined conditionally)")
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            self._add_function(parsed, node, file, depth)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and is_static(node.value):
+            origin = f"{file}:{name}"
+            if self._claim(name, origin):
+                return
+            self._resolve_free_names(parsed, file, names_in(node.value), depth)
+            self.chunks.append(Chunk(name, f"{name} = {ast.unparse(node.value)}"))
+        elif isinstance(node, ast.ImportFrom):
+            self._follow_import(node, name, file, depth)
+        elif isinstance(node, ast.ClassDef) and self.classes and not imported:
+            self.constructor(Symbol(file, node.name, node, parsed))
+        else:
+            self._gap(name, f"{name} ({file})")
+
+    def _follow_import(self, node: ast.ImportFrom, name: str, file: str, depth: int) -> None:
+        alias = next(a for a in node.names if (a.asname or a.name) == name)
+        module = absolute_module(node, file)
+        if alias.asname and alias.asname != alias.name:
+            self._gap(name, f"{name} ({file}, imported under another name)")
+            return
+        if module and module.split(".")[0] == self.tree.package:
+            base = module.replace(".", "/")
+            for candidate in (f"{base}.py", f"{base}/__init__.py"):
+                if self.follow is not None and candidate not in self.follow:
+                    continue
+                try:
+                    parsed = self.tree.parsed(candidate)
+                except SiteError:
+                    break
+                if parsed is not None:
+                    self._resolve_imported(parsed, candidate, name, depth, f"{name} (imported from {module})")
+                    return
+        self._gap(name, f"{name} (imported from {module or 'a relative module'})")
+
+    def _resolve_imported(self, parsed, file: str, name: str, depth: int, label: str) -> None:
+        """Follow an import into the tree. While constructing classes, a definition
+        there that cannot be copied is a stand-in, like any name from outside."""
+        if not self.classes:
+            self._resolve(parsed, file, name, depth)
+            return
+        kept = (len(self.chunks), dict(self._origins), dict(self.gaps), dict(self.omitted))
+        try:
+            self._resolve(parsed, file, name, depth, imported=True)
+        except ExtractError:
+            del self.chunks[kept[0]:]
+            self._origins, self.gaps, self.omitted = kept[1], kept[2], kept[3]
+            self._gap(name, label)
+
+    def _gap(self, name: str, label: str) -> None:
+        if name in self.gaps:
+            return
+        if name in self._origins:
+            raise ExtractError(f"{label} would be a gap, but another copied definition is named {name!r}")
+        self.gaps.setdefault(name, label)
+
+    # -- classes ---------------------------------------------------------------
+
+    def constructor(self, symbol: Symbol) -> str:
+        """Copy a module-level class to construct; its program name. Its bases
+        (torch modules) are not copied: ``super().__init__()`` is dropped."""
+        origin = f"{symbol.file}:{symbol.qualname}"
+        if not self._claim(symbol.node.name, origin):
+            body = self.class_body(symbol, ("__init__",), constructing=True)
+            why = self.omitted.get(f"{symbol.node.name}.__init__")
+            if why:
+                raise ExtractError(why)
+            self.chunks.append(Chunk(symbol.node.name, f"{symbol.node.name} = _module_class({symbol.node.name!r}, {body!r})"))
+        return symbol.node.name
+
+    def class_body(self, symbol: Symbol, entries: Iterable[str], option_defaults: bool = False, constructing: bool = False) -> str:
+        """Source of a class body holding ``entries`` and every method they reach
+        through ``self``. With ``option_defaults``, fields annotated as plain
+        options (bool, int, float, str) keep their literal default: the launch
+        default of a config option. Other fields (models, parallelism) are state
+        behaviour does not know; they stay out, so reading them is a gap."""
+        node = symbol.node
+        if not isinstance(node, ast.ClassDef):
+            raise ExtractError(f"{symbol.qualname} in {symbol.file} is not a class")
+        methods = {s.name: s for s in node.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        lines: list[str] = []
+        for statement in node.body if option_defaults else ():
+            default = option_default(statement)
+            if default is not None:
+                field_name, value = default
+                lines.append(f"{field_name} = {ast.unparse(value)}")
+        for statement in node.body if constructing else ():
+            # class attributes the constructor may read: a static one (``decoder_layer_cls
+            # = Layer``) is copied, any other (a weights mapper) is a stand-in
+            if isinstance(statement, ast.Assign) and all(isinstance(target, ast.Name) for target in statement.targets):
+                if is_static(statement.value):
+                    self._resolve_free_names(symbol.parsed, symbol.file, names_in(statement.value), 0)
+                    lines.append(ast.unparse(statement))
+                    continue
+                for target in statement.targets:
+                    stand_in = f"_{node.name}_{target.id}"
+                    self._gap(stand_in, f"{node.name}.{target.id} ({symbol.file})")
+                    lines.append(f"{target.id} = {stand_in}")
+        queue = [name for name in entries if name in methods]
+        included: set[str] = set()
+        while queue:
+            name = queue.pop()
+            if name in included:
+                continue
+            included.add(name)
+            method = methods[name]
+            try:
+                source, reached = self._method(symbol, method, constructing)
+            except ExtractError as exc:
+                self.omitted[f"{node.name}.{name}"] = str(exc)
+                continue
+            lines.append(source)
+            queue.extend(attr for attr in reached if attr in methods)
+        return "\n".join(lines) + "\n"
+
+    def _method(self, owner: Symbol, method: ast.FunctionDef, constructing: bool = False) -> tuple[str, set[str]]:
+        where = f"{owner.qualname}.{method.name} in {owner.file}"
+        definition = stripped(method, owner.parsed.text)
+        if constructing:
+            definition.body = [statement for statement in definition.body if not base_init(statement)] or [ast.Pass()]
+        wrap = None
+        kept = []
+        for decorator in definition.decorator_list:
+            name = decorator.attr if isinstance(decorator, ast.Attribute) else getattr(decorator, "id", None)
+            if name in PROPERTY_DECORATORS:
+                wrap = "property"
+            elif name in KEPT_DECORATORS:
+                kept.append(ast.Name(id=name, ctx=ast.Load()))
+            else:
+                raise ExtractError(f"{where} is decorated with @{ast.unparse(decorator)}, which behaviour cannot reproduce")
+        definition.decorator_list = kept
+        refuse_dunders(definition, where)
+        self._resolve_free_names(owner.parsed, owner.file, free_names(definition), 0)
+        source = ast.unparse(ast.fix_missing_locations(definition))
+        if wrap:
+            source += f"\n{method.name} = {wrap}({method.name})"
+        self_name = method.args.args[0].arg if method.args.args else None
+        reached = {
+            n.attr for n in ast.walk(method)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == self_name
+        }
+        return source, reached
+
+    def attribute_names(self) -> set[str]:
+        """Every ``x.name`` the program reads (to know which methods a stub needs)."""
+        names: set[str] = set()
+        for chunk in self.chunks:
+            names |= attribute_names(chunk.source)
+        return names

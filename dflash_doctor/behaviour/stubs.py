@@ -1,0 +1,60 @@
+"""Stubs the planned calls run on: class bodies copied from the tree, and the
+SpeculativeConfig each drafter config is asked about."""
+
+from __future__ import annotations
+
+from ..draft import sandbox
+from ..draft.sandbox import Call
+from ..source import Symbol
+from .computed import OPT_OUT_FIELD, SPEC_CONFIG
+from .definitions import ExtractError, attribute_names
+from .plan import Plan
+from .program import ProgramBuilder
+
+
+def build_stubs(builder: ProgramBuilder, spec_symbol: Symbol, plan: Plan) -> str:
+    """Build the class stubs of the planned calls, then the SpeculativeConfig body
+    with every method the program reads (until no new one is needed)."""
+    bodies: dict[tuple[str, str, tuple[str, ...]], str] = {}
+    for stub_call in plan.stub_calls:
+        key = (stub_call.owner.file, stub_call.owner.qualname, stub_call.entries)
+        try:
+            if key not in bodies:
+                bodies[key] = builder.class_body(stub_call.owner, stub_call.entries)
+        except ExtractError as exc:
+            plan.reasons[stub_call.reason_key] = str(exc)
+            continue
+        holder = {"$marker": "class", "label": stub_call.owner.node.name, "body": bodies[key]}
+        plan.calls.append(Call(stub_call.id, stub_call.expr, ((stub_call.holder, holder), *stub_call.bind)))
+    seen: set[str] = set()
+    body = ""
+    while True:
+        wanted = builder.attribute_names() | attribute_names(body or "pass")
+        for other in bodies.values():
+            wanted |= attribute_names(other)
+        if plan.drop:
+            wanted.update(plan.drop.methods)
+        if wanted <= seen:
+            return body
+        seen |= wanted
+        body = builder.class_body(spec_symbol, sorted(seen), option_defaults=True)
+
+
+def with_spec(call: Call, spec: dict, spec_body: str, spec_attrs: dict, hf_name: str, layer_count: int | None) -> Call:
+    """Resolve the markers left in calls for one drafter config: every stub that
+    holds its SpeculativeConfig, and its hf_config under its own data name."""
+    bind = []
+    for name, value in call.bind:
+        if isinstance(value, dict) and value.get("$marker") == "class":
+            value = sandbox.class_instance(value["label"], value["body"], speculative_config=spec)
+        elif isinstance(value, dict) and value.get("$marker") == "plain-vllm-config":
+            value = sandbox.strict_object("VllmConfig", speculative_config=spec)
+        elif value == sandbox.config_object("hf_config", "hf"):
+            value = sandbox.config_object("hf_config", hf_name)
+        bind.append((name, value))
+    bind.append(("spec", spec))
+    if call.id.startswith("layers:"):
+        bind.append(("layer_count", layer_count))
+    if call.id == "prefix:opt-out":
+        bind.append(("spec_opted_out", sandbox.class_instance(SPEC_CONFIG[1], spec_body, **spec_attrs, **{OPT_OUT_FIELD: True})))
+    return Call(call.id, call.expr, tuple(bind))
