@@ -1,4 +1,4 @@
-"""Which drafters a fix's defect can touch: the tests a rule's ``[affects]`` table names.
+"""Which drafters a fix's defect can reach: the tests a rule's ``[affects]`` table names.
 
 Each test reads the user's drafter config (``check --draft-config``) and says
 whether the defect can reach it: True, False, or None when the config does not

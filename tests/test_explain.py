@@ -241,7 +241,7 @@ def test_behaviour_failing_the_drafter_overrules_its_config(mini_tree):
     tree = mini_tree("0.33.0")
     algos = tree / "vllm/transformers_utils/configs/speculators/algos.py"
     text = algos.read_text()
-    line = 'pre_trained_config["eagle_aux_hidden_state_layer_ids"] = aux_layer_ids\n'
+    line = 'pre_trained_config["eagle_aux_hidden_state_layer_ids"] = aux_layer_ids\n\n'  # update_dflash's
     assert text.count(line) == 1
     algos.write_text(text.replace(line, line.replace("= aux_layer_ids", "= [i + 1 for i in aux_layer_ids]")))
     code, report = check_json("--path", str(tree), "--only", "layer-offset", "--draft-config", str(SPECULATORS))
