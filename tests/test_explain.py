@@ -5,6 +5,7 @@ real release trees and real drafter configs."""
 
 import json
 import shutil
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import jsonschema
@@ -264,3 +265,16 @@ def test_sarif_and_junit_messages_lead_with_the_headline(tmp_path):
     assert "DFlash still drops the last prefix-cache block in some configurations" in result["message"]["text"]
     assert "works for z-lab drafters with full attention only with disable_eagle_block_drop set" in result["message"]["text"]
     assert 'message="partial: DFlash still drops the last prefix-cache block' in junit.read_text()
+
+
+@pytest.mark.release
+def test_a_fix_that_cannot_reach_the_drafter_is_a_note_in_sarif_and_skipped_in_junit(tmp_path):
+    sarif, junit = tmp_path / "r.sarif", tmp_path / "j.xml"
+    run_cli("check", "--release", "0.24.0", "--draft-config", str(ALL_FULL), "--output", f"sarif={sarif}", "--output", f"junit={junit}")
+    levels = {result["ruleId"]: result["level"] for result in json.loads(sarif.read_text())["runs"][0]["results"]}
+    assert levels["swa-config"] == "note" and levels["cache-drop"] == "error"
+    cases = {case.get("name"): case for case in ET.parse(junit).getroot().iter("testcase")}
+    swa = next(case for name, case in cases.items() if "swa-config" in name)
+    cache = next(case for name, case in cases.items() if "cache-drop" in name)
+    assert swa.find("skipped") is not None and swa.find("failure") is None
+    assert cache.find("failure") is not None
