@@ -4,7 +4,10 @@ cause, and the --draft-config gate for drafters a defect cannot reach. All on
 real release trees and real drafter configs."""
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -242,9 +245,11 @@ def test_behaviour_failing_the_drafter_overrules_its_config(mini_tree):
     tree = mini_tree("0.33.0")
     algos = tree / "vllm/transformers_utils/configs/speculators/algos.py"
     text = algos.read_text()
-    line = 'pre_trained_config["eagle_aux_hidden_state_layer_ids"] = aux_layer_ids\n\n'  # update_dflash's
-    assert text.count(line) == 1
-    algos.write_text(text.replace(line, line.replace("= aux_layer_ids", "= [i + 1 for i in aux_layer_ids]")))
+    line = 'pre_trained_config["eagle_aux_hidden_state_layer_ids"] = aux_layer_ids\n'
+    start = text.index("def update_dflash(")  # its line, not update_dspark's of the same text
+    at = text.index(line, start)
+    assert at < text.index("\ndef ", start + 1)
+    algos.write_text(text[:at] + line.replace("= aux_layer_ids", "= [i + 1 for i in aux_layer_ids]") + text[at + len(line):])
     code, report = check_json("--path", str(tree), "--only", "layer-offset", "--draft-config", str(SPECULATORS))
     fix = fixes_of(report)["layer-offset"]
     assert fix["status"] in ("absent", "unknown") and code != 0
@@ -278,3 +283,50 @@ def test_a_fix_that_cannot_reach_the_drafter_is_a_note_in_sarif_and_skipped_in_j
     cache = next(case for name, case in cases.items() if "cache-drop" in name)
     assert swa.find("skipped") is not None and swa.find("failure") is None
     assert cache.find("failure") is not None
+
+
+def _shift_speculators_ids_twice(tree: Path) -> None:
+    """update_dflash (not update_dspark, which has the same line) hands on its ids shifted once more."""
+    algos = tree / "vllm/transformers_utils/configs/speculators/algos.py"
+    text = algos.read_text()
+    line = 'pre_trained_config["eagle_aux_hidden_state_layer_ids"] = aux_layer_ids\n'
+    start = text.index("def update_dflash(")
+    at = text.index(line, start)
+    assert at < text.index("\ndef ", start + 1)
+    algos.write_text(text[:at] + line.replace("= aux_layer_ids", "= [i + 1 for i in aux_layer_ids]") + text[at + len(line):])
+
+
+@pytest.mark.release
+def test_without_behaviour_the_config_alone_never_exempts_a_fix(mini_tree, tmp_path):
+    """Judged from a probe answer (structure only), a speculators drafter on a tree that
+    shifts its ids twice: the config says the missing shift cannot reach it, but a defect
+    of another shape can, and nothing ran the tree's code on it: the fix still gates."""
+    tree = mini_tree("0.30.0")
+    _shift_speculators_ids_twice(tree)
+    script = tmp_path / "probe.py"
+    script.write_text(run_cli("probe-script").stdout)
+    answer = tmp_path / "node.probe"
+    # -S: the collector puts PYTHONPATH and the site directories on sys.path itself, as on a host
+    probed = subprocess.run([sys.executable, "-I", "-S", str(script)], capture_output=True, text=True, timeout=120,
+                            env={"PYTHONPATH": str(tree), "PATH": os.environ["PATH"]})
+    assert probed.returncode == 0, probed.stderr
+    answer.write_text(probed.stdout)
+    code, report = check_json("--from-probe", str(answer), "--only", "layer-offset", "--draft-config", str(SPECULATORS))
+    fix = fixes_of(report)["layer-offset"]
+    assert fix["decided_by"] == "structure" and fix["status"] in ("absent", "partial"), fix
+    assert fix["affects_drafter"] is None and "could not be run" in fix["affects_reason"]
+    assert code == 1
+
+
+@pytest.mark.release
+def test_sliding_layers_without_a_stated_window_are_not_exempt(tmp_path):
+    """All layers sliding_attention, but neither sliding_window nor swa_window_size set:
+    the config cannot say the defect misses it (the model class may default a window)."""
+    data = json.loads(SLIDING.read_text())
+    data.pop("sliding_window")
+    data.get("dflash_config", {}).pop("swa_window_size", None)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(data))
+    code, report = check_json("--release", "0.24.0", "--only", "swa-config", "--draft-config", str(config))
+    swa = fixes_of(report)["swa-config"]
+    assert swa["status"] == "absent" and swa["affects_drafter"] is not False and code == 1

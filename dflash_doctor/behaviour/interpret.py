@@ -105,7 +105,7 @@ def interpret(plan: Plan, outcomes: dict[str, Outcome], builder: ProgramBuilder,
     elif expected_layers is not None:
         for (window, causal), wanted in zip(layers, expected_layers):
             index = wanted["index"]
-            if window != wanted["sliding_window"]:
+            if window != wanted["sliding_window"] and not (wanted["sliding"] and wanted["sliding_window"] is None):
                 mismatches.append(f"draft layer {index}: vLLM uses sliding window {window}, the drafter was trained with {wanted['sliding_window']}")
             if wanted["causal"] is not None and causal != wanted["causal"]:
                 mismatches.append(f"draft layer {index}: vLLM runs it {'causal' if causal else 'non-causal'}, the drafter was trained {'causal' if wanted['causal'] else 'non-causal'}")
