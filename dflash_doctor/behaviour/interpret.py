@@ -192,7 +192,7 @@ def _v2_support(plan: Plan, outcome, layers: Outcome | None) -> RunnerSupport:
     if result.error_type == "NotImplementedError":
         return RunnerSupport(False, f"{SPECULATOR_FACTORY[1]} raises NotImplementedError: {result.error_message}")
     built = result.value.get("$constructed") if result.ok and isinstance(result.value, dict) else None
-    if built is None:
+    if not isinstance(built, str):  # the tree's code can hand back anything
         return RunnerSupport(None, f"{SPECULATOR_FACTORY[1]} {failure(result)}" if not result.ok else f"{SPECULATOR_FACTORY[1]} builds no speculator class behaviour can name")
     speculator = built.rsplit(".", 1)[-1]
     if ".eagle." in f".{built}.":
