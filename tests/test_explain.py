@@ -16,7 +16,7 @@ import pytest
 
 from conftest import DEMO_RULE_PREAMBLE, check_json, run_cli
 from dflash_doctor.cache import checked_fixes
-from dflash_doctor.engine import UNKNOWN_CODE, UNREADABLE
+from dflash_doctor.engine import MISSING_CODE, UNKNOWN_CODE, UNREADABLE
 from dflash_doctor.model import ToolError
 from dflash_doctor.rules import load_rule, load_rules
 from dflash_doctor.targets.path import PathTarget
@@ -169,6 +169,21 @@ def test_code_in_an_unknown_form_asks_for_a_look_not_an_upgrade(mini_tree):
     assert fix.status == "unknown" and "has a form this rule does not know" in fix.reason
     assert fix.remedy == UNKNOWN_CODE and "Upgrade" not in fix.remedy
     assert fix.headline == "Could not tell whether DFlash still drops the last prefix-cache block."
+
+
+@pytest.mark.release
+def test_a_required_definition_missing_says_it_was_not_found(mini_tree):
+    """Structure alone: Scheduler.__init__ renamed away; unknown, and the remedy says the
+    code was not found (there is no evidence to read by hand)."""
+    tree = mini_tree("0.33.0")
+    scheduler = tree / "vllm/v1/core/sched/scheduler.py"
+    text = scheduler.read_text()
+    assert text.count("    def __init__(") >= 1
+    scheduler.write_text(text.replace("class Scheduler(", "class Scheduler0(", 1))
+    rules = tuple(rule for rule in load_rules() if rule.id == "cache-drop")
+    (fix,) = checked_fixes(PathTarget(tree).resolve().tree, rules)
+    assert fix.status == "unknown" and "Scheduler.__init__ not found" in fix.reason
+    assert fix.remedy == MISSING_CODE
 
 
 def test_unknown_where_behaviour_cannot_run_says_where_to_run_it(mini_tree):
