@@ -1,4 +1,4 @@
-"""Which drafters a fix's defect can touch: the tests a rule's ``[affects]`` table names.
+"""Which drafters a fix's defect can reach: the tests a rule's ``[affects]`` table names.
 
 Each test reads the user's drafter config (``check --draft-config``) and says
 whether the defect can reach it: True, False, or None when the config does not
@@ -16,7 +16,12 @@ if TYPE_CHECKING:
 
 def _sliding_layers(draft: DraftConfig) -> bool | None:
     layers = draft.expected_layers()
-    return None if layers is None else any(layer["sliding_window"] is not None for layer in layers)
+    if layers is None:
+        return None
+    if any(layer["sliding_window"] is not None for layer in layers):
+        return True
+    # Sliding layers whose window the config does not state (the model class may default one): it cannot say.
+    return None if any(layer["sliding"] for layer in layers) else False
 
 
 def _unshifted_ids(draft: DraftConfig) -> bool | None:

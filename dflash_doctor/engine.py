@@ -23,6 +23,8 @@ UNRECOGNISED = "unrecognised"  # evidence form: code at an anchor that no form o
 UNREADABLE = "A file this fix reads cannot be read as Python (the reason names it): restore it or reinstall vLLM, then check again."
 UNKNOWN_CODE = ("The code at the evidence is in a form this rule does not know: read it by hand, and report it "
                 "with the JSON report (check --format json) so the rule can learn it.")
+MISSING_CODE = ("Code this fix needs was not found anywhere in the package (the reason names it): it may have moved "
+                "or been removed; report the tree with the JSON report (check --format json) so the rule can follow it.")
 NOT_VLLM = ("The code this rule starts from is missing: check that the target is a vLLM tree (--path names the "
             "directory holding vllm/), or report the tree with the JSON report (check --format json).")
 
@@ -186,7 +188,7 @@ class Checker:
             if not symbols:
                 if not anchor.optional:
                     problems.append(f"{anchor.symbol} not found ({anchor.file} or anywhere in the package)")
-                    causes.append(UNKNOWN_CODE)
+                    causes.append(MISSING_CODE)
                 continue
             for symbol in symbols:
                 line = rebound_at(symbol)

@@ -138,7 +138,7 @@ class FixResult:
     behaviour: BehaviourAnswer | None = None  # None when behaviour did not run for this target
     structure_status: str | None = None  # what the code's forms alone say
     headline: str = ""  # one sentence: what this install will do (rules/<id>.toml [headlines])
-    # With --draft-config: False when the fix's defect cannot touch that drafter (it then
+    # With --draft-config: False when the fix's defect cannot reach that drafter (it then
     # keeps its verdict but does not fail the gate); None without a drafter config.
     affects_drafter: bool | None = None
     affects_reason: str = ""  # why the drafter is (not) affected, a sentence

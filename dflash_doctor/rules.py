@@ -58,7 +58,7 @@ class Applies:
 
 @dataclasses.dataclass(frozen=True)
 class Affects:
-    """Which drafters the defect can touch: ``drafter`` names a test of
+    """Which drafters the defect can reach: ``drafter`` names a test of
     affects.DRAFTER_TESTS; ``yes``/``no`` say why a drafter is or is not affected."""
 
     drafter: str
@@ -238,7 +238,7 @@ class Rule:
     patch_refusal: str = ""  # why forms without a patch are not patched in place
     behaviour: Behaviour | None = None
     fix_cases: tuple[FixCase, ...] = ()
-    affects: Affects | None = None  # None: the defect can touch every DFlash drafter
+    affects: Affects | None = None  # None: the defect can reach every DFlash drafter
 
     def headline(self, status: str) -> str:
         return dict(self.headlines)[status]

@@ -36,10 +36,17 @@ def judge(
 
 
 def _for_drafter(rule: Rule, fix: FixResult, user: DraftConfig) -> FixResult:
-    """Whether the fix's defect can reach the user's drafter (the rule's ``[affects]``,
-    overruled by behaviour failing it): a fix it cannot reach keeps its verdict and
-    does not fail the gate."""
+    """Whether the fix's defect can reach the user's drafter: the rule's ``[affects]``
+    says it cannot only when the tree's code also ran on this drafter without failing
+    it (a defect of another shape could reach it); behaviour failing it overrules
+    the config. A fix it cannot reach keeps its verdict and does not fail the gate."""
     affected, why = rule.affects_drafter(user)
-    if affected is False and fix.behaviour is not None and any(label.startswith(user_name(user)) for label in fix.behaviour.fails):
-        affected, why = True, "running the tree's code shows this drafter failing, whatever its config says"
+    if affected is False:
+        mine = user_name(user)
+        behaviour = fix.behaviour
+        if behaviour is not None and any(label.startswith(mine) for label in behaviour.fails):
+            affected, why = True, "running the tree's code shows this drafter failing, whatever its config says"
+        elif behaviour is None or not any(item.config == mine and item.ok for item in behaviour.observations):
+            # the config alone never exempts: nothing ran this drafter through the tree's code
+            affected, why = None, f"{why}, but the tree's code could not be run on this drafter here, so the fix still counts"
     return dataclasses.replace(fix, affects_drafter=affected, affects_reason=why)

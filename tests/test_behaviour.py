@@ -191,3 +191,19 @@ def test_the_index_each_layer_receives_comes_from_the_trees_own_model(mini_tree,
     assert model.read_text() != text
     (fix,) = run_check(PathTarget(tree), rules).fixes
     assert fix.status == "unknown" and "layer-index" in fix.reason and "DFlashQwen3Model" in fix.reason
+
+
+@pytest.mark.release
+def test_an_answer_of_the_wrong_shape_from_tree_code_is_unknown_not_a_crash(mini_tree, monkeypatch):
+    """init_speculator hands back a dict that looks like the harness's own record but
+    holds a number: the V2 runner's support is unknown; the check still answers."""
+    monkeypatch.setenv("DFLASH_DOCTOR_NO_CACHE", "1")
+    tree = mini_tree("0.33.0")
+    factory = tree / "vllm/v1/worker/gpu/spec_decode/__init__.py"
+    text = factory.read_text()
+    docstring = '    """Build the speculator for this config."""\n'
+    assert text.count(docstring) == 1
+    factory.write_text(text.replace(docstring, docstring + '    return {"$constructed": 5}\n'))
+    fixes = verdicts(tree)
+    assert set(fixes) == {"layer-offset", "swa-config", "cache-drop"}
+    assert fixes["cache-drop"].status == "present"  # untouched by the edit

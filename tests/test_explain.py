@@ -4,7 +4,11 @@ cause, and the --draft-config gate for drafters a defect cannot reach. All on
 real release trees and real drafter configs."""
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import jsonschema
@@ -12,7 +16,7 @@ import pytest
 
 from conftest import DEMO_RULE_PREAMBLE, check_json, run_cli
 from dflash_doctor.cache import checked_fixes
-from dflash_doctor.engine import UNKNOWN_CODE, UNREADABLE
+from dflash_doctor.engine import MISSING_CODE, UNKNOWN_CODE, UNREADABLE
 from dflash_doctor.model import ToolError
 from dflash_doctor.rules import load_rule, load_rules
 from dflash_doctor.targets.path import PathTarget
@@ -167,6 +171,21 @@ def test_code_in_an_unknown_form_asks_for_a_look_not_an_upgrade(mini_tree):
     assert fix.headline == "Could not tell whether DFlash still drops the last prefix-cache block."
 
 
+@pytest.mark.release
+def test_a_required_definition_missing_says_it_was_not_found(mini_tree):
+    """Structure alone: Scheduler.__init__ renamed away; unknown, and the remedy says the
+    code was not found (there is no evidence to read by hand)."""
+    tree = mini_tree("0.33.0")
+    scheduler = tree / "vllm/v1/core/sched/scheduler.py"
+    text = scheduler.read_text()
+    assert text.count("    def __init__(") >= 1
+    scheduler.write_text(text.replace("class Scheduler(", "class Scheduler0(", 1))
+    rules = tuple(rule for rule in load_rules() if rule.id == "cache-drop")
+    (fix,) = checked_fixes(PathTarget(tree).resolve().tree, rules)
+    assert fix.status == "unknown" and "Scheduler.__init__ not found" in fix.reason
+    assert fix.remedy == MISSING_CODE
+
+
 def test_unknown_where_behaviour_cannot_run_says_where_to_run_it(mini_tree):
     """A tree from another machine (a probe answer): structure alone, and code in an
     unknown form; the remedy asks for a look and says where behaviour could answer."""
@@ -242,8 +261,10 @@ def test_behaviour_failing_the_drafter_overrules_its_config(mini_tree):
     algos = tree / "vllm/transformers_utils/configs/speculators/algos.py"
     text = algos.read_text()
     line = 'pre_trained_config["eagle_aux_hidden_state_layer_ids"] = aux_layer_ids\n'
-    assert text.count(line) == 1
-    algos.write_text(text.replace(line, line.replace("= aux_layer_ids", "= [i + 1 for i in aux_layer_ids]")))
+    start = text.index("def update_dflash(")  # its line, not update_dspark's of the same text
+    at = text.index(line, start)
+    assert at < text.index("\ndef ", start + 1)
+    algos.write_text(text[:at] + line.replace("= aux_layer_ids", "= [i + 1 for i in aux_layer_ids]") + text[at + len(line):])
     code, report = check_json("--path", str(tree), "--only", "layer-offset", "--draft-config", str(SPECULATORS))
     fix = fixes_of(report)["layer-offset"]
     assert fix["status"] in ("absent", "unknown") and code != 0
@@ -264,3 +285,63 @@ def test_sarif_and_junit_messages_lead_with_the_headline(tmp_path):
     assert "DFlash still drops the last prefix-cache block in some configurations" in result["message"]["text"]
     assert "works for z-lab drafters with full attention only with disable_eagle_block_drop set" in result["message"]["text"]
     assert 'message="partial: DFlash still drops the last prefix-cache block' in junit.read_text()
+
+
+@pytest.mark.release
+def test_a_fix_that_cannot_reach_the_drafter_is_a_note_in_sarif_and_skipped_in_junit(tmp_path):
+    sarif, junit = tmp_path / "r.sarif", tmp_path / "j.xml"
+    run_cli("check", "--release", "0.24.0", "--draft-config", str(ALL_FULL), "--output", f"sarif={sarif}", "--output", f"junit={junit}")
+    levels = {result["ruleId"]: result["level"] for result in json.loads(sarif.read_text())["runs"][0]["results"]}
+    assert levels["swa-config"] == "note" and levels["cache-drop"] == "error"
+    cases = {case.get("name"): case for case in ET.parse(junit).getroot().iter("testcase")}
+    swa = next(case for name, case in cases.items() if "swa-config" in name)
+    cache = next(case for name, case in cases.items() if "cache-drop" in name)
+    assert swa.find("skipped") is not None and swa.find("failure") is None
+    assert cache.find("failure") is not None
+
+
+def _shift_speculators_ids_twice(tree: Path) -> None:
+    """update_dflash (not update_dspark, which has the same line) hands on its ids shifted once more."""
+    algos = tree / "vllm/transformers_utils/configs/speculators/algos.py"
+    text = algos.read_text()
+    line = 'pre_trained_config["eagle_aux_hidden_state_layer_ids"] = aux_layer_ids\n'
+    start = text.index("def update_dflash(")
+    at = text.index(line, start)
+    assert at < text.index("\ndef ", start + 1)
+    algos.write_text(text[:at] + line.replace("= aux_layer_ids", "= [i + 1 for i in aux_layer_ids]") + text[at + len(line):])
+
+
+@pytest.mark.release
+def test_without_behaviour_the_config_alone_never_exempts_a_fix(mini_tree, tmp_path):
+    """Judged from a probe answer (structure only), a speculators drafter on a tree that
+    shifts its ids twice: the config says the missing shift cannot reach it, but a defect
+    of another shape can, and nothing ran the tree's code on it: the fix still gates."""
+    tree = mini_tree("0.30.0")
+    _shift_speculators_ids_twice(tree)
+    script = tmp_path / "probe.py"
+    script.write_text(run_cli("probe-script").stdout)
+    answer = tmp_path / "node.probe"
+    # -S: the collector puts PYTHONPATH and the site directories on sys.path itself, as on a host
+    probed = subprocess.run([sys.executable, "-I", "-S", str(script)], capture_output=True, text=True, timeout=120,
+                            env={"PYTHONPATH": str(tree), "PATH": os.environ["PATH"]})
+    assert probed.returncode == 0, probed.stderr
+    answer.write_text(probed.stdout)
+    code, report = check_json("--from-probe", str(answer), "--only", "layer-offset", "--draft-config", str(SPECULATORS))
+    fix = fixes_of(report)["layer-offset"]
+    assert fix["decided_by"] == "structure" and fix["status"] in ("absent", "partial"), fix
+    assert fix["affects_drafter"] is None and "could not be run" in fix["affects_reason"]
+    assert code == 1
+
+
+@pytest.mark.release
+def test_sliding_layers_without_a_stated_window_are_not_exempt(tmp_path):
+    """All layers sliding_attention, but neither sliding_window nor swa_window_size set:
+    the config cannot say the defect misses it (the model class may default a window)."""
+    data = json.loads(SLIDING.read_text())
+    data.pop("sliding_window")
+    data.get("dflash_config", {}).pop("swa_window_size", None)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(data))
+    code, report = check_json("--release", "0.24.0", "--only", "swa-config", "--draft-config", str(config))
+    swa = fixes_of(report)["swa-config"]
+    assert swa["status"] == "absent" and swa["affects_drafter"] is not False and code == 1

@@ -153,7 +153,10 @@ def _received(outcome: Outcome | None, signature: _Signature, wanted: list[str],
         return Indices(None, "not built")
     if not outcome.ok:
         return Indices(None, f"building {construct.model} {outcome.unknowable or f'raises {outcome.error_type}: {outcome.error_message}'}")
-    mine = [item for item in outcome.value if item.get("callee") == construct.layer]
+    records = _records(outcome.value)
+    if records is None:
+        return Indices(None, f"building {construct.model} {WRONG_SHAPE}")
+    mine = [item for item in records if item["callee"] == construct.layer]
     if len(mine) != hf.get("num_hidden_layers"):
         return Indices(None, f"{construct.model} built {len(mine)} {construct.layer} layers for {hf.get('num_hidden_layers')} in the config")
     if not wanted:
@@ -249,9 +252,12 @@ def _read(outcome: Outcome | None, signature: _Signature, construct: Construct) 
     if not outcome.ok:
         why = outcome.unknowable or f"raises {outcome.error_type}: {outcome.error_message}"
         return Built(None, f"building the draft layers {why}", refused=outcome.error_type in REFUSALS)
+    value = outcome.value
+    if not isinstance(value, list) or not all(isinstance(pair, list) and len(pair) == 2 and _records(pair[0]) is not None for pair in value):
+        return Built(None, f"building the draft layers {WRONG_SHAPE}")
     layers = []
-    for index, (records, causal) in enumerate(outcome.value):
-        mine = [item for item in records if item.get("callee") == construct.recorded]
+    for index, (records, causal) in enumerate(value):
+        mine = [item for item in records if item["callee"] == construct.recorded]
         if len(mine) != 1:
             return Built(None, f"draft layer {index} built {len(mine)} {construct.recorded} layers; the question needs exactly one")
         window = _bound(mine[0], signature, construct.window, construct.recorded)
@@ -261,6 +267,20 @@ def _read(outcome: Outcome | None, signature: _Signature, construct: Construct) 
             causal = None
         layers.append((window[0], causal))
     return Built(tuple(layers))
+
+
+WRONG_SHAPE = "gave an answer of the wrong shape (the tree's code can change what the child hands back)"
+
+
+def _records(value: Any) -> list[dict] | None:
+    """The recorded layer constructions, or None when the answer is not a list of them."""
+    if not isinstance(value, list):
+        return None
+    for item in value:
+        if not (isinstance(item, dict) and isinstance(item.get("callee"), str)
+                and isinstance(item.get("args"), list) and isinstance(item.get("kwargs"), dict)):
+            return None
+    return value
 
 
 def _bound(record: dict, signature: _Signature, parameter: str, callee: str) -> tuple[Any] | str:

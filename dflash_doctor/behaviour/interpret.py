@@ -105,7 +105,7 @@ def interpret(plan: Plan, outcomes: dict[str, Outcome], builder: ProgramBuilder,
     elif expected_layers is not None:
         for (window, causal), wanted in zip(layers, expected_layers):
             index = wanted["index"]
-            if window != wanted["sliding_window"]:
+            if window != wanted["sliding_window"] and not (wanted["sliding"] and wanted["sliding_window"] is None):
                 mismatches.append(f"draft layer {index}: vLLM uses sliding window {window}, the drafter was trained with {wanted['sliding_window']}")
             if wanted["causal"] is not None and causal != wanted["causal"]:
                 mismatches.append(f"draft layer {index}: vLLM runs it {'causal' if causal else 'non-causal'}, the drafter was trained {'causal' if wanted['causal'] else 'non-causal'}")
@@ -192,7 +192,7 @@ def _v2_support(plan: Plan, outcome, layers: Outcome | None) -> RunnerSupport:
     if result.error_type == "NotImplementedError":
         return RunnerSupport(False, f"{SPECULATOR_FACTORY[1]} raises NotImplementedError: {result.error_message}")
     built = result.value.get("$constructed") if result.ok and isinstance(result.value, dict) else None
-    if built is None:
+    if not isinstance(built, str):  # the tree's code can hand back anything
         return RunnerSupport(None, f"{SPECULATOR_FACTORY[1]} {failure(result)}" if not result.ok else f"{SPECULATOR_FACTORY[1]} builds no speculator class behaviour can name")
     speculator = built.rsplit(".", 1)[-1]
     if ".eagle." in f".{built}.":

@@ -39,6 +39,9 @@ def capture_ids(name: str, draft: DraftConfig, computed: Computed, built: Layers
         yield Observation(name, runner, DEFAULT, "resolver", None, list(expected), _list(value), value == tuple(expected), note)
 
 
+UNSTATED_WINDOW = "the drafter's config marks this layer sliding but states no window"
+
+
 def layer_attention(name: str, draft: DraftConfig, computed: Computed, built: Layers) -> Iterator[Observation]:
     """Per runner and draft layer: the sliding window and causality that reached the
     attention layer when the tree's own classes built the drafter's layers."""
@@ -58,8 +61,11 @@ def layer_attention(name: str, draft: DraftConfig, computed: Computed, built: La
             continue
         for (window, causal), wanted in zip(answer.layers, expected):
             index = wanted["index"]
-            yield Observation(name, runner, DEFAULT, "sliding-window", index, wanted["sliding_window"], window,
-                              window == wanted["sliding_window"])
+            if wanted["sliding"] and wanted["sliding_window"] is None:
+                yield Observation(name, runner, DEFAULT, "sliding-window", index, None, window, None, UNSTATED_WINDOW)
+            else:
+                yield Observation(name, runner, DEFAULT, "sliding-window", index, wanted["sliding_window"], window,
+                                  window == wanted["sliding_window"])
             want_causal = wanted["causal"]
             known = want_causal is not None and isinstance(causal, bool)
             yield Observation(name, runner, DEFAULT, "causality", index, want_causal, causal, causal == want_causal if known else None)

@@ -114,7 +114,7 @@ def check(
 ) -> int:
     """Check whether the DFlash fixes are in a vLLM tree.
 
-    Exit: 0 all present (or waived, or unable to reach the --draft-config drafter), 1 any
+    Exit: 0 all present (or waived, or whose defect cannot reach the --draft-config drafter), 1 any
     absent/partial/not-applicable (or unknown with --strict), 2 otherwise any unknown, 3 could not run.
     """
     from ..check import run_check

@@ -85,7 +85,8 @@ class DraftConfig:
         return None
 
     def expected_layers(self) -> list[dict[str, Any]] | None:
-        """Per layer, the window and causality the drafter was trained with.
+        """Per layer, whether it is sliding, and the window and causality the drafter
+        was trained with (a sliding layer's window is None when the config states none).
 
         Reference convention (z-lab DFlash / DFlash-2): a ``sliding_attention``
         layer uses the window (``dflash_config.swa_window_size``, else
@@ -117,7 +118,7 @@ class DraftConfig:
                 causal = bool(layout["is_causal"])
             elif self.dflash_config.get("causal") is not None:
                 causal = bool(self.dflash_config["causal"])
-            layers.append({"index": index, "sliding_window": window if sliding else None, "causal": causal})
+            layers.append({"index": index, "sliding": sliding, "sliding_window": window if sliding else None, "causal": causal})
         return layers
 
 

@@ -56,6 +56,10 @@ class LintReport:
         return sum(finding.severity == ERROR for finding in self.findings)
 
     @property
+    def warnings(self) -> int:
+        return sum(finding.severity == WARNING for finding in self.findings)
+
+    @property
     def exit_code(self) -> int:
         """0 no error finding, 1 any (warnings and notes never fail)."""
         return exit_code_for(EXIT_MISSING if finding.severity == ERROR else EXIT_OK for finding in self.findings)
@@ -67,7 +71,7 @@ class LintReport:
             "target_layers": None if self.target is None else self.target.to_json(),
             "findings": [finding.to_json() for finding in self.findings],
             "errors": self.errors,
-            "warnings": sum(finding.severity == WARNING for finding in self.findings),
+            "warnings": self.warnings,
         }
 
 

@@ -10,7 +10,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..terminal import clean, literal, terminal_text
-from .lint import WARNING, LintReport
+from .lint import LintReport
 
 if TYPE_CHECKING:  # computed only where behaviour runs
     from ..behaviour.computed import Computed
@@ -57,8 +57,7 @@ class DraftSection:
         return f"drafter config {self.lint.config.path} ({self.lint.config.format} format); {layers}"
 
     def _totals(self) -> str:
-        warnings = sum(finding.severity == WARNING for finding in self.lint.findings)
-        return f"{self.lint.errors} error(s), {warnings} warning(s)"
+        return f"{self.lint.errors} error(s), {self.lint.warnings} warning(s)"
 
 
 @dataclasses.dataclass(frozen=True)

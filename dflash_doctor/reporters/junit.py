@@ -3,7 +3,8 @@
 ``present`` passes; ``absent``, ``partial`` and ``not-applicable`` are
 failures (verdict, reason, evidence, remedy); ``unknown`` is an error (the
 tool could not decide: exit code 2), or a failure with ``--strict``; a waived
-fix is skipped with the waiver's reason.
+fix is skipped with the waiver's reason, and so is one whose defect cannot reach
+the drafter given with ``--draft-config`` (it does not fail the gate).
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def _suite(report: CheckReport) -> ET.Element:
 
 
 def _outcome(fix: FixResult, strict: bool) -> str | None:
-    if fix.waiver is not None:
+    if not fix.gates:  # waived, or its defect cannot reach the user's drafter
         return "skipped"
     if fix.status == PRESENT:
         return None

@@ -89,7 +89,7 @@ class SarifReporter:
             "ruleId": fix.id,
             "ruleIndex": index,
             "kind": "fail",
-            "level": "warning" if fix.status == UNKNOWN and not report.strict else "error",
+            "level": _level(report, fix),
             "message": {"text": _message(fix)},
             "locations": [_location(item) for item in deciding] or [_anchor_location(rule)],
             "partialFingerprints": {FINGERPRINT: _fingerprint(report, fix)},
@@ -100,6 +100,12 @@ class SarifReporter:
         if fix.waiver is not None:
             result["suppressions"] = [_suppression(fix)]
         return result
+
+
+def _level(report: CheckReport, fix: FixResult) -> str:
+    if fix.affects_drafter is False:  # cannot reach the user's drafter: does not fail the gate
+        return "note"
+    return "warning" if fix.status == UNKNOWN and not report.strict else "error"
 
 
 def _descriptor(fix: FixResult, rule) -> dict[str, Any]:

@@ -42,11 +42,6 @@ def _field(label: str, tokens: list[Token], width: int | None, column: int) -> l
     return wrap(tokens, width, [("  " + label.ljust(column - 2), LABEL)], column)
 
 
-def _configurations(names: tuple[str, ...]) -> list[Token]:
-    """Configuration names (the part before a failure's ``: why``), comma separated."""
-    return words(", ".join(clean(name.split(": ", 1)[0]) for name in names))
-
-
 def _evidence(fix: FixResult, width: int | None, column: int) -> list[Line]:
     """One ``file:line symbol`` per place; on a terminal as many as fit share a line, and a place too wide keeps
     its ``file:line`` only (the JSON has the symbol), which, wider than the column, stands whole on a line of
@@ -96,9 +91,6 @@ def _fix_lines(fix: FixResult, width: int | None, column: int) -> list[Line]:
         lines += _field("drafter", words(f"does not affect this drafter{because} (does not fail the gate)"), width, column)
     if fix.reason:
         lines += _field("why", words(clean(fix.reason)), width, column)
-    if fix.status == PARTIAL and fix.behaviour and (fix.behaviour.works or fix.behaviour.fails):
-        lines += _field("works", _configurations(fix.behaviour.works) or words("(none)"), width, column)
-        lines += _field("fails", _configurations(fix.behaviour.fails) or words("(none)"), width, column)
     lines += _evidence(fix, width, column)
     lines += _field("decided", words(_decided(fix)), width, column)
     if fix.status != PRESENT:
