@@ -28,6 +28,7 @@ from dflash_doctor.behaviour.definitions import Locator
 from dflash_doctor.behaviour.program import ProgramBuilder
 from dflash_doctor.draft.sandbox import (
     Call,
+    Chunk,
     LocalPipe,
     SandboxError,
     child_program,
@@ -463,6 +464,35 @@ def test_a_session_is_one_child_and_each_request_has_fresh_globals(tmp_path):
     finally:
         child.close()
     assert my_children() == []
+
+
+def test_a_definition_that_runs_too_long_is_a_gap_under_its_name_and_the_rest_still_answers():
+    # A tree constant the interpreter cannot fold: without the call timer around each
+    # statement it runs to the request's wall deadline and the whole session breaks.
+    program = [Chunk("_X", "_X = 9 ** 9 ** 9"), Chunk("half", "def half():\n    return 21"),
+               Chunk("reads", "def reads():\n    return _X > 0")]
+    outcomes = run(program, [Call("half", "half() * 2"), Call("reads", "reads()")], {}, {})
+    assert outcomes["half"].value == 42
+    assert outcomes["reads"].gap == "_X (its definition did not finish within 2 s)"
+
+
+@pytest.mark.release
+def test_cli_a_tree_constant_that_never_finishes_leaves_only_its_reader_unknown(mini_tree):
+    tree = mini_tree("0.33.0")
+    speculative = tree / "vllm/config/speculative.py"
+    text = speculative.read_text()
+    decides = "        return self.needs_eagle_block_drop() and not self.disable_eagle_block_drop\n"
+    assert text.count(decides) == 1
+    speculative.write_text(text.replace(decides, decides.replace("return ", "return _X > 0 and "))
+                           + "\n_X = 9 ** 9 ** 9\n")
+    code, report = check_json("--path", str(tree), env={**os.environ, "DFLASH_DOCTOR_NO_CACHE": "1"})
+    assert code == 2, report
+    fixes = {fix["id"]: fix for fix in report["fixes"]}
+    assert fixes["cache-drop"]["status"] == "unknown"
+    assert "reads _X (its definition did not finish within 2 s)" in fixes["cache-drop"]["reason"]
+    # The session did not break: the checks that never read _X still answer, by behaviour.
+    assert {fixes[id]["status"] for id in ("layer-offset", "swa-config")} == {"present"}
+    assert {fixes[id]["decided_by"] for id in ("layer-offset", "swa-config")} == {"behaviour"}
 
 
 def test_a_child_that_cannot_start_leaves_every_request_unknown_not_a_crash(monkeypatch, tmp_path):

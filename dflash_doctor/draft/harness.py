@@ -34,6 +34,11 @@ size limits; each call has its own timer. Stubs are described by ``spec``:
 
 A gap is raised as a BaseException, so no ``except Exception`` in the
 inspected code can swallow it and take another path.
+
+One file past ~400 lines on purpose: the child is sent as one self-contained
+text (sandbox.BOOTSTRAP loads it by name, locally and over ssh), and the stubs
+and the request loop share its state (RECORDS, COMPILED, the timer); a split
+would be a third module text to ship and a second import path in the parent.
 """
 
 import json
@@ -361,12 +366,23 @@ def serve(request):
     for name, spec in request.get("globals", {}).items():
         namespace[name] = build(spec, data, namespace)
     timeout = float(request.get("call_timeout_s", 2.0))
-    # One statement at a time: a definition that fails leaves a gap, not a dead program.
+    # One statement at a time, each under the call timer: a definition that fails
+    # or runs too long (a tree constant such as 9 ** 9 ** 9) leaves a gap under its
+    # name, so only what reads that name is unknown.
     for chunk in request["program"]:
+        signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
             exec(chunk["source"], namespace)
+        except CallTimeout:
+            why = "its definition did not finish within %g s" % timeout
         except BaseException as exc:  # noqa: B036 - any failure is reported, never raised
-            namespace[chunk["name"]] = Gap("%s (could not be defined: %s: %s)" % (chunk["name"], type(exc).__name__, exc))
+            why = "could not be defined: %s: %s" % (type(exc).__name__, exc)
+        else:
+            why = None
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        if why is not None:
+            namespace[chunk["name"]] = Gap("%s (%s)" % (chunk["name"], why))
     results = {}
     for call in request["calls"]:
         signal.setitimer(signal.ITIMER_REAL, timeout)
