@@ -1,4 +1,4 @@
-"""Child side of the probe sandbox: run as ``python -I -S harness.py``.
+"""Child side of the behaviour sandbox: run as ``python -I -S harness.py``.
 
 Stdlib only; the tool imports it only for ``SAFE_BUILTIN_NAMES``. Reads JSON
 requests on stdin, one a line, and prints one JSON answer line for each on
@@ -23,7 +23,7 @@ size limits; each call has its own timer. Stubs are described by ``spec``:
     {"$obj": label, "attrs": {..}}    attributes from specs; a missing one is a gap
     {"$class": label, "body": src, "attrs": {..}}  an instance of a class whose
                                       methods are ``src``; missing attributes are gaps
-    {"$gap": label}          anything done with it is a gap: the probe cannot know
+    {"$gap": label}          anything done with it is a gap: running the code cannot know
     {"$returns": spec}       a function returning the spec (any arguments)
     {"$noop": label}         every attribute is a function doing nothing (a logger)
     {"$unset_env": label}    an ``os`` whose environment is empty (anything else is a gap)
@@ -55,7 +55,7 @@ SAFE_BUILTIN_NAMES = (
 
 
 class ProbeGap(BaseException):
-    """The code touched something the probe does not know."""
+    """The code touched something running it here cannot know."""
 
 
 class CallTimeout(BaseException):
@@ -73,7 +73,7 @@ def _raise_gap(self, *args, **kwargs):
 
 
 class Gap:
-    """Stands for something the probe does not know: any use of it is a gap."""
+    """Stands for something running the code cannot know: any use of it is a gap."""
 
     def __init__(self, label):
         object.__setattr__(self, "_label", label)
@@ -130,7 +130,7 @@ class NoOp:
 
 class Constructed(Gap):
     """What ``SomeClass(...)`` returns when SomeClass came from an import: it can
-    only be returned (the probe reports which class was built), not used."""
+    only be returned (the answer says which class was built), not used."""
 
     def __init__(self, path):
         Gap.__init__(self, "an instance of %s" % path)

@@ -336,14 +336,14 @@ class SshTarget:
     def _start_session(self, spec: HostSpec, client):
         """The behaviour child on the host, booted and waiting for its first request
         (it reads that request before the lockdown goes up and any tree code is
-        read); a ``Refused`` one when it cannot start."""
+        read); an ``Unstarted`` one when it cannot start."""
         import paramiko
 
         from ..draft import sandbox
-        from ..draft.session import RUN_TIMEOUT_S, Refused, Session
+        from ..draft.session import RUN_TIMEOUT_S, Session, Unstarted
         from .channel import ChannelPipe
 
-        label = f"the probe process on {spec.given}"
+        label = f"the behaviour child on {spec.given}"
         # It lives through the collection it overlaps and the requests after it: twice the probe's deadline.
         seconds = 2 * math.ceil(self.options.probe_timeout) + 1
         # As a local child: the filesystem root as working directory and an empty environment.
@@ -359,7 +359,7 @@ class SshTarget:
         except (paramiko.SSHException, OSError, EOFError) as exc:
             if channel is not None:
                 channel.close()
-            return Refused(f"{label} could not start: {exc}")
+            return Unstarted(f"{label} could not start: {exc}")
         self.bytes_sent += len(command) + len(boot)
         return Session(ChannelPipe(channel, label, self), label, wall_s=min(self.options.probe_timeout, RUN_TIMEOUT_S))
 
@@ -368,11 +368,11 @@ class SshTarget:
         """One check's session on the host (``ResolvedTarget.behaviour``): the one
         started with the connection, or for a later check on it a new one (a
         check's tree code never runs in the child of another check)."""
-        from ..draft.session import Refused
+        from ..draft.session import Unstarted
 
         spec, client = connection
         if self._open is not connection:
-            yield Refused(f"the connection to {spec.given} is closed").run
+            yield Unstarted(f"the connection to {spec.given} is closed").run
             return
         session, self._ready = self._ready, None
         if session is None:
