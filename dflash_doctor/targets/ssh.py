@@ -54,8 +54,16 @@ class SshOptions:
     known_hosts: Path | None = None  # default ~/.ssh/known_hosts
     ssh_config: Path | None = None  # default ~/.ssh/config
     connect_timeout: float = 10.0
-    probe_timeout: float = 60.0  # one deadline for the whole remote probe, from exec to exit status
+    probe_timeout: float = 60.0  # the collector's deadline; also bounds each behaviour request and the child's lifetime
     accept_new_host_key: bool = False
+
+
+def behaviour_lifetime(probe_timeout: float, wall_s: float) -> float:
+    """How long the remote behaviour child may live, in seconds: the collection
+    it overlaps (``probe_timeout``), the requests that answer (``probe_timeout``
+    for all of them together) and the one that may run to its deadline
+    (``wall_s``: a request that fails ends the session, so there is at most one)."""
+    return 2 * probe_timeout + wall_s
 
 
 @dataclasses.dataclass(frozen=True)
@@ -344,8 +352,8 @@ class SshTarget:
         from .channel import ChannelPipe
 
         label = f"the behaviour child on {spec.given}"
-        # It lives through the collection it overlaps and the requests after it: twice the probe's deadline.
-        seconds = 2 * math.ceil(self.options.probe_timeout) + 1
+        wall_s = min(self.options.probe_timeout, RUN_TIMEOUT_S)
+        seconds = math.ceil(behaviour_lifetime(self.options.probe_timeout, wall_s)) + 1
         # As a local child: the filesystem root as working directory and an empty environment.
         found = f"cd / && py=$(command -v {shlex.quote(self.options.python)}) && "
         command = self._remote_command(f'env -i "$py" -I -S -c {shlex.quote(CHILD_BOOT)}', seconds, found)
@@ -361,7 +369,7 @@ class SshTarget:
                 channel.close()
             return Unstarted(f"{label} could not start: {exc}")
         self.bytes_sent += len(command) + len(boot)
-        return Session(ChannelPipe(channel, label, self), label, wall_s=min(self.options.probe_timeout, RUN_TIMEOUT_S))
+        return Session(ChannelPipe(channel, label, self, lifetime_s=seconds), label, wall_s=wall_s)
 
     @contextlib.contextmanager
     def _behaviour(self, connection: tuple[HostSpec, object]):
