@@ -39,8 +39,9 @@ def run_check(
 
 # The collector's thresholds during a check (the defaults are 700, 10, 10).
 CHECK_GC_THRESHOLDS = (20_000, 50, 1_000)
-_checks = [0, None]  # checks running in this process, and the thresholds from before the first one
-_checks_lock = threading.Lock()
+_running = 0  # checks running in this process
+_before: tuple[int, ...] = ()  # the thresholds from before the first of them
+_running_lock = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -51,15 +52,16 @@ def fewer_collections() -> Iterator[None]:
     freed by reference counting, so the collector runs rarely until the check ends.
     The thresholds are the process's: counted, so that checks in threads (a fleet)
     raise them once and the last one to end puts back what was there before."""
-    with _checks_lock:
-        if _checks[0] == 0:
-            _checks[1] = gc.get_threshold()
+    global _running, _before
+    with _running_lock:
+        if _running == 0:
+            _before = gc.get_threshold()
             gc.set_threshold(*CHECK_GC_THRESHOLDS)
-        _checks[0] += 1
+        _running += 1
     try:
         yield
     finally:
-        with _checks_lock:
-            _checks[0] -= 1
-            if _checks[0] == 0:
-                gc.set_threshold(*_checks[1])
+        with _running_lock:
+            _running -= 1
+            if _running == 0:
+                gc.set_threshold(*_before)

@@ -19,7 +19,8 @@ from sshd import SshServer, keygen
 from dflash_doctor.behaviour.definitions import Locator
 from dflash_doctor.behaviour.program import ProgramBuilder
 from dflash_doctor.draft.sandbox import Call, Outcome, SandboxError
-from dflash_doctor.targets.ssh import CHILD_BOOT, SshOptions, SshTarget, behaviour_lifetime
+from dflash_doctor.targets.channel import behaviour_lifetime
+from dflash_doctor.targets.ssh import CHILD_BOOT, SshOptions, SshTarget
 from dflash_doctor.targets.probing import probe_request
 from dflash_doctor.rules import load_rules
 from dflash_doctor.source import DirectoryTree

@@ -370,6 +370,7 @@ def serve(request):
     # or runs too long (a tree constant such as 9 ** 9 ** 9) leaves a gap under its
     # name, so only what reads that name is unknown.
     for chunk in request["program"]:
+        why = None
         signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
             exec(chunk["source"], namespace)
@@ -377,8 +378,6 @@ def serve(request):
             why = "its definition did not finish within %g s" % timeout
         except BaseException as exc:  # noqa: B036 - any failure is reported, never raised
             why = "could not be defined: %s: %s" % (type(exc).__name__, exc)
-        else:
-            why = None
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         if why is not None:

@@ -13,6 +13,14 @@ from ..draft.session import SandboxError
 TIMEOUT_STATUSES = (124, 128 + 9)
 
 
+def behaviour_lifetime(probe_timeout: float, wall_s: float) -> float:
+    """How long the remote behaviour child may live, in seconds: the collection
+    it overlaps (``probe_timeout``), the requests that answer (``probe_timeout``
+    for all of them together) and the one that may run to its deadline
+    (``wall_s``: a request that fails ends the session, so there is at most one)."""
+    return 2 * probe_timeout + wall_s
+
+
 class ChannelPipe:
     """Counts the bytes it moves into ``counter`` (an SshTarget: bytes_sent, bytes_received).
     ``lifetime_s``: the host's ``timeout`` for the child, counted from here (the

@@ -58,14 +58,6 @@ class SshOptions:
     accept_new_host_key: bool = False
 
 
-def behaviour_lifetime(probe_timeout: float, wall_s: float) -> float:
-    """How long the remote behaviour child may live, in seconds: the collection
-    it overlaps (``probe_timeout``), the requests that answer (``probe_timeout``
-    for all of them together) and the one that may run to its deadline
-    (``wall_s``: a request that fails ends the session, so there is at most one)."""
-    return 2 * probe_timeout + wall_s
-
-
 @dataclasses.dataclass(frozen=True)
 class HostSpec:
     """``[user@]host[:port]`` as given, resolved through ssh_config."""
@@ -349,7 +341,7 @@ class SshTarget:
 
         from ..draft import sandbox
         from ..draft.session import RUN_TIMEOUT_S, Session, Unstarted
-        from .channel import ChannelPipe
+        from .channel import ChannelPipe, behaviour_lifetime
 
         label = f"the behaviour child on {spec.given}"
         wall_s = min(self.options.probe_timeout, RUN_TIMEOUT_S)
