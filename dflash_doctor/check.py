@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +24,7 @@ def run_check(
     the tree's code; with ``draft_config`` the user's config is added (its answer
     gates) and the report also lints it and shows what the tree computes for it."""
     sections = ()
-    with _fewer_collections(), opened(target):
+    with fewer_collections(), opened(target):
         resolved = target.resolve()
         if draft_config is None:
             fixes, _ = judged_fixes(resolved, rules)
@@ -38,17 +39,29 @@ def run_check(
 
 # The collector's thresholds during a check (the defaults are 700, 10, 10).
 CHECK_GC_THRESHOLDS = (20_000, 50, 1_000)
+_running = 0  # checks running in this process
+_before: tuple[int, ...] = ()  # the thresholds from before the first of them
+_running_lock = threading.Lock()
 
 
 @contextlib.contextmanager
-def _fewer_collections() -> Iterator[None]:
+def fewer_collections() -> Iterator[None]:
     """A check builds parse trees that live to its end: with the default thresholds
     the cycle collector walks them again and again while they grow, ~0.3 s of a
     1.5 s cold check on 0.33.0 (benchmarks/bench_check.py). What a check drops is
-    freed by reference counting, so the collector runs rarely until the check ends."""
-    before = gc.get_threshold()
-    gc.set_threshold(*CHECK_GC_THRESHOLDS)
+    freed by reference counting, so the collector runs rarely until the check ends.
+    The thresholds are the process's: counted, so that checks in threads (a fleet)
+    raise them once and the last one to end puts back what was there before."""
+    global _running, _before
+    with _running_lock:
+        if _running == 0:
+            _before = gc.get_threshold()
+            gc.set_threshold(*CHECK_GC_THRESHOLDS)
+        _running += 1
     try:
         yield
     finally:
-        gc.set_threshold(*before)
+        with _running_lock:
+            _running -= 1
+            if _running == 0:
+                gc.set_threshold(*_before)

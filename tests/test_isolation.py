@@ -5,8 +5,8 @@ frames (a generator's ``gi_frame``, ``f_back``, ``f_builtins``) out of the
 restricted builtins to the real ``__import__``, then tries to run commands,
 write and read files, open sockets and leave processes behind. The Python
 level is escaped (the first test proves it); the OS boundary must hold, and
-the probe must have no answer: the call raises, or the run ends as a
-SandboxError, which every probe turns into an unknown.
+the code must get no answer out: the call raises, or the run ends as a
+SandboxError, which every question turns into an unknown.
 """
 
 import json
@@ -28,6 +28,7 @@ from dflash_doctor.behaviour.definitions import Locator
 from dflash_doctor.behaviour.program import ProgramBuilder
 from dflash_doctor.draft.sandbox import (
     Call,
+    Chunk,
     LocalPipe,
     SandboxError,
     child_program,
@@ -69,7 +70,7 @@ def _module(name):
 
 
 def program_for(tmp_path: Path, source: str):
-    """The probe program for the last function of a tree file holding WALK and ``source``."""
+    """The program for the last function of a tree file holding WALK and ``source``."""
     name = re.findall(r"^def (\w+)", textwrap.dedent(source), re.M)[-1]
     root = tmp_path / "tree"
     (root / "vllm").mkdir(parents=True)
@@ -465,6 +466,36 @@ def test_a_session_is_one_child_and_each_request_has_fresh_globals(tmp_path):
     assert my_children() == []
 
 
+def test_a_definition_that_runs_too_long_is_a_gap_under_its_name_and_the_rest_still_answers():
+    # A tree constant the interpreter cannot fold: without the call timer around each
+    # statement it runs to the request's wall deadline and the whole session breaks.
+    program = [Chunk("_X", "_X = 9 ** 9 ** 9"), Chunk("half", "def half():\n    return 21"),
+               Chunk("reads", "def reads():\n    return _X > 0")]
+    outcomes = run(program, [Call("half", "half() * 2"), Call("reads", "reads()")], {}, {})
+    assert outcomes["half"].value == 42
+    assert outcomes["reads"].gap == "_X (its definition did not finish within 2 s)"
+
+
+@pytest.mark.release
+def test_cli_a_tree_constant_that_never_finishes_leaves_only_its_reader_unknown(mini_tree):
+    tree = mini_tree("0.33.0")
+    speculative = tree / "vllm/config/speculative.py"
+    text = speculative.read_text()
+    decides = "        return self.needs_eagle_block_drop() and not self.disable_eagle_block_drop\n"
+    assert text.count(decides) == 1
+    speculative.write_text(text.replace(decides, decides.replace("return ", "return _X > 0 and "))
+                           + "\n_X = 9 ** 9 ** 9\n")
+    code, report = check_json("--path", str(tree), env={**os.environ, "DFLASH_DOCTOR_NO_CACHE": "1"})
+    assert code == 2, report
+    fixes = {fix["id"]: fix for fix in report["fixes"]}
+    assert fixes["cache-drop"]["status"] == "unknown"
+    assert ("reads _X (its definition did not finish within 2 s), which running the tree's code cannot know"
+            in fixes["cache-drop"]["reason"])
+    # The session did not break: the checks that never read _X still answer, by behaviour.
+    assert {fixes[id]["status"] for id in ("layer-offset", "swa-config")} == {"present"}
+    assert {fixes[id]["decided_by"] for id in ("layer-offset", "swa-config")} == {"behaviour"}
+
+
 def test_a_child_that_cannot_start_leaves_every_request_unknown_not_a_crash(monkeypatch, tmp_path):
     monkeypatch.setattr(sys, "executable", str(tmp_path / "no-python"))
     with session() as ask:  # opening the check's session does not raise: its requests do, as SandboxError
@@ -488,7 +519,7 @@ def test_a_request_that_hangs_is_killed_and_the_later_ones_are_unknown_with_the_
     child = session_for(wall_s=1.5)
     start = time.monotonic()
     try:
-        with pytest.raises(SandboxError, match="within 1.5 s"):
+        with pytest.raises(SandboxError, match="^the behaviour child did not finish within 1.5 s"):
             child.run(chunks, [Call("x", "blocks()")], {}, globals_)
         assert my_children() == []  # killed at the deadline, not at the session's end
         with pytest.raises(SandboxError, match="stopped at an earlier request of this check: .*within 1.5 s"):

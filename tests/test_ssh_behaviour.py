@@ -8,6 +8,7 @@ process) proves where the code ran.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ from sshd import SshServer, keygen
 from dflash_doctor.behaviour.definitions import Locator
 from dflash_doctor.behaviour.program import ProgramBuilder
 from dflash_doctor.draft.sandbox import Call, Outcome, SandboxError
+from dflash_doctor.targets.channel import behaviour_lifetime
 from dflash_doctor.targets.ssh import CHILD_BOOT, SshOptions, SshTarget
 from dflash_doctor.targets.probing import probe_request
 from dflash_doctor.rules import load_rules
@@ -177,12 +179,42 @@ def spin():
     watcher.join()
     assert failure and "did not finish within 3 s" in failure[0] and gave_up < 9
     assert seen, "the behaviour child never ran under the host's sshd"  # where the code ran: on the host
-    # The host's timeout -k ends them: TERM 7 s after the session started (twice the 3 s deadline + 1 s),
-    # KILL 5 s later. (Polled by pid: once the session closes, sshd is no longer their ancestor.)
-    deadline = time.monotonic() + 10
+    # The host's timeout -k ends them: TERM at the end of the child's lifetime (the 3 s collection, 3 s for
+    # the answered requests and the failing one's 3 s, + 1 s), KILL 5 s later; or the CPU limit first.
+    # (Polled by pid: once the session closes, sshd is no longer their ancestor.)
+    deadline = started + behaviour_lifetime(3.0, 3.0) + 1 + 5
     while any(Path(f"/proc/{pid}").exists() for pid in seen) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [pid for pid in seen if Path(f"/proc/{pid}").exists()]
+
+
+IGNORES_TERM = '''
+def ignores_term():
+    signal = _module("signal")
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return 1
+'''
+
+
+@pytest.mark.parametrize("ignores_term", [False, True], ids=["ended-by-TERM", "killed-after-TERM"])
+def test_a_child_the_hosts_timeout_ended_is_said_so_not_a_crash_or_a_memory_kill(host, remote_python, tmp_path,
+                                                                                  ignores_term):
+    # Held idle past its lifetime (a long structure pass between two requests): the host's ``timeout``
+    # ends it with TERM (exit 124) or, when the tree code made it ignore TERM, KILL 5 s later (128 + 9).
+    srv, options = host
+    target = target_for(srv, options, remote_python, probe_timeout=1.0)
+    chunks, globals_ = program_for(tmp_path, IGNORES_TERM)
+    lifetime = math.ceil(behaviour_lifetime(1.0, 1.0)) + 1
+    with target.connected():
+        started = time.monotonic()
+        with target.resolve().behaviour() as run:
+            if ignores_term:
+                assert run(chunks, [Call("x", "ignores_term()")], {}, globals_)["x"].value == 1
+            time.sleep(lifetime + (6 if ignores_term else 1) - (time.monotonic() - started))
+            with pytest.raises(SandboxError) as raised:
+                run([], [Call("x", "6 * 7")], {}, {})
+    assert str(raised.value) == (f"the host's timeout (--probe-timeout) ended the behaviour child on {target.given} "
+                                 f"at the end of its {lifetime} s lifetime")
 
 
 def test_a_host_without_the_lockdown_gives_unknown_with_the_reason(host, remote_python, tmp_path):

@@ -24,7 +24,7 @@ IdentityOption = typer.Option(None, "--identity", help="Private key for ssh (els
 KnownHostsOption = typer.Option(None, "--known-hosts", help="Known hosts file (default ~/.ssh/known_hosts).")
 SshConfigOption = typer.Option(None, "--ssh-config", help="ssh config file for host aliases (default ~/.ssh/config).")
 ConnectTimeoutOption = typer.Option(10.0, "--connect-timeout", min=0.1, help="Seconds to connect, see the banner and authenticate.")
-ProbeTimeoutOption = typer.Option(60.0, "--probe-timeout", min=0.1, help="Seconds for the whole remote probe, from start to answer.")
+ProbeTimeoutOption = typer.Option(60.0, "--probe-timeout", min=0.1, help="Seconds for the remote probe, from start to answer; also each behaviour request's deadline (at most 20) and, from both, the remote behaviour child's lifetime.")
 AcceptNewHostKeyOption = typer.Option(False, "--accept-new-host-key", help="Trust an unknown host key on first use and record it.")
 JobsOption = typer.Option(4, "--jobs", min=1, help="Hosts checked at once.")
 FromProbeOption = typer.Option(None, "--from-probe", help="Evaluate answers of `dflash-doctor probe-script`: a file, or a directory of them.")

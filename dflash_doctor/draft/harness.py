@@ -1,4 +1,4 @@
-"""Child side of the probe sandbox: run as ``python -I -S harness.py``.
+"""Child side of the behaviour sandbox: run as ``python -I -S harness.py``.
 
 Stdlib only; the tool imports it only for ``SAFE_BUILTIN_NAMES``. Reads JSON
 requests on stdin, one a line, and prints one JSON answer line for each on
@@ -23,7 +23,7 @@ size limits; each call has its own timer. Stubs are described by ``spec``:
     {"$obj": label, "attrs": {..}}    attributes from specs; a missing one is a gap
     {"$class": label, "body": src, "attrs": {..}}  an instance of a class whose
                                       methods are ``src``; missing attributes are gaps
-    {"$gap": label}          anything done with it is a gap: the probe cannot know
+    {"$gap": label}          anything done with it is a gap: running the code cannot know
     {"$returns": spec}       a function returning the spec (any arguments)
     {"$noop": label}         every attribute is a function doing nothing (a logger)
     {"$unset_env": label}    an ``os`` whose environment is empty (anything else is a gap)
@@ -34,6 +34,11 @@ size limits; each call has its own timer. Stubs are described by ``spec``:
 
 A gap is raised as a BaseException, so no ``except Exception`` in the
 inspected code can swallow it and take another path.
+
+One file past ~400 lines on purpose: the child is sent as one self-contained
+text (sandbox.BOOTSTRAP loads it by name, locally and over ssh), and the stubs
+and the request loop share its state (RECORDS, COMPILED, the timer); a split
+would be a third module text to ship and a second import path in the parent.
 """
 
 import json
@@ -50,7 +55,7 @@ SAFE_BUILTIN_NAMES = (
 
 
 class ProbeGap(BaseException):
-    """The code touched something the probe does not know."""
+    """The code touched something running it here cannot know."""
 
 
 class CallTimeout(BaseException):
@@ -68,7 +73,7 @@ def _raise_gap(self, *args, **kwargs):
 
 
 class Gap:
-    """Stands for something the probe does not know: any use of it is a gap."""
+    """Stands for something running the code cannot know: any use of it is a gap."""
 
     def __init__(self, label):
         object.__setattr__(self, "_label", label)
@@ -125,7 +130,7 @@ class NoOp:
 
 class Constructed(Gap):
     """What ``SomeClass(...)`` returns when SomeClass came from an import: it can
-    only be returned (the probe reports which class was built), not used."""
+    only be returned (the answer says which class was built), not used."""
 
     def __init__(self, path):
         Gap.__init__(self, "an instance of %s" % path)
@@ -361,12 +366,22 @@ def serve(request):
     for name, spec in request.get("globals", {}).items():
         namespace[name] = build(spec, data, namespace)
     timeout = float(request.get("call_timeout_s", 2.0))
-    # One statement at a time: a definition that fails leaves a gap, not a dead program.
+    # One statement at a time, each under the call timer: a definition that fails
+    # or runs too long (a tree constant such as 9 ** 9 ** 9) leaves a gap under its
+    # name, so only what reads that name is unknown.
     for chunk in request["program"]:
+        why = None
+        signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
             exec(chunk["source"], namespace)
+        except CallTimeout:
+            why = "its definition did not finish within %g s" % timeout
         except BaseException as exc:  # noqa: B036 - any failure is reported, never raised
-            namespace[chunk["name"]] = Gap("%s (could not be defined: %s: %s)" % (chunk["name"], type(exc).__name__, exc))
+            why = "could not be defined: %s: %s" % (type(exc).__name__, exc)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        if why is not None:
+            namespace[chunk["name"]] = Gap("%s (%s)" % (chunk["name"], why))
     results = {}
     for call in request["calls"]:
         signal.setitimer(signal.ITIMER_REAL, timeout)

@@ -31,9 +31,9 @@ from .session import (
     Call,
     Chunk,
     Outcome,
-    Refused,
     SandboxError,
     Session,
+    Unstarted,
     exit_failure,
 )
 
@@ -61,7 +61,7 @@ except PermissionError:
 else:
     raise SystemExit("the filter let an open through")
 """
-LABEL = "the probe process"
+LABEL = "the behaviour child"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,7 +212,7 @@ def session() -> Iterator[Any]:
     try:
         child = Session(LocalPipe(child_program()), LABEL)
     except SandboxError as exc:  # it could not start: every request is unknown, with the reason
-        child = Refused(str(exc))
+        child = Unstarted(str(exc))
     try:
         yield child.run
     finally:

@@ -37,7 +37,7 @@ KILLED_BECAUSE = {
 
 
 class SandboxError(ToolError):
-    """The child did not answer: every probe of the request is unknown."""
+    """The child did not answer: every call of the request is unknown."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +57,7 @@ class Call:
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-    """What one call gave: a value, an exception, or why the probe cannot know."""
+    """What one call gave: a value, an exception, or why running the tree's code cannot know."""
 
     value: Any = None
     error_type: str | None = None
@@ -74,7 +74,7 @@ class Outcome:
     def unknowable(self) -> str | None:
         """Why this outcome says nothing about vLLM (None when it does)."""
         if self.gap is not None:
-            return f"the code reads {self.gap}, which the probe cannot know"
+            return f"the code reads {self.gap}, which running the tree's code cannot know"
         if self.missing_key is not None:
             return f"the code reads the config key {self.missing_key!r}, which this drafter config does not set"
         if self.timeout:
@@ -116,7 +116,7 @@ class Session:
 
     ``run`` has ``sandbox.run``'s signature. ``label`` names the child in messages."""
 
-    def __init__(self, pipe: Pipe, label: str = "the probe process", *, wall_s: float = RUN_TIMEOUT_S,
+    def __init__(self, pipe: Pipe, label: str = "the behaviour child", *, wall_s: float = RUN_TIMEOUT_S,
                  max_output_bytes: int = MAX_OUTPUT_BYTES) -> None:
         self.pipe = pipe
         self.label = label
@@ -183,8 +183,8 @@ class Session:
         self.pipe.close()
 
 
-class Refused:
-    """A session whose child cannot run: every request is unknown, with ``reason``."""
+class Unstarted:
+    """A session whose child cannot start: every request is unknown, with ``reason``."""
 
     def __init__(self, reason: str) -> None:
         self.reason = reason

@@ -9,13 +9,29 @@ from typing import Any
 from ..draft.session import SandboxError
 
 
-class ChannelPipe:
-    """Counts the bytes it moves into ``counter`` (an SshTarget: bytes_sent, bytes_received)."""
+# What the host's ``timeout`` exits with when it ends the child: 124 after TERM, 128 + 9 after its -k KILL.
+TIMEOUT_STATUSES = (124, 128 + 9)
 
-    def __init__(self, channel, label: str, counter: Any) -> None:
+
+def behaviour_lifetime(probe_timeout: float, wall_s: float) -> float:
+    """How long the remote behaviour child may live, in seconds: the collection
+    it overlaps (``probe_timeout``), the requests that answer (``probe_timeout``
+    for all of them together) and the one that may run to its deadline
+    (``wall_s``: a request that fails ends the session, so there is at most one)."""
+    return 2 * probe_timeout + wall_s
+
+
+class ChannelPipe:
+    """Counts the bytes it moves into ``counter`` (an SshTarget: bytes_sent, bytes_received).
+    ``lifetime_s``: the host's ``timeout`` for the child, counted from here (the
+    remote clock starts later, so a child it ended has lived at least that long here)."""
+
+    def __init__(self, channel, label: str, counter: Any, lifetime_s: float) -> None:
         self.channel = channel
         self.label = label
         self.counter = counter
+        self.lifetime_s = lifetime_s
+        self.started = time.monotonic()
 
     def step(self, pending: memoryview, timeout: float) -> tuple[int, bytes, bytes, bool]:
         channel = self.channel
@@ -43,6 +59,9 @@ class ChannelPipe:
         status = self.channel.recv_exit_status()
         if status < 0:  # the session ended with no exit status (the host's shell itself was killed)
             raise SandboxError(f"{self.label} ended with no exit status")
+        if status in TIMEOUT_STATUSES and time.monotonic() - self.started >= self.lifetime_s:
+            raise SandboxError(f"the host's timeout (--probe-timeout) ended {self.label} "
+                               f"at the end of its {self.lifetime_s:g} s lifetime")
         return 128 - status if status > 128 else status  # the shell's 128 + N: killed by signal N
 
     def close(self) -> None:

@@ -31,11 +31,11 @@ import time
 from pathlib import Path
 
 from ..draft import sandbox
-from ..draft.session import RUN_TIMEOUT_S, Refused, Session
+from ..draft.session import RUN_TIMEOUT_S, Session, Unstarted
 from ..model import ToolError
 from ..patching.sftp_files import SftpFiles
 from . import ResolvedTarget
-from .channel import ChannelPipe
+from .channel import ChannelPipe, behaviour_lifetime
 from .probing import MAX_OUTPUT_BYTES, MIB, encode_request, parse_probe_output, probe_source
 from .snapshot import snapshot_target
 
@@ -58,7 +58,7 @@ class SshOptions:
     known_hosts: Path | None = None  # default ~/.ssh/known_hosts
     ssh_config: Path | None = None  # default ~/.ssh/config
     connect_timeout: float = 10.0
-    probe_timeout: float = 60.0  # one deadline for the whole remote probe, from exec to exit status
+    probe_timeout: float = 60.0  # the collector's deadline; also bounds each behaviour request and the child's lifetime
     accept_new_host_key: bool = False
 
 
@@ -338,12 +338,12 @@ class SshTarget:
     def _start_session(self, spec: HostSpec, client):
         """The behaviour child on the host, booted and waiting for its first request
         (it reads that request before the lockdown goes up and any tree code is
-        read); a ``Refused`` one when it cannot start."""
+        read); an ``Unstarted`` one when it cannot start."""
         import paramiko
 
-        label = f"the probe process on {spec.given}"
-        # It lives through the collection it overlaps and the requests after it: twice the probe's deadline.
-        seconds = 2 * math.ceil(self.options.probe_timeout) + 1
+        label = f"the behaviour child on {spec.given}"
+        wall_s = min(self.options.probe_timeout, RUN_TIMEOUT_S)
+        seconds = math.ceil(behaviour_lifetime(self.options.probe_timeout, wall_s)) + 1
         # As a local child: the filesystem root as working directory and an empty environment.
         found = f"cd / && py=$(command -v {shlex.quote(self.options.python)}) && "
         command = self._remote_command(f'env -i "$py" -I -S -c {shlex.quote(CHILD_BOOT)}', seconds, found)
@@ -357,9 +357,9 @@ class SshTarget:
         except (paramiko.SSHException, OSError, EOFError) as exc:
             if channel is not None:
                 channel.close()
-            return Refused(f"{label} could not start: {exc}")
+            return Unstarted(f"{label} could not start: {exc}")
         self.bytes_sent += len(command) + len(boot)
-        return Session(ChannelPipe(channel, label, self), label, wall_s=min(self.options.probe_timeout, RUN_TIMEOUT_S))
+        return Session(ChannelPipe(channel, label, self, lifetime_s=seconds), label, wall_s=wall_s)
 
     @contextlib.contextmanager
     def _behaviour(self, connection: tuple[HostSpec, object]):
@@ -368,7 +368,7 @@ class SshTarget:
         check's tree code never runs in the child of another check)."""
         spec, client = connection
         if self._open is not connection:
-            yield Refused(f"the connection to {spec.given} is closed").run
+            yield Unstarted(f"the connection to {spec.given} is closed").run
             return
         session, self._ready = self._ready, None
         if session is None:
