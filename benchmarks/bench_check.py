@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from dflash_doctor.rules import load_rules
+from dflash_doctor.rulefile import load_rules
 from dflash_doctor.targets.release import release_tree
 
 # The same CLI with local targets structure only: their ResolvedTarget has no behaviour.

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 from .model import UNKNOWN
-from .rules import Rule, load_rules
+from .rules import Rule
+from .rulefile import load_rules
 
 
 def rule_markdown(rule: Rule) -> str:

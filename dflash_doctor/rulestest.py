@@ -14,7 +14,8 @@ import libcst as cst
 from .engine import match_forms
 from .model import ABSENT, PARTIAL, ToolError
 from .patching.codemod import PatchRefused, apply_edits, site_edits
-from .rules import IGNORE, FixCase, Rule, load_rules
+from .rules import IGNORE, FixCase, Rule
+from .rulefile import load_rules
 from .targets.path import PathTarget
 from .verdicts import judge
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from dflash_doctor.cli import main
-from dflash_doctor.rules import load_rules
+from dflash_doctor.rulefile import load_rules
 from dflash_doctor.targets.release import RELEASE, release_tree
 
 # The rule texts and applicability of the small demo rules that tests write.

@@ -75,7 +75,7 @@ def test_main_tip_contains_every_merged_pr_by_merge_commit(history):
 def test_section_for_the_check_report_is_the_ancestry_report(history):
     from dflash_doctor.commands.check import with_ancestry
     from dflash_doctor.model import CheckReport, Provenance, TargetInfo
-    from dflash_doctor.rules import load_rules
+    from dflash_doctor.rulefile import load_rules
 
     built = Provenance("0.20.1", history.c["release"][:9], "version", None)
     report = with_ancestry(CheckReport(TargetInfo("path", "/site"), built, (), "0"), history.path, None, load_rules())
@@ -86,7 +86,7 @@ def test_section_for_the_check_report_is_the_ancestry_report(history):
 
 
 def test_one_entry_per_fix_and_pr_from_the_rules(history):
-    from dflash_doctor.rules import load_rules
+    from dflash_doctor.rulefile import load_rules
 
     report = judge(history.path, "main")
     expected = [(rule.id, pr) for rule in load_rules() for pr in (*rule.prs, *rule.unmerged_prs)]

@@ -9,7 +9,8 @@ from dflash_doctor.behaviour.judge import judge
 from dflash_doctor.behaviour.observe import QUESTION_KINDS
 from dflash_doctor.check import run_check
 from dflash_doctor.model import Observation, ToolError
-from dflash_doctor.rules import QUESTIONS, Behaviour, load_rule, load_rules
+from dflash_doctor.rules import QUESTIONS, Behaviour
+from dflash_doctor.rulefile import load_rule, load_rules
 from dflash_doctor.targets.path import PathTarget
 
 RESOLVER = "vllm/v1/worker/gpu_model_runner.py"

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from dflash_doctor.check import CHECK_GC_THRESHOLDS, fewer_collections, run_check
-from dflash_doctor.rules import load_rules
+from dflash_doctor.rulefile import load_rules
 from dflash_doctor.targets.path import PathTarget
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dflash_doctor.check import run_check
-from dflash_doctor.rules import select
+from dflash_doctor.rulefile import select
 from dflash_doctor.targets.path import PathTarget
 
 SPECULATIVE = "vllm/config/speculative.py"

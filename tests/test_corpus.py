@@ -17,7 +17,7 @@ from corpus import Replace, cache_drop, layer_offset, rename_within, swa_config
 from corpus.summary import CorpusSummary, outcome
 
 from dflash_doctor.check import run_check
-from dflash_doctor.rules import load_rules
+from dflash_doctor.rulefile import load_rules
 from dflash_doctor.targets.path import PathTarget
 from dflash_doctor.targets.release import release_tree
 

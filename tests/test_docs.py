@@ -17,7 +17,7 @@ import yaml
 
 from conftest import check_json, run_cli
 from dflash_doctor.docs import generated_pages
-from dflash_doctor.rules import load_rules
+from dflash_doctor.rulefile import load_rules
 from dflash_doctor.waivers import load_waivers
 
 REPO = Path(__file__).resolve().parent.parent

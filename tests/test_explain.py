@@ -18,7 +18,7 @@ from conftest import DEMO_RULE_PREAMBLE, check_json, run_cli
 from dflash_doctor.cache import checked_fixes
 from dflash_doctor.engine import MISSING_CODE, UNKNOWN_CODE, UNREADABLE
 from dflash_doctor.model import ToolError
-from dflash_doctor.rules import load_rule, load_rules
+from dflash_doctor.rulefile import load_rule, load_rules
 from dflash_doctor.targets.path import PathTarget
 
 REPO = Path(__file__).resolve().parent.parent

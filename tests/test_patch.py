@@ -409,7 +409,7 @@ def test_file_changed_after_the_check_is_refused(tmp_path, mini_tree):
     from dflash_doctor.patching.apply import apply_changes
     from dflash_doctor.patching.files import LocalFiles
     from dflash_doctor.patching.plan import plan_patches
-    from dflash_doctor.rules import select
+    from dflash_doctor.rulefile import select
     from dflash_doctor.targets.path import PathTarget
 
     root = mini_tree("0.20.1")
@@ -562,7 +562,7 @@ def test_two_fixes_in_one_file_share_one_backup(tmp_path, mini_tree):
     from dflash_doctor.patching.apply import apply_changes, apply_restore, plan_restore
     from dflash_doctor.patching.files import LocalFiles
     from dflash_doctor.patching.plan import plan_patches
-    from dflash_doctor.rules import load_rule, select
+    from dflash_doctor.rulefile import load_rule, select
     from dflash_doctor.targets.path import PathTarget
 
     root = mini_tree("0.20.1")
@@ -827,7 +827,7 @@ code = "def f():\\n    return good(1)\\n"
 
 
 def _rule(tmp_path: Path, replace: str):
-    from dflash_doctor.rules import load_rule
+    from dflash_doctor.rulefile import load_rule
 
     path = tmp_path / "demo.toml"
     path.write_text(RULE.format(replace=replace))
@@ -858,7 +858,7 @@ def test_template_keeps_the_meaning_of_bound_code(tmp_path):
 
 def test_a_patch_must_produce_a_present_form(tmp_path):
     from dflash_doctor.model import ToolError
-    from dflash_doctor.rules import load_rule
+    from dflash_doctor.rulefile import load_rule
 
     path = tmp_path / "demo.toml"
     path.write_text(RULE.format(replace="good($X)").replace('patch.produces = "good"', 'patch.produces = "bad"'))

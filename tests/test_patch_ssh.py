@@ -110,7 +110,7 @@ def test_remote_file_changed_after_the_check_is_refused(remote):
     from dflash_doctor.patching import files_for
     from dflash_doctor.patching.apply import apply_changes
     from dflash_doctor.patching.plan import plan_patches
-    from dflash_doctor.rules import select
+    from dflash_doctor.rulefile import select
     from dflash_doctor.targets.probing import probe_request
     from dflash_doctor.targets.ssh import SshOptions, SshTarget
 

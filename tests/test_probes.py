@@ -13,7 +13,7 @@ from dflash_doctor.behaviour.compute import compute
 from dflash_doctor.behaviour.definitions import ExtractError, Locator
 from dflash_doctor.behaviour.program import ProgramBuilder
 from dflash_doctor.draft.sandbox import Call, run
-from dflash_doctor.rules import load_rules
+from dflash_doctor.rulefile import load_rules
 from dflash_doctor.source import DirectoryTree
 from dflash_doctor.targets.path import PathTarget
 

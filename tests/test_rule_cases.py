@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from dflash_doctor.model import ToolError
-from dflash_doctor.rules import load_rule, load_rules
+from dflash_doctor.rulefile import load_rule, load_rules
 from dflash_doctor.rulestest import check_rule, run_rule_cases
 
 from conftest import DEMO_RULE_PREAMBLE, run_cli

@@ -14,7 +14,7 @@ from referencing.exceptions import NoSuchResource
 
 from conftest import run_cli
 from dflash_doctor.docs import rule_markdown
-from dflash_doctor.rules import load_rules
+from dflash_doctor.rulefile import load_rules
 
 SARIF_SCHEMA = json.loads((Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text())
 RESOLVER = "vllm/v1/worker/gpu_model_runner.py"

@@ -22,7 +22,7 @@ from dflash_doctor.draft.sandbox import Call, Outcome, SandboxError
 from dflash_doctor.targets.channel import behaviour_lifetime
 from dflash_doctor.targets.ssh import CHILD_BOOT, SshOptions, SshTarget
 from dflash_doctor.targets.probing import probe_request
-from dflash_doctor.rules import load_rules
+from dflash_doctor.rulefile import load_rules
 from dflash_doctor.source import DirectoryTree
 from test_isolation import WALK  # the frame walk a hostile tree uses to reach the real builtins
 

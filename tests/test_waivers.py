@@ -10,7 +10,7 @@ import pytest
 from conftest import check_json, run_cli, statuses
 from dflash_doctor.check import run_check
 from dflash_doctor.model import ToolError, Waiver
-from dflash_doctor.rules import load_rules
+from dflash_doctor.rulefile import load_rules
 from dflash_doctor.targets.path import PathTarget
 from dflash_doctor.waivers import apply_waivers, load_waivers
 

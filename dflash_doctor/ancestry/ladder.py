@@ -9,7 +9,7 @@ from typing import Any
 
 from ..model import ToolError
 from ..provenance import read_provenance
-from ..rules import load_rules
+from ..rulefile import load_rules
 from .cache import PatchIds, landing_index
 from .git import GitFailure, Repository, three_way
 from .refs import MainRef, fetch_refs, main_branch, resolve_commit, resolve_main_ref

@@ -76,7 +76,7 @@ def ancestry(
     import json
 
     from ..ancestry import commit_from_target, judge, render
-    from ..rules import select
+    from ..rulefile import select
 
     rules = select(only)
     if commit is not None:

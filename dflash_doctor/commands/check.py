@@ -120,7 +120,7 @@ def check(
     from ..check import run_check
     from ..paths import write_atomically
     from ..reporters import reporter
-    from ..rules import load_rules, select
+    from ..rulefile import load_rules, select
     from ..waivers import apply_waivers, load_waivers, waiver_summary
 
     rules = select(only)

@@ -73,7 +73,7 @@ def patch(
             raise ToolError("give --repo and --pr together")
         return _patch_repo(repo, pr, main_ref, remote, dry_run, yes)
     ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, probe_timeout, accept_new_host_key)
-    from ..rules import select
+    from ..rulefile import select
     from ..targets import opened
 
     rules = select(only)
@@ -134,7 +134,7 @@ def restore(
     Exit: 0 restored (or nothing to restore), 3 could not run.
     """
     _refuse_image(image)
-    from ..rules import select
+    from ..rulefile import select
     from ..targets import opened
 
     ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, probe_timeout, accept_new_host_key)

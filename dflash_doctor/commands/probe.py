@@ -15,7 +15,7 @@ def probe_script(only: Optional[list[str]] = OnlyOption) -> int:
     """
     import json
 
-    from ..rules import select
+    from ..rulefile import select
     from ..targets.probing import probe_request, probe_source
 
     request = json.dumps(probe_request(select(only)), sort_keys=True)

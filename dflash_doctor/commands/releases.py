@@ -27,7 +27,7 @@ def releases(
     Exit: 0 the matrix was computed, 3 it could not be (no release list, a release that could not be checked).
     """
     from ..releases import Matrix, is_downloaded, plan, release_row, render_markdown, render_plain, render_rich, rules_digest
-    from ..rules import load_rules
+    from ..rulefile import load_rules
     from ..terminal import progress
 
     rules = load_rules()

@@ -10,7 +10,7 @@ rules_app = typer.Typer(help="List, show and test the rules.", no_args_is_help=T
 @rules_app.command("list")
 def rules_list() -> int:
     """One line per rule: id, PRs, title."""
-    from ..rules import load_rules
+    from ..rulefile import load_rules
 
     for rule in load_rules():
         prs = ", ".join(f"#{pr}" for pr in rule.prs + rule.unmerged_prs)
@@ -23,7 +23,7 @@ def rules_show(fix_id: str = typer.Argument(..., metavar="ID")) -> int:
     """Show one rule. What it checks, why it matters, the forms it knows, the remedy.
     """
     from ..docs import rule_markdown
-    from ..rules import select
+    from ..rulefile import select
 
     typer.echo(rule_markdown(select([fix_id])[0]), nl=False)
     return EXIT_OK

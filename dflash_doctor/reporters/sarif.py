@@ -49,7 +49,7 @@ class SarifReporter:
 
     def log(self, reports: Sequence[CheckReport]) -> dict[str, Any]:
         """One SARIF log, one run per target (several for a fleet)."""
-        from ..rules import load_rules  # --help: rules pull in tomllib and string, only a SARIF render needs them
+        from ..rulefile import load_rules  # --help: rule files pull in tomllib and string, only a SARIF render needs them
 
         rules = {rule.id: rule for rule in load_rules()}
         return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": [self._run(report, rules) for report in reports]}

@@ -1,0 +1,270 @@
+"""Reading a rule file (``rules/<id>.toml``) into the rule model of ``rules.py``,
+validated as it loads: an unknown key, a missing verdict headline, a ``where``
+naming an unbound metavariable or a patch that does not compile is an error."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from .model import ABSENT, DECIDERS, PARTIAL, PRESENT, VERDICTS, ToolError
+from .rules import (
+    DIMENSIONS, FORM_VERDICTS, QUESTIONS, Affects, Anchor, Applies, Behaviour, Case, Construct, FixCase, Form, FormPatch,
+    Rewrite, Rule, rules_dir,
+)
+
+def _require(data: dict[str, Any], key: str, where: str) -> Any:
+    if key not in data:
+        raise ToolError(f"{where}: missing key {key!r}")
+    return data[key]
+
+
+def _prose(text: str) -> str:
+    """Rule texts are wrapped in the TOML file; one line each everywhere else."""
+    return " ".join(text.split())
+
+
+def load_rule(path: Path) -> Rule:
+    where = path.name
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ToolError(f"{where}: cannot load rule: {exc}") from None
+    anchors = tuple(
+        Anchor(_require(a, "id", where), _require(a, "file", where), _require(a, "symbol", where), a.get("optional", False))
+        for a in _require(data, "anchors", where)
+    )
+    anchor_ids = {anchor.id for anchor in anchors}
+    forms = []
+    for raw in _require(data, "forms", where):
+        form_where = f"{where}: form {raw.get('id')!r}"
+        verdict = _require(raw, "verdict", form_where)
+        if verdict not in FORM_VERDICTS:
+            raise ToolError(f"{form_where}: verdict must be one of {', '.join(FORM_VERDICTS)}")
+        unknown_anchors = set(raw.get("anchors", [])) - anchor_ids
+        if unknown_anchors or not raw.get("anchors"):
+            raise ToolError(f"{form_where}: anchors must name declared anchors (bad: {sorted(unknown_anchors)})")
+        if not raw.get("patterns") and not raw.get("unless"):
+            raise ToolError(f"{form_where}: needs patterns or unless")
+        where_clauses = []
+        for metavariable, tests in raw.get("where", {}).items():
+            if not any(re.search(rf"\${re.escape(metavariable)}\b", source) for source in raw.get("patterns", [])):
+                raise ToolError(f"{form_where}: where names ${metavariable}, which no pattern of the form binds")
+            for test, pattern in tests.items():
+                if test not in ("contains", "not_contains"):
+                    raise ToolError(f"{form_where}: where test must be contains or not_contains")
+                where_clauses.append((metavariable, test, pattern))
+        forms.append(
+            Form(
+                id=_require(raw, "id", form_where),
+                verdict=verdict,
+                anchors=tuple(raw["anchors"]),
+                description=_sentence(raw.get("description"), f"{form_where}: description"),
+                pattern_sources=tuple(raw.get("patterns", [])),
+                unless_sources=tuple(raw.get("unless", [])),
+                where_sources=tuple(where_clauses),
+                remedy=_prose(raw.get("remedy", "")),
+                where_file=form_where,
+                patch=_form_patch(raw, verdict, form_where),
+                catch_all=_boolean(raw, "catch_all", form_where),
+            )
+        )
+    _check_patches(forms, where)
+    cases = tuple(
+        Case(_require(c, "name", where), _require(c, "anchor", where), _require(c, "code", where), tuple(c.get("expect", [])))
+        for c in data.get("cases", [])
+    )
+    applies = _require(data, "applies", where)
+    return Rule(
+        id=_require(data, "id", where),
+        title=_require(data, "title", where),
+        prs=tuple(data.get("prs", [])),
+        unmerged_prs=tuple(data.get("unmerged_prs", [])),
+        first_release=data.get("first_release"),
+        what=_prose(_require(data, "what", where)),
+        why=_prose(_require(data, "why", where)),
+        remedy=_prose(_require(data, "remedy", where)),
+        applies=Applies(applies["file"], applies["symbol"], applies["literal"], _prose(_require(applies, "remedy", f"{where}: applies"))),
+        headlines=_headlines(_require(data, "headlines", where), where),
+        affects=_affects(data.get("affects"), where),
+        anchors=anchors,
+        forms=tuple(forms),
+        cases=cases,
+        source=path,
+        patch_refusal=_prose(data.get("patch_refusal", "")),
+        behaviour=_behaviour(data.get("behaviour"), where, anchor_ids),
+        fix_cases=tuple(_fix_case(raw, where) for raw in data.get("fix_cases", [])),
+    )
+
+
+def _sentence(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ToolError(f"{where} must be a non-empty sentence")
+    return _prose(value)
+
+
+def _headlines(raw: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """``[headlines]``: for every verdict, one sentence of what the install will do."""
+    where = f"{where}: headlines"
+    if not isinstance(raw, dict):
+        raise ToolError(f"{where} must be a table")
+    _known_keys(raw, VERDICTS, where)
+    missing = [verdict for verdict in VERDICTS if verdict not in raw]
+    if missing:
+        raise ToolError(f"{where}: missing {', '.join(missing)} (one sentence per verdict)")
+    return tuple((verdict, _sentence(raw[verdict], f"{where}.{verdict}")) for verdict in VERDICTS)
+
+
+def _affects(raw: Any, where: str) -> Affects | None:
+    if raw is None:
+        return None
+    from .affects import DRAFTER_TESTS
+
+    where = f"{where}: affects"
+    if not isinstance(raw, dict):
+        raise ToolError(f"{where} must be a table")
+    _known_keys(raw, ("drafter", "yes", "no"), where)
+    drafter = _require(raw, "drafter", where)
+    if drafter not in DRAFTER_TESTS:
+        raise ToolError(f"{where}: drafter must be one of {', '.join(DRAFTER_TESTS)}")
+    return Affects(drafter, _sentence(_require(raw, "yes", where), f"{where}.yes"), _sentence(_require(raw, "no", where), f"{where}.no"))
+
+
+def _boolean(raw: dict[str, Any], key: str, where: str) -> bool:
+    value = raw.get(key, False)
+    if not isinstance(value, bool):
+        raise ToolError(f"{where}: {key} must be true or false")
+    return value
+
+
+def _strings(raw: dict[str, Any], key: str, where: str, allowed: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    value = raw.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ToolError(f"{where}: {key} must be a list of strings")
+    bad = [item for item in value if allowed is not None and item not in allowed]
+    if bad:
+        raise ToolError(f"{where}: {key} names {', '.join(bad)} (known: {', '.join(allowed)})")
+    return tuple(value)
+
+
+def _behaviour(raw: Any, where: str, anchor_ids: set[str]) -> Behaviour | None:
+    if raw is None:
+        return None
+    where = f"{where}: behaviour"
+    if not isinstance(raw, dict):
+        raise ToolError(f"{where} must be a table")
+    _known_keys(raw, ("question", "chain", "alternatives", "subjects", "guards", "files", "construct", "uncovered"), where)
+    question = _require(raw, "question", where)
+    if question not in QUESTIONS:
+        raise ToolError(f"{where}: question must be one of {', '.join(QUESTIONS)}")
+    from .behaviour.reference import reference_names, reference_words
+
+    reference_words()  # every reference config has its readable name
+    chain = _strings(raw, "chain", where, QUESTIONS[question])
+    subjects = _strings(raw, "subjects", where, reference_names())
+    if not chain or not subjects:
+        raise ToolError(f"{where}: needs a chain and subjects")
+    return Behaviour(
+        question=question,
+        chain=chain,
+        alternatives=_strings(raw, "alternatives", where, DIMENSIONS),
+        subjects=subjects,
+        guards=_strings(raw, "guards", where, reference_names()),
+        files=_strings(raw, "files", where),
+        construct=_construct(raw.get("construct"), f"{where}.construct"),
+        uncovered=_strings(raw, "uncovered", where, tuple(sorted(anchor_ids))),
+    )
+
+
+def _construct(raw: Any, where: str) -> Construct | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not isinstance(raw.get("signature"), dict) or not isinstance(raw.get("assume", {}), dict):
+        raise ToolError(f"{where} must be a table with a signature table")
+    _known_keys(raw, ("file", "layer", "index_parameters", "recorded", "signature", "window", "causal", "assume", "model"), where)
+    signature = raw["signature"]
+    return Construct(
+        file=_require(raw, "file", where), layer=_require(raw, "layer", where),
+        index_parameters=_strings(raw, "index_parameters", where), recorded=_require(raw, "recorded", where),
+        signature_file=_require(signature, "file", where), signature=_require(signature, "symbol", where),
+        window=_require(raw, "window", where), causal=_require(raw, "causal", where),
+        assume=tuple(sorted(raw.get("assume", {}).items())), model=_optional_name(raw, "model", where),
+    )
+
+
+def _optional_name(raw: dict[str, Any], key: str, where: str) -> str | None:
+    value = raw.get(key)
+    if value is not None and not (isinstance(value, str) and value.isidentifier()):
+        raise ToolError(f"{where}: {key} must be a class name")
+    return value
+
+
+def _known_keys(raw: dict[str, Any], known: tuple[str, ...], where: str) -> None:
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise ToolError(f"{where}: unknown key {', '.join(unknown)} (known: {', '.join(known)})")
+
+
+def _fix_case(raw: Any, where: str) -> FixCase:
+
+    name = _require(raw, "name", where)
+    where = f"{where}: fix case {name!r}"
+    files = _require(raw, "files", where)
+    status = _require(raw, "status", where)
+    decided_by = _require(raw, "decided_by", where)
+    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        raise ToolError(f"{where}: files must map relative paths to code")
+    if status not in VERDICTS or decided_by not in DECIDERS:
+        raise ToolError(f"{where}: status must be a verdict and decided_by one of {', '.join(DECIDERS)}")
+    return FixCase(name, tuple(sorted(files.items())), status, decided_by)
+
+
+def _form_patch(raw: dict[str, Any], verdict: str, where: str) -> FormPatch | None:
+    """``patch.produces`` and ``patch.rewrite = [{find, replace}, ...]`` of a form."""
+    if "patch" not in raw:
+        return None
+    patch = raw["patch"]
+    if verdict not in (ABSENT, PARTIAL) or not raw.get("patterns"):
+        raise ToolError(f"{where}: only an absent or partial form with patterns can have a patch")
+    rewrites = _require(patch, "rewrite", f"{where}: patch")
+    if not isinstance(rewrites, list) or not rewrites:
+        raise ToolError(f"{where}: patch.rewrite must be a list of {{find, replace}} tables")
+    return FormPatch(
+        produces=_require(patch, "produces", f"{where}: patch"),
+        rewrites=tuple(
+            Rewrite(_require(r, "find", f"{where}: patch.rewrite"), _require(r, "replace", f"{where}: patch.rewrite"), where)
+            for r in rewrites
+        ),
+    )
+
+
+def _check_patches(forms: list[Form], where: str) -> None:
+    """A patch must produce a present form that the rule reads at the same anchors."""
+    by_id = {form.id: form for form in forms}
+    for form in forms:
+        if form.patch is None:
+            continue
+        produced = by_id.get(form.patch.produces)
+        if produced is None or produced.verdict != PRESENT:
+            raise ToolError(f"{form.where_file}: patch.produces must name a present form of this rule")
+        if not set(form.anchors) <= set(produced.anchors):
+            raise ToolError(f"{form.where_file}: patch.produces names a form that is not read at the same anchors")
+
+
+@cache
+def load_rules() -> tuple[Rule, ...]:
+    return tuple(load_rule(path) for path in sorted(rules_dir().glob("*.toml")))
+
+
+def select(only: list[str] | None) -> tuple[Rule, ...]:
+    rules = load_rules()
+    if not only:
+        return rules
+    known = {rule.id for rule in rules}
+    unknown = [fix_id for fix_id in only if fix_id not in known]
+    if unknown:
+        raise ToolError(f"unknown fix id {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    return tuple(rule for rule in rules if rule.id in only)
