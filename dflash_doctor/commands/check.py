@@ -117,12 +117,13 @@ def check(
     Exit: 0 all present (or waived, or whose defect cannot reach the --draft-config drafter), 1 any
     absent/partial/not-applicable (or unknown with --strict), 2 otherwise any unknown, 3 could not run.
     """
-    from ..check import run_check
+    from ..check import for_this_process, run_check
     from ..paths import write_atomically
     from ..reporters import reporter
     from ..rulefile import load_rules, select
     from ..waivers import apply_waivers, load_waivers, waiver_summary
 
+    for_this_process()  # the command ends the process: no collector pass over the trees between its checks
     rules = select(only)
     outputs = parse_outputs(format.value, output or [])
     waiver_list = load_waivers(waivers, {rule.id for rule in load_rules()}) if waivers is not None else None
