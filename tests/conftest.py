@@ -17,6 +17,7 @@ the real entry point where the process itself is what a test proves.
 from __future__ import annotations
 
 import functools
+import hashlib
 import io
 import json
 import os
@@ -229,3 +230,19 @@ def assert_error(proc, fragment: str) -> None:
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("dflash-doctor: error: ") and fragment in lines[0], lines
+
+
+class ProbeAnswerOf:
+    """A target judged from a collector answer holding ``tree``'s .py files, as
+    ``--from-probe`` reads one (structure only: nothing runs the tree's code)."""
+
+    def __init__(self, tree: Path) -> None:
+        self.tree = tree
+
+    def resolve(self):
+        from dflash_doctor.targets.snapshot import snapshot_target
+
+        files = {str(p.relative_to(self.tree)): p.read_bytes() for p in self.tree.rglob("*.py")}
+        answer = {"root": str(self.tree), "files": {k: v.decode("latin-1") for k, v in files.items()},
+                  "sha256": {k: hashlib.sha256(v).hexdigest() for k, v in files.items()}}
+        return snapshot_target(answer, "probe", "probe file x")

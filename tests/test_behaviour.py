@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ProbeAnswerOf
+
 from dflash_doctor.behaviour.judge import judge
 from dflash_doctor.behaviour.observe import QUESTION_KINDS
 from dflash_doctor.check import run_check
@@ -121,22 +123,8 @@ def test_a_method_rebound_after_its_class_is_unknown_with_the_line(mini_tree, mo
 
 @pytest.mark.release
 def test_a_probe_answer_is_judged_by_structure_only(mini_tree, tmp_path, monkeypatch):
-    from dflash_doctor.targets.snapshot import snapshot_target
-
     monkeypatch.setenv("DFLASH_DOCTOR_NO_CACHE", "1")
-    tree = mini_tree("0.33.0")
-    files = {str(p.relative_to(tree)): p.read_bytes() for p in tree.rglob("*.py")}
-    import hashlib
-
-    answer = {"root": str(tree), "files": {k: v.decode("latin-1") for k, v in files.items()},
-              "sha256": {k: hashlib.sha256(v).hexdigest() for k, v in files.items()}}
-    resolved = snapshot_target(answer, "probe", "probe file x")
-
-    class Given:
-        def resolve(self):
-            return resolved
-
-    fixes = run_check(Given(), load_rules()).fixes
+    fixes = run_check(ProbeAnswerOf(mini_tree("0.33.0")), load_rules()).fixes
     assert {fix.decided_by for fix in fixes} == {"structure"}
     assert all(fix.behaviour is None for fix in fixes)
     assert {fix.id: fix.status for fix in fixes} == {"cache-drop": "present", "layer-offset": "present", "swa-config": "present"}

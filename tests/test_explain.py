@@ -14,7 +14,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import DEMO_RULE_PREAMBLE, check_json, run_cli
+from conftest import DEMO_RULE_PREAMBLE, ProbeAnswerOf, check_json, run_cli
 from dflash_doctor.cache import checked_fixes
 from dflash_doctor.engine import MISSING_CODE, UNKNOWN_CODE, UNREADABLE
 from dflash_doctor.model import ToolError
@@ -189,25 +189,13 @@ def test_a_required_definition_missing_says_it_was_not_found(mini_tree):
 def test_unknown_where_behaviour_cannot_run_says_where_to_run_it(mini_tree):
     """A tree from another machine (a probe answer): structure alone, and code in an
     unknown form; the remedy asks for a look and says where behaviour could answer."""
-    import hashlib
-
     from dflash_doctor.check import run_check
-    from dflash_doctor.targets.snapshot import snapshot_target
 
     tree = mini_tree("0.33.0")
     scheduler = tree / "vllm/v1/core/sched/scheduler.py"
     scheduler.write_text(scheduler.read_text().replace("use_eagle=self.use_eagle_block_drop,", "use_eagle=policy_table[self.method],"))
-    files = {str(p.relative_to(tree)): p.read_bytes() for p in tree.rglob("*.py")}
-    answer = {"root": str(tree), "files": {k: v.decode("latin-1") for k, v in files.items()},
-              "sha256": {k: hashlib.sha256(v).hexdigest() for k, v in files.items()}}
-    resolved = snapshot_target(answer, "probe", "probe file x")
-
-    class Given:
-        def resolve(self):
-            return resolved
-
     rules = tuple(rule for rule in load_rules() if rule.id == "cache-drop")
-    (fix,) = run_check(Given(), rules).fixes
+    (fix,) = run_check(ProbeAnswerOf(tree), rules).fixes
     assert fix.status == "unknown" and fix.decided_by == "structure"
     assert fix.remedy.startswith(UNKNOWN_CODE) and "check --path on the machine or in the container" in fix.remedy
     assert "never run on this one" in fix.remedy and "Upgrade" not in fix.remedy
@@ -251,6 +239,16 @@ def test_speculators_drafter_is_not_affected_by_the_missing_shift_on_0_20_1():
     fix = fixes_of(report)["layer-offset"]
     assert fix["status"] == "absent" and fix["affects_drafter"] is True and code == 1
 
+def _shift_speculators_ids_twice(tree: Path) -> None:
+    """update_dflash (not update_dspark, which has the same line) hands on its ids shifted once more."""
+    algos = tree / "vllm/transformers_utils/configs/speculators/algos.py"
+    text = algos.read_text()
+    line = 'pre_trained_config["eagle_aux_hidden_state_layer_ids"] = aux_layer_ids\n'
+    start = text.index("def update_dflash(")
+    at = text.index(line, start)
+    assert at < text.index("\ndef ", start + 1)
+    algos.write_text(text[:at] + line.replace("= aux_layer_ids", "= [i + 1 for i in aux_layer_ids]") + text[at + len(line):])
+
 
 @pytest.mark.release
 def test_behaviour_failing_the_drafter_overrules_its_config(mini_tree):
@@ -258,13 +256,7 @@ def test_behaviour_failing_the_drafter_overrules_its_config(mini_tree):
     the missing shift cannot reach a speculators drafter, but running the tree's code
     shows this drafter fed the wrong layers, so the fix is affected and gates."""
     tree = mini_tree("0.33.0")
-    algos = tree / "vllm/transformers_utils/configs/speculators/algos.py"
-    text = algos.read_text()
-    line = 'pre_trained_config["eagle_aux_hidden_state_layer_ids"] = aux_layer_ids\n'
-    start = text.index("def update_dflash(")  # its line, not update_dspark's of the same text
-    at = text.index(line, start)
-    assert at < text.index("\ndef ", start + 1)
-    algos.write_text(text[:at] + line.replace("= aux_layer_ids", "= [i + 1 for i in aux_layer_ids]") + text[at + len(line):])
+    _shift_speculators_ids_twice(tree)
     code, report = check_json("--path", str(tree), "--only", "layer-offset", "--draft-config", str(SPECULATORS))
     fix = fixes_of(report)["layer-offset"]
     assert fix["status"] in ("absent", "unknown") and code != 0
@@ -299,16 +291,6 @@ def test_a_fix_that_cannot_reach_the_drafter_is_a_note_in_sarif_and_skipped_in_j
     assert swa.find("skipped") is not None and swa.find("failure") is None
     assert cache.find("failure") is not None
 
-
-def _shift_speculators_ids_twice(tree: Path) -> None:
-    """update_dflash (not update_dspark, which has the same line) hands on its ids shifted once more."""
-    algos = tree / "vllm/transformers_utils/configs/speculators/algos.py"
-    text = algos.read_text()
-    line = 'pre_trained_config["eagle_aux_hidden_state_layer_ids"] = aux_layer_ids\n'
-    start = text.index("def update_dflash(")
-    at = text.index(line, start)
-    assert at < text.index("\ndef ", start + 1)
-    algos.write_text(text[:at] + line.replace("= aux_layer_ids", "= [i + 1 for i in aux_layer_ids]") + text[at + len(line):])
 
 
 @pytest.mark.release
