@@ -42,10 +42,14 @@ SCHEDULER = ("vllm/v1/core/sched/scheduler.py", "Scheduler.__init__")
 SPECULATORS_ALGOS = "vllm/transformers_utils/configs/speculators/algos.py"
 OPT_OUT_FIELD = "disable_eagle_block_drop"
 REFUSALS = ("NotImplementedError", "ValueError")  # deliberate refusals by vLLM code
-# Every DFlash release has these; the others are missing from older releases.
-REQUIRED = (V1_RESOLVER, SPEC_CONFIG, VLLM_CONFIG, SCHEDULER)
-OPTIONAL = (V2_RESOLVER, LAYER_RESOLVER, SPECULATOR_FACTORY)
+# Every DFlash release has these; the others are missing from older releases
+# (and the V1 resolver from releases that no longer have the V1 runner).
+REQUIRED = (SPEC_CONFIG, VLLM_CONFIG, SCHEDULER)
+OPTIONAL = (V1_RESOLVER, V2_RESOLVER, LAYER_RESOLVER, SPECULATOR_FACTORY)
 RUNNERS = ("v1", "v2")
+# A runner exists in a tree when its model runner (V1) or its speculator factory (V2) does:
+# a runner the tree lacks is never modelled.
+RUNNER_FILES = {"v1": V1_RESOLVER[0], "v2": SPECULATOR_FACTORY[0]}
 # Where a program runs: sandbox.run here, or the same request on the host that holds the tree.
 Runner = Callable[[Sequence[Chunk], Sequence[Call], dict[str, Any], dict[str, Any]], dict[str, Outcome]]
 
@@ -78,6 +82,7 @@ class Computed:
     reasons: tuple[tuple[str, str], ...]
     evidence: tuple[Place, ...]
     has_opt_out: bool = False  # the tree's SpeculativeConfig has the opt-out flag
+    runners: tuple[str, ...] = RUNNERS  # the model runners this tree has
     hf_config: dict[str, Any] | None = dataclasses.field(default=None, compare=False)  # as vLLM builds it
 
     def to_json(self) -> dict[str, Any]:
@@ -89,6 +94,7 @@ class Computed:
                 {"index": index, "sliding_window": window, "causal": causal} for index, (window, causal) in enumerate(self.layers)
             ],
             "expected_layers": None if self.expected_layers is None else list(self.expected_layers),
+            "runners": list(self.runners),
             "runner": self.runner,
             "default_runner": self.default_runner,
             "runner_support": {name: support.to_json() for name, support in self.runner_support},

@@ -134,10 +134,14 @@ def base_init(statement: ast.stmt) -> bool:
     )
 
 
+# Dunders that only name a definition (strings): reading them reaches nothing else.
+NAMING_DUNDERS = frozenset({"__name__", "__module__", "__qualname__", "__doc__"})
+
+
 def refuse_dunders(node: ast.AST, where: str) -> None:
     for inner in ast.walk(node):
         name = inner.attr if isinstance(inner, ast.Attribute) else inner.id if isinstance(inner, ast.Name) else None
-        if name and name.startswith("__") and name != "__name__":
+        if name and name.startswith("__") and name not in NAMING_DUNDERS:
             raise ExtractError(f"{where} uses {name}, which the sandbox does not allow")
 
 
@@ -179,13 +183,24 @@ def option_default(statement: ast.stmt) -> tuple[str, ast.expr] | None:
     if not (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)):
         return None
     annotation, value = statement.annotation, statement.value
-    if not (isinstance(annotation, ast.Name) and annotation.id in OPTION_TYPES) or value is None:
+    if value is None:
         return None
     if isinstance(value, ast.Call) and getattr(value.func, "id", getattr(value.func, "attr", None)) in FIELD_CALLS:
         value = next((k.value for k in value.keywords if k.arg == "default"), None)
-    if not isinstance(value, ast.Constant) or type(value.value).__name__ != annotation.id:
+    if not isinstance(value, ast.Constant):
+        return None
+    if value.value is None and _optional_annotation(annotation):  # ``x: T | None = None``: unset at launch
+        return statement.target.id, value
+    if not (isinstance(annotation, ast.Name) and annotation.id in OPTION_TYPES) or type(value.value).__name__ != annotation.id:
         return None
     return statement.target.id, value
+
+
+def _optional_annotation(annotation: ast.expr) -> bool:
+    """``T | None`` or ``Optional[T]``."""
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+        return any(isinstance(side, ast.Constant) and side.value is None for side in (annotation.left, annotation.right))
+    return isinstance(annotation, ast.Subscript) and getattr(annotation.value, "id", getattr(annotation.value, "attr", None)) == "Optional"
 
 
 def top_level_bindings(module: ast.Module, name: str):

@@ -17,7 +17,6 @@ from .computed import (
     REFUSALS,
     RUNNER_ENV,
     RUNNER_PROPERTY,
-    RUNNERS,
     SCHEDULER,
     SPECULATOR_FACTORY,
     V1_REFUSALS,
@@ -47,25 +46,31 @@ def interpret(plan: Plan, outcomes: dict[str, Outcome], builder: ProgramBuilder,
             return dataclasses.replace(result, gap=f"{result.gap} ({builder.omitted[result.gap]})")
         return result
 
-    # Runner support and choice.
+    # Runner support and choice: only the runners the tree has.
+    runners = plan.runners
     support: dict[str, RunnerSupport] = {}
-    layer_results = {runner: outcome(f"layers:{runner}") for runner in RUNNERS}
-    support["v1"] = _v1_support(plan, outcome, layer_results["v1"])
-    support["v2"] = _v2_support(plan, outcome, layer_results["v2"])
-    default, default_why = _default_runner(plan, outcome)
+    layer_results = {runner: outcome(f"layers:{runner}") for runner in runners}
+    if "v1" in runners:
+        support["v1"] = _v1_support(plan, outcome, layer_results["v1"])
+    if "v2" in runners:
+        support["v2"] = _v2_support(plan, outcome, layer_results["v2"])
+    if len(runners) == 1:
+        default, default_why = runners[0], f"the {runners[0].upper()} runner is the only model runner this vLLM has"
+    else:
+        default, default_why = _default_runner(plan, outcome)
     runner, runner_why = _choose_runner(default, default_why, support)
     if default is None:
         reasons["default_runner"] = default_why
     if runner is None:
         reasons["runner"] = runner_why
-        if all(support[name].supported is False for name in RUNNERS):
-            mismatches.append(f"no runner of this vLLM accepts this drafter: {support['v1'].reason}")
+        if support and all(item.supported is False for item in support.values()):
+            mismatches.append(f"no runner of this vLLM accepts this drafter: {next(iter(support.values())).reason}")
     elif support[runner].supported is False:
         mismatches.append(f"this vLLM runs the drafter on the {runner.upper()} runner ({runner_why}), which refuses it: {support[runner].reason}")
 
     # Aux layer ids.
     aux_by_runner: dict[str, Any] = {}
-    for name in RUNNERS:
+    for name in runners:
         result = outcome(f"aux:{name}")
         if result is None:
             aux_by_runner[name] = UNKNOWN
@@ -91,7 +96,7 @@ def interpret(plan: Plan, outcomes: dict[str, Outcome], builder: ProgramBuilder,
 
     # Per-layer windows and causality.
     by_runner: dict[str, Any] = {}
-    for name in RUNNERS:
+    for name in runners:
         result = layer_results[name]
         if result is None:
             by_runner[name] = UNKNOWN
@@ -119,12 +124,12 @@ def interpret(plan: Plan, outcomes: dict[str, Outcome], builder: ProgramBuilder,
     return Computed(
         aux_layer_ids=None if aux is None else tuple(aux),
         expected_aux_layer_ids=expected_aux,
-        aux_by_runner=tuple((name, aux_by_runner[name]) for name in RUNNERS),
+        aux_by_runner=tuple((name, aux_by_runner[name]) for name in runners),
         layers=layers,
         expected_layers=None if expected_layers is None else tuple(expected_layers),
         runner=runner,
         default_runner=default,
-        runner_support=tuple((name, support[name]) for name in RUNNERS),
+        runner_support=tuple((name, support[name]) for name in runners),
         drops_prefix_block=drops,
         prefix_block_predicate=plan.drop.shown if plan.drop else None,
         drops_prefix_block_when_disabled=drops_disabled,
@@ -132,6 +137,7 @@ def interpret(plan: Plan, outcomes: dict[str, Outcome], builder: ProgramBuilder,
         reasons=tuple(reasons.items()),
         evidence=tuple(dict.fromkeys(plan.evidence)),
         has_opt_out=plan.has_opt_out,
+        runners=runners,
     )
 
 
@@ -226,8 +232,8 @@ def _default_runner(plan: Plan, outcome) -> tuple[str | None, str]:
 def _choose_runner(default: str | None, default_why: str, support: dict[str, RunnerSupport]) -> tuple[str | None, str]:
     if default is not None:
         return default, default_why
-    accepted = [name for name in RUNNERS if support[name].supported is True]
-    refused = [name for name in RUNNERS if support[name].supported is False]
+    accepted = [name for name, item in support.items() if item.supported is True]
+    refused = [name for name, item in support.items() if item.supported is False]
     if len(accepted) == 1 and len(refused) == 1:
         return accepted[0], f"only the {accepted[0].upper()} runner accepts this drafter"
     if len(accepted) == 2:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 
 from ..draft.config import DraftConfig
 from ..model import UNKNOWN, Observation
-from .computed import OPT_OUT_FIELD, RUNNERS, Computed
+from .computed import OPT_OUT_FIELD, Computed
 from .construct import Built, Indices
 
 Layers = dict[str, Built] | None  # per runner, when the rule builds the drafter's layers
@@ -28,7 +28,7 @@ def capture_ids(name: str, draft: DraftConfig, computed: Computed, built: Layers
     expected = computed.expected_aux_layer_ids
     by_runner = dict(computed.aux_by_runner)
     reasons = dict(computed.reasons)
-    for runner in RUNNERS:
+    for runner in computed.runners:
         yield _accepts(name, computed, runner)
         value = by_runner.get(runner, UNKNOWN)
         if value is UNKNOWN or expected is None:
@@ -46,7 +46,7 @@ def layer_attention(name: str, draft: DraftConfig, computed: Computed, built: La
     """Per runner and draft layer: the sliding window and causality that reached the
     attention layer when the tree's own classes built the drafter's layers."""
     expected = computed.expected_layers
-    for runner in RUNNERS:
+    for runner in computed.runners:
         answer = built.get(runner) if built else None
         if answer is not None and answer.refused:
             yield Observation(name, runner, DEFAULT, "runner-accepts", None, True, False, False, answer.reason)

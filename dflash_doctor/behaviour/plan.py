@@ -9,7 +9,7 @@ from typing import Any
 
 from ..draft import sandbox
 from ..draft.sandbox import Call
-from ..source import SourceTree, Symbol
+from ..source import SourceError, SourceTree, Symbol
 from .computed import (
     ENVS,
     LAYER_RESOLVER,
@@ -17,6 +17,7 @@ from .computed import (
     OPTIONAL,
     REQUIRED,
     RUNNER_ENV,
+    RUNNER_FILES,
     RUNNER_PROPERTY,
     RUNNERS,
     SCHEDULER,
@@ -57,12 +58,13 @@ class Plan:
     drop: DropPredicate | None = None
     has_opt_out: bool = False
     has_runner_property: bool = False
+    runners: tuple[str, ...] = RUNNERS
 
 
 def plan_calls(tree: SourceTree, builder: ProgramBuilder) -> tuple[Plan, Symbol | None]:
     """The calls for every question, their definitions copied into ``builder``; and
     the tree's SpeculativeConfig (None: not found, the plan's reasons say why)."""
-    plan = Plan()
+    plan = Plan(runners=tree_runners(tree))
     locator = Locator(tree, REQUIRED, OPTIONAL)
     spec_symbol = _optional(plan, "spec", lambda: locator.one(*SPEC_CONFIG))
     _plan_aux(locator, builder, plan)
@@ -70,6 +72,19 @@ def plan_calls(tree: SourceTree, builder: ProgramBuilder) -> tuple[Plan, Symbol 
     _plan_runner(tree, locator, builder, plan)
     _plan_prefix_block(locator, plan, spec_symbol)
     return plan, spec_symbol
+
+
+def tree_runners(tree: SourceTree) -> tuple[str, ...]:
+    """The model runners the tree has (a file it did not send counts as there)."""
+    present = []
+    for runner in RUNNERS:
+        try:
+            missing = tree.data(RUNNER_FILES[runner]) is None
+        except SourceError:
+            missing = False
+        if not missing:
+            present.append(runner)
+    return tuple(present)
 
 
 def _optional(plan: Plan, key: str, find):
@@ -81,7 +96,11 @@ def _optional(plan: Plan, key: str, find):
 
 
 def _plan_aux(locator: Locator, builder: ProgramBuilder, plan: Plan) -> None:
-    v1 = _optional(plan, "aux:v1", lambda: locator.one(*V1_RESOLVER))
+    if "v1" not in plan.runners:
+        plan.reasons["aux:v1"] = f"this vLLM has no V1 runner ({RUNNER_FILES['v1']} is not in the tree)"
+        v1 = None
+    else:
+        v1 = _optional(plan, "aux:v1", lambda: locator.one(*V1_RESOLVER))
     owner = _optional(plan, "aux:v1", lambda: _owner(v1)) if v1 is not None else None
     if owner is not None:
         method = v1.qualname.rsplit(".", 1)[-1]
@@ -104,7 +123,7 @@ def _plan_layers(locator: Locator, builder: ProgramBuilder, plan: Plan) -> None:
         return
     if not _add(builder, plan, "layers", resolver):
         return
-    for runner in RUNNERS:
+    for runner in plan.runners:
         current = sandbox.strict_object("VllmConfig", use_v2_model_runner=runner == "v2")
         plan.calls.append(Call(
             f"layers:{runner}", f"[{resolver.node.name}(config, index) for index in range(layer_count)]",

@@ -55,7 +55,16 @@ SAFE_BUILTIN_NAMES = (
 
 
 class ProbeGap(BaseException):
-    """The code touched something running it here cannot know."""
+    """The code touched something running it here cannot know. Each one raised
+    during a call is remembered: tree code that catches it (a bare ``except``)
+    would take a branch chosen by the stand-in, so the call's answer is the gap."""
+
+    def __init__(self, *args):
+        BaseException.__init__(self, *args)
+        RAISED.append(self)
+
+
+RAISED = []  # the gaps raised during the current call
 
 
 class CallTimeout(BaseException):
@@ -384,6 +393,7 @@ def serve(request):
             namespace[chunk["name"]] = Gap("%s (%s)" % (chunk["name"], why))
     results = {}
     for call in request["calls"]:
+        del RAISED[:]
         signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
             for name, spec in call.get("bind", {}).items():
@@ -401,6 +411,9 @@ def serve(request):
             outcome = {"error": {"type": type(exc).__name__, "message": str(exc)[:500]}}
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
+        if RAISED and "gap" not in outcome and "timeout" not in outcome:
+            label = RAISED[0].args[0] if RAISED[0].args else "?"
+            outcome = {"gap": "%s (caught by the tree's own code, which then went on)" % label}
         results[call["id"]] = outcome
     return {"id": request.get("id"), "results": results}
 
