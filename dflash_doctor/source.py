@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .imports import loaded_instead
 from .model import ToolError
 from .probe import read_regular, scan_definitions
 
@@ -231,6 +232,11 @@ class SourceTree:
             raise result
         return result
 
+    def shadowed(self, relpath: str) -> str | None:
+        """Why Python would load something else than ``relpath`` for its module
+        (see ``imports``); None when it loads this file or nobody can tell."""
+        return None
+
     def remember_inspected(self, digests: Mapping[str, str]) -> None:
         """Files a cached result read: they count as inspected without a parse."""
         self._remembered.update(digests)
@@ -264,3 +270,6 @@ class DirectoryTree(SourceTree):
 
     def files_defining(self, names: Iterable[str]) -> Mapping[str, list[str]]:
         return scan_definitions(str(self.root), self.package, names)
+
+    def shadowed(self, relpath: str) -> str | None:
+        return loaded_instead(self.root, relpath)

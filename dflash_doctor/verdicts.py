@@ -7,8 +7,10 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from .behaviour.run import answer_rules, user_name
-from .model import FixResult
+from .model import NOT_APPLICABLE, UNKNOWN, Evidence, FixResult
 from .rules import Rule
+
+SHADOWED = "shadowed"  # evidence form: Python loads another file for this module
 
 if TYPE_CHECKING:
     from .draft.config import DraftConfig
@@ -30,9 +32,29 @@ def judge(
         structure = checker.run(rules)
         answers, probes = answer_rules(resolved.tree, rules, run, user) if run is not None else ({}, None)
     fixes = tuple(combine(rule, fix, answers.get(rule.id), resolved.no_behaviour) for rule, fix in zip(rules, structure))
+    fixes = _what_python_loads(resolved, rules, fixes)
     if user is not None:
         fixes = tuple(_for_drafter(rule, fix, user) for rule, fix in zip(rules, fixes))
     return fixes, probes, checker.scanned
+
+
+def _what_python_loads(resolved: ResolvedTarget, rules: tuple[Rule, ...], fixes: tuple[FixResult, ...]) -> tuple[FixResult, ...]:
+    """A file the check read that Python would not run (a package, an extension
+    module or an unchecked-hash .pyc comes first) leaves every judged fix unknown:
+    the verdicts speak of code vLLM does not import."""
+    from .engine import UNKNOWN_CODE, restate
+
+    shadows = [(relpath, why) for relpath in sorted(resolved.tree.inspected()) if (why := resolved.tree.shadowed(relpath))]
+    if not shadows:
+        return fixes
+    words = "; ".join(why for _, why in shadows)
+    evidence = tuple(Evidence(relpath, None, relpath, SHADOWED, why) for relpath, why in shadows)
+    return tuple(
+        fix if fix.status in (UNKNOWN, NOT_APPLICABLE) else restate(
+            rule, dataclasses.replace(fix, evidence=(*fix.evidence, *evidence)), UNKNOWN,
+            f"the code read is not the code that runs: {words}", UNKNOWN_CODE)
+        for rule, fix in zip(rules, fixes)
+    )
 
 
 def _for_drafter(rule: Rule, fix: FixResult, user: DraftConfig) -> FixResult:

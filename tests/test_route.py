@@ -61,3 +61,61 @@ def test_a_gap_the_trees_code_catches_is_still_a_gap(mini_tree, monkeypatch):
     fix = verdicts(tree)["layer-offset"]
     assert fix.status == "unknown", fix.reason
     assert "caught by the tree's own code" in fix.reason
+
+
+SCHEDULER = "vllm/v1/core/sched/scheduler.py"
+OLD_DROP = "class Scheduler:\n    def __init__(self, *args, **kwargs):\n        self.use_eagle = True  # drops the block for every EAGLE method\n"
+
+
+@pytest.mark.release
+def test_a_package_beside_a_module_is_what_python_imports(mini_tree, monkeypatch):
+    """``scheduler/`` with an ``__init__.py`` next to ``scheduler.py``: Python imports
+    the package, so the present verdict read from scheduler.py is not what runs."""
+    import importlib.util
+
+    monkeypatch.setenv("DFLASH_DOCTOR_NO_CACHE", "1")
+    tree = mini_tree("0.33.0")
+    assert verdicts(tree)["cache-drop"].status == "present"
+    package = tree / "vllm/v1/core/sched/scheduler"
+    package.mkdir()
+    (package / "__init__.py").write_text(OLD_DROP)
+    # what Python's own path finder picks for the module
+    spec = importlib.machinery.PathFinder.find_spec("scheduler", [str(tree / "vllm/v1/core/sched")])
+    assert spec.origin == str(package / "__init__.py")
+    fix = verdicts(tree)["cache-drop"]
+    assert fix.status == "unknown"
+    assert "Python imports the package vllm/v1/core/sched/scheduler/ instead of vllm/v1/core/sched/scheduler.py" in fix.reason
+    assert any(item.form == "shadowed" for item in fix.evidence)
+
+
+@pytest.mark.release
+def test_an_unchecked_hash_pyc_runs_instead_of_its_source(mini_tree, monkeypatch, tmp_path):
+    """A ``.pyc`` compiled from other source with PEP 552's unchecked-hash flag: Python
+    runs it without reading scheduler.py (shown by importing it here)."""
+    import importlib.util
+    import py_compile
+    import sys
+
+    monkeypatch.setenv("DFLASH_DOCTOR_NO_CACHE", "1")
+    tree = mini_tree("0.33.0")
+    source = tree / SCHEDULER
+    real = source.read_text()
+    source.write_text("WHICH = 'old'\n")
+    cache = importlib.util.cache_from_source(str(source))
+    py_compile.compile(str(source), cfile=cache, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    source.write_text(real)  # the source says one thing, the .pyc another
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    (probe / "which.py").write_text(real[:0] + "WHICH = 'new'\n")
+    py_compile.compile(str(probe / "which.py"), cfile=importlib.util.cache_from_source(str(probe / "which.py")),
+                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    (probe / "which.py").write_text("WHICH = 'edited'\n")
+    sys.path.insert(0, str(probe))
+    try:
+        assert importlib.import_module("which").WHICH == "new"  # Python ran the .pyc, not the edited source
+    finally:
+        sys.path.remove(str(probe))
+        sys.modules.pop("which", None)
+    fix = verdicts(tree)["cache-drop"]
+    assert fix.status == "unknown"
+    assert "is an unchecked-hash .pyc: Python runs it without reading vllm/v1/core/sched/scheduler.py" in fix.reason
