@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from .imports import loaded_instead
 from .model import ToolError
+from .plugins import Plugin, installed_plugins
 from .probe import read_regular, scan_definitions
 
 if TYPE_CHECKING:
@@ -237,6 +238,10 @@ class SourceTree:
         (see ``imports``); None when it loads this file or nobody can tell."""
         return None
 
+    def plugins(self) -> tuple[Plugin, ...]:
+        """vLLM plugins installed beside the tree (none known: empty)."""
+        return ()
+
     def remember_inspected(self, digests: Mapping[str, str]) -> None:
         """Files a cached result read: they count as inspected without a parse."""
         self._remembered.update(digests)
@@ -273,3 +278,6 @@ class DirectoryTree(SourceTree):
 
     def shadowed(self, relpath: str) -> str | None:
         return loaded_instead(self.root, relpath)
+
+    def plugins(self) -> tuple[Plugin, ...]:
+        return installed_plugins(self.root, self.package)

@@ -11,6 +11,7 @@ from .model import NOT_APPLICABLE, UNKNOWN, Evidence, FixResult
 from .rules import Rule
 
 SHADOWED = "shadowed"  # evidence form: Python loads another file for this module
+PLUGIN = "plugin"  # evidence form: a vLLM plugin whose code names this fix's route
 
 if TYPE_CHECKING:
     from .draft.config import DraftConfig
@@ -33,6 +34,7 @@ def judge(
         answers, probes = answer_rules(resolved.tree, rules, run, user) if run is not None else ({}, None)
     fixes = tuple(combine(rule, fix, answers.get(rule.id), resolved.no_behaviour) for rule, fix in zip(rules, structure))
     fixes = _what_python_loads(resolved, rules, fixes)
+    fixes = _plugins_on_route(resolved, rules, fixes)
     if user is not None:
         fixes = tuple(_for_drafter(rule, fix, user) for rule, fix in zip(rules, fixes))
     return fixes, probes, checker.scanned
@@ -55,6 +57,35 @@ def _what_python_loads(resolved: ResolvedTarget, rules: tuple[Rule, ...], fixes:
             f"the code read is not the code that runs: {words}", UNKNOWN_CODE)
         for rule, fix in zip(rules, fixes)
     )
+
+
+def _plugins_on_route(resolved: ResolvedTarget, rules: tuple[Rule, ...], fixes: tuple[FixResult, ...]) -> tuple[FixResult, ...]:
+    """vLLM loads its plugins at start, and they may patch its classes: a plugin whose
+    code names a definition on a fix's route (or its module) leaves the fix unknown;
+    one whose code cannot be read is said to possibly change the answer."""
+    from .engine import UNKNOWN_CODE, restate
+
+    plugins = resolved.tree.plugins()
+    if not plugins:
+        return fixes
+    judged = []
+    for rule, fix in zip(rules, fixes):
+        route = {part for item in fix.evidence for part in (*item.symbol.split("."), item.file.rpartition("/")[2][:-3])}
+        route = {name for name in route if len(name) > 3 and not name.startswith("__")}
+        touching = [(plugin, plugin.touches(route)) for plugin in plugins]
+        touching = [(plugin, names) for plugin, names in touching if names]
+        unread = [plugin for plugin in plugins if not plugin.read]
+        if touching and fix.status not in (UNKNOWN, NOT_APPLICABLE):
+            words = "; ".join(f"plugin {p.name} ({p.group} of {p.distribution}, {p.target}) names {', '.join(names)}"
+                              for p, names in touching)
+            evidence = tuple(Evidence(p.target, None, p.name, PLUGIN, f"names {', '.join(names)}") for p, names in touching)
+            fix = restate(rule, dataclasses.replace(fix, evidence=(*fix.evidence, *evidence)), UNKNOWN,
+                          f"vLLM loads plugins at start that may replace the code on this fix's route: {words}", UNKNOWN_CODE)
+        elif unread:
+            note = "; ".join(f"plugin {p.name} ({p.group} of {p.distribution}) could not be read and may change this answer" for p in unread)
+            fix = dataclasses.replace(fix, reason=f"{fix.reason}; {note}" if fix.reason else note)
+        judged.append(fix)
+    return tuple(judged)
 
 
 def _for_drafter(rule: Rule, fix: FixResult, user: DraftConfig) -> FixResult:

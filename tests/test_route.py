@@ -119,3 +119,36 @@ def test_an_unchecked_hash_pyc_runs_instead_of_its_source(mini_tree, monkeypatch
     fix = verdicts(tree)["cache-drop"]
     assert fix.status == "unknown"
     assert "is an unchecked-hash .pyc: Python runs it without reading vllm/v1/core/sched/scheduler.py" in fix.reason
+
+
+def install_plugin(tree: Path, name: str, code: str) -> None:
+    """A distribution with a vLLM general plugin, as pip would install it."""
+    meta = tree / f"{name}-1.0.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (meta / "entry_points.txt").write_text(f"[vllm.general_plugins]\n{name} = {name}:register\n")
+    (tree / f"{name}.py").write_text(code)
+
+
+@pytest.mark.release
+def test_a_plugin_that_patches_the_scheduler_leaves_its_fix_unknown(mini_tree, monkeypatch):
+    import importlib.metadata
+
+    monkeypatch.setenv("DFLASH_DOCTOR_NO_CACHE", "1")
+    tree = mini_tree("0.33.0")
+    install_plugin(tree, "old_sched", "def register():\n"
+                   "    from vllm.v1.core.sched.scheduler import Scheduler\n"
+                   "    from old_sched_impl import init\n"
+                   "    Scheduler.__init__ = init\n")
+    install_plugin(tree, "my_models", "def register():\n    from vllm import ModelRegistry\n"
+                   "    ModelRegistry.register_model('MyModel', 'my_models.model:MyModel')\n")
+    # the entry points vLLM's plugin loader reads
+    found = {ep.name for dist in importlib.metadata.distributions(path=[str(tree)])
+              for ep in dist.entry_points if ep.group == "vllm.general_plugins"}
+    assert {"old_sched", "my_models"} <= found
+    fixes = verdicts(tree)
+    fix = fixes["cache-drop"]
+    assert fix.status == "unknown"
+    assert "plugin old_sched (vllm.general_plugins of old_sched, old_sched:register) names" in fix.reason
+    assert "Scheduler" in fix.reason and "my_models" not in fix.reason
+    assert fixes["layer-offset"].status == "present"  # neither plugin names its route
