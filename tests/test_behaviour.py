@@ -67,8 +67,16 @@ def test_a_broken_guard_makes_present_partial_and_unknowns_are_never_guessed():
     unknown = configs(a={"v1": (True, True)}, b={"v1": (True, None)}, g={"v1": (True, True)})
     answer = judge(ask(), unknown, ("a", "b"), ("g",))
     assert answer.status is None and "why not" in answer.reason
+    # Acceptance unknown: where it is a link of the chain, the answer is unknown; where it
+    # only chooses whose answers count, the runners that may run the drafter must agree.
     acceptance = configs(a={"v1": (None, True)}, b={"v1": (True, True)}, g={"v1": (True, True)})
-    assert judge(ask(), acceptance, ("a", "b"), ("g",)).status is None
+    assert judge(ask(chain=("runner-accepts", "resolver")), acceptance, ("a", "b"), ("g",)).status is None
+    assert judge(ask(), acceptance, ("a", "b"), ("g",)).status == "present"
+    split = configs(a={"v1": (None, True), "v2": (True, False)}, b={"v1": (True, True)}, g={"v1": (True, True)})
+    answer = judge(ask(), split, ("a", "b"), ("g",))
+    assert answer.status is None and "give different answers" in answer.reason
+    agree = configs(a={"v1": (None, False), "v2": (None, False)}, b={"v1": (True, False)}, g={"v1": (True, True)})
+    assert judge(ask(), agree, ("a", "b"), ("g",)).status == "absent"
 
 
 def test_every_declared_question_has_its_kind_and_rules_name_only_known_links():

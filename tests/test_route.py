@@ -152,3 +152,22 @@ def test_a_plugin_that_patches_the_scheduler_leaves_its_fix_unknown(mini_tree, m
     assert "plugin old_sched (vllm.general_plugins of old_sched, old_sched:register) names" in fix.reason
     assert "Scheduler" in fix.reason and "my_models" not in fix.reason
     assert fixes["layer-offset"].status == "present"  # neither plugin names its route
+
+
+@pytest.mark.release
+def test_the_newest_release_is_judged_on_the_runner_it_has(release, monkeypatch):
+    """0.34.0: no V1 runner; layer-offset and cache-drop present by behaviour on V2.
+    swa-config needs to know whether V2 accepts a mixed drafter, which runs through
+    a registry of speculator configs resolved by qualified name (not followed yet):
+    unknown with that reason, never a guess."""
+    monkeypatch.setenv("DFLASH_DOCTOR_NO_CACHE", "1")
+    tree = release("0.34.0")
+    assert not (tree / V1_RUNNER).exists()
+    fixes = verdicts(tree)
+    for fix_id in ("layer-offset", "cache-drop"):
+        assert (fixes[fix_id].status, fixes[fix_id].decided_by) == ("present", "behaviour"), fixes[fix_id].reason
+    assert {item.runner for item in fixes["layer-offset"].behaviour.observations} == {"v2"}
+    swa = fixes["swa-config"]
+    assert swa.status in ("present", "unknown")
+    if swa.status == "unknown":
+        assert "whether the V2 runner accepts" in swa.reason

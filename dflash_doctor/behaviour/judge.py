@@ -51,10 +51,12 @@ def _configuration(behaviour: Behaviour, config: str, observations: list[Observa
         return f"{config} was not observed"
     accepts = {item.runner: item for item in observations if item.part == ACCEPTS}
     unknown = [item for item in accepts.values() if item.ok is None]
-    if unknown:
+    if unknown and ACCEPTS in behaviour.chain:
         item = unknown[0]
         return f"whether the {item.runner.upper()} runner accepts {config} is not known: {item.note}"
-    running = {runner for runner, item in accepts.items() if item.ok}
+    # Where acceptance only chooses whose answers count, a runner that may run the
+    # drafter counts; the runners must then agree, so the answer holds whichever runs.
+    running = {runner for runner, item in accepts.items() if item.ok is not False}
     if accepts and not running:
         if ACCEPTS in behaviour.chain and not guard:
             refusal = "; ".join(f"{item.runner.upper()}: {item.note}" for item in accepts.values())
@@ -77,6 +79,13 @@ def _configuration(behaviour: Behaviour, config: str, observations: list[Observa
         if absent_links:
             return f"{config}: no observation of {', '.join(absent_links)}"
         outcome[key] = (not broken, _why(broken[0]) if broken else "")
+    by_setting: dict[str, set[bool]] = defaultdict(set)
+    for (_, _, setting), (works, _) in outcome.items():
+        by_setting[setting].add(works)
+    if unknown and any(len(results) > 1 for results in by_setting.values()):
+        item = unknown[0]
+        return (f"whether the {item.runner.upper()} runner accepts {config} is not known ({item.note}), "
+                "and the runners that may run it give different answers")
     return outcome
 
 
