@@ -4,6 +4,7 @@ naming an unbound metavariable or a patch that does not compile is an error."""
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from functools import cache
@@ -254,9 +255,28 @@ def _check_patches(forms: list[Form], where: str) -> None:
             raise ToolError(f"{form.where_file}: patch.produces names a form that is not read at the same anchors")
 
 
-@cache
+EXTRA_RULES = "DFLASH_DOCTOR_RULES"  # more rule directories (os.pathsep-separated): a vendor's own fixes
+
+
 def load_rules() -> tuple[Rule, ...]:
-    return tuple(load_rule(path) for path in sorted(rules_dir().glob("*.toml")))
+    """The rules shipped with the tool, then those of the directories in $DFLASH_DOCTOR_RULES."""
+    return _load_rules(os.environ.get(EXTRA_RULES, ""))
+
+
+@cache
+def _load_rules(extra: str) -> tuple[Rule, ...]:
+    directories = [rules_dir(), *(Path(part) for part in extra.split(os.pathsep) if part)]
+    rules: list[Rule] = []
+    for directory in directories:
+        if not directory.is_dir():
+            raise ToolError(f"{EXTRA_RULES}: {directory} is not a directory of rule files")
+        rules += [load_rule(path) for path in sorted(directory.glob("*.toml"))]
+    seen: set[str] = set()
+    for rule in rules:
+        if rule.id in seen:
+            raise ToolError(f"{rule.source}: a rule with the id {rule.id!r} is already loaded")
+        seen.add(rule.id)
+    return tuple(rules)
 
 
 def select(only: list[str] | None) -> tuple[Rule, ...]:

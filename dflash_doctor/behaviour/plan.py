@@ -119,7 +119,7 @@ def _plan_layers(locator: Locator, builder: ProgramBuilder, plan: Plan) -> None:
     resolver = _optional(plan, "layers", lambda: locator.one(*LAYER_RESOLVER))
     if resolver is None:
         plan.reasons.setdefault("layers", f"this vLLM has no per-layer resolver ({LAYER_RESOLVER[1]} in {LAYER_RESOLVER[0]}); "
-                                          "the swa-config verdict says what its draft layers do")
+                                          "the verdict on its draft layers says what they do")
         return
     if not _add(builder, plan, "layers", resolver):
         return
