@@ -180,9 +180,9 @@ def test_unaltered_tree_keeps_every_verdict(mini_tree, release):
         assert key in sections["probes"].to_json()
 
 
-def test_shift_undone_after_the_comprehension_makes_layer_offset_unknown(mini_tree, release):
+def test_shift_undone_after_the_comprehension_is_absent_by_behaviour(mini_tree, release):
     # The +1 comprehension is still there (the AST says present), but the next
-    # line takes it back: the resolver computes the raw ids.
+    # line takes it back: the resolver computes the raw ids, and those decide.
     tree = probe_tree(mini_tree, release, "0.22.0")
     edit(tree, "vllm/v1/worker/gpu_model_runner.py",
          "        if layer_ids and isinstance(layer_ids, (list, tuple)):\n            return tuple(layer_ids)",
@@ -190,8 +190,8 @@ def test_shift_undone_after_the_comprehension_makes_layer_offset_unknown(mini_tr
          "        if layer_ids and isinstance(layer_ids, (list, tuple)):\n            return tuple(layer_ids)")
     before, after, sections = check_with_draft(tree, QWEN3_8B)
     assert before["layer-offset"] == "present"
-    assert after["layer-offset"].status == "unknown"
-    assert after["layer-offset"].reason.startswith("BEHAVIOUR AND STRUCTURE DISAGREE")
+    assert (after["layer-offset"].status, after["layer-offset"].decided_by) == ("absent", "behaviour")
+    assert "the code's forms read present" in after["layer-offset"].reason
     assert "[1, 9, 17, 25, 33]" in after["layer-offset"].reason
     assert after["layer-offset"].behaviour.status == "absent"
     assert after["cache-drop"].status == before["cache-drop"]

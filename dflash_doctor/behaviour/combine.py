@@ -40,11 +40,17 @@ def combine(rule: Rule, structure: FixResult, answer: BehaviourAnswer | None, wh
             return restate(rule, fix, UNKNOWN, answer.reason, UNKNOWN_CODE, decided_by=BEHAVIOUR)
         decided = dataclasses.replace(fix, decided_by=BEHAVIOUR)
         words = in_words(answer, notes)
-        if structure.status in DECISIVE and exact == structure.status != answer.status:
+        if structure.status in DECISIVE and exact == structure.status != answer.status and answer.status == PRESENT:
+            # a present that an exact form contradicts never opens the gate
             reason = (f"BEHAVIOUR AND STRUCTURE DISAGREE: running the tree's code gives {answer.status}"
                       f"{f' ({words})' if words else ''}, but the code's forms read {structure.status}"
                       f"{f' ({structure.reason})' if structure.reason else ''}; trust neither until checked by hand")
             return restate(rule, decided, UNKNOWN, reason, DISAGREE)
+        if structure.status in DECISIVE and exact == structure.status != answer.status:
+            # behaviour observed the defect in the values the tree's code computed: they decide,
+            # and the forms that read otherwise are said
+            words = (f"{words}; the code's forms read {structure.status}"
+                     f"{f' ({structure.reason})' if structure.reason else ''}, but running the code shows the failure")
         return restate(rule, decided, answer.status, words)
     if answer is not None:  # behaviour ran on this tree and could not follow its code: no guess from the forms
         reading = f"; the code's forms read {structure.status}" if structure.status in DECISIVE else ""

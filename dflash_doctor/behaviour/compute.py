@@ -18,7 +18,7 @@ from ..draft import sandbox
 from ..draft.config import SPECULATORS, DraftConfig, draft_layer_count
 from ..draft.sandbox import Call, Outcome, SandboxError
 from ..source import SourceTree, Symbol
-from .computed import RUNNERS, SPEC_CONFIG, SPECULATORS_ALGOS, Computed, Runner, RunnerSupport
+from .computed import RUNNER_FILES, RUNNERS, SPEC_CONFIG, SPECULATORS_ALGOS, Computed, Runner, RunnerSupport
 from .definitions import ExtractError, Place, parsed_or_none
 from .interpret import failure, interpret
 from .plan import Plan, plan_calls
@@ -47,7 +47,9 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = san
     builder = ProgramBuilder(tree, PROVIDED)
     plan, spec_symbol = plan_calls(tree, builder)
     failed = None
-    if spec_symbol is None:
+    if not plan.runners:
+        failed = f"this tree has none of vLLM's model runners ({', '.join(RUNNER_FILES.values())})"
+    elif spec_symbol is None:
         failed = plan.reasons.get("spec") or f"{SPEC_CONFIG[1]} not found in {SPEC_CONFIG[0]}"
     else:
         try:

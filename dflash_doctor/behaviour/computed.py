@@ -47,9 +47,9 @@ REFUSALS = ("NotImplementedError", "ValueError")  # deliberate refusals by vLLM 
 REQUIRED = (SPEC_CONFIG, VLLM_CONFIG, SCHEDULER)
 OPTIONAL = (V1_RESOLVER, V2_RESOLVER, LAYER_RESOLVER, SPECULATOR_FACTORY)
 RUNNERS = ("v1", "v2")
-# A runner exists in a tree when its model runner (V1) or its speculator factory (V2) does:
-# a runner the tree lacks is never modelled.
-RUNNER_FILES = {"v1": V1_RESOLVER[0], "v2": SPECULATOR_FACTORY[0]}
+# A runner exists in a tree when its module (V1) or package (V2) does: a runner the tree lacks is
+# never modelled. The rules' behaviour files list them, so a collector sends them.
+RUNNER_FILES = {"v1": V1_RESOLVER[0], "v2": "vllm/v1/worker/gpu/__init__.py"}
 # Where a program runs: sandbox.run here, or the same request on the host that holds the tree.
 Runner = Callable[[Sequence[Chunk], Sequence[Call], dict[str, Any], dict[str, Any]], dict[str, Outcome]]
 

@@ -65,7 +65,9 @@ def plan_calls(tree: SourceTree, builder: ProgramBuilder) -> tuple[Plan, Symbol 
     """The calls for every question, their definitions copied into ``builder``; and
     the tree's SpeculativeConfig (None: not found, the plan's reasons say why)."""
     plan = Plan(runners=tree_runners(tree))
-    locator = Locator(tree, REQUIRED, OPTIONAL)
+    # the V1 resolver is looked for in the whole package wherever the tree has the V1 runner
+    required = (*REQUIRED, V1_RESOLVER) if "v1" in plan.runners else REQUIRED
+    locator = Locator(tree, required, [item for item in OPTIONAL if item not in required])
     spec_symbol = _optional(plan, "spec", lambda: locator.one(*SPEC_CONFIG))
     _plan_aux(locator, builder, plan)
     _plan_layers(locator, builder, plan)
