@@ -171,3 +171,28 @@ def test_the_newest_release_is_judged_on_the_runner_it_has(release, monkeypatch)
     assert swa.status in ("present", "unknown")
     if swa.status == "unknown":
         assert "whether the V2 runner accepts" in swa.reason
+
+
+SHIFT_033 = '            layer_ids = [i + 1 for i in (dflash_config.get("target_layer_ids") or [])]\n'
+
+
+@pytest.mark.release
+def test_pure_standard_library_code_on_the_route_is_run(mini_tree, monkeypatch):
+    """The shift written with operator and functools (imported at module level and
+    inside the function) is run, not a gap; attrgetter cannot reach a dunder."""
+    monkeypatch.setenv("DFLASH_DOCTOR_NO_CACHE", "1")
+    tree = mini_tree("0.33.0")
+    resolver = tree / V2_RESOLVER
+    edit(resolver, "import torch\n", "import operator\nfrom functools import partial\n\nimport torch\n")
+    edit(resolver, SHIFT_033,
+         "            import functools\n"
+         "            shift = functools.reduce(operator.add, [1])\n"
+         '            layer_ids = list(map(partial(operator.add, shift), dflash_config.get("target_layer_ids") or []))\n')
+    fix = verdicts(tree)["layer-offset"]
+    assert (fix.status, fix.decided_by) == ("present", "behaviour"), fix.reason
+    # the same route, reaching for a dunder through attrgetter: a gap, never a value
+    edit(resolver, "            shift = functools.reduce(operator.add, [1])\n",
+         "            shift = functools.reduce(operator.add, [1])\n"
+         "            operator.attrgetter('__class__.__subclasses__')(0)\n")
+    fix = verdicts(tree)["layer-offset"]
+    assert fix.status == "unknown" and "a dunder attribute" in fix.reason

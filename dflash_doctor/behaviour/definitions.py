@@ -255,9 +255,15 @@ def absolute_module(node: ast.ImportFrom, file: str) -> str | None:
     return ".".join(base + ([node.module] if node.module else [])) or None
 
 
+MEMOISING = frozenset({"cache", "lru_cache"})  # functools decorators: same values, remembered
+
+
 def neutral_decorator(module: ast.Module, decorator: ast.expr) -> bool:
     """A registration decorator of the same module that hands the function back
-    unchanged (``def register(name): def deco(fn): ...; return fn; return deco``)."""
+    unchanged (``def register(name): def deco(fn): ...; return fn; return deco``),
+    or functools' memoisation (the same values)."""
+    if _memoising(module, decorator.func if isinstance(decorator, ast.Call) else decorator):
+        return True
     factory_call = isinstance(decorator, ast.Call)
     name = (decorator.func if factory_call else decorator)
     if not isinstance(name, ast.Name):
@@ -293,3 +299,13 @@ def _returns_name(function: ast.FunctionDef, name: str) -> bool:
         isinstance(last, ast.Return)
         and all(isinstance(r.value, ast.Name) and r.value.id == name for r in returns)
     )
+
+
+def _memoising(module: ast.Module, decorator: ast.expr) -> bool:
+    """``functools.cache`` / ``functools.lru_cache``, or either imported from functools."""
+    if isinstance(decorator, ast.Attribute) and isinstance(decorator.value, ast.Name):
+        return decorator.value.id == "functools" and decorator.attr in MEMOISING
+    if isinstance(decorator, ast.Name) and decorator.id in MEMOISING:
+        bindings = list(top_level_bindings(module, decorator.id))
+        return len(bindings) == 1 and isinstance(bindings[0][0], ast.ImportFrom) and bindings[0][0].module == "functools"
+    return False

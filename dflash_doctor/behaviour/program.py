@@ -32,6 +32,22 @@ from .definitions import (
 )
 
 PROPERTY_DECORATORS = {"property", "cached_property"}
+STDLIB_FACTORY = "_stdlib"  # the harness's curated standard-library modules
+STDLIB_MODULES = frozenset({"operator", "functools", "math", "typing"})
+
+
+def stdlib_binding(node: ast.stmt, name: str) -> str | None:
+    """``import operator`` / ``from functools import reduce``: the expression that
+    binds ``name`` from the harness's curated module; None for any other binding."""
+    if isinstance(node, ast.Import):
+        alias = next((a for a in node.names if (a.asname or a.name) == name), None)
+        if alias is not None and alias.name in STDLIB_MODULES:
+            return f"{STDLIB_FACTORY}({alias.name!r})"
+    if isinstance(node, ast.ImportFrom) and not node.level and node.module in STDLIB_MODULES:
+        alias = next((a for a in node.names if (a.asname or a.name) == name), None)
+        if alias is not None:
+            return f"{STDLIB_FACTORY}({node.module!r}).{alias.name}"
+    return None
 KEPT_DECORATORS = {"staticmethod", "classmethod"}
 MAX_DEPTH = 12
 
@@ -47,7 +63,7 @@ class ProgramBuilder:
         self.tree = tree
         self.classes = classes
         self.follow = None if follow is None else frozenset(follow)
-        self.provided = set(provided)
+        self.provided = {*provided, STDLIB_FACTORY}
         self.chunks: list[Chunk] = []
         self.gaps: dict[str, str] = {}  # free name -> label of the gap bound to it
         self.omitted: dict[str, str] = {}  # "Class.method" -> why it was left out
@@ -126,6 +142,10 @@ class ProgramBuilder:
                 return
             self._resolve_free_names(parsed, file, names_in(node.value), depth)
             self.chunks.append(Chunk(name, f"{name} = {ast.unparse(node.value)}"))
+        elif stdlib_binding(node, name) is not None:
+            origin = f"{file}:{name}"
+            if not self._claim(name, origin):
+                self.chunks.append(Chunk(name, f"{name} = {stdlib_binding(node, name)}"))
         elif isinstance(node, ast.ImportFrom):
             self._follow_import(node, name, file, depth)
         elif isinstance(node, ast.ClassDef) and self.classes and not imported:

@@ -162,6 +162,59 @@ class ImportedName(Gap):
         return Constructed(object.__getattribute__(self, "path"))
 
 
+def _refusing_dunders(getter):
+    def make(*names):
+        for name in names:
+            for part in str(name).split("."):
+                _plain_name(part)
+        return getter(*names)
+    return make
+
+
+def _identity_decorator(*args, **kwargs):
+    """``@cache``, ``@lru_cache`` and ``@lru_cache(maxsize=...)``: the same function
+    (memoising pure code changes no value it computes)."""
+    if len(args) == 1 and callable(args[0]) and not kwargs:
+        return args[0]
+    return lambda function: function
+
+
+def _stdlib_modules():
+    """Pure parts of the standard library tree code may use, built from the real
+    functions; anything else of these modules is a gap. No attribute reaches
+    beyond its value (attrgetter and methodcaller refuse dunders)."""
+    import functools
+    import math
+    import operator
+
+    names = {
+        "operator": (operator, "abs add and_ concat contains eq floordiv ge getitem gt index inv invert is_ is_not "
+                               "itemgetter le lshift lt mod mul ne neg not_ or_ pos pow rshift sub truediv truth xor"),
+        "functools": (functools, "partial reduce"),
+        "math": (math, "ceil floor gcd inf isfinite isinf isnan log log2 log10 nan prod sqrt trunc"),
+    }
+    modules = {}
+    for module_name, (module, members) in names.items():
+        attrs = {member: getattr(module, member) for member in members.split()}
+        modules[module_name] = Obj(module_name, attrs, True)
+    object.__setattr__(modules["operator"], "attrgetter", _refusing_dunders(operator.attrgetter))
+    object.__setattr__(modules["operator"], "methodcaller", lambda name, *a, **k: operator.methodcaller(_plain_name(name), *a, **k))
+    for decorator in ("cache", "lru_cache", "wraps"):
+        object.__setattr__(modules["functools"], decorator, _identity_decorator)
+    modules["typing"] = Obj("typing", {"cast": lambda kind, value: value, "TYPE_CHECKING": False}, True)
+    return modules
+
+
+STDLIB = {}  # filled once, before the boundary goes up
+
+
+def stdlib(name):
+    """A curated standard-library module (see _stdlib_modules), or a gap."""
+    if name not in STDLIB:
+        raise ProbeGap("the module %s" % name)
+    return STDLIB[name]
+
+
 RECORDS = []  # calls of recorded stand-ins (e.g. Attention) since the last take_records()
 
 
@@ -299,9 +352,12 @@ def safe_setattr(obj, name, value):
 
 
 def fake_import(name, globals=None, locals=None, fromlist=(), level=0):
-    """Imports inside probed functions give names that record what they build."""
+    """Imports inside probed functions give names that record what they build
+    (the curated standard-library modules are themselves)."""
     if level:
         raise ProbeGap("relative import in probed code")
+    if name in STDLIB:
+        return STDLIB[name]
     return ImportedName(name if fromlist else name.partition(".")[0])
 
 
@@ -367,7 +423,7 @@ def serve(request):
     builtins = {name: __builtins__[name] if isinstance(__builtins__, dict) else getattr(__builtins__, name)
                 for name in SAFE_BUILTIN_NAMES}
     builtins.update(__import__=fake_import, getattr=safe_getattr, hasattr=safe_hasattr, setattr=safe_setattr)
-    namespace = {"__builtins__": builtins, "__name__": "probed"}
+    namespace = {"__builtins__": builtins, "__name__": "probed", "_stdlib": stdlib}
     take_records()
     COMPILED.clear()
     DATA_TEXT.clear()
@@ -427,6 +483,7 @@ def main():
     # The boundary goes up before any tree code is compiled (sandbox.child_program() provides the module).
     import lockdown
 
+    STDLIB.update(_stdlib_modules())
     lockdown.lockdown(request.get("limits"))
     signal.signal(signal.SIGALRM, on_alarm)
     while True:
