@@ -201,10 +201,14 @@ class ProgramBuilder:
         (torch modules) are not copied: ``super().__init__()`` is dropped."""
         origin = f"{symbol.file}:{symbol.qualname}"
         if not self._claim(symbol.node.name, origin):
-            body = self.class_body(symbol, ("__init__",), constructing=True)
+            # what the class name reaches: its constructor, and the class- and static methods called on it
+            entries = ("__init__", *class_level_methods(symbol.node))
+            body = self.class_body(symbol, entries, constructing=True)
             why = self.omitted.get(f"{symbol.node.name}.__init__")
             if why:
                 raise ExtractError(why)
+            if is_dataclass(symbol.node) and "__init__" not in {s.name for s in symbol.node.body if isinstance(s, ast.FunctionDef)}:
+                body += dataclass_init(symbol)
             self.chunks.append(Chunk(symbol.node.name, f"{symbol.node.name} = _module_class({symbol.node.name!r}, {body!r})"))
         return symbol.node.name
 
@@ -224,9 +228,16 @@ class ProgramBuilder:
             if default is not None:
                 field_name, value = default
                 lines.append(f"{field_name} = {ast.unparse(value)}")
+        for statement in node.body if not constructing else ():
+            # a stub's class constants built from literals alone (``OFFSET = 1``)
+            if (isinstance(statement, ast.Assign) and all(isinstance(target, ast.Name) for target in statement.targets)
+                    and is_static(statement.value) and not names_in(statement.value)):
+                lines.append(ast.unparse(statement))
         for statement in node.body if constructing else ():
             # class attributes the constructor may read: a static one (``decoder_layer_cls
             # = Layer``) is copied, any other (a weights mapper) is a stand-in
+            if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name) and statement.value is not None:
+                statement = ast.Assign(targets=[statement.target], value=statement.value, lineno=statement.lineno)
             if isinstance(statement, ast.Assign) and all(isinstance(target, ast.Name) for target in statement.targets):
                 if is_static(statement.value):
                     self._resolve_free_names(symbol.parsed, symbol.file, names_in(statement.value), 0)
@@ -287,3 +298,44 @@ class ProgramBuilder:
         for chunk in self.chunks:
             names |= attribute_names(chunk.source)
         return names
+
+
+def class_level_methods(node: ast.ClassDef) -> tuple[str, ...]:
+    """The class's ``@classmethod`` and ``@staticmethod`` methods: reached through its name."""
+    return tuple(
+        statement.name for statement in node.body
+        if isinstance(statement, ast.FunctionDef)
+        and any(getattr(decorator, "id", None) in KEPT_DECORATORS for decorator in statement.decorator_list)
+    )
+
+
+def is_dataclass(node: ast.ClassDef) -> bool:
+    for decorator in node.decorator_list:
+        name = decorator.func if isinstance(decorator, ast.Call) else decorator
+        if (isinstance(name, ast.Name) and name.id == "dataclass") or (
+            isinstance(name, ast.Attribute) and name.attr == "dataclass" and getattr(name.value, "id", None) == "dataclasses"
+        ):
+            return True
+    return False
+
+
+def dataclass_init(symbol: Symbol) -> str:
+    """The ``__init__`` the dataclass decorator writes: one parameter per field, in order."""
+    parameters: list[str] = []
+    assignments: list[str] = []
+    for statement in symbol.node.body:
+        if not (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)):
+            continue
+        annotation = ast.unparse(statement.annotation)
+        if annotation.startswith(("ClassVar", "typing.ClassVar")):
+            continue
+        name, value = statement.target.id, statement.value
+        if isinstance(value, ast.Call) and getattr(value.func, "id", getattr(value.func, "attr", None)) == "field":
+            if any(keyword.arg == "default_factory" for keyword in value.keywords):
+                raise ExtractError(f"{symbol.qualname} in {symbol.file} has a field with a default_factory, which behaviour does not build")
+            value = next((keyword.value for keyword in value.keywords if keyword.arg == "default"), None)
+        if value is not None and not is_static(value):
+            raise ExtractError(f"{symbol.qualname}.{name} in {symbol.file} has a default behaviour cannot copy")
+        parameters.append(name if value is None else f"{name}={ast.unparse(value)}")
+        assignments.append(f"    self.{name} = {name}")
+    return "def __init__(self, " + ", ".join(parameters) + "):\n" + ("\n".join(assignments) or "    pass") + "\n"
