@@ -182,12 +182,17 @@ def test_the_index_each_layer_receives_comes_from_the_trees_own_model(mini_tree,
     assert fix.behaviour.status == "absent"
     assert "layer-index layer 1 is 0, needs 1" in fix.behaviour.reason
 
-    model.write_text(text.replace("        super().__init__()\n        speculative_config = vllm_config.speculative_config\n",
-                                  "        super().__init__()\n        speculative_config = vllm_config.speculative_config\n"
-                                  "        if vllm_config.parallel_config:\n            pass\n", 1))
-    assert model.read_text() != text
+    # A branch on state behaviour does not know is run both ways: one that changes nothing
+    # leaves the answer; one on which the indices depend leaves it unknown, naming the state.
+    head = "        super().__init__()\n        speculative_config = vllm_config.speculative_config\n"
+    assert text.count(head) == 1
+    model.write_text(text.replace(head, head + "        if vllm_config.parallel_config:\n            pass\n"))
     (fix,) = run_check(PathTarget(tree), rules).fixes
-    assert fix.status == "unknown" and "layer-index" in fix.reason and "DFlashQwen3Model" in fix.reason
+    assert fix.status == "present", fix.reason
+    model.write_text(text.replace(head, head + "        if vllm_config.parallel_config:\n            config = None\n")
+                         .replace(MODEL_INDEX, "                    layer_idx=layer_idx if config is not None else 0,\n"))
+    (fix,) = run_check(PathTarget(tree), rules).fixes
+    assert fix.status == "unknown" and "layer-index" in fix.reason and "depends on vllm_config.parallel_config" in fix.reason
 
 
 @pytest.mark.release

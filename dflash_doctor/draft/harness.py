@@ -66,6 +66,26 @@ class ProbeGap(BaseException):
 
 RAISED = []  # the gaps raised during the current call
 
+# Branches an unknown value decides: the call is run once per way the branches can go
+# (False first), and answers only when every way gives the same outcome.
+MAX_PATHS = 8
+FORCED = []  # the choices this run of the call must take, in order
+CALLING = [False]  # whether a call runs (decisions are explored) or definitions are made
+TAKEN = []  # (label, choice) of every branch an unknown value decided in this run
+
+
+def decide(label):
+    """The truth of an unknown value that decides a branch, for this run of the call
+    (while the program's definitions are made, such a branch is a gap)."""
+    if not CALLING[0]:
+        raise ProbeGap("%s decides a branch" % label)
+    index = len(TAKEN)
+    if index >= 2 * MAX_PATHS:
+        raise ProbeGap("%s decides too many branches" % label)
+    choice = FORCED[index] if index < len(FORCED) else False
+    TAKEN.append((label, choice))
+    return choice
+
 
 class CallTimeout(BaseException):
     pass
@@ -90,13 +110,18 @@ class Gap:
     __getattr__ = _raise_gap
 
 
+def _gap_truth(self):
+    return decide(object.__getattribute__(self, "_label"))
+
+
 for _name in (
-    "__call__ __bool__ __iter__ __len__ __eq__ __ne__ __lt__ __le__ __gt__ __ge__ __hash__ "
+    "__call__ __iter__ __len__ __eq__ __ne__ __lt__ __le__ __gt__ __ge__ __hash__ "
     "__contains__ __getitem__ __index__ __int__ __float__ __str__ __format__ __repr__ "
     "__add__ __radd__ __sub__ __rsub__ __mul__ __or__ __ror__ __and__ __instancecheck__ "
     "__subclasscheck__ __setattr__ __enter__"
 ).split():
     setattr(Gap, _name, _raise_gap)
+Gap.__bool__ = _gap_truth
 
 
 class Obj:
@@ -286,8 +311,9 @@ def _stand_in_op(symbol):
     return operate
 
 
-for _name in "__bool__ __iter__ __len__ __index__ __int__ __float__ __hash__ __contains__ __enter__".split():
+for _name in "__iter__ __len__ __index__ __int__ __float__ __hash__ __contains__ __enter__".split():
     setattr(StandIn, _name, _stand_in_gap)
+StandIn.__bool__ = lambda self: decide("%s (a stand-in)" % object.__getattribute__(self, "_path"))
 for _name, _symbol in (("add", "+"), ("sub", "-"), ("mul", "*"), ("truediv", "/"), ("floordiv", "//"), ("mod", "%"),
                        ("pow", "**"), ("and", "&"), ("or", "|")):
     setattr(StandIn, "__%s__" % _name, _stand_in_op(_symbol))
@@ -449,29 +475,59 @@ def serve(request):
             namespace[chunk["name"]] = Gap("%s (%s)" % (chunk["name"], why))
     results = {}
     for call in request["calls"]:
-        del RAISED[:]
-        signal.setitimer(signal.ITIMER_REAL, timeout)
-        try:
-            for name, spec in call.get("bind", {}).items():
-                namespace[name] = build(spec, data, namespace)
-            outcome = {"value": to_json(eval(call["expr"], namespace))}
-        except ProbeGap as exc:
-            outcome = {"gap": str(exc.args[0]) if exc.args else "?"}
-        except CallTimeout:
-            outcome = {"timeout": True}
-        except MissingConfigKey as exc:
-            outcome = {"missing_key": exc.key}
-        except RecursionError:
-            outcome = {"error": {"type": "RecursionError", "message": "recursion too deep"}}
-        except Exception as exc:
-            outcome = {"error": {"type": type(exc).__name__, "message": str(exc)[:500]}}
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        if RAISED and "gap" not in outcome and "timeout" not in outcome:
-            label = RAISED[0].args[0] if RAISED[0].args else "?"
-            outcome = {"gap": "%s (caught by the tree's own code, which then went on)" % label}
-        results[call["id"]] = outcome
+        results[call["id"]] = explore(call, namespace, data, timeout)
     return {"id": request.get("id"), "results": results}
+
+
+def explore(call, namespace, data, timeout):
+    """The call's outcome over every way the branches unknown values decide can go
+    (depth first, False before True): the outcome they all give, else a gap naming them."""
+    pending = [[]]
+    outcomes = []
+    labels = []
+    while pending:
+        if len(outcomes) == MAX_PATHS:
+            return {"gap": "the answer depends on more than %d ways %s can go" % (MAX_PATHS, ", ".join(labels[:3]))}
+        FORCED[:] = pending.pop()
+        forced = len(FORCED)
+        outcome = run_once(call, namespace, data, timeout)
+        outcomes.append(outcome)
+        taken = list(TAKEN)
+        for index in range(forced, len(taken)):
+            pending.append([choice for _, choice in taken[:index]] + [True])
+        labels.extend(label for label, _ in taken if label not in labels)
+    if all(outcome == outcomes[0] for outcome in outcomes):
+        return outcomes[0]
+    return {"gap": "the answer depends on %s" % ", ".join(labels[:3])}
+
+
+def run_once(call, namespace, data, timeout):
+    """One run of the call along the branch choices in FORCED."""
+    del RAISED[:]
+    del TAKEN[:]
+    CALLING[0] = True
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        for name, spec in call.get("bind", {}).items():
+            namespace[name] = build(spec, data, namespace)
+        outcome = {"value": to_json(eval(call["expr"], namespace))}
+    except ProbeGap as exc:
+        outcome = {"gap": str(exc.args[0]) if exc.args else "?"}
+    except CallTimeout:
+        outcome = {"timeout": True}
+    except MissingConfigKey as exc:
+        outcome = {"missing_key": exc.key}
+    except RecursionError:
+        outcome = {"error": {"type": "RecursionError", "message": "recursion too deep"}}
+    except Exception as exc:
+        outcome = {"error": {"type": type(exc).__name__, "message": str(exc)[:500]}}
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        CALLING[0] = False
+    if RAISED and "gap" not in outcome and "timeout" not in outcome:
+        label = RAISED[0].args[0] if RAISED[0].args else "?"
+        outcome = {"gap": "%s (caught by the tree's own code, which then went on)" % label}
+    return outcome
 
 
 def main():
