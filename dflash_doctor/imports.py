@@ -40,7 +40,8 @@ def _unchecked_pyc(root: Path, relpath: str) -> str | None:
     stem = filename[: -len(".py")]
     cache = f"{directory}/__pycache__" if directory else "__pycache__"
     for name in _listing(root / cache):
-        if name.startswith(f"{stem}.") and name.endswith(".pyc") and name.count(".") == 2 and _flags(root / cache / name) == HASH_BASED:
+        unchecked = name.startswith(f"{stem}.") and name.endswith(".pyc") and name.count(".") == 2
+        if unchecked and _flags(root / cache / name) == HASH_BASED:
             return f"{cache}/{name} is an unchecked-hash .pyc: Python runs it without reading {relpath}"
     return None
 

@@ -37,7 +37,7 @@ def installed_plugins(root: Path, package: str) -> tuple[Plugin, ...]:
     whose code lives outside ``package``."""
     found = []
     for meta in sorted([*root.glob("*.dist-info"), *root.glob("*.egg-info")]):
-        data, _ = read_regular(str(meta / "entry_points.txt"), MAX_ENTRY_POINTS_BYTES)
+        data, _ = read_regular(str(meta / "entry_points.txt"), MAX_ENTRY_POINTS_BYTES)  # type: ignore[no-untyped-call]
         if not data:
             continue
         parser = configparser.ConfigParser(interpolation=None, delimiters=("=",))
@@ -60,7 +60,7 @@ def installed_plugins(root: Path, package: str) -> tuple[Plugin, ...]:
 def _module_names(root: Path, target: str) -> tuple[frozenset[str], bool]:
     module = target.partition(":")[0].strip().replace(".", "/")
     for candidate in (f"{module}.py", f"{module}/__init__.py"):
-        data, _ = read_regular(str(root / candidate), MAX_PLUGIN_SOURCE_BYTES)
+        data, _ = read_regular(str(root / candidate), MAX_PLUGIN_SOURCE_BYTES)  # type: ignore[no-untyped-call]
         if data is None:
             continue
         try:

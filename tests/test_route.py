@@ -64,7 +64,8 @@ def test_a_gap_the_trees_code_catches_is_still_a_gap(mini_tree, monkeypatch):
 
 
 SCHEDULER = "vllm/v1/core/sched/scheduler.py"
-OLD_DROP = "class Scheduler:\n    def __init__(self, *args, **kwargs):\n        self.use_eagle = True  # drops the block for every EAGLE method\n"
+OLD_DROP = ("class Scheduler:\n    def __init__(self, *args, **kwargs):\n"
+            "        self.use_eagle = True  # drops the block for every EAGLE method\n")
 
 
 @pytest.mark.release
@@ -84,7 +85,8 @@ def test_a_package_beside_a_module_is_what_python_imports(mini_tree, monkeypatch
     assert spec.origin == str(package / "__init__.py")
     fix = verdicts(tree)["cache-drop"]
     assert fix.status == "unknown"
-    assert "Python imports the package vllm/v1/core/sched/scheduler/ instead of vllm/v1/core/sched/scheduler.py" in fix.reason
+    assert ("Python imports the package vllm/v1/core/sched/scheduler/ instead of vllm/v1/core/sched/scheduler.py"
+            in fix.reason)
     assert any(item.form == "shadowed" for item in fix.evidence)
 
 

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cli
 
 from dflash_doctor.rulefile import load_rules
@@ -144,8 +143,9 @@ def test_the_toy_fix_is_judged_by_behaviour_on_a_real_tree(toy_rules, mini_tree)
     # no longer states them for EAGLE, so the resolver shifts them a second time
     algos = tree / "vllm/transformers_utils/configs/speculators/algos.py"
     text = algos.read_text()
+    stated = '    pre_trained_config["eagle_aux_hidden_state_layer_ids"] = aux_layer_ids\n\n    # DFlash configs'
     edits = (('"target_layer_ids": [i - 1 for i in aux_layer_ids]', '"target_layer_ids": list(aux_layer_ids)'),
-             ('    pre_trained_config["eagle_aux_hidden_state_layer_ids"] = aux_layer_ids\n\n    # DFlash configs', "    # DFlash configs"))
+             (stated, "    # DFlash configs"))
     for old, new in edits:
         assert text.count(old) == 1
         text = text.replace(old, new)
