@@ -17,6 +17,7 @@ import re
 import shutil
 import sys
 from collections.abc import Callable, Iterator
+from typing import ClassVar
 
 # C0 (with TAB and LF), DEL, C1, and the bidi embeddings/overrides/isolates that reorder what is shown.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -49,15 +50,19 @@ def columns() -> int:
     return shutil.get_terminal_size((160, 24)).columns
 
 
+_TRAILING = re.compile(r"(?:[ ]|\x1b\[[0-9;]*m)+$", re.M)  # spaces (and style codes between them) ending a line
+
+
 def terminal_text(*renderables) -> str:
-    """The renderables printed one after another, as wide as the terminal."""
+    """The renderables printed one after another, as wide as the terminal, without the spaces rich pads a
+    table's rows with (a row padded to the last column is one the terminal may take as wrapped)."""
     from rich.console import Console
 
     buffer = io.StringIO()
     console = Console(file=buffer, force_terminal=True, width=columns())
     for renderable in renderables:
         console.print(renderable)
-    return buffer.getvalue()
+    return _TRAILING.sub(lambda match: match.group().replace(" ", ""), buffer.getvalue())
 
 
 _SHOWN: contextvars.ContextVar = contextvars.ContextVar("progress", default=None)
@@ -155,14 +160,16 @@ def markdown(text: str):
     the width becomes one block per row (its first cell, then each other cell under its
     heading), so that no word is cut."""
     from rich.markdown import Markdown, TableElement
-    from rich.measure import Measurement
     from rich.padding import Padding
     from rich.text import Text
 
     class Table(TableElement):
         def __rich_console__(self, console, options):
             (table,) = super().__rich_console__(console, options)
-            if Measurement.get(console, options.update(width=10_000), table).minimum <= options.max_width:
+            cells = [cell.content.plain for part in (self.header, self.body) if part
+                     for row in getattr(part, "rows", [getattr(part, "row", None)]) if row for cell in row.cells]
+            shown = "".join(segment.text for line in console.render_lines(table, options) for segment in line)
+            if shown.count("…") == "".join(cells).count("…"):  # rich cut no word short
                 yield table
                 return
             headings = [cell.content for cell in self.header.row.cells] if self.header and self.header.row else []
@@ -174,6 +181,6 @@ def markdown(text: str):
                 yield Text()
 
     class Rendered(Markdown):
-        elements = {**Markdown.elements, "table_open": Table}
+        elements: ClassVar = {**Markdown.elements, "table_open": Table}
 
     return Rendered(text)
