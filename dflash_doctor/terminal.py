@@ -50,7 +50,7 @@ def columns() -> int:
     return shutil.get_terminal_size((160, 24)).columns
 
 
-_TRAILING = re.compile(r"(?:[ ]|\x1b\[[0-9;]*m)+$", re.M)  # spaces (and style codes between them) ending a line
+_TRAILING = re.compile(r"(?:[ ]|\x1b\[[0-9;]*m)+$", re.MULTILINE)  # spaces (and style codes between them) ending a line
 
 
 def terminal_text(*renderables) -> str:

@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import run_cli, run_process
 from metrics_server import COLLAPSED, FakeEngine
 from test_release_download import VERSION, index, pip_env  # noqa: F401 - index is a fixture
@@ -73,7 +72,7 @@ def test_rules_show_renders_the_markdown(width, fix_id, tmp_path):
     screen = "\n".join(rows)
     assert "|---" not in screen and "## " not in screen and "`" not in screen  # rendered, not raw
     assert "…" not in screen  # nothing cut short
-    for heading in re.findall(r"^#+ (.+)$", piped, re.M):
+    for heading in re.findall(r"^#+ (.+)$", piped, re.MULTILINE):
         assert heading.split(":")[0] in screen, heading
     if width == 200:
         assert max(map(len, rows)) > 120  # the width is used
