@@ -17,7 +17,13 @@ import re
 import shutil
 import sys
 from collections.abc import Callable, Iterator
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from rich.console import Console, ConsoleOptions, RenderableType
+    from rich.markdown import Markdown
+    from rich.progress import ProgressColumn, Task
+    from rich.table import Table
 
 # C0 (with TAB and LF), DEL, C1, and the bidi embeddings/overrides/isolates that reorder what is shown.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -88,7 +94,7 @@ def progress(description: str, total: float | None = None, transfer: bool = Fals
     from rich.console import Console
     from rich.progress import Progress
 
-    with Progress(_LineColumn(), console=Console(stderr=True), transient=True, expand=True) as bar:
+    with Progress(_line_column(), console=Console(stderr=True), transient=True, expand=True) as bar:
         token = _SHOWN.set(bar)
         try:
             task = bar.add_task(description, total=total, transfer=transfer)
@@ -97,12 +103,12 @@ def progress(description: str, total: float | None = None, transfer: bool = Fals
             _SHOWN.reset(token)
 
 
-def _LineColumn():
+def _line_column() -> ProgressColumn:
     """The one column of a progress bar: each task's whole line, laid out for the width (``_Line``)."""
     from rich.progress import ProgressColumn
 
     class LineColumn(ProgressColumn):
-        def render(self, task):
+        def render(self, task: Task) -> _Line:
             return _Line(task)
 
     return LineColumn()
@@ -113,7 +119,7 @@ class _Line:
     ``10.2 MB/s`` for a transfer) and the time taken. One line whatever the width: the time goes first, then the
     bar, then the speed; nothing is shown of an amount not known yet (no ``0/?``)."""
 
-    def __init__(self, task) -> None:
+    def __init__(self, task: Task) -> None:
         self.task = task
 
     def _amounts(self) -> list[str]:
@@ -129,7 +135,7 @@ class _Line:
         size = f"{done.split()[0]}/{total}" if done.split()[1] == total.split()[1] else f"{done}/{total}"
         return [size, f"{decimal(int(task.speed))}/s"] if task.speed else [size]
 
-    def __rich_console__(self, console, options):
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Table]:
         from rich.progress import BarColumn, TimeElapsedColumn
         from rich.table import Table
 
@@ -155,7 +161,7 @@ class _Line:
         yield line
 
 
-def markdown(text: str):
+def markdown(text: str) -> Markdown:
     """``text`` (Markdown) as rich renders it, except that a table whose words do not fit
     the width becomes one block per row (its first cell, then each other cell under its
     heading), so that no word is cut."""
@@ -163,13 +169,13 @@ def markdown(text: str):
     from rich.padding import Padding
     from rich.text import Text
 
-    class Table(TableElement):
-        def __rich_console__(self, console, options):
+    class Stacking(TableElement):
+        def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[RenderableType]:
             (table,) = super().__rich_console__(console, options)
-            cells = [cell.content.plain for part in (self.header, self.body) if part
-                     for row in getattr(part, "rows", [getattr(part, "row", None)]) if row for cell in row.cells]
+            rows = ([self.header.row] if self.header and self.header.row else []) + (self.body.rows if self.body else [])
+            cells = "".join(cell.content.plain for row in rows for cell in row.cells)
             shown = "".join(segment.text for line in console.render_lines(table, options) for segment in line)
-            if shown.count("…") == "".join(cells).count("…"):  # rich cut no word short
+            if shown.count("…") == cells.count("…"):  # rich cut no word short
                 yield table
                 return
             headings = [cell.content for cell in self.header.row.cells] if self.header and self.header.row else []
@@ -181,6 +187,6 @@ def markdown(text: str):
                 yield Text()
 
     class Rendered(Markdown):
-        elements: ClassVar = {**Markdown.elements, "table_open": Table}
+        elements: ClassVar = {**Markdown.elements, "table_open": Stacking}
 
     return Rendered(text)
