@@ -21,6 +21,7 @@ from test_release_download import VERSION, index, pip_env  # noqa: F401 - index 
 from test_render import in_tmux
 
 WIDTHS = [60, 80, 200]
+SLOW = pytest.mark.slow  # a tmux server and a command in it: a second or two each
 HEADINGS = {"id", "PRs", "title"}  # the words a screen adds to the piped output: rules list's column headings
 REFERENCE = Path(__file__).resolve().parent.parent / "rules" / "reference" / "drafters"
 ACCEPT = ("--window", "0.1", "--drafter", "Qwen3-8B-DFlash-b16", "--dataset", "mt-bench")
@@ -51,6 +52,7 @@ def test_bare_command_prints_the_help():
         assert "\\n" not in bare.stdout and len(bare.stdout.splitlines()) > 8
 
 
+@SLOW
 @pytest.mark.parametrize("width", WIDTHS)
 def test_rules_list_on_a_terminal(width, tmp_path):
     rows = in_tmux(width, "rules", "list", tmp_path=tmp_path)
@@ -63,6 +65,7 @@ def test_rules_list_on_a_terminal(width, tmp_path):
     assert (len(rows) == 4) == (width == 200), rows  # a header and one row per rule when there is room
 
 
+@SLOW
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("fix_id", ["swa-config", "layer-offset"])
 def test_rules_show_renders_the_markdown(width, fix_id, tmp_path):
@@ -91,6 +94,7 @@ def drafter_config(tmp_path) -> Path:
     return directory
 
 
+@SLOW
 @pytest.mark.parametrize("width", WIDTHS)
 def test_config_on_a_terminal(width, drafter_config, tmp_path):
     rows = in_tmux(width, "config", str(drafter_config), tmp_path=tmp_path)
