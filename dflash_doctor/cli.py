@@ -121,7 +121,10 @@ def main(argv: Optional[list[str]] = None) -> None:
     except BaseException as exc:  # noqa: BLE001 - the boundary: never a bare traceback, never exit 1
         # Usage errors come from the click that typer carries (vendored in
         # newer typer): recognised by their interface, not their module.
-        if hasattr(exc, "format_message"):
+        if _no_command_given(exc):  # `dflash-doctor`, `dflash-doctor rules`: the help, as --help shows it
+            typer.echo(exc.ctx.get_help())
+            code = EXIT_OK
+        elif hasattr(exc, "format_message"):
             code = _fail(f"error: {exc.format_message()}")
         else:
             debug = _debug_requested(args)
@@ -131,6 +134,11 @@ def main(argv: Optional[list[str]] = None) -> None:
             hint = "" if debug else " (dflash-doctor --debug ... shows the traceback)"
             code = _fail(f"internal error: {type(exc).__name__}{detail}{hint}")
     sys.exit(code if isinstance(code, int) else EXIT_OK)
+
+
+def _no_command_given(exc: BaseException) -> bool:
+    """click's NoArgsIsHelpError, from whichever click typer carries (a usage error to click, exit 0 here)."""
+    return any(cls.__name__ == "NoArgsIsHelpError" for cls in type(exc).__mro__) and hasattr(exc, "ctx")
 
 
 def _output_closed() -> int:

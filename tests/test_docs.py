@@ -104,7 +104,7 @@ def test_shell_gate_step(tmp_path, mini_tree):
     for version, expected in (("0.20.1", 1), ("0.33.0", 0)):
         work = tmp_path / version
         work.mkdir()
-        env = {**os.environ, "DFLASH_DOCTOR_TARGET": f"--path {mini_tree(version)}"}
+        env = {**os.environ, "DFLASH_DOCTOR_TARGET": f"--path {mini_tree(version)}", "DFLASH_DOCTOR_REQUIREMENTS": ""}
         env.pop("GPU_HOST", None)
         proc = subprocess.run([str(gate)], cwd=work, env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == expected, proc.stderr
@@ -114,7 +114,7 @@ def test_shell_gate_step(tmp_path, mini_tree):
         assert ("not deploying" in proc.stderr) == bool(expected)
     proc = subprocess.run([str(gate)], cwd=tmp_path, env={k: v for k, v in os.environ.items() if k not in ("GPU_HOST", "DFLASH_DOCTOR_TARGET")},
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode != 0 and "set GPU_HOST or DFLASH_DOCTOR_TARGET" in proc.stderr
+    assert proc.returncode == 3 and "set GPU_HOST or DFLASH_DOCTOR_TARGET" in proc.stderr
 
 
 def schema(name: str):

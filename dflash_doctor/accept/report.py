@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 from typing import Any
 
+from ..terminal import clean, literal, terminal_text
 from .judge import COLLAPSE, NO_REFERENCE, TOO_LITTLE_DATA, WITHIN_BAND, Diagnosis
 from .load import LoadResult
 from .measurement import VLLM_METRICS, Measurement
 from .reference import Expected
-from ..terminal import clean, literal
 
 SCHEMA = "dflash-doctor/accept/v1"
 
@@ -112,13 +111,12 @@ def render(report: AcceptReport, format: str, terminal: bool) -> str:
     rows = _rows(report)
     if not terminal:
         return "".join(f"{key:<13}{clean(value)}\n" for key, value in rows)
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     table = Table(show_header=False, show_lines=False, box=None, padding=(0, 2))
-    table.add_column(style="bold")
-    table.add_column(overflow="fold")
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")  # only a word longer than the column (a URL) is cut
     style = STYLES.get(report.diagnosis.code, "bold yellow")
     for key, value in rows:
         if key == "diagnosis":
@@ -126,6 +124,4 @@ def render(report: AcceptReport, format: str, terminal: bool) -> str:
             table.add_row(key, Text.assemble((clean(code), style), ": " + clean(text)))
         else:
             table.add_row(key, literal(value))
-    buffer = io.StringIO()
-    Console(file=buffer, force_terminal=True, width=120).print(table)
-    return buffer.getvalue()
+    return terminal_text(table)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from ..model import EXIT_MISSING, EXIT_OK, exit_code_for
@@ -12,9 +14,22 @@ def rules_list() -> int:
     """One line per rule: id, PRs, title."""
     from ..rulefile import load_rules
 
-    for rule in load_rules():
-        prs = ", ".join(f"#{pr}" for pr in rule.prs + rule.unmerged_prs)
-        typer.echo(f"{rule.id:<14} {prs:<32} {rule.title}")
+    rows = [(rule.id, ", ".join(f"#{pr}" for pr in rule.prs + rule.unmerged_prs), rule.title) for rule in load_rules()]
+    if not sys.stdout.isatty():  # one line per rule, for grep and scripts
+        for fix_id, prs, title in rows:
+            typer.echo(f"{fix_id:<14} {prs:<32} {title}")
+        return EXIT_OK
+    from rich.table import Table
+
+    from ..terminal import literal, terminal_text
+
+    table = Table(box=None, padding=(0, 2, 0, 0), header_style="bold")
+    table.add_column("id", no_wrap=True)
+    table.add_column("PRs")
+    table.add_column("title")
+    for row in rows:
+        table.add_row(*map(literal, row))
+    typer.echo(terminal_text(table), nl=False)
     return EXIT_OK
 
 
@@ -25,7 +40,12 @@ def rules_show(fix_id: str = typer.Argument(..., metavar="ID")) -> int:
     from ..docs import rule_markdown
     from ..rulefile import select
 
-    typer.echo(rule_markdown(select([fix_id])[0]), nl=False)
+    text = rule_markdown(select([fix_id])[0])
+    if sys.stdout.isatty():  # rendered for the terminal; piped, the Markdown itself
+        from ..terminal import markdown, terminal_text
+
+        text = terminal_text(markdown(text))
+    typer.echo(text, nl=False)
     return EXIT_OK
 
 

@@ -39,17 +39,21 @@ class DraftSection:
         return [clean(line) for line in lines]
 
     def table(self) -> str:
+        """One block per finding (severity, then its code, message and fix below one another), as wide as the
+        terminal: a column of its own for each would cut the long identifiers the messages name."""
         from rich.table import Table
         from rich.text import Text
 
-        table = Table(title=literal(self._title()), title_justify="left", show_lines=True)
-        for column in ("severity", "finding", "fix or note"):
-            table.add_column(column, overflow="fold")
+        table = Table(box=None, show_header=False, padding=(0, 1, 1, 0))
+        table.add_column(no_wrap=True)
+        table.add_column()
         for finding in self.lint.findings:
-            style = SEVERITY_STYLES.get(finding.severity, "")
-            message = Text(f"{clean(finding.code)}\n{clean(finding.message)}")
-            table.add_row(literal(finding.severity, style), message, literal(finding.fix))
-        return terminal_text(table, self._totals())
+            body = Text.assemble((clean(finding.code), "bold"), "\n", clean(finding.message))
+            if finding.fix:
+                body.append(f"\n{'note' if finding.severity == 'info' else 'fix'}: ", style="italic")
+                body.append(clean(finding.fix))
+            table.add_row(literal(finding.severity, SEVERITY_STYLES.get(finding.severity, "")), body)
+        return terminal_text(literal(self._title()), Text(), table, self._totals())
 
     def _title(self) -> str:
         target = self.lint.target
