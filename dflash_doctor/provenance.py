@@ -113,8 +113,8 @@ def nearest_releases(inspected: Mapping[str, str]) -> tuple[tuple[str, ...], int
         for dist_info in complete.parent.glob("vllm-*.dist-info"):
             data, _ = probe.read_regular(str(dist_info / "RECORD"))
             if data is not None:
-                recorded = _record_digests(data.decode("utf-8", "replace"))
-                scores[complete.parent.name] = sum(recorded.get(path) == digest for path, digest in wanted.items())
+                record = b"\n" + data
+                scores[complete.parent.name] = sum(_recorded(record, path) == digest for path, digest in wanted.items())
     releases = []
     for name in scores:
         try:
@@ -201,6 +201,16 @@ def _record_digests(record: str) -> dict[str, str]:
         if len(row) >= 2 and row[1].startswith("sha256="):
             expected[row[0]] = row[1][len("sha256="):]
     return expected
+
+
+def _recorded(record: bytes, path: str) -> str | None:
+    """The RECORD digest of ``path`` (a plain .py path: never quoted), found without reading
+    the other rows (a release's RECORD has thousands); ``record`` starts with a newline."""
+    at = record.find(b"\n" + path.encode() + b",sha256=")
+    if at < 0:
+        return None
+    start = at + len(path) + len(b"\n,sha256=")
+    return record[start:record.find(b",", start)].decode("ascii", "replace")
 
 
 def _modified_files(record: str, inspected: dict[str, str]) -> tuple[str, ...]:
