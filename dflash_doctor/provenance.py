@@ -158,8 +158,14 @@ def _metadata_fields(metadata: str) -> dict[str, str]:
     return fields
 
 
+# A distribution name as the package index allows it (PEP 508), of a sane length: anything
+# else a METADATA says is not a name to put in the report's header and remedies.
+_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?$")
+
+
 def _distribution(fields: Mapping[str, str]) -> Distribution | None:
-    return Distribution(fields["Name"], fields.get("Version")) if "Name" in fields else None
+    name = fields.get("Name", "")
+    return Distribution(name, fields.get("Version")) if _NAME.match(name) else None
 
 
 def _direct_url_commit(text: str) -> str | None:

