@@ -223,11 +223,14 @@ def _listed(directory, relpath):
     the RECORD hash ("sha256=..."), "" when listed without one, None when not listed."""
     if directory.endswith(".dist-info"):
         data, _ = read_regular(os.path.join(directory, "RECORD"))
-        prefix = relpath + ","
-        for line in (data or b"").decode("utf-8", "replace").splitlines():
-            if line.startswith(prefix):
-                return line[len(prefix):].split(",", 1)[0]
-        return None
+        record = b"\n" + (data or b"")  # a row of its own: found without reading the others
+        row = b"\n" + relpath.encode("utf-8") + b","
+        at = record.find(row)
+        if at < 0:
+            return None
+        start = at + len(row)
+        end = min(i for i in (record.find(b",", start), record.find(b"\n", start), len(record)) if i >= 0)
+        return record[start:end].strip().decode("utf-8", "replace")
     parent = os.path.dirname(directory)
     wanted = os.path.join(parent, relpath)
     # installed-files.txt is relative to the .egg-info, SOURCES.txt to the project beside it.
