@@ -218,19 +218,28 @@ def find_dist_info(root, package="vllm"):
     return sorted(owners)[-1] if owners else None
 
 
+def recorded_hash(record, relpath):
+    """The hash RECORD (bytes) gives ``relpath`` ("sha256=...", "" when none), None when it has
+    no row for it. Found without reading the other rows, of which RECORD has thousands;
+    ``relpath`` is a plain path, which RECORD never quotes."""
+    row = relpath.encode("utf-8") + b","
+    if record.startswith(row):
+        start = len(row)
+    else:
+        at = record.find(b"\n" + row)
+        if at < 0:
+            return None
+        start = at + 1 + len(row)
+    end = min(i for i in (record.find(b",", start), record.find(b"\n", start), len(record)) if i >= 0)
+    return record[start:end].strip().decode("utf-8", "replace")
+
+
 def _listed(directory, relpath):
     """How a metadata directory lists ``relpath`` (a path beside it) among its files:
     the RECORD hash ("sha256=..."), "" when listed without one, None when not listed."""
     if directory.endswith(".dist-info"):
         data, _ = read_regular(os.path.join(directory, "RECORD"))
-        record = b"\n" + (data or b"")  # a row of its own: found without reading the others
-        row = b"\n" + relpath.encode("utf-8") + b","
-        at = record.find(row)
-        if at < 0:
-            return None
-        start = at + len(row)
-        end = min(i for i in (record.find(b",", start), record.find(b"\n", start), len(record)) if i >= 0)
-        return record[start:end].strip().decode("utf-8", "replace")
+        return recorded_hash(data or b"", relpath)
     parent = os.path.dirname(directory)
     wanted = os.path.join(parent, relpath)
     # installed-files.txt is relative to the .egg-info, SOURCES.txt to the project beside it.

@@ -107,14 +107,13 @@ def nearest_releases(inspected: Mapping[str, str]) -> tuple[tuple[str, ...], int
     package files; ((), 0, M) when no release is cached. Nothing is downloaded."""
     from .releases import version_key  # releases imports the check, which imports this module
 
-    wanted = {path: record_digest(digest) for path, digest in inspected.items() if path.startswith("vllm/")}
+    wanted = {path: "sha256=" + record_digest(digest) for path, digest in inspected.items() if path.startswith("vllm/")}
     scores: dict[str, int] = {}
     for complete in (cache_dir() / "releases").glob("*/.complete"):
         for dist_info in complete.parent.glob("vllm-*.dist-info"):
             data, _ = probe.read_regular(str(dist_info / "RECORD"))
             if data is not None:
-                record = b"\n" + data
-                scores[complete.parent.name] = sum(_recorded(record, path) == digest for path, digest in wanted.items())
+                scores[complete.parent.name] = sum(probe.recorded_hash(data, path) == digest for path, digest in wanted.items())
     releases = []
     for name in scores:
         try:
@@ -200,27 +199,11 @@ def record_digest(sha256_hex: str) -> str:
     return base64.urlsafe_b64encode(bytes.fromhex(sha256_hex)).rstrip(b"=").decode()
 
 
-def _record_digests(record: str) -> dict[str, str]:
-    """path -> the RECORD spelling of its sha256, for the rows that have one."""
+def _modified_files(record: str, inspected: dict[str, str]) -> tuple[str, ...]:
     expected: dict[str, str] = {}
     for row in csv.reader(io.StringIO(record)):
         if len(row) >= 2 and row[1].startswith("sha256="):
             expected[row[0]] = row[1][len("sha256="):]
-    return expected
-
-
-def _recorded(record: bytes, path: str) -> str | None:
-    """The RECORD digest of ``path`` (a plain .py path: never quoted), found without reading
-    the other rows (a release's RECORD has thousands); ``record`` starts with a newline."""
-    at = record.find(b"\n" + path.encode() + b",sha256=")
-    if at < 0:
-        return None
-    start = at + len(path) + len(b"\n,sha256=")
-    return record[start:record.find(b",", start)].decode("ascii", "replace")
-
-
-def _modified_files(record: str, inspected: dict[str, str]) -> tuple[str, ...]:
-    expected = _record_digests(record)
     return tuple(
         sorted(path for path, digest in inspected.items() if path in expected and expected[path] != record_digest(digest))
     )
