@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import ast
 import base64
-import csv
 import dataclasses
-import io
 import json
 import re
 from collections.abc import Mapping
@@ -200,10 +198,10 @@ def record_digest(sha256_hex: str) -> str:
 
 
 def _modified_files(record: str, inspected: dict[str, str]) -> tuple[str, ...]:
-    expected: dict[str, str] = {}
-    for row in csv.reader(io.StringIO(record)):
-        if len(row) >= 2 and row[1].startswith("sha256="):
-            expected[row[0]] = row[1][len("sha256="):]
-    return tuple(
-        sorted(path for path, digest in inspected.items() if path in expected and expected[path] != record_digest(digest))
-    )
+    """The inspected files whose sha256 is not the one RECORD gives them (only their rows are read)."""
+    data = record.encode("utf-8")
+    found = {path: probe.recorded_hash(data, path) for path in inspected}
+    return tuple(sorted(
+        path for path, digest in inspected.items()
+        if (found[path] or "").startswith("sha256=") and found[path] != "sha256=" + record_digest(digest)
+    ))
