@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import dataclasses
 import hashlib
 import json
 import re
@@ -21,8 +22,10 @@ import pytest
 
 from conftest import assert_error, check_json, run_cli, statuses
 from dflash_doctor.images.layers import wanted
+from dflash_doctor.model import CheckReport, TargetInfo
 from dflash_doctor.paths import cache_dir
 from dflash_doctor.provenance import find_dist_info, read_platform, read_provenance
+from dflash_doctor.reporters.table import check_lines
 from dflash_doctor.source import DirectoryTree
 from registry import python_files, tree_files, write_image
 from sshd import SshServer
@@ -261,3 +264,39 @@ def test_a_name_that_is_not_a_distribution_name_names_nothing(tmp_path):
         provenance = provenance_of(root)
         assert provenance.distribution is None and provenance.version == "0.9.1"
         assert provenance.platform.told_by == "default"
+
+
+def cached_release(cache: Path, version: str, files: dict[str, bytes]) -> None:
+    """A release as release_tree leaves it in the cache: its dist-info's RECORD (and .complete)."""
+    tree = cache / "releases" / version
+    (tree / f"vllm-{version}.dist-info").mkdir(parents=True)
+    rows = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        rows.append(f"{path},sha256={digest},{len(data)}\n")
+    (tree / f"vllm-{version}.dist-info" / "RECORD").write_text("".join(rows))
+    (tree / ".complete").write_text(version + "\n")
+
+
+def test_the_nearest_releases_are_the_cached_ones_with_most_equal_files(tmp_path, monkeypatch):
+    root = own_tree(tmp_path / "site")
+    (root / "vllm" / "a.py").write_text("A = 2\n")
+    dist_info(root, "acme-vllm", "1.0")
+    ours = {"vllm/__init__.py": (root / "vllm" / "__init__.py").read_bytes(), "vllm/a.py": b"A = 2\n"}
+    monkeypatch.setenv("DFLASH_DOCTOR_CACHE", str(tmp_path / "cache"))
+
+    def based_on():
+        tree = DirectoryTree(root, find_dist_info(root))
+        tree.parsed("vllm/__init__.py"), tree.parsed("vllm/a.py")  # the files a check read
+        return read_provenance(tree).based_on
+
+    assert based_on() is None  # no release cached, no commit: nothing tells
+    cached_release(tmp_path / "cache", "0.30.0", {**ours, "vllm/a.py": b"A = 1\n"})
+    cached_release(tmp_path / "cache", "0.31.0", ours)
+    cached_release(tmp_path / "cache", "0.29.0", ours)
+    cached_release(tmp_path / "cache", "0.32.0", {})
+    assert based_on().to_json() == {"commit": None, "releases": ["0.29.0", "0.31.0"], "files_equal": 2, "files_compared": 2}
+    provenance = dataclasses.replace(read_provenance(DirectoryTree(root, find_dist_info(root))), based_on=based_on())
+    header = "".join(text for text, _ in check_lines(CheckReport(TargetInfo("path", str(root)), provenance, (), "t"), None)[0])
+    assert header.startswith("acme-vllm 1.0 (a distribution of vLLM, based on vLLM 0.29.0 or 0.31.0: nearest by file "
+                             "digests, 2 of 2 files equal) at "), header
