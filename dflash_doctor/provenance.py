@@ -1,32 +1,44 @@
-"""What a tree says about itself: version, build commit, local edits."""
+"""What a tree says about itself: version, build commit, local edits; which
+distribution owns it (vLLM's own, or a vendor build or fork under another name),
+what vLLM that one is based on, and the platform it is built for."""
 
 from __future__ import annotations
 
 import ast
 import base64
-import csv
-import io
+import dataclasses
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
-from .model import Provenance
+from . import probe
+from .model import (
+    ABSENT, CUDA_BY_DEFAULT, NOT_APPLICABLE, PARTIAL, BasedOn, Distribution, FixResult, Platform, Provenance, ToolError,
+)
+from .paths import cache_dir
 from .source import SourceError, SourceTree, parse_python
 
 _LOCAL_SHA = re.compile(r"\+g([0-9a-f]{7,40})\b")
 _COMMIT = re.compile(r"^g?([0-9a-f]{7,40})$")
+# The words of a distribution's name, and the labels vLLM's setup.py appends to its
+# version ("+cu129", "+rocm632", "+cpu", "+tpu", "+xpu"; "." before them when the
+# version already has a local part), that say which platform a build is for.
+_PLATFORM_WORD = re.compile(r"^(?:(cu)\d*|(cuda)|(rocm)\d*|(cpu)|(tpu)|(xpu))$")
 
 
 def find_dist_info(root: Path, package: str = "vllm") -> Path | None:
-    """The ``vllm-*.dist-info`` directory beside the package, if any."""
-    candidates = sorted(root.glob(f"{package}-*.dist-info"))
-    return candidates[-1] if candidates else None
+    """The .dist-info (or .egg-info) that owns ``root/package``, whatever the distribution's name."""
+    found = probe.find_dist_info(str(root), package)
+    return Path(found) if found else None
 
 
 def read_provenance(tree: SourceTree) -> Provenance:
-    """Version, commit and local edits of the files the rules read so far."""
-    metadata = tree.dist_info_text("METADATA")
-    version = _metadata_version(metadata) if metadata else None
+    """Version, commit and local edits of the files the rules read so far; the
+    distribution, what it is based on, and the platform."""
+    fields = _metadata_fields(tree.dist_info_text("METADATA") or "")
+    distribution = _distribution(fields)
+    version = fields.get("Version")
     try:
         version_py = tree.read("vllm/_version.py")
     except SourceError:
@@ -50,7 +62,107 @@ def read_provenance(tree: SourceTree) -> Provenance:
 
     record = tree.dist_info_text("RECORD")
     modified = _modified_files(record, tree.inspected()) if record else None
-    return Provenance(version, commit, source, modified)
+    based_on = None
+    if distribution is not None and not distribution.is_vllm:
+        releases, equal, compared = nearest_releases(tree.inspected())
+        built_from = commit if source == "_version.py" else None
+        based_on = BasedOn(built_from, releases, equal, compared) if built_from or releases else None
+    return Provenance(version, commit, source, modified, distribution, based_on, _platform(distribution))
+
+
+def read_platform(tree: SourceTree) -> Platform:
+    """The platform the tree is built for: CUDA unless its distribution says otherwise
+    (cheap: one dist-info file; the behaviour engine can ask before anything is judged)."""
+    return _platform(_distribution(_metadata_fields(tree.dist_info_text("METADATA") or "")))
+
+
+def _platform(distribution: Distribution | None) -> Platform:
+    if distribution is None:
+        return CUDA_BY_DEFAULT
+    for word in re.split(r"[-_.]+", distribution.name.lower()):
+        name = _platform_word(word)
+        if name:
+            return Platform(name, "distribution", distribution.name)
+    local = (distribution.version or "").partition("+")[2]
+    for word in local.lower().split("."):
+        name = _platform_word(word)
+        if name:
+            return Platform(name, "version", "+" + local)
+    return CUDA_BY_DEFAULT
+
+
+def _platform_word(word: str) -> str | None:
+    found = _PLATFORM_WORD.match(word)
+    if found is None:
+        return None
+    cu, cuda, rocm, cpu, tpu, xpu = found.groups()
+    return "cuda" if cu or cuda else rocm or cpu or tpu or xpu
+
+
+def nearest_releases(inspected: Mapping[str, str]) -> tuple[tuple[str, ...], int, int]:
+    """The releases in the user cache whose RECORD has the most of the inspected files'
+    sha256 (equally near ones together, oldest first), how many of them, and of how many
+    package files; ((), 0, M) when no release is cached. Nothing is downloaded."""
+    from .releases import version_key  # releases imports the check, which imports this module
+
+    wanted = {path: "sha256=" + record_digest(digest) for path, digest in inspected.items() if path.startswith("vllm/")}
+    scores: dict[str, int] = {}
+    for complete in (cache_dir() / "releases").glob("*/.complete"):
+        for dist_info in complete.parent.glob("vllm-*.dist-info"):
+            data, _ = probe.read_regular(str(dist_info / "RECORD"))
+            if data is not None:
+                scores[complete.parent.name] = sum(probe.recorded_hash(data, path) == digest for path, digest in wanted.items())
+    releases = []
+    for name in scores:
+        try:
+            version_key(name)
+        except ToolError:  # not a directory release_tree made
+            continue
+        releases.append(name)
+    best = max((scores[name] for name in releases), default=0)
+    nearest = tuple(sorted((name for name in releases if scores[name] == best), key=version_key)) if best else ()
+    return nearest, best, len(wanted)
+
+
+def for_distribution(fixes: tuple[FixResult, ...], provenance: Provenance) -> tuple[FixResult, ...]:
+    """Remedies that speak of the distribution installed: a vendor build or fork is not
+    fixed by upgrading vLLM, but by its vendor (or a patch); vLLM's own remedy follows."""
+    distribution = provenance.distribution
+    if distribution is None or distribution.is_vllm:
+        return fixes
+    this = f"This is {distribution.name} {distribution.version or ''}".rstrip() + ", a vendor build or fork of vLLM, not vLLM itself:"
+    asks = {
+        ABSENT: "ask its vendor for a build with this fix, or patch it in place (`dflash-doctor patch`).",
+        PARTIAL: "ask its vendor for a build with this fix, or patch it in place (`dflash-doctor patch`).",
+        NOT_APPLICABLE: "ask its vendor for a build with DFlash.",
+    }
+    return tuple(
+        dataclasses.replace(fix, remedy=f"{this} {asks[fix.status]} In vLLM itself: {fix.remedy}")
+        if fix.status in asks else fix
+        for fix in fixes
+    )
+
+
+def _metadata_fields(metadata: str) -> dict[str, str]:
+    """Name and Version from a METADATA (or PKG-INFO) header, the first of each."""
+    fields: dict[str, str] = {}
+    for line in metadata.splitlines():
+        if not line.strip():
+            break
+        key, colon, value = line.partition(":")
+        if colon and key in ("Name", "Version") and key not in fields and value.strip():
+            fields[key] = value.strip()
+    return fields
+
+
+# A distribution name as the package index allows it (PEP 508), of a sane length: anything
+# else a METADATA says is not a name to put in the report's header and remedies.
+_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?$")
+
+
+def _distribution(fields: Mapping[str, str]) -> Distribution | None:
+    name = fields.get("Name", "")
+    return Distribution(name, fields.get("Version")) if _NAME.match(name) else None
 
 
 def _direct_url_commit(text: str) -> str | None:
@@ -63,15 +175,6 @@ def _direct_url_commit(text: str) -> str | None:
     commit = vcs_info.get("commit_id") if isinstance(vcs_info, dict) else None
     found = _COMMIT.match(commit) if isinstance(commit, str) else None
     return found.group(1) if found else None
-
-
-def _metadata_version(metadata: str) -> str | None:
-    for line in metadata.splitlines():
-        if line.startswith("Version:"):
-            return line.split(":", 1)[1].strip()
-        if not line.strip():
-            break
-    return None
 
 
 def _version_file_values(text: str) -> dict[str, str]:
@@ -95,10 +198,10 @@ def record_digest(sha256_hex: str) -> str:
 
 
 def _modified_files(record: str, inspected: dict[str, str]) -> tuple[str, ...]:
-    expected: dict[str, str] = {}
-    for row in csv.reader(io.StringIO(record)):
-        if len(row) >= 2 and row[1].startswith("sha256="):
-            expected[row[0]] = row[1][len("sha256="):]
-    return tuple(
-        sorted(path for path, digest in inspected.items() if path in expected and expected[path] != record_digest(digest))
-    )
+    """The inspected files whose sha256 is not the one RECORD gives them (only their rows are read)."""
+    data = record.encode("utf-8")
+    found = {path: probe.recorded_hash(data, path) for path in inspected}
+    return tuple(sorted(
+        path for path, digest in inspected.items()
+        if (found[path] or "").startswith("sha256=") and found[path] != "sha256=" + record_digest(digest)
+    ))

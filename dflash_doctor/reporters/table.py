@@ -9,13 +9,14 @@ continuation).
 
 from __future__ import annotations
 
-from ..model import ABSENT, BEHAVIOUR, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, CheckReport, FixResult
+from ..model import ABSENT, BEHAVIOUR, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, CheckReport, FixResult, Provenance
 from ..terminal import clean, columns
 from .layout import OUTDENT, Line, Token, render, width_of, words, wrap
 
 STYLES = {PRESENT: "bold green", ABSENT: "bold red", PARTIAL: "bold yellow", NOT_APPLICABLE: "bold red", UNKNOWN: "bold magenta"}
 LABEL = "dim"
 GAP = "   "  # between evidence locations sharing a line
+PLATFORM_NAMES = {"cuda": "CUDA", "rocm": "ROCm", "cpu": "CPU", "tpu": "TPU", "xpu": "XPU"}
 
 
 def _verdict(fix: FixResult) -> str:
@@ -25,9 +26,14 @@ def _verdict(fix: FixResult) -> str:
 def _header(report: CheckReport, width: int | None) -> list[Line]:
     vllm, target = report.vllm, report.target
     tokens: list[Token] = [("vLLM", "bold"), (clean(vllm.version) if vllm.version else "(unknown version)", "bold")]
+    if vllm.distribution and not vllm.distribution.is_vllm:
+        tokens = _distribution(vllm)
     if vllm.commit:
         tokens += [("commit", ""), (clean(vllm.commit), "")] + words(f"(from {clean(vllm.commit_source)})")
     tokens += [("at", ""), (clean(target.location), ""), (f"({clean(target.kind)});", "")]
+    if vllm.platform.told_by != "default":  # CUDA, unless the distribution says otherwise
+        told = {"distribution": "its distribution name", "version": "its version label"}[vllm.platform.told_by]
+        tokens += words(f"built for {PLATFORM_NAMES[vllm.platform.name]} (told by {told}") + [(clean(vllm.platform.evidence) + ");", "")]
     if vllm.modified_files is None:
         tokens += words("no RECORD to compare against")
     elif vllm.modified_files:
@@ -36,6 +42,18 @@ def _header(report: CheckReport, width: int | None) -> list[Line]:
     else:
         tokens += words("inspected files match RECORD")
     return wrap(tokens, width, [], 2)
+
+
+def _distribution(vllm: Provenance) -> list[Token]:
+    """A vendor build or fork named as itself, with its own version, and the vLLM it is based on."""
+    name, version = clean(vllm.distribution.name), vllm.distribution.version
+    tokens: list[Token] = [(name, "bold"), (clean(version) if version else "(unknown version)", "bold")]
+    based = vllm.based_on
+    if based and based.releases:
+        nearest = " or ".join(clean(release) for release in based.releases)
+        return tokens + words(f"(a distribution of vLLM, based on vLLM {nearest}: nearest by file digests, "
+                              f"{based.files_equal} of {based.files_compared} files equal)")
+    return tokens + words("(a distribution of vLLM)")
 
 
 def _field(label: str, tokens: list[Token], width: int | None, column: int) -> list[Line]:
