@@ -26,9 +26,9 @@ def releases(
 
     Exit: 0 the matrix was computed, 3 it could not be (no release list, a release that could not be checked).
     """
-    from ..releases import Matrix, is_downloaded, plan, release_row, render_markdown, render_plain, render_rich, rules_digest
+    from ..releases import Matrix, is_downloaded, plan, release_row, render_markdown, render_plain, render_terminal, rules_digest
     from ..rulefile import load_rules
-    from ..terminal import progress
+    from ..terminal import columns, progress
 
     rules = load_rules()
     digest = rules_digest(rules)
@@ -48,7 +48,7 @@ def releases(
     elif format is MatrixFormat.markdown:
         text = render_markdown(matrix)
     else:
-        text = render_rich(matrix) if sys.stdout.isatty() else render_plain(matrix)
+        text = render_terminal(matrix, columns()) if sys.stdout.isatty() else render_plain(matrix)
     sys.stdout.write(text)
     failed = [row for row in rows if row.error]
     if failed:

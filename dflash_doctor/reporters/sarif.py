@@ -80,6 +80,7 @@ class SarifReporter:
                 "target": report.target.to_json(),
                 "vllm": report.vllm.to_json(),
                 "strict": report.strict,
+                **({"summary": report.summary.to_json()} if report.summary is not None else {}),
             },
         }
 
