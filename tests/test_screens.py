@@ -55,9 +55,9 @@ def test_releases_screen_fits(cache, columns):  # noqa: F811 - the fixture impor
     run_cli("releases", "--offline", "--from", "0.20.0", env=env)  # fills the matrix cache: the screens below read it
     plain = run_cli("releases", "--offline", "--from", "0.20.0", env=env).stdout
     lines = on_screen(columns, ["releases", "--offline", "--from", "0.20.0"], env)
+    assert_fits(lines, columns, bare(plain) | TITLE)
     assert lines[-1] == "bottom line: all three fixes: vLLM 0.33.0 or later"
     assert any(line.split()[:4] == ["0.33.0", "present", "present", "present"] for line in lines)
-    assert_fits(lines, columns, bare(plain) | TITLE)
 
 
 @pytest.mark.parametrize("columns", [60, 80, 200])
@@ -65,5 +65,5 @@ def test_ancestry_screen_fits(clone, columns):
     args = ["ancestry", "--repo", str(clone.path), "--commit", "releases/v0.20"]
     plain = run_cli(*args).stdout
     lines = on_screen(columns, args, dict(os.environ, TERM="xterm-256color"))
-    assert any(line.startswith("layer-offset #40727 contained (patch-id)") for line in lines), lines
     assert_fits(lines, columns, bare(plain))
+    assert any(line.startswith("layer-offset #40727 contained (patch-id)") for line in lines), lines

@@ -110,7 +110,7 @@ def _patch(target, rules, dry_run: bool, yes: bool) -> int:
         _say(f"patched {', '.join(change.file for change in plan.changes)}; `dflash-doctor restore` undoes it")
     elif not plan.refusals:
         _say("nothing to patch: every selected fix is present")
-    return _report(run_check(target, rules))
+    return _report(run_check(target, rules), rules)
 
 
 def restore(
@@ -163,7 +163,7 @@ def _restore(target, rules, only: bool, yes: bool) -> int:
         _say(f"{', '.join(sorted(entry.fixes))}: {entry.file} is back to its original (sha256 {entry.sha256_before[:12]})")
     for entry in plan.forget:
         _say(f"{', '.join(sorted(entry.fixes))}: {entry.file} already had its original bytes; forgot the patch record")
-    _report(run_check(target, rules))
+    _report(run_check(target, rules), rules)
     return EXIT_OK
 
 
@@ -231,9 +231,14 @@ def _confirm(question: str, yes: bool, shown: str = "", unchanged: str = "nothin
         raise ToolError(f"not confirmed: {unchanged}")
 
 
-def _report(report) -> int:
+def _report(report, rules) -> int:
+    """The check after the change, with its bottom line, as a table."""
+    import dataclasses
+
+    from ..model import BottomLine
     from ..reporters import reporter
 
+    report = dataclasses.replace(report, summary=BottomLine.of(report.fixes, {rule.id: rule.first_release for rule in rules}))
     sys.stdout.write(reporter("table").render(report, terminal=sys.stdout.isatty()))
     return report.exit_code
 
