@@ -211,7 +211,6 @@ NOTHING = "nothing"  # every fix that gates is present
 UPGRADE = "upgrade"  # one release has every fix that is missing
 UNRELEASED = "unreleased"  # no release has them all yet: each fix's remedy says what to do meanwhile
 INVESTIGATE = "investigate"  # only fixes that could not be judged: find out why first
-ACTIONS = (NOTHING, UPGRADE, UNRELEASED, INVESTIGATE)
 _COUNTS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 
 

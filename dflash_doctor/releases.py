@@ -4,8 +4,10 @@ Releases come from the package index (``pip index versions vllm``); each one
 is checked on its wheel (``release_tree``: downloaded once, ``.py`` files and
 dist-info kept). The report of every release is cached in
 ``<cache>/matrix/``, keyed by release, rules content and tool version, so a
-second run checks nothing. Without the index (offline, or ``--offline``) the
-matrix covers the releases already in the cache, and says so.
+second run checks nothing. With ``--offline`` the matrix covers the releases
+already in the cache, and says so; an index that does not answer is an error.
+A release where a fix is unknown is listed as not judged and left out of the
+recommendation (``present_from``, the bottom line).
 """
 
 from __future__ import annotations
@@ -197,7 +199,11 @@ def plan(first: str | None, last: str | None, offline: bool, digest: str) -> tup
     # A bad bound is an error before any network use; v0.20.1 and 0.20 mean 0.20.1 and 0.20.0.
     first, last = (canonical_release(bound) if bound is not None else None for bound in (first, last))
     if not offline:  # an index that does not answer is an error (naming it): only --offline settles for the cache
-        releases = in_range(index_releases(), first, last)
+        try:
+            listed = index_releases()
+        except ToolError as exc:
+            raise ToolError(f"{exc}; or pass --offline for the releases already in the cache") from None
+        releases = in_range(listed, first, last)
         if not releases:
             raise ToolError(f"the package index lists no vLLM release from {first or DEFAULT_FROM} to {last or 'the newest'}")
         return releases, "package index"
