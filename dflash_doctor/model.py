@@ -201,6 +201,14 @@ class TargetInfo:
     location: str
     details: tuple[tuple[str, str | int], ...] = ()  # numbers (bytes_sent, ...) stay numbers in JSON
     directory: bool = False  # ``location`` is a directory on this machine (a file: URI names it truthfully)
+    # What the target is, where ``location`` is only where the tool keeps a copy of it (a release's
+    # version, an image's reference@digest); empty when the location is the target.
+    name: str = ""
+
+    @property
+    def identity(self) -> str:
+        """``kind:what it is``, the same wherever the tool keeps its copies (the SARIF category)."""
+        return f"{self.kind}:{self.name or self.location}"
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "location": self.location, **dict(self.details)}

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..model import PRESENT, UNKNOWN, CheckReport, Evidence, FixResult, TargetInfo
+from ..model import PRESENT, UNKNOWN, CheckReport, Evidence, FixResult
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 ROOT_ID = "VLLM_ROOT"
@@ -72,7 +72,7 @@ class SarifReporter:
             },
             # One category per target: uploads for host B never close host A's alerts,
             # and a fleet's runs stay distinct in one file (code scanning refuses duplicates).
-            "automationDetails": {"id": f"dflash-doctor/{_identity(report.target)}/"},
+            "automationDetails": {"id": f"dflash-doctor/{report.target.identity}/"},
             "originalUriBaseIds": {ROOT_ID: _root(report)},
             "invocations": [{"executionSuccessful": True, "exitCode": report.exit_code}],
             "results": results,
@@ -175,21 +175,9 @@ def _root(report: CheckReport) -> dict[str, Any]:
     return {"description": {"text": f"{report.target.kind} {location}"}}
 
 
-def _identity(target: TargetInfo) -> str:
-    """What the target is, as the user named it: a release by its version, an image by its reference and
-    digest, a tree by its directory, a host by its name and directory; never where the tool keeps a copy
-    (a release's tree is in the user cache, an image's in a temporary directory)."""
-    details = dict(target.details)
-    if target.kind == "release" and "release" in details:
-        return f"release:{details['release']}"
-    if target.kind == "image" and "digest" in details:
-        return f"image:{details.get('reference', target.location)}@{details['digest']}"
-    return f"{target.kind}:{target.location}"
-
-
 def _fingerprint(report: CheckReport, fix: FixResult) -> str:
     """Stable across runs on the same target, so dashboards track one alert per fix and target."""
-    return hashlib.sha256(f"{fix.id}\0{_identity(report.target)}".encode()).hexdigest()[:32]
+    return hashlib.sha256(f"{fix.id}\0{report.target.identity}".encode()).hexdigest()[:32]
 
 
 def _suppression(fix: FixResult) -> dict[str, Any]:
