@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 PRESENT = "present"
@@ -259,9 +259,100 @@ class TargetInfo:
     location: str
     details: tuple[tuple[str, str | int], ...] = ()  # numbers (bytes_sent, ...) stay numbers in JSON
     directory: bool = False  # ``location`` is a directory on this machine (a file: URI names it truthfully)
+    # What the target is, where ``location`` is only where the tool keeps a copy of it (a release's
+    # version, an image's reference@digest); empty when the location is the target.
+    name: str = ""
+
+    @property
+    def identity(self) -> str:
+        """``kind:what it is``, the same wherever the tool keeps its copies (the SARIF category)."""
+        return f"{self.kind}:{self.name or self.location}"
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "location": self.location, **dict(self.details)}
+
+
+# What a bottom line tells the reader to do, for all the selected fixes together.
+NOTHING = "nothing"  # every fix that gates is present
+UPGRADE = "upgrade"  # one release has every fix that is missing
+UNRELEASED = "unreleased"  # no release has them all yet: each fix's remedy says what to do meanwhile
+INVESTIGATE = "investigate"  # only fixes that could not be judged: find out why first
+_COUNTS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+
+
+def _release_key(version: str) -> tuple[int, ...]:
+    """Order of the final releases rules name (0.22.0 < 0.33.0)."""
+    return tuple(int(part) for part in version.split(".") if part.isdigit())
+
+
+@dataclasses.dataclass(frozen=True)
+class BottomLine:
+    """What to do for all the selected fixes together: the last line of every
+    report (JSON ``summary``). ``release`` is the oldest release that has every
+    fix in ``fixes`` (the newest first release among them, as their rules and
+    remedies name it); ``unknown`` fixes could not be judged and come first."""
+
+    action: str
+    fixes: tuple[str, ...] = ()  # the fixes to act on: not present, and gating
+    release: str | None = None
+    unknown: tuple[str, ...] = ()
+    selected: int = 0  # how many fixes were judged in all ("all three fixes")
+    checked: bool = False  # ``release`` is from releases actually checked (the matrix), not from the rules
+
+    @classmethod
+    def of(cls, fixes: Iterable[FixResult], first_release: Mapping[str, str | None]) -> "BottomLine":
+        """From verdicts and each fix's first release (``Rule.first_release``): waived fixes,
+        and fixes whose defect cannot reach the drafter, ask for nothing."""
+        fixes = tuple(fixes)
+        todo = tuple(fix.id for fix in fixes if fix.gates and fix.status not in (PRESENT, UNKNOWN))
+        unknown = tuple(fix.id for fix in fixes if fix.gates and fix.status == UNKNOWN)
+        return cls.needing(todo, [first_release.get(fix_id) for fix_id in todo], unknown, len(fixes))
+
+    @classmethod
+    def needing(cls, todo: Sequence[str], releases: Sequence[str | None], unknown: Sequence[str] = (),
+                selected: int = 0, checked: bool = False) -> "BottomLine":
+        """The fixes ``todo`` need the releases ``releases`` (None: in no release yet)."""
+        if not todo:
+            return cls(INVESTIGATE if unknown else NOTHING, unknown=tuple(unknown), selected=selected, checked=checked)
+        if any(release is None for release in releases):
+            return cls(UNRELEASED, tuple(todo), None, tuple(unknown), selected, checked)
+        newest = max(releases, key=_release_key)  # type: ignore[arg-type]
+        return cls(UPGRADE, tuple(todo), newest, tuple(unknown), selected, checked)
+
+    @classmethod
+    def together(cls, lines: Sequence["BottomLine"]) -> "BottomLine":
+        """One bottom line for many targets (a fleet): every fix any of them needs, from the newest release any needs."""
+        todo = tuple(dict.fromkeys(fix_id for line in lines for fix_id in line.fixes))
+        unknown = tuple(dict.fromkeys(fix_id for line in lines for fix_id in line.unknown))
+        unreleased = any(line.action == UNRELEASED for line in lines)
+        releases = [None] if unreleased else [line.release for line in lines if line.release]
+        return cls.needing(todo, releases, unknown, max((line.selected for line in lines), default=0))
+
+    def _named(self, ids: Sequence[str]) -> str:
+        if len(ids) == self.selected and len(ids) > 1:
+            return f"all {_COUNTS[len(ids)] if len(ids) < len(_COUNTS) else len(ids)} fixes"
+        return ids[0] if len(ids) == 1 else ", ".join(ids[:-1]) + " and " + ids[-1]
+
+    def sentence(self) -> str:
+        """The bottom line as one sentence (no trailing full stop)."""
+        parts = []
+        if self.action == NOTHING:
+            parts.append("nothing to do")
+        elif self.action == UPGRADE:
+            parts.append(f"{self._named(self.fixes)}: vLLM {self.release} or later")
+        elif self.action == UNRELEASED:
+            them = "it" if len(self.fixes) == 1 else "them all"
+            where = "no vLLM release checked has" if self.checked else "no vLLM release has"
+            parts.append(f"{self._named(self.fixes)}: {where} {them}" + ("" if self.checked else " yet (see each remedy)"))
+        if self.unknown:
+            one = len(self.unknown) == 1
+            parts.append(f"{self._named(self.unknown)} {'was' if one else 'were'} not judged: find out why first "
+                         f"(see {'its remedy' if one else 'their remedies'})")
+        return "; ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"action": self.action, "fixes": list(self.fixes), "release": self.release,
+                "unknown": list(self.unknown), "text": self.sentence()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,6 +364,7 @@ class CheckReport:
     # What options of `check` add beside the fixes (ancestry, draft, probes, ...): one top-level JSON key each.
     sections: tuple[Section, ...] = ()
     strict: bool = False  # --strict: unknown fails the gate like absent
+    summary: BottomLine | None = None  # what to do for all the fixes together (the command attaches it)
 
     @property
     def exit_code(self) -> int:
@@ -287,6 +379,7 @@ class CheckReport:
             "fixes": [fix.to_json() for fix in self.fixes],
             **{section.name: section.to_json() for section in self.sections},
             "strict": self.strict,
+            **({"summary": self.summary.to_json()} if self.summary is not None else {}),
             "exit_code": self.exit_code,
         }
 
@@ -342,8 +435,16 @@ def fleet_exit_code(outcomes: Iterable[HostOutcome]) -> int:
     return exit_code_for(outcome.exit_code for outcome in outcomes)
 
 
+def fleet_summary(outcomes: Iterable[HostOutcome]) -> BottomLine | None:
+    """The bottom line over every host that was checked (None when none has one)."""
+    lines = [o.report.summary for o in outcomes if o.report is not None and o.report.summary is not None]
+    return BottomLine.together(lines) if lines else None
+
+
 def fleet_json(outcomes: list[HostOutcome]) -> dict[str, Any]:
-    return {"schema": FLEET_SCHEMA, "hosts": [o.to_json() for o in outcomes], "exit_code": fleet_exit_code(outcomes)}
+    summary = fleet_summary(outcomes)
+    return {"schema": FLEET_SCHEMA, "hosts": [o.to_json() for o in outcomes],
+            **({"summary": summary.to_json()} if summary is not None else {}), "exit_code": fleet_exit_code(outcomes)}
 
 
 class Section(Protocol):

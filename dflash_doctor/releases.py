@@ -4,8 +4,10 @@ Releases come from the package index (``pip index versions vllm``); each one
 is checked on its wheel (``release_tree``: downloaded once, ``.py`` files and
 dist-info kept). The report of every release is cached in
 ``<cache>/matrix/``, keyed by release, rules content and tool version, so a
-second run checks nothing. Without the index (offline, or ``--offline``) the
-matrix covers the releases already in the cache, and says so.
+second run checks nothing. With ``--offline`` the matrix covers the releases
+already in the cache, and says so; an index that does not answer is an error.
+A release where a fix is unknown is listed as not judged and left out of the
+recommendation (``present_from``, the bottom line).
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ from typing import Any
 
 from . import __version__
 from .check import run_check
-from .model import EXIT_ERROR, EXIT_OK, PRESENT, ToolError, exit_code_for
+from .model import EXIT_ERROR, EXIT_OK, PRESENT, UNKNOWN, BottomLine, ToolError, exit_code_for
 from .paths import cache_dir, caches_disabled, write_atomically
-from .reporters.table import STYLES
+from .reporters.layout import OUTDENT, Line, render, width_of, words, wrap
+from .reporters.table import LABEL, STYLES
 from .rules import Rule
 from .targets.release import COMPLETE, RELEASE, UNREACHABLE_HINT, ReleaseTarget, canonical_release, unreachable_index
-from .terminal import clean, literal, terminal_text
+from .terminal import clean
 
 # The first vLLM release with a DFlash code path: older ones are not-applicable for every fix.
 DEFAULT_FROM = "0.20.0"
@@ -65,6 +68,10 @@ class Row:
     def status(self, fix_id: str) -> str | None:
         return dict(self.statuses).get(fix_id)
 
+    def judged(self, fix_ids: Iterable[str]) -> bool:
+        """Checked, and every one of these fixes has an answer (none unknown)."""
+        return not self.error and all(self.status(fix_id) not in (None, UNKNOWN) for fix_id in fix_ids)
+
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"release": self.release, "cached": self.cached}
         if self.error:
@@ -91,11 +98,12 @@ class Matrix:
         return exit_code_for(EXIT_ERROR if row.error else EXIT_OK for row in self.rows)
 
     def present_from(self, fix_ids: Iterable[str]) -> str | None:
-        """The oldest checked release from which every later checked release has all these fixes present."""
+        """The oldest judged release from which every later judged release has all these fixes present;
+        a release that could not be checked, or where one of them is unknown, is skipped."""
         fix_ids = tuple(fix_ids)
         since = None
         for row in self.rows:
-            if row.error:
+            if not row.judged(fix_ids):
                 continue
             if all(row.status(fix_id) == PRESENT for fix_id in fix_ids):
                 since = since or row.release
@@ -103,10 +111,20 @@ class Matrix:
                 since = None
         return since
 
+    @property
+    def unjudged(self) -> tuple[str, ...]:
+        """Checked releases where some fix is unknown: listed, and left out of the recommendation."""
+        return tuple(row.release for row in self.rows if not row.error and not row.judged(self.fix_ids))
+
+    @property
+    def summary(self) -> BottomLine:
+        """The matrix's bottom line: the release from which every fix is present, in every later judged release."""
+        return BottomLine.needing(self.fix_ids, [self.present_from(self.fix_ids)], selected=len(self.fix_ids), checked=True)
+
     def to_json(self) -> dict[str, Any]:
-        checked = [row.release for row in self.rows if not row.error]
         fixes = []
         for rule in self.rules:
+            checked = [row.release for row in self.rows if row.judged([rule.id])]
             since = self.present_from([rule.id])
             fixes.append(
                 {
@@ -125,6 +143,8 @@ class Matrix:
             "fixes": fixes,
             "all_present_from": self.present_from(self.fix_ids),
             "releases": [row.to_json() for row in self.rows],
+            "unjudged": list(self.unjudged),
+            "summary": self.summary.to_json(),
             "exit_code": self.exit_code,
         }
 
@@ -178,21 +198,19 @@ def plan(first: str | None, last: str | None, offline: bool, digest: str) -> tup
     """The releases to put in the matrix, and where their list came from."""
     # A bad bound is an error before any network use; v0.20.1 and 0.20 mean 0.20.1 and 0.20.0.
     first, last = (canonical_release(bound) if bound is not None else None for bound in (first, last))
-    reason = "--offline"
-    if not offline:
+    if not offline:  # an index that does not answer is an error (naming it): only --offline settles for the cache
         try:
             listed = index_releases()
         except ToolError as exc:
-            reason = str(exc)
-        else:
-            releases = in_range(listed, first, last)
-            if not releases:
-                raise ToolError(f"the package index lists no vLLM release from {first or DEFAULT_FROM} to {last or 'the newest'}")
-            return releases, "package index"
+            raise ToolError(f"{exc}; or pass --offline for the releases already in the cache") from None
+        releases = in_range(listed, first, last)
+        if not releases:
+            raise ToolError(f"the package index lists no vLLM release from {first or DEFAULT_FROM} to {last or 'the newest'}")
+        return releases, "package index"
     releases = in_range(cached_releases(digest), first, last)
     if not releases:
-        raise ToolError(f"cannot list vLLM releases ({reason}) and no release in the range is cached")
-    return releases, f"cache only ({reason})"
+        raise ToolError("cannot list vLLM releases (--offline) and no release in the range is cached")
+    return releases, "cache only (--offline)"
 
 
 def _row_path(release: str, digest: str) -> Path:
@@ -242,6 +260,8 @@ def _cells(matrix: Matrix, row: Row) -> list[str]:
 
 
 def _all_present(matrix: Matrix, row: Row) -> str:
+    if not row.error and not row.judged(matrix.fix_ids):
+        return "not judged"
     return "yes" if not row.error and all(row.status(f) == PRESENT for f in matrix.fix_ids) else ""
 
 
@@ -262,6 +282,14 @@ def _since_lines(matrix: Matrix) -> list[str]:
     return lines
 
 
+def _closing_lines(matrix: Matrix) -> list[str]:
+    """Where the releases came from, the releases left out of the recommendation, then the bottom line."""
+    lines = [f"releases from: {matrix.index_note}"]
+    if matrix.unjudged:
+        lines.append(f"not judged (a fix unknown; left out of the bottom line): {', '.join(matrix.unjudged)}")
+    return lines + [f"bottom line: {matrix.summary.sentence()}"]
+
+
 def render_plain(matrix: Matrix) -> str:
     header = ["release", *matrix.fix_ids, "all present"]
     body = [[clean(row.release), *_cells(matrix, row), _all_present(matrix, row)] for row in matrix.rows]
@@ -270,25 +298,37 @@ def render_plain(matrix: Matrix) -> str:
     lines = [line.rstrip() for line in lines]
     lines += ["", "present from (every later release checked has it):"]
     lines += [f"  {line}" for line in _since_lines(matrix)]
-    lines.append(f"releases from: {matrix.index_note}")
+    lines += _closing_lines(matrix)
     return "\n".join(lines) + "\n"
 
 
-def render_rich(matrix: Matrix) -> str:
-    from rich.table import Table
-
-    table = Table(title="vLLM releases × DFlash fixes", title_justify="left")
-    for column in ("release", *matrix.fix_ids, "all present"):
-        table.add_column(column)
-    for row in matrix.rows:
-        cells = [literal(c, STYLES.get(c, "")) for c in _cells(matrix, row)]
-        table.add_row(literal(row.release), *cells, _all_present(matrix, row))
-    return terminal_text(
-        table,
-        "present from (every later release checked has it):",
-        *(literal(f"  {line}") for line in _since_lines(matrix)),
-        literal(f"releases from: {matrix.index_note}"),
-    )
+def render_terminal(matrix: Matrix, width: int) -> str:
+    """The matrix laid out for a terminal ``width`` columns wide (reporters/layout.py): no line wider, no word
+    cut. Where the columns do not fit, each release stands on its own line with its verdicts below it."""
+    header = ["release", *matrix.fix_ids, "all present"]
+    body = [[clean(row.release), *_cells(matrix, row), _all_present(matrix, row)] for row in matrix.rows]
+    sizes = [max(width_of(line[i]) for line in [header] + [b for b, row in zip(body, matrix.rows) if not row.error])
+             for i in range(len(header))]
+    table = sum(sizes) + 2 * (len(sizes) - 1) <= width
+    lines: list[Line] = [[("vLLM releases × DFlash fixes", "bold")]]
+    if table:
+        lines.append([(cell.ljust(size + 2), LABEL) for cell, size in zip(header, sizes)])
+    for row, cells in zip(matrix.rows, body):
+        lead = cells[0].ljust(sizes[0] + 2)
+        if row.error:
+            lines += wrap(words(cells[1]), width, [(lead if table else cells[0] + "  ", "bold red")], OUTDENT)
+        elif table:
+            lines.append([(lead, "")] + [(cell.ljust(size + 2), STYLES.get(cell, "")) for cell, size in zip(cells[1:], sizes[1:])])
+        else:
+            verdicts = [(f"{fix_id} {cell}", STYLES.get(cell, "")) for fix_id, cell in zip(matrix.fix_ids, cells[1:])]
+            last = {"yes": "all present", "": ""}.get(cells[-1], cells[-1])
+            lines += wrap(verdicts + ([(last, "bold")] if last else []), width, [(lead, "bold")], OUTDENT, gap="  ")
+    lines += [[], [("present from (every later release checked has it):", "")]]
+    for text in _since_lines(matrix):
+        lines += wrap(words(text), width, [("  ", "")], 6)
+    for text in _closing_lines(matrix):
+        lines += wrap(words(text), width, [], OUTDENT)
+    return render(lines, True)
 
 
 def render_markdown(matrix: Matrix) -> str:
@@ -299,5 +339,5 @@ def render_markdown(matrix: Matrix) -> str:
         lines.append("| " + " | ".join([row.release, *cells, _all_present(matrix, row)]) + " |")
     lines += ["", "Present from (every later release checked has it):", ""]
     lines += [f"- {line}" for line in _since_lines(matrix)]
-    lines += ["", f"Releases from: {matrix.index_note}."]
+    lines += [""] + [f"{line[0].upper()}{line[1:]}." for line in _closing_lines(matrix)]
     return "\n".join(lines) + "\n"

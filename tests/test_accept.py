@@ -111,6 +111,24 @@ def test_without_window_reports_totals_since_start(accept):
     assert report["acceptance_length"] == pytest.approx(acceptance_length(HEALTHY), abs=0.01)
 
 
+@pytest.mark.parametrize("drafter", ["z-lab/Qwen3.6-27B-DFlash", "Qwen3.5-27B-DFlash", "my-org/own-drafter"])
+def test_any_drafter_is_judged_and_published_figures_only_add_the_comparison(accept, drafter):
+    """Issue 21.3: the README's headline drafter (no published acceptance length) and an unknown one are judged
+    like no --drafter: a collapse fails, healthy traffic passes, and the report says why nothing is compared."""
+    with FakeEngine({"m": COLLAPSED}) as engine:
+        code, report = accept("--metrics-url", engine.metrics_url, "--window", "0.2", "--drafter", drafter)
+    assert (code, report["diagnosis"]["code"], report["expected"]) == (1, "collapse", None)
+    with FakeEngine({"m": HEALTHY}) as engine:
+        code, report = accept("--metrics-url", engine.metrics_url, "--window", "0.2", "--drafter", drafter)
+    assert (code, report["diagnosis"]["code"], report["expected"]) == (0, "no-reference", None)
+    text = report["diagnosis"]["text"]
+    if drafter.startswith("my-org"):
+        assert "knows no published acceptance length for drafter 'my-org/own-drafter'" in text
+    else:
+        assert "no acceptance length is published for z-lab/Qwen3." in text
+        assert "https://huggingface.co/z-lab/Qwen3.6-35B-A3B-DFlash" in text
+
+
 def test_collapse_fails_even_without_drafter(accept):
     with FakeEngine({"m": COLLAPSED}) as engine:
         code, report = accept("--metrics-url", engine.metrics_url, "--window", "0.2")
@@ -278,7 +296,6 @@ def test_second_sample_unreadable_is_an_error(tmp_path):
         (("--metrics-url", "http://127.0.0.1:1/metrics", "--window", "0"), "--window must be more than 0"),
         (("--sglang", "http://127.0.0.1:1", "--window", "1"), "--window needs --metrics-url"),
         (("--metrics-url", "http://127.0.0.1:1/metrics", "--dataset", "gsm8k"), "give --drafter too"),
-        (("--metrics-url", "http://127.0.0.1:1/metrics", "--drafter", "nope"), "known: z-lab/Qwen3-8B-DFlash-b16"),
         (("--metrics-url", "http://127.0.0.1:1/metrics", *QWEN3_8B, "--dataset", "nope"), "published: gsm8k"),
         (("--metrics-url", "http://127.0.0.1:1/metrics", "--drafter", "Qwen3.8-27B-DFlash2"), "temperature 0 (published: 1)"),
         (("--metrics-url", "http://127.0.0.1:1/metrics", "--base-url", "http://127.0.0.1:1"), "give --prompts too"),

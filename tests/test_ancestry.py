@@ -241,6 +241,16 @@ def test_commit_not_in_the_repository_is_a_clear_error(history):
     assert_error(run_cli("ancestry", "--repo", str(history.path), "--commit", "no-such-branch"), "is not in the repository")
 
 
+def test_a_clone_that_is_not_vllm_is_refused_in_one_line(tmp_path):
+    """Issue 21.9: judged by the content at the commit (no vllm/ package), not by the remote's name."""
+    repo = Repo.init(tmp_path / "vllm")
+    repo.git("remote", "add", "origin", "https://github.com/vllm-project/vllm.git")
+    repo.commit("Initial import (#1000)", {"src/app/__init__.py": "VALUE = 1\n", "README.md": "not vLLM\n"})
+    proc = run_cli("ancestry", "--repo", str(repo.path), "--commit", "main")
+    assert_error(proc, f"{repo.path} does not look like a vLLM clone: commit ")
+    assert "has no vllm/ package" in proc.stderr and proc.stdout == ""
+
+
 def test_short_sha_resolves_and_ambiguous_one_lists_candidates(tmp_path):
     repo = Repo.init(tmp_path / "many")
     shas = generate_history(repo, "main", 1500)

@@ -288,7 +288,8 @@ def test_several_images_make_a_report_each_and_reports_name_the_image(registry, 
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite.get("name") == f"dflash-doctor check image {good}", proc.stderr
     run = json.loads(sarif.read_text())["runs"][0]
-    assert run["automationDetails"]["id"] == f"dflash-doctor/image:{good}/"
+    digest = fleet["hosts"][0]["target"]["digest"]
+    assert run["automationDetails"]["id"] == f"dflash-doctor/image:{good}@{digest}/"  # the image, by reference and digest
     assert run["originalUriBaseIds"]["VLLM_ROOT"] == {"description": {"text": f"image {good}"}}
 
 

@@ -192,6 +192,7 @@ def test_patch_check_restore_cycle(tmp_path, version):
     proc = patch(root, *only, "--yes")
     assert proc.returncode == 0, proc.stderr
     assert "patched " in proc.stderr and " PRESENT  " in proc.stdout
+    assert proc.stdout.splitlines()[-1] == "bottom line: nothing to do"  # the check after the patch ends like any check
 
     code, report = check_json("--path", str(root), *only)
     assert code == 0 and set(statuses(report).values()) == {"present"}
@@ -446,7 +447,10 @@ def test_file_changed_while_the_prompt_waits_is_refused(tmp_path, mini_tree):
     os.close(master)
 
 
-def test_answering_no_changes_nothing(tmp_path, mini_tree):
+@pytest.mark.parametrize("answer", [b"n\n", b"\x04"], ids=["no", "end-of-input"])
+def test_answering_no_changes_nothing(tmp_path, mini_tree, answer):
+    """On a real pty: a no, or the end of input, at the prompt ends with the documented last line, saying what
+    was left unchanged (issue 21.8)."""
     root = mini_tree("0.20.1")
     original = snapshot(root)
     master, slave = pty.openpty()
@@ -454,9 +458,11 @@ def test_answering_no_changes_nothing(tmp_path, mini_tree):
                             stdin=slave, stdout=slave, stderr=slave, close_fds=True)
     os.close(slave)
     _read_until(master, b"[y/N]")
-    os.write(master, b"n\n")
+    os.write(master, answer)
     rest = _read_until(master, None)
-    assert proc.wait(timeout=60) == 3 and b"aborted" in rest
+    assert proc.wait(timeout=60) == 3
+    last = rest.decode().replace("\r\n", "\n").strip().splitlines()[-1].strip()  # input() may write its " " late
+    assert last == f"dflash-doctor: error: not confirmed: nothing was changed in {root}", rest
     assert snapshot(root) == original
     os.close(master)
 

@@ -180,7 +180,8 @@ def test_release_missing_from_a_reachable_index_is_reported_as_missing(tmp_path,
 def test_releases_without_a_reachable_index_or_a_cache_say_why(tmp_path):
     env = pip_env(tmp_path)
     proc = run_cli("releases", "--format", "json", env=env)
-    assert_error(proc, f"cannot list vLLM releases (the package index {env['PIP_INDEX_URL']}/vllm/ cannot be reached")
+    assert_error(proc, f"the package index {env['PIP_INDEX_URL']}/vllm/ cannot be reached")
+    assert proc.stderr.rstrip().endswith("; or pass --offline for the releases already in the cache") and proc.stdout == ""
 
 
 # ------------------------------------------------------------ progress on a terminal

@@ -13,7 +13,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import run_cli
+from conftest import assert_error, run_cli
 
 SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "schemas" / "releases-v1.schema.json").read_text())
 THREE = ("0.20.1", "0.22.0", "0.33.0")
@@ -98,13 +98,43 @@ def test_releases_come_from_the_package_index(cache):
 
 
 @pytest.mark.release
-def test_unreachable_index_falls_back_to_the_cached_releases(cache):
-    code, data, stderr = matrix("--from", "0.20.0", env=unreachable_index_env(cache))
+def test_unreachable_index_is_an_error_naming_it_and_only_offline_uses_the_cache(cache):
+    """Issue 21.6: an index that does not answer is exit 3 naming it, not a matrix of the cached rows."""
+    env = unreachable_index_env(cache)
+    proc = run_cli("releases", "--from", "0.20.0", env=env)
+    assert_error(proc, f"the package index {env['PIP_INDEX_URL']}")
+    assert "cannot be reached" in proc.stderr and proc.stdout == ""
+    code, data, stderr = matrix("--offline", "--from", "0.20.0", env=env)
+    assert code == 0 and [row["release"] for row in data["releases"]] == list(THREE)
+    assert data["releases_from"] == "cache only (--offline)"
+    assert stderr.startswith("dflash-doctor: releases from the cache only (--offline)")
+
+
+def unjudgeable_release(cache: Path, mini_tree) -> None:
+    """A release 0.34.0 in the cache whose layer-offset the check cannot judge (its resolver renamed)."""
+    tree = mini_tree("0.33.0")
+    resolver = tree / "vllm/v1/worker/gpu_model_runner.py"
+    resolver.write_text(resolver.read_text().replace("def _get_eagle3_aux_layers_from_config(", "def _aux_layers_from_cfg("))
+    tree.rename(cache / "releases" / "0.34.0")
+    (cache / "releases" / "0.34.0" / ".complete").write_text("0.34.0\n")
+
+
+@pytest.mark.release
+def test_a_release_that_cannot_be_judged_keeps_the_recommendation(cache, mini_tree):
+    """Issue 19.7: 0.34.0 with a fix unknown is listed as not judged; 0.33.0 stays the release to pick."""
+    unjudgeable_release(cache, mini_tree)
+    code, data, _ = matrix("--offline", "--from", "0.20.0", env=env_for(cache))
     assert code == 0
-    assert [row["release"] for row in data["releases"]] == list(THREE)
-    assert data["releases_from"].startswith("cache only (the package index http://127.0.0.1:")
-    assert "cannot be reached (Failed to establish a new connection" in data["releases_from"]
-    assert stderr.startswith("dflash-doctor: releases from the cache only")
+    assert data["releases"][-1]["release"] == "0.34.0" and data["releases"][-1]["fixes"]["layer-offset"] == "unknown"
+    assert data["unjudged"] == ["0.34.0"]
+    assert data["all_present_from"] == "0.33.0"
+    assert {fix["id"]: fix["present_from"] for fix in data["fixes"]} == {
+        "layer-offset": "0.22.0", "swa-config": "0.33.0", "cache-drop": "0.33.0"}
+    assert data["summary"]["text"] == "all three fixes: vLLM 0.33.0 or later"
+    table = run_cli("releases", "--offline", "--from", "0.20.0", env=env_for(cache)).stdout.splitlines()
+    assert table[4].split() == ["0.34.0", "present", "unknown", "present", "not", "judged"]
+    assert table[-2] == "not judged (a fix unknown; left out of the bottom line): 0.34.0"
+    assert table[-1] == "bottom line: all three fixes: vLLM 0.33.0 or later"
 
 
 @pytest.mark.release
@@ -163,11 +193,13 @@ def test_table_and_markdown(cache):
     assert lines[1].split() == ["0.20.1", "absent", "absent", "absent"]
     assert lines[3].split() == ["0.33.0", "present", "present", "present", "yes"]
     assert "  layer-offset: 0.22.0" in lines and "  every fix: 0.33.0" in lines
+    assert lines[-1] == "bottom line: all three fixes: vLLM 0.33.0 or later"
     assert "\x1b[" not in table.stdout + table.stderr  # not a terminal: no colour, no progress
     markdown = run_cli("releases", "--offline", "--from", "0.20.0", "--format", "markdown", env=env).stdout
     assert "| release | `cache-drop` | `layer-offset` | `swa-config` | all present |" in markdown
     assert "| 0.22.0 | absent | present | absent |  |" in markdown
     assert "- every fix: 0.33.0" in markdown
+    assert markdown.splitlines()[-1] == "Bottom line: all three fixes: vLLM 0.33.0 or later."
 
 
 def run_on_terminal(args: list[str], env: dict) -> str:

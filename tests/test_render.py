@@ -170,7 +170,8 @@ def test_fleet_error_across_the_host_row(fleet_answers, tmp_path, width):
     assert re.match(r"^gpu-node-8 +PRESENT +PRESENT +PRESENT$", rows[3]), rows
     error = re.match(r"^gpu-node-9 +error: probe file answers/gpu-node-9\.probe did not answer", rows[4])
     assert error and error.start(0) == 0 and rows[4].index("error:") == rows[1].index("cache-drop"), rows
-    assert len(rows) <= 6 if width == 80 else len(rows) == 5
+    assert rows[-2:] == ["", "bottom line: cache-drop: vLLM 0.33.0 or later"], rows  # over the hosts checked
+    assert len(rows) - 2 <= 6 if width == 80 else len(rows) - 2 == 5
 
 
 @RELEASE
@@ -180,7 +181,8 @@ def test_fleet_piped(fleet_answers):
     assert proc.returncode == 3 and "\x1b" not in proc.stdout
     assert re.match(r"^gpu-node-7 +PARTIAL +PRESENT +PRESENT$", rows[2]), rows
     assert re.match(r"^gpu-node-9 +error: probe file answers/gpu-node-9\.probe did not answer the probe \(.*\)$", rows[4])
-    assert rows[4].index("error:") == rows[1].index("cache-drop") and len(rows) == 5
+    assert rows[4].index("error:") == rows[1].index("cache-drop") and len(rows) == 7
+    assert rows[5:] == ["", "bottom line: cache-drop: vLLM 0.33.0 or later"]
 
 
 @RELEASE

@@ -142,6 +142,23 @@ def test_many_hosts_in_parallel_with_one_broken(server, client, remotes):
     assert table.returncode == 3 and dead in table.stdout and " PRESENT " in table.stdout
 
 
+def test_fleet_sarif_names_each_host_and_the_fleet_ends_with_one_bottom_line(server, client, remotes):
+    """A host's SARIF category is the host as given, whether it was checked or could not be (issue 21.7); the
+    fleet's JSON and table end with one bottom line over the hosts checked (issue 21.2)."""
+    srv = server()
+    trust(client, srv)
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{closed.getsockname()[1]}"
+    args = ["--host", host(srv), "--host", dead, "--python", str(remotes["0.20.1"])]
+    runs = json.loads(ssh_check(client, *args, "--format", "sarif").stdout)["runs"]
+    assert [run["automationDetails"]["id"] for run in runs] == [f"dflash-doctor/ssh:{host(srv)}/", f"dflash-doctor/ssh:{dead}/"]
+    fleet = json.loads(ssh_check(client, *args, "--format", "json").stdout)
+    assert list(fleet_validator().iter_errors(fleet)) == []
+    assert fleet["summary"]["text"] == "all three fixes: vLLM 0.33.0 or later"
+    assert ssh_check(client, *args).stdout.splitlines()[-1] == "bottom line: all three fixes: vLLM 0.33.0 or later"
+
+
 def test_hosts_file_with_comments_and_worst_exit_code(server, client, remotes, tmp_path):
     old, new = server("old"), server("new")
     trust(client, old, new)

@@ -16,7 +16,7 @@ from . import metrics
 from .judge import diagnose
 from .load import LoadResult, LoadSettings, api_base, read_prompts, send_prompts, served_model
 from .measurement import SGLANG_SERVER_INFO, VLLM_METRICS, Measurement
-from .reference import Expected, expected_for, load_reference
+from .reference import Expected, expected_for, load_reference, no_figures
 from .report import AcceptReport
 
 
@@ -210,5 +210,6 @@ def run_accept(options: AcceptOptions) -> AcceptReport:
             measurement, load = _vllm_measurement(options, url, send, progress)
         else:
             measurement, load = _sglang_measurement(options, url, send)
-    diagnosis = diagnose(measurement, expected, reference.judgement, options.min_drafts)
+    missing = no_figures(options.drafter) if options.drafter and expected is None else ""
+    diagnosis = diagnose(measurement, expected, reference.judgement, options.min_drafts, missing)
     return AcceptReport(measurement, expected, diagnosis, load, _notes(measurement, expected), __version__)

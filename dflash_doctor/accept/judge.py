@@ -52,7 +52,9 @@ def _figure_phrase(expected: Expected) -> str:
     )
 
 
-def diagnose(measurement: Measurement, expected: Expected | None, judgement: Judgement, min_drafts: int) -> Diagnosis:
+def diagnose(measurement: Measurement, expected: Expected | None, judgement: Judgement, min_drafts: int,
+             no_figures: str = "") -> Diagnosis:
+    """``no_figures``: why a --drafter given has no published figure to compare with (see reference.no_figures)."""
     length, drafts = measurement.acceptance_length, measurement.drafts
     where = " in the window" if measurement.window_s is not None else ""
     if length is None or drafts == 0:
@@ -68,6 +70,12 @@ def diagnose(measurement: Measurement, expected: Expected | None, judgement: Jud
             TOO_LITTLE_DATA,
             f"Only {drafts} drafts recorded{where} (fewer than --min-drafts {min_drafts}): too little traffic to judge "
             f"an acceptance length of {length:.2f}. Send a workload (--prompts) or measure over a longer --window.",
+        )
+    if expected is None and no_figures:
+        return Diagnosis(
+            NO_REFERENCE,
+            f"Mean acceptance length {length:.2f} shows no collapse; {no_figures}, so there is no figure to compare "
+            "it with.",
         )
     if expected is None:
         return Diagnosis(

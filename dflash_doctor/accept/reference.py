@@ -39,7 +39,8 @@ class Drafter:
     name: str
     target: str
     note: str
-    figures: tuple[FigureSet, ...]
+    figures: tuple[FigureSet, ...]  # empty where none is published (``unpublished`` says where we looked)
+    unpublished: Source | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,8 +139,9 @@ def load_reference() -> Reference:
                         block_size=int(figures["block_size"]),
                         acceptance_length=tuple((key, float(value)) for key, value in figures["acceptance_length"].items()),
                     )
-                    for figures in raw["figures"]
+                    for figures in raw.get("figures", [])
                 ),
+                unpublished=sources[raw["unpublished"]] if "unpublished" in raw else None,
             )
             for raw in data["drafters"]
         )
@@ -150,19 +152,30 @@ def load_reference() -> Reference:
         raise ToolError(f"{REFERENCE_FILE}: missing or unknown key {exc}") from None
 
 
-def find_drafter(name: str) -> Drafter:
-    """By full name or the part after the organisation, case-insensitive."""
-    drafters = load_reference().drafters
-    for drafter in drafters:
+def find_drafter(name: str) -> Drafter | None:
+    """By full name or the part after the organisation, case-insensitive; None for a drafter the file does not name."""
+    for drafter in load_reference().drafters:
         if name.lower() in (drafter.name.lower(), _short_name(drafter.name)):
             return drafter
-    known = ", ".join(drafter.name for drafter in drafters)
-    raise ToolError(f"no published acceptance figures for drafter {name!r} (known: {known})")
+    return None
 
 
-def expected_for(drafter_name: str, dataset: str | None, temperature: float) -> Expected:
+def no_figures(name: str) -> str:
+    """Why there is nothing to compare a measurement of drafter ``name`` with (``expected_for`` gave None)."""
+    drafter = find_drafter(name)
+    if drafter is None:
+        with_figures = ", ".join(d.name for d in load_reference().drafters if d.figures)
+        return f"dflash-doctor knows no published acceptance length for drafter {name!r} (it knows figures for {with_figures})"
+    where = f": {drafter.unpublished.title} ({drafter.unpublished.url})" if drafter.unpublished else ""
+    return f"no acceptance length is published for {drafter.name}{where}"
+
+
+def expected_for(drafter_name: str, dataset: str | None, temperature: float) -> Expected | None:
+    """The figure to judge against; None when none is published for the drafter (a collapse is judged all the same)."""
     reference = load_reference()
     drafter = find_drafter(drafter_name)
+    if drafter is None or not drafter.figures:
+        return None
     matching = [figures for figures in drafter.figures if figures.temperature == temperature]
     if not matching:
         published = ", ".join(sorted({f"{figures.temperature:g}" for figures in drafter.figures}))

@@ -201,6 +201,15 @@ def _wanted_prs(rules, prs: Sequence[int] | None) -> list[tuple[str | None, int]
     return chosen + [(None, pr) for pr in dict.fromkeys(prs) if pr not in {p for _, p in pairs}]
 
 
+def _require_vllm(repository: Repository, commit: str) -> None:
+    """A vLLM clone has the ``vllm`` package at the commit; judged elsewhere, every PR would come out unknown
+    (their landing commits are not there) with advice to fetch vLLM's pull refs from a remote that has none."""
+    entry = repository.git("ls-tree", commit, "--", "vllm").split("\t")[0].split()
+    if entry[1:2] != ["tree"]:
+        raise ToolError(f"{repository.location} does not look like a vLLM clone: commit {short_sha(commit)} has no "
+                        "vllm/ package (give --repo a clone of vLLM)")
+
+
 def judge(
     repo: Path,
     commit: str,
@@ -223,6 +232,7 @@ def judge(
             not_on_remote = fetch_refs(repository, remote, main_branch(main_ref, remote), numbers) if fetch else set()
             main = resolve_main_ref(repository, main_ref, remote)
             judged = resolve_commit(repository, commit, commit_source)
+            _require_vllm(repository, judged)
             cases = _Judge(repository, judged, main, remote, fetch, not_on_remote).run(numbers)
         except GitFailure as exc:
             raise ToolError(f"{exc} (in {repository.location})") from None

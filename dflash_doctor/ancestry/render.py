@@ -1,8 +1,10 @@
-"""The ancestry report as a table on a terminal, or plain lines."""
+"""The ancestry report laid out for a terminal, or plain lines."""
 
 from __future__ import annotations
 
-from ..terminal import clean, literal, terminal_text
+from ..reporters import layout
+from ..reporters.layout import OUTDENT, words, wrap
+from ..terminal import clean, columns
 from .report import CONTAINED, MISSING, UNKNOWN, AncestryReport, PrAncestry, short_sha
 
 STYLES = {CONTAINED: "bold green", MISSING: "bold red", UNKNOWN: "bold magenta"}
@@ -24,7 +26,7 @@ def _header(report: AncestryReport) -> str:
 
 
 def render(report: AncestryReport, terminal: bool) -> str:
-    """A rich table on a terminal, plain lines otherwise."""
+    """Laid out for the terminal's width on a terminal, plain lines otherwise."""
     if not terminal:
         out = [_header(report)]
         for entry in report.prs:
@@ -32,18 +34,17 @@ def render(report: AncestryReport, terminal: bool) -> str:
             out.extend(f"    {line}" for line in _evidence_lines(entry))
         return "\n".join(clean(line) for line in out) + "\n"
 
-    from rich.table import Table
-    from rich.text import Text
+    return _on_terminal(report, columns())
 
-    table = Table(title=literal(_header(report)), title_justify="left", show_lines=True)
-    for column in ("fix", "PR", "status", "method", "evidence"):
-        table.add_column(column, overflow="fold")
+
+def _on_terminal(report: AncestryReport, width: int) -> str:
+    """Each PR leads with its fix, number, status and method; its reason and evidence follow, indented, wrapped
+    at words to ``width`` (reporters/layout.py: no line wider, no word, sha or path cut)."""
+    lines = wrap(words(clean(_header(report))), width, [], OUTDENT)
     for entry in report.prs:
-        table.add_row(
-            literal(entry.fix or "-"),
-            f"#{entry.pr}",
-            literal(entry.status, STYLES[entry.status]),
-            literal(entry.method),
-            Text("\n".join(clean(line) for line in [*_evidence_lines(entry), entry.reason])),
-        )
-    return terminal_text(table)
+        first = [(clean(entry.fix or "-"), "bold"), (f"#{entry.pr}", "bold"), (clean(entry.status), STYLES[entry.status]),
+                 (f"({clean(entry.method)})", "")]
+        lines += [[]] + wrap(first, width, [], OUTDENT)
+        for text in [entry.reason, *_evidence_lines(entry)]:
+            lines += wrap(words(clean(text)), width, [(" " * OUTDENT, "")], OUTDENT)
+    return layout.render(lines, True)

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from ..model import ToolError
+from ..model import BottomLine, ToolError
 from ..reporters import FORMATS
 from ..terminal import clean
 from .options import (
@@ -139,12 +139,14 @@ def check(
     if target_config is not None and draft_config is None:
         raise ToolError("--target-config needs --draft-config")
     drafter = {"draft_config": draft_config, "target_config": target_config}
+    first_releases = {rule.id: rule.first_release for rule in rules}
 
     def finish(report):
         report = dataclasses.replace(report, strict=strict)
         if repo is not None:
             report = with_ancestry(report, repo, main_ref, rules)
-        return apply_waivers(report, waiver_list, waivers) if waiver_list is not None else report
+        report = apply_waivers(report, waiver_list, waivers) if waiver_list is not None else report
+        return dataclasses.replace(report, summary=BottomLine.of(report.fixes, first_releases))
 
     if fleet:
         from ..fleet import check_targets

@@ -105,12 +105,12 @@ def _patch(target, rules, dry_run: bool, yes: bool) -> int:
         return exit_code_for(verdict_code(fix.status) for fix in plan.after)
     if plan.changes:
         _confirm(f"Patch {', '.join(plan.fixes)} in {resolved.info.location}?", yes,
-                 "".join(change.diff() for change in plan.changes))
+                 "".join(change.diff() for change in plan.changes), f"nothing was changed in {resolved.info.location}")
         apply_changes(open_files(), plan.changes, __version__)
         _say(f"patched {', '.join(change.file for change in plan.changes)}; `dflash-doctor restore` undoes it")
     elif not plan.refusals:
         _say("nothing to patch: every selected fix is present")
-    return _report(run_check(target, rules))
+    return _report(run_check(target, rules), rules)
 
 
 def restore(
@@ -156,13 +156,14 @@ def _restore(target, rules, only: bool, yes: bool) -> int:
         _say("nothing to restore: dflash-doctor has not patched " + ("these fixes" if only else "this tree"))
         return EXIT_OK
     if plan.restore:
-        _confirm(f"Restore {', '.join(entry.file for entry in plan.restore)} in {resolved.info.location}?", yes)
+        _confirm(f"Restore {', '.join(entry.file for entry in plan.restore)} in {resolved.info.location}?", yes,
+                 unchanged=f"nothing was restored in {resolved.info.location}")
     apply_restore(files, plan)  # said only once done: it may still refuse
     for entry in plan.restore:
         _say(f"{', '.join(sorted(entry.fixes))}: {entry.file} is back to its original (sha256 {entry.sha256_before[:12]})")
     for entry in plan.forget:
         _say(f"{', '.join(sorted(entry.fixes))}: {entry.file} already had its original bytes; forgot the patch record")
-    _report(run_check(target, rules))
+    _report(run_check(target, rules), rules)
     return EXIT_OK
 
 
@@ -201,7 +202,7 @@ def _patch_repo(repo: Path, pr: int, main_ref: Optional[str], remote: str, dry_r
             _show(outcome.diff)
             _say(f"#{pr} would change {', '.join(outcome.files)}; dry run: nothing was changed")
             return EXIT_OK
-        _confirm(f"Apply #{pr} to {', '.join(outcome.files)} in {repo}?", yes, outcome.diff)
+        _confirm(f"Apply #{pr} to {', '.join(outcome.files)} in {repo}?", yes, outcome.diff, f"nothing was changed in {repo}")
         outcome = apply_pr(repo, pr, main_ref=main_ref, remote=remote)
     if outcome.status == "conflict":
         _say(f"#{pr} conflicts with {repo} in {', '.join(outcome.conflicts)}; nothing was changed")
@@ -213,21 +214,31 @@ def _patch_repo(repo: Path, pr: int, main_ref: Optional[str], remote: str, dry_r
     return EXIT_OK
 
 
-def _confirm(question: str, yes: bool, shown: str = "") -> None:
-    """Ask on the terminal after showing ``shown``; without one, only --yes goes ahead."""
+def _confirm(question: str, yes: bool, shown: str = "", unchanged: str = "nothing was changed") -> None:
+    """Ask on the terminal after showing ``shown``; without one, only --yes goes ahead. A no (or end of input,
+    or Ctrl-C, at the prompt) is an error that says what was left unchanged."""
     if yes:
         return
     if not sys.stdin.isatty():
         hint = " (or --dry-run to see the diff)" if shown else ""
         raise ToolError(f"refusing to change files without confirmation: there is no terminal to ask on; pass --yes{hint}")
     _show(shown)
-    if not typer.confirm(clean(question), default=False):
-        raise typer.Abort()
+    try:
+        confirmed = typer.confirm(clean(question), default=False)
+    except typer.Abort:  # end of input or Ctrl-C at the prompt
+        confirmed = False
+    if not confirmed:
+        raise ToolError(f"not confirmed: {unchanged}")
 
 
-def _report(report) -> int:
+def _report(report, rules) -> int:
+    """The check after the change, with its bottom line, as a table."""
+    import dataclasses
+
+    from ..model import BottomLine
     from ..reporters import reporter
 
+    report = dataclasses.replace(report, summary=BottomLine.of(report.fixes, {rule.id: rule.first_release for rule in rules}))
     sys.stdout.write(reporter("table").render(report, terminal=sys.stdout.isatty()))
     return report.exit_code
 

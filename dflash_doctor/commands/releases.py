@@ -19,16 +19,17 @@ def releases(
     first: Optional[str] = typer.Option(None, "--from", help="Oldest release in the matrix (default 0.20.0, the first with DFlash)."),
     last: Optional[str] = typer.Option(None, "--to", help="Newest release in the matrix (default: the newest on the index)."),
     format: MatrixFormat = typer.Option(MatrixFormat.table, "--format", help="table, json or markdown."),
-    offline: bool = typer.Option(False, "--offline", help="Do not ask the package index: only releases already in the cache."),
+    offline: bool = typer.Option(False, "--offline", help="Do not ask the package index: only releases already in the cache (without it, an index that cannot be reached is an error)."),
 ) -> int:
     """Check every release: the release x fix matrix. Each real wheel is checked; the first release
     with each fix is named.
 
-    Exit: 0 the matrix was computed, 3 it could not be (no release list, a release that could not be checked).
+    Exit: 0 the matrix was computed, 3 it could not be (the package index cannot be reached: --offline uses the
+    cache; a release that could not be checked).
     """
-    from ..releases import Matrix, is_downloaded, plan, release_row, render_markdown, render_plain, render_rich, rules_digest
+    from ..releases import Matrix, is_downloaded, plan, release_row, render_markdown, render_plain, render_terminal, rules_digest
     from ..rulefile import load_rules
-    from ..terminal import progress
+    from ..terminal import columns, progress
 
     rules = load_rules()
     digest = rules_digest(rules)
@@ -48,7 +49,7 @@ def releases(
     elif format is MatrixFormat.markdown:
         text = render_markdown(matrix)
     else:
-        text = render_rich(matrix) if sys.stdout.isatty() else render_plain(matrix)
+        text = render_terminal(matrix, columns()) if sys.stdout.isatty() else render_plain(matrix)
     sys.stdout.write(text)
     failed = [row for row in rows if row.error]
     if failed:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 
-from ..model import PRESENT, UNKNOWN, CheckReport, FixResult
+from ..model import PRESENT, UNKNOWN, BottomLine, CheckReport, FixResult
 
 
 class JunitReporter:
@@ -59,6 +59,7 @@ def _suite(report: CheckReport) -> ET.Element:
         ("tool_version", report.tool_version),
         ("strict", str(report.strict).lower()),
         ("exit_code", str(report.exit_code)),
+        *(_summary(report.summary) if report.summary is not None else ()),
     ):
         if value is not None:
             ET.SubElement(properties, "property", name=name, value=value)
@@ -77,6 +78,11 @@ def _suite(report: CheckReport) -> ET.Element:
     for key, value in counts.items():
         suite.set(key, str(value))
     return suite
+
+
+def _summary(summary: BottomLine) -> tuple[tuple[str, str | None], ...]:
+    """The bottom line as suite properties: the sentence, and its action and release to filter on."""
+    return (("summary", summary.sentence()), ("summary.action", summary.action), ("summary.release", summary.release))
 
 
 def _outcome(fix: FixResult, strict: bool) -> str | None:

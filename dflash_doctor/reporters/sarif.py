@@ -72,7 +72,7 @@ class SarifReporter:
             },
             # One category per target: uploads for host B never close host A's alerts,
             # and a fleet's runs stay distinct in one file (code scanning refuses duplicates).
-            "automationDetails": {"id": f"dflash-doctor/{report.target.kind}:{report.target.location}/"},
+            "automationDetails": {"id": f"dflash-doctor/{report.target.identity}/"},
             "originalUriBaseIds": {ROOT_ID: _root(report)},
             "invocations": [{"executionSuccessful": True, "exitCode": report.exit_code}],
             "results": results,
@@ -80,6 +80,7 @@ class SarifReporter:
                 "target": report.target.to_json(),
                 "vllm": report.vllm.to_json(),
                 "strict": report.strict,
+                **({"summary": report.summary.to_json()} if report.summary is not None else {}),
             },
         }
 
@@ -176,7 +177,7 @@ def _root(report: CheckReport) -> dict[str, Any]:
 
 def _fingerprint(report: CheckReport, fix: FixResult) -> str:
     """Stable across runs on the same target, so dashboards track one alert per fix and target."""
-    return hashlib.sha256(f"{fix.id}\0{report.target.kind}\0{report.target.location}".encode()).hexdigest()[:32]
+    return hashlib.sha256(f"{fix.id}\0{report.target.identity}".encode()).hexdigest()[:32]
 
 
 def _suppression(fix: FixResult) -> dict[str, Any]:

@@ -9,7 +9,19 @@ continuation).
 
 from __future__ import annotations
 
-from ..model import ABSENT, BEHAVIOUR, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, CheckReport, FixResult, Provenance
+from ..model import (
+    ABSENT,
+    BEHAVIOUR,
+    NOT_APPLICABLE,
+    PARTIAL,
+    PRESENT,
+    UNKNOWN,
+    BottomLine,
+    CheckReport,
+    FixResult,
+    Provenance,
+    fleet_summary,
+)
 from ..terminal import clean, columns
 from .layout import OUTDENT, Line, Token, render, width_of, words, wrap
 
@@ -139,7 +151,14 @@ def check_lines(report: CheckReport, width: int | None) -> list[Line]:
         lines.append([])
     for line in sections:
         lines += _wrapped(line, width)
-    return lines
+    return lines + _bottom_line(report.summary, width)
+
+
+def _bottom_line(summary: BottomLine | None, width: int | None) -> list[Line]:
+    """The report's last line: what to do for all the fixes together."""
+    if summary is None:
+        return []
+    return [[]] + wrap(words(clean(summary.sentence())), width, [("bottom line:", "bold"), (" ", "")], 4)
 
 
 def _cell(report: CheckReport, fix_id: str) -> Token:
@@ -170,7 +189,7 @@ def fleet_lines(outcomes, width: int | None) -> list[Line]:
             lines += wrap(words(clean(o.error or "")), width, lead + [("error:", "bold red"), (" ", "")], start + 2)
         else:
             lines.append(lead + [(text.ljust(size), style) for (text, style), size in zip(row, sizes)])
-    return lines
+    return lines + _bottom_line(fleet_summary(outcomes), width)
 
 
 class TableReporter:

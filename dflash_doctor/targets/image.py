@@ -54,7 +54,8 @@ class ImageTarget:
         )
         commit = dict(tree.labels).get(REVISION_LABEL)
         # The image's code runs only in the isolated child, like any tree on this machine.
-        resolved = local(DirectoryTree(tree.root, find_dist_info(tree.root)), TargetInfo("image", tree.reference, details))
+        info = TargetInfo("image", tree.reference, details, name=f"{tree.reference}@{tree.digest}")
+        resolved = local(DirectoryTree(tree.root, find_dist_info(tree.root)), info)
         return dataclasses.replace(resolved, build_commit=(commit, f"{REVISION_LABEL} label") if commit else None,
                                    files=None, no_files=READ_ONLY)
 

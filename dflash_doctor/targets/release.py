@@ -8,6 +8,7 @@ reads the cache and touches no network.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import shutil
@@ -193,4 +194,6 @@ class ReleaseTarget:
 
     def resolve(self) -> ResolvedTarget:
         tree = release_tree(self.version)
-        return PathTarget(tree, kind="release", details=(("release", self.version),)).resolve()
+        resolved = PathTarget(tree, kind="release", details=(("release", self.version),)).resolve()
+        # The tree is the tool's cached copy: the release is named by its version (the SARIF category).
+        return dataclasses.replace(resolved, info=dataclasses.replace(resolved.info, name=self.version))

@@ -183,7 +183,7 @@ class SshTarget:
         details = (("bytes_sent", self.bytes_sent), ("bytes_received", self.bytes_received))
         resolved = snapshot_target(answer, "ssh", who, details)
         ran = (("behaviour", f"runs on {self.given}"),) if self._open is not None else ()
-        info = dataclasses.replace(resolved.info, location=f"{self.given}:{answer.get('root', '')}",
+        info = dataclasses.replace(resolved.info, location=f"{self.given}:{answer.get('root', '')}", name=self.given,
                                    details=(("host", self.given), ("python", self.options.python), *ran, *details))
         resolved = dataclasses.replace(resolved, info=info)
         if self._open is None:
