@@ -189,7 +189,9 @@ class Construct:
     is an attribute path on the built layer. ``assume``: values of stand-ins a
     branch reads (the deployment the question is about). ``model``: the class in
     ``file`` that builds the layers; it is constructed with ``layer`` recorded, to
-    read the index each layer really receives."""
+    read the index each layer really receives. ``platform``: the stand-in whose
+    ``is_<platform>()`` tells the platform; its branches are taken for the
+    platform the target is built for."""
 
     file: str
     layer: str
@@ -201,6 +203,7 @@ class Construct:
     causal: str
     assume: tuple[tuple[str, Any], ...]
     model: str | None = None
+    platform: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -198,3 +198,27 @@ def test_pure_standard_library_code_on_the_route_is_run(mini_tree, monkeypatch):
          "            operator.attrgetter('__class__.__subclasses__')(0)\n")
     fix = verdicts(tree)["layer-offset"]
     assert fix.status == "unknown" and "a dunder attribute" in fix.reason
+
+
+QWEN3_DFLASH = "vllm/model_executor/models/qwen3_dflash.py"
+
+
+@pytest.mark.release
+def test_platform_branches_are_taken_for_the_platform_the_target_is_built_for(mini_tree, monkeypatch):
+    """A window dropped on CPU builds only: a CUDA build (vLLM's own wheel) keeps it, the
+    same tree built for CPU (its version label says +cpu) does not."""
+    monkeypatch.setenv("DFLASH_DOCTOR_NO_CACHE", "1")
+    rules = tuple(rule for rule in load_rules() if rule.id == "swa-config")
+    tree = mini_tree("0.33.0")
+    edit(tree / QWEN3_DFLASH, "        self.sliding_window = sliding_window\n        self.attn = Attention(\n",
+         "        if current_platform.is_cpu():\n            sliding_window = None\n"
+         "        self.sliding_window = sliding_window\n        self.attn = Attention(\n")
+    (fix,) = run_check(PathTarget(tree), rules).fixes
+    assert (fix.status, fix.decided_by) == ("present", "behaviour"), fix.reason
+    metadata = next(tree.glob("vllm-*.dist-info")) / "METADATA"
+    text = metadata.read_text()
+    assert text.count("Version: 0.33.0\n") == 1
+    metadata.write_text(text.replace("Version: 0.33.0\n", "Version: 0.33.0+cpu\n"))
+    (fix,) = run_check(PathTarget(tree), rules).fixes
+    assert (fix.status, fix.decided_by) == ("absent", "behaviour"), fix.reason
+    assert "the sliding window of layer 0 is None" in fix.reason

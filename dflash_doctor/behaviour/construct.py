@@ -46,10 +46,11 @@ class Indices:
 
 
 def construct_layers(
-    tree: SourceTree, construct: Construct, hf_configs: list[dict | None], run: Runner, follow: tuple[str, ...]
+    tree: SourceTree, construct: Construct, hf_configs: list[dict | None], run: Runner, follow: tuple[str, ...],
+    platform: str = "cuda",
 ) -> list[dict[str, Built]]:
     """For each drafter's hf_config (None: not available), per runner, what its layers
-    were built with. Imports are followed only into ``follow`` (the rule's files)."""
+    were built with, on ``platform``. Imports are followed only into ``follow`` (the rule's files)."""
     try:
         builder = ProgramBuilder(tree, PROVIDED, classes=True, follow=follow)
         layer = Locator(tree, [], [(construct.file, construct.layer)]).one(construct.file, construct.layer)
@@ -61,7 +62,7 @@ def construct_layers(
     except (ExtractError, SourceError) as exc:
         return [{runner: Built(None, str(exc)) for runner in RUNNERS} for _ in hf_configs]
     record = (construct.recorded,)
-    assume = dict(construct.assume)
+    assume = _assumed(construct, platform)
     globals_: dict[str, Any] = {gap: {"$standin": gap, "assume": assume, "record": record} for gap in builder.gaps}
     globals_.update(_module_class={"$module_class": True}, _records={"$records": True}, logger=sandbox.noop("logger"))
     causal = "layer"
@@ -85,7 +86,7 @@ def construct_layers(
         outcomes = run(builder.chunks, calls, data, globals_) if calls else {}
     except SandboxError as exc:
         return [{runner: Built(None, str(exc)) for runner in RUNNERS} for _ in hf_configs]
-    indices = _model_indices(tree, construct, layer, data, run, follow) if construct.model else {}
+    indices = _model_indices(tree, construct, layer, data, run, follow, platform) if construct.model else {}
     return [
         {
             runner: dataclasses.replace(
@@ -97,7 +98,8 @@ def construct_layers(
     ]
 
 
-def _model_indices(tree: SourceTree, construct: Construct, layer, data: dict, run: Runner, follow: tuple[str, ...]) -> dict[str, Indices]:
+def _model_indices(tree: SourceTree, construct: Construct, layer, data: dict, run: Runner, follow: tuple[str, ...],
+                   platform: str) -> dict[str, Indices]:
     """Construct the tree's model class (``construct.model``) for each drafter config,
     with the layer class a recorded stand-in, and bind each recorded layer call to the
     layer's ``__init__``: the index it received. Keys as the layer calls' ids."""
@@ -112,7 +114,7 @@ def _model_indices(tree: SourceTree, construct: Construct, layer, data: dict, ru
     except (ExtractError, SourceError) as exc:
         return {key: Indices(None, f"building {construct.model}: {exc}") for key in keys}
     record = (construct.layer,)
-    assume = dict(construct.assume)
+    assume = _assumed(construct, platform)
     globals_: dict[str, Any] = {gap: {"$standin": gap, "assume": assume, "record": record} for gap in builder.gaps}
     globals_.update(_module_class={"$module_class": True}, _records={"$records": True}, logger=sandbox.noop("logger"))
     globals_[construct.layer] = {"$standin": construct.layer, "assume": assume, "record": record}
@@ -135,6 +137,15 @@ def _model_indices(tree: SourceTree, construct: Construct, layer, data: dict, ru
     signature = _bind_signature(_init(layer.node, construct.file), None)
     wanted = [name for name in signature.keywords if name in construct.index_parameters]
     return {key: _received(outcomes.get(key), signature, wanted, construct, data[f"hf{key.split('|')[0]}"]) for key in keys}
+
+
+PLATFORMS = ("cuda", "rocm", "cpu", "tpu", "xpu")
+
+
+def _assumed(construct: Construct, platform: str) -> dict[str, Any]:
+    """The rule's assumptions, and the platform stand-in answering for ``platform``."""
+    told = {f"{construct.platform}.is_{name}()": name == platform for name in PLATFORMS} if construct.platform else {}
+    return {**told, **dict(construct.assume)}
 
 
 def _model_keywords(node: ast.ClassDef, construct: Construct) -> str:

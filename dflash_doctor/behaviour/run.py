@@ -6,6 +6,7 @@ import dataclasses
 
 from ..draft.config import DraftConfig
 from ..model import PRESENT, BehaviourAnswer
+from ..provenance import read_platform
 from ..rules import Rule
 from ..source import SourceTree
 from .compute import compute
@@ -33,11 +34,13 @@ def answer_rules(
     if not asked and user is None:
         return {}, None
     probes = compute(tree, tuple(draft for _, draft in configs), run)
+    platform = read_platform(tree)  # branches on the platform are taken for the one the target is built for
     answers = {}
     for rule in asked:
         kind = QUESTION_KINDS[rule.behaviour.question]
         construct = rule.behaviour.construct
-        built = construct_layers(tree, construct, [found.hf_config for found in probes], run, rule.files) if construct else [None] * len(probes)
+        built = (construct_layers(tree, construct, [found.hf_config for found in probes], run, rule.files, platform.name)
+                 if construct else [None] * len(probes))
         observations = tuple(
             item for (name, draft), found, layers in zip(configs, probes, built) for item in kind(name, draft, found, layers)
         )

@@ -487,7 +487,7 @@ def explore(call, namespace, data, timeout):
     labels = []
     while pending:
         if len(outcomes) == MAX_PATHS:
-            return {"gap": "the answer depends on more than %d ways %s can go" % (MAX_PATHS, ", ".join(labels[:3]))}
+            return {"gap": "more than %d ways the branches decided by %s can go" % (MAX_PATHS, ", ".join(labels[:3]))}
         FORCED[:] = pending.pop()
         forced = len(FORCED)
         outcome = run_once(call, namespace, data, timeout)
@@ -498,7 +498,7 @@ def explore(call, namespace, data, timeout):
         labels.extend(label for label, _ in taken if label not in labels)
     if all(outcome == outcomes[0] for outcome in outcomes):
         return outcomes[0]
-    return {"gap": "the answer depends on %s" % ", ".join(labels[:3])}
+    return {"gap": "the branches decided by %s" % ", ".join(labels[:3])}
 
 
 def run_once(call, namespace, data, timeout):
