@@ -103,6 +103,9 @@ lock.acquire()  # forever, and without using CPU
 STALLS = {
     "timer-blocked": 'signals = _module("signal")\nsignals.pthread_sigmask(signals.SIG_BLOCK, [signals.SIGALRM])' + FOREVER,
     "timer-ignored": 'signals = _module("signal")\nsignals.signal(signals.SIGALRM, signals.SIG_IGN)' + FOREVER,
+    # With its outputs closed, the parent waits for its exit instead: by the same deadline.
+    "outputs-closed": 'os, signals = _module("os"), _module("signal")\nos.close(1)\nos.close(2)\n'
+                      "signals.pthread_sigmask(signals.SIG_BLOCK, [signals.SIGALRM])" + FOREVER,
     # No escape at all: C code that never returns to the interpreter, where the timer's handler would run.
     "c-loop": "sum(range(10 ** 12))",
 }

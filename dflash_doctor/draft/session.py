@@ -142,7 +142,8 @@ class Session:
         if self._broken is not None:
             raise SandboxError(self._broken)
         nonce = secrets.token_hex(16)
-        steps = ("building the stubs", *(f"defining {chunk.name}" for chunk in program), *(f"the call {call.id}" for call in calls))
+        steps = ("building the stubs", *(f"defining {chunk.name}" for chunk in program),
+                 *(f"the call {call.id}" for call in calls))
         request = encode_request(program, calls, data, globals_, nonce) + b"\n"
         try:
             announced = -1
@@ -175,19 +176,21 @@ class Session:
             self._spent += time.monotonic() - started
 
     def _exchange(self, pending: memoryview, until: bytes | None, deadline: float) -> bytes:
+        late = f"{self.label} did not finish within {self.wall_s:g} s"
         while until is None or until not in self.stdout:
-            if self._ended and not pending:
-                self.exit = self._exit_code(deadline)
+            limit, why = (deadline, late) if self._step is None or deadline <= self._step[0] else self._step
+            if self._ended and not pending:  # its outputs closed: only its exit can come, by the same deadline
+                try:
+                    self.exit = self.pipe.exit_code(limit)
+                except TimeoutError:
+                    raise SandboxError(why) from None
                 if until is None:
                     return bytes(self.stdout)
                 raise SandboxError(exit_failure(self.label, self.exit, bytes(self.stderr)) or f"{self.label} gave no readable answer")
-            now = time.monotonic()
-            if now >= deadline:
-                raise SandboxError(f"{self.label} did not finish within {self.wall_s:g} s")
-            if self._step is not None and now >= self._step[0]:
-                raise SandboxError(self._step[1])
-            step_left = self._step[0] - now if self._step is not None else deadline - now
-            sent, out, err, ended = self.pipe.step(pending, min(deadline - now, step_left))
+            left = limit - time.monotonic()
+            if left <= 0:
+                raise SandboxError(why)
+            sent, out, err, ended = self.pipe.step(pending, left)
             pending = pending[sent:]
             self._total += len(out) + len(err)
             if self._total > self.cap:
@@ -200,12 +203,6 @@ class Session:
         if pending:  # an answer before the whole request was read: not the harness's
             raise SandboxError(f"{self.label} gave no readable answer")
         return line
-
-    def _exit_code(self, deadline: float) -> int:
-        try:
-            return self.pipe.exit_code(deadline)
-        except TimeoutError:
-            raise SandboxError(f"{self.label} did not finish within {self.wall_s:g} s") from None
 
     def close(self) -> None:
         self.pipe.close()
