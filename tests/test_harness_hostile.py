@@ -15,8 +15,11 @@ import textwrap
 import time
 
 import pytest
+import test_ssh_behaviour
 from conftest import check_json
 from test_isolation import hostile_tree, my_children, program_for, session_for
+from test_ssh_behaviour import program_for as ssh_program_for
+from test_ssh_behaviour import target_for
 
 from dflash_doctor.draft.harness import SAFE_BUILTIN_NAMES
 from dflash_doctor.draft.sandbox import Call, Chunk, SandboxError, run
@@ -185,3 +188,23 @@ def test_cli_a_tree_that_blocks_the_childs_timer_cannot_stall_the_check(mini_tre
         assert "ran past its 2 s deadline: the behaviour child was stopped" in fix["reason"], fix
     assert took < CALL_TIMEOUT_S + CALL_GRACE_S + 12, took  # the structure check and a loaded machine's margin
 
+
+
+# -- over ssh: the client holds the same deadlines for the child on the host ------------------------
+
+host, remote_python = test_ssh_behaviour.host, test_ssh_behaviour.remote_python  # fixtures: a real sshd, the host's python
+
+
+def test_over_ssh_a_call_that_blocks_the_childs_timer_is_stopped_at_its_deadline(host, remote_python, tmp_path):
+    srv, options = host
+    target = target_for(srv, options, remote_python)
+    chunks, globals_ = ssh_program_for(tmp_path, stalling(STALLS["timer-blocked"]))
+    with target.connected(), target.resolve().behaviour() as run_there:
+        started = time.monotonic()
+        with pytest.raises(SandboxError) as raised:
+            run_there(chunks, [Call("first", "6 * 7"), Call("x", "stalls()")], {}, globals_)
+        took = time.monotonic() - started
+        with pytest.raises(SandboxError, match="stopped at an earlier request of this check: the call x ran past"):
+            run_there([], [Call("y", "6 * 7")], {}, {})
+    assert str(raised.value) == f"the call x ran past its 2 s deadline: the behaviour child on {target.given} was stopped"
+    assert took < BOUND_S, took
