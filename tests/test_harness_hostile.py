@@ -13,6 +13,7 @@ import builtins
 import os
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 import test_ssh_behaviour
@@ -195,11 +196,14 @@ def test_cli_a_tree_that_blocks_the_childs_timer_cannot_stall_the_check(mini_tre
 host, remote_python = test_ssh_behaviour.host, test_ssh_behaviour.remote_python  # fixtures: a real sshd, the host's python
 
 
-def test_over_ssh_a_call_that_blocks_the_childs_timer_is_stopped_at_its_deadline(host, remote_python, tmp_path):
+def test_over_ssh_a_call_that_blocks_the_childs_timer_is_stopped_at_its_deadline_and_killed_on_the_host(
+        host, remote_python, tmp_path):
     srv, options = host
     target = target_for(srv, options, remote_python)
     chunks, globals_ = ssh_program_for(tmp_path, stalling(STALLS["timer-blocked"]))
     with target.connected(), target.resolve().behaviour() as run_there:
+        assert run_there([], [Call("up", "1")], {}, {})["up"].value == 1
+        there = test_ssh_behaviour.remote_children(srv)  # the child, and the process on the host that watches it
         started = time.monotonic()
         with pytest.raises(SandboxError) as raised:
             run_there(chunks, [Call("first", "6 * 7"), Call("x", "stalls()")], {}, globals_)
@@ -208,3 +212,10 @@ def test_over_ssh_a_call_that_blocks_the_childs_timer_is_stopped_at_its_deadline
             run_there([], [Call("y", "6 * 7")], {}, {})
     assert str(raised.value) == f"the call x ran past its 2 s deadline: the behaviour child on {target.given} was stopped"
     assert took < BOUND_S, took
+    # Killed on the host as soon as the client stopped waiting, not at the end of its lifetime there
+    # (2 x 60 s + 20 s); polled by pid, as once the session closes sshd is no longer their ancestor.
+    assert there
+    until = time.monotonic() + 3
+    while any(Path(f"/proc/{pid}").exists() for pid in there) and time.monotonic() < until:
+        time.sleep(0.05)
+    assert not [pid for pid in there if Path(f"/proc/{pid}").exists()]
