@@ -8,13 +8,19 @@ fresh globals; the boundary goes up once, when the first request has arrived:
     request  {"id": str, "globals": {name: spec}, "program": [{"name", "source"}],
               "data": {name: json}, "calls": [call], "call_timeout_s": float}
     call     {"id": str, "expr": str, "bind": {name: spec}}
+    step     {"id": the request's, "step": n}   before each step: 0 the stubs, then
+                                                each program statement, then each call
     answer   {"id": the request's, "results": {id: outcome}}
     outcome  {"value": json} | {"error": {"type", "message"}} | {"gap": str}
              | {"missing_key": str} | {"timeout": true}
 
 The program holds functions taken out of a vLLM tree. It runs with a small
 set of builtins (no open, no eval, no real import) under CPU, memory and file
-size limits; each call has its own timer. Stubs are described by ``spec``:
+size limits. The built-ins the harness serves itself (getattr, hasattr,
+setattr, __import__) present themselves as the real ones (``disguised``). Each
+step has a timer here, which the tree's code can block: the deadline that
+holds is the parent's, which kills the child when a step it announced runs
+past it. Stubs are described by ``spec``:
 
     plain JSON               itself, with dict values read as specs
     {"$data": name}          a deep copy of request data (never read as specs)
@@ -41,6 +47,7 @@ and the request loop share its state (RECORDS, COMPILED, the timer); a split
 would be a third module text to ship and a second import path in the parent.
 """
 
+import itertools
 import json
 import signal
 import sys
@@ -377,6 +384,35 @@ def safe_setattr(obj, name, value):
     setattr(obj, _plain_name(name), value)
 
 
+def disguised(real, serve, arity=None):
+    """``serve``, presented to the tree's code as the built-in ``real`` it stands
+    for: the same repr, ``__name__``, ``__qualname__``, ``__module__`` and type
+    names, no binding as a method, and for a call of another shape than
+    ``arity`` (the counts of positional arguments it takes) the real one's own error."""
+
+    class builtin_function_or_method(object):
+        __module__ = "builtins"
+        __qualname__ = "builtin_function_or_method"
+
+        def __call__(self, *args, **kwargs):
+            if arity is not None and (kwargs or not arity[0] <= len(args) <= arity[1]):
+                return real(*args, **kwargs)  # raises its TypeError
+            return serve(*args, **kwargs)
+
+        def __repr__(self):
+            return repr(real)
+
+        def __setattr__(self, name, value):
+            setattr(real, _plain_name(name), value)  # raises its AttributeError
+
+        def __delattr__(self, name):
+            delattr(real, _plain_name(name))
+
+    served = builtin_function_or_method()
+    served.__dict__.update((name, getattr(real, name)) for name in ("__name__", "__qualname__", "__doc__"))
+    return served
+
+
 def fake_import(name, globals=None, locals=None, fromlist=(), level=0):
     """Imports inside probed functions give names that record what they build
     (the curated standard-library modules are themselves)."""
@@ -444,16 +480,37 @@ def on_alarm(signum, frame):
     raise CallTimeout()
 
 
+def real_builtin(name):
+    return __builtins__[name] if isinstance(__builtins__, dict) else getattr(__builtins__, name)
+
+
+def exposed_builtins():
+    """What the tree's code gets as its built-ins."""
+    builtins = {name: real_builtin(name) for name in SAFE_BUILTIN_NAMES}
+    builtins.update(
+        __import__=disguised(real_builtin("__import__"), fake_import),
+        getattr=disguised(getattr, safe_getattr, (2, 3)),
+        hasattr=disguised(hasattr, safe_hasattr, (2, 2)),
+        setattr=disguised(setattr, safe_setattr, (3, 3)),
+    )
+    return builtins
+
+
+def announce(request, step):
+    """Step ``step`` of ``request`` begins: the parent holds it to its deadline from here."""
+    sys.stdout.write(json.dumps({"id": request.get("id"), "step": step}) + "\n")
+    sys.stdout.flush()
+
+
 def serve(request):
     """The answer to one request, run in fresh globals."""
-    builtins = {name: __builtins__[name] if isinstance(__builtins__, dict) else getattr(__builtins__, name)
-                for name in SAFE_BUILTIN_NAMES}
-    builtins.update(__import__=fake_import, getattr=safe_getattr, hasattr=safe_hasattr, setattr=safe_setattr)
-    namespace = {"__builtins__": builtins, "__name__": "probed", "_stdlib": stdlib}
+    namespace = {"__builtins__": exposed_builtins(), "__name__": "probed", "_stdlib": stdlib}
     take_records()
     COMPILED.clear()
     DATA_TEXT.clear()
     data = request.get("data", {})
+    steps = itertools.count()
+    announce(request, next(steps))
     for name, spec in request.get("globals", {}).items():
         namespace[name] = build(spec, data, namespace)
     timeout = float(request.get("call_timeout_s", 2.0))
@@ -461,6 +518,7 @@ def serve(request):
     # or runs too long (a tree constant such as 9 ** 9 ** 9) leaves a gap under its
     # name, so only what reads that name is unknown.
     for chunk in request["program"]:
+        announce(request, next(steps))
         why = None
         signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
@@ -475,13 +533,15 @@ def serve(request):
             namespace[chunk["name"]] = Gap("%s (%s)" % (chunk["name"], why))
     results = {}
     for call in request["calls"]:
-        results[call["id"]] = explore(call, namespace, data, timeout)
+        step = next(steps)  # each run of the call announces this step again: the parent holds each run to the deadline
+        results[call["id"]] = explore(call, namespace, data, timeout, lambda: announce(request, step))
     return {"id": request.get("id"), "results": results}
 
 
-def explore(call, namespace, data, timeout):
+def explore(call, namespace, data, timeout, begin):
     """The call's outcome over every way the branches unknown values decide can go
-    (depth first, False before True): the outcome they all give, else a gap naming them."""
+    (depth first, False before True): the outcome they all give, else a gap naming them.
+    ``begin`` announces each run to the parent, which holds it to its deadline."""
     pending = [[]]
     outcomes = []
     labels = []
@@ -490,6 +550,7 @@ def explore(call, namespace, data, timeout):
             return {"gap": "more than %d ways the branches decided by %s can go" % (MAX_PATHS, ", ".join(labels[:3]))}
         FORCED[:] = pending.pop()
         forced = len(FORCED)
+        begin()
         outcome = run_once(call, namespace, data, timeout)
         outcomes.append(outcome)
         taken = list(TAKEN)

@@ -4,12 +4,16 @@ The child (``sandbox.child_program()``: lockdown.py + harness.py) reads one
 request per line on its stdin and writes one answer per line on its stdout;
 it puts up the boundary once, after its first request has arrived and before
 any tree code is compiled, and runs each request in fresh globals. The parent
-side here holds a wall deadline per request, caps what the child writes over
-the whole session, and checks that each answer echoes its own request's
-nonce: a line the tree code wrote ahead (a forged answer for a later
-request) is refused. A request that fails ends the session: the child is
-killed and every later request is unknown, with the reason. Where the child
-runs (a local process, an ssh channel) is a ``Pipe``.
+side here holds the deadlines, by its own clock: each step the child announces
+(a program statement, a call) has ``CALL_TIMEOUT_S`` (+ a grace for the child's
+own timer to answer first), and the check's requests together have
+``RUN_TIMEOUT_S``, so no tree code that blocks or ignores the child's timer can
+stretch a check. It caps what the child writes over the whole session, and
+checks that each line echoes its own request's nonce: a line the tree code
+wrote ahead (a forged answer for a later request) is refused. A request that
+fails ends the session: the child is killed and every later request is
+unknown, with the reason. Where the child runs (a local process, an ssh
+channel) is a ``Pipe``.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ from typing import Any, Protocol
 
 from ..model import ToolError
 
-RUN_TIMEOUT_S = 20.0  # per request
-CALL_TIMEOUT_S = 2.0
+RUN_TIMEOUT_S = 20.0  # the child's time for all the requests of a check together
+MAX_RUNS = 8  # runs of one call the child may announce (harness.MAX_PATHS: the ways its unknown branches go)
+CALL_TIMEOUT_S = 2.0  # per step: the child's own timer, and the parent's deadline ...
+CALL_GRACE_S = 1.0  # ... this much later, so that the child's timer answers first when it can
 MAX_OUTPUT_BYTES = 8 << 20  # per session: stdout and stderr together
 STDERR_TAIL_BYTES = 64 * 1024
 # Why the child was killed, by signal.
@@ -128,6 +134,8 @@ class Session:
         self._ended = False  # both outputs
         self.exit: int | None = None  # how the child exited, once known
         self._broken: str | None = None  # why later requests get no answer
+        self._spent = 0.0  # seconds waited for the child so far
+        self._step: tuple[float, str] | None = None  # the announced step's deadline, and what passing it means
 
     def run(self, program: Sequence[Chunk], calls: Sequence[Call], data: dict[str, Any], globals_: dict[str, Any]) -> dict[str, Outcome]:
         """Outcomes by call id. ``globals_`` are stubs bound before the program runs
@@ -135,31 +143,56 @@ class Session:
         if self._broken is not None:
             raise SandboxError(self._broken)
         nonce = secrets.token_hex(16)
+        steps = ("building the stubs", *(f"defining {chunk.name}" for chunk in program),
+                 *(f"the call {call.id}" for call in calls))
+        request = encode_request(program, calls, data, globals_, nonce) + b"\n"
         try:
-            line = self.exchange(encode_request(program, calls, data, globals_, nonce) + b"\n", b"\n")
-            return read_answer(line, nonce, self.label)
+            announced, runs = -1, 0
+            while True:
+                message = read_line(self.exchange(request, b"\n"), nonce, self.label)
+                request = b""
+                if "results" in message:
+                    return read_answer(message, self.label)
+                again = message.get("step") == announced and runs < MAX_RUNS  # a call run again along other branches
+                if not again and (message.get("step") != announced + 1 or announced + 1 >= len(steps)):
+                    raise SandboxError(f"{self.label} gave no readable answer")
+                announced, runs = (announced, runs + 1) if again else (announced + 1, 1)
+                self._step = (time.monotonic() + CALL_TIMEOUT_S + CALL_GRACE_S,
+                              f"{steps[announced]} ran past its {CALL_TIMEOUT_S:g} s deadline: {self.label} was stopped")
         except SandboxError as exc:
             self._broken = f"{self.label} stopped at an earlier request of this check: {exc}"
             self.close()
             raise
+        finally:
+            self._step = None
 
     def exchange(self, request: bytes, until: bytes | None) -> bytes:
         """Send ``request``, then read up to the first ``until`` (its line) or, with
-        None, until the child exits (all it wrote). Raises SandboxError on the
-        request's deadline, the session's output cap, or a child that ended
-        without answering."""
-        deadline = time.monotonic() + self.wall_s
-        pending = memoryview(request)
+        None, until the child exits (all it wrote). Raises SandboxError past the
+        session's time or the announced step's deadline, past the session's output
+        cap, or when the child ended without answering."""
+        started = time.monotonic()
+        try:
+            return self._exchange(memoryview(request), until, started + self.wall_s - self._spent)
+        finally:
+            self._spent += time.monotonic() - started
+
+    def _exchange(self, pending: memoryview, until: bytes | None, deadline: float) -> bytes:
+        late = f"{self.label} did not finish within {self.wall_s:g} s"
         while until is None or until not in self.stdout:
-            if self._ended and not pending:
-                self.exit = self._exit_code(deadline)
+            limit, why = (deadline, late) if self._step is None or deadline <= self._step[0] else self._step
+            if self._ended and not pending:  # its outputs closed: only its exit can come, by the same deadline
+                try:
+                    self.exit = self.pipe.exit_code(limit)
+                except TimeoutError:
+                    raise SandboxError(why) from None
                 if until is None:
                     return bytes(self.stdout)
                 raise SandboxError(exit_failure(self.label, self.exit, bytes(self.stderr)) or f"{self.label} gave no readable answer")
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise SandboxError(f"{self.label} did not finish within {self.wall_s:g} s")
-            sent, out, err, ended = self.pipe.step(pending, remaining)
+            left = limit - time.monotonic()
+            if left <= 0:
+                raise SandboxError(why)
+            sent, out, err, ended = self.pipe.step(pending, left)
             pending = pending[sent:]
             self._total += len(out) + len(err)
             if self._total > self.cap:
@@ -172,12 +205,6 @@ class Session:
         if pending:  # an answer before the whole request was read: not the harness's
             raise SandboxError(f"{self.label} gave no readable answer")
         return line
-
-    def _exit_code(self, deadline: float) -> int:
-        try:
-            return self.pipe.exit_code(deadline)
-        except TimeoutError:
-            raise SandboxError(f"{self.label} did not finish within {self.wall_s:g} s") from None
 
     def close(self) -> None:
         self.pipe.close()
@@ -209,15 +236,22 @@ def encode_request(program: Sequence[Chunk], calls: Sequence[Call], data: dict[s
     }).encode()
 
 
-def read_answer(line: bytes, nonce: str, label: str) -> dict[str, Outcome]:
-    """Outcomes by call id from one answer line; SandboxError when it is not the
-    answer to the request with ``nonce``."""
-    try:  # the answer is as hostile as the code that wrote it: any shape may come back
-        answer = json.loads(line)
-        if answer["id"] != nonce:
-            raise ValueError("the answer to another request")
+def read_line(line: bytes, nonce: str, label: str) -> dict[str, Any]:
+    """One line of the child, if it is for the request with ``nonce``; SandboxError otherwise."""
+    try:  # as hostile as the code that may have written it: any shape may come back
+        message = json.loads(line)
+        if isinstance(message, dict) and message.get("id") == nonce:
+            return message
+    except (ValueError, RecursionError):
+        pass
+    raise SandboxError(f"{label} gave no readable answer")
+
+
+def read_answer(answer: dict[str, Any], label: str) -> dict[str, Outcome]:
+    """Outcomes by call id from the answer line of a request; SandboxError when it has the wrong shape."""
+    try:
         return {call_id: _outcome(raw) for call_id, raw in answer["results"].items()}
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+    except (KeyError, TypeError, AttributeError):
         raise SandboxError(f"{label} gave no readable answer") from None
 
 

@@ -15,9 +15,9 @@ TIMEOUT_STATUSES = (124, 128 + 9)
 
 def behaviour_lifetime(probe_timeout: float, wall_s: float) -> float:
     """How long the remote behaviour child may live, in seconds: the collection
-    it overlaps (``probe_timeout``), the requests that answer (``probe_timeout``
-    for all of them together) and the one that may run to its deadline
-    (``wall_s``: a request that fails ends the session, so there is at most one)."""
+    it overlaps (``probe_timeout``), the check's own work between its requests
+    (``probe_timeout``) and the requests themselves (``wall_s``: the session's
+    time for all of them together)."""
     return 2 * probe_timeout + wall_s
 
 

@@ -45,9 +45,31 @@ MAX_JUMPS = 8
 STDERR_TAIL_BYTES = 64 * 1024
 NO_VLLM_HINT = "point at the remote interpreter that has vllm with --python"
 # What the host's interpreter runs: ``sandbox.child_program()``, sent on stdin
-# after its length; the request follows it on the same stream.
-CHILD_BOOT = ("import sys; _size = int(sys.stdin.buffer.readline()); "
-              "exec(compile(sys.stdin.buffer.read(_size), '<dflash-doctor-child>', 'exec'))")
+# after its length, the requests following it on the same stream, runs in a
+# fork; this process only watches. The client cannot kill a process on the host,
+# so when it stops waiting for a step it closes the channel, sshd closes the
+# child's output, and the watcher kills the child at once (a stalled child
+# would otherwise live to the host's ``timeout``). It exits as the child did
+# (128 + N: killed by signal N, as ``sh`` reports it).
+CHILD_BOOT = """import os, select, sys
+_size = int(sys.stdin.buffer.readline())
+_program = sys.stdin.buffer.read(_size)
+_pid = os.fork()
+if _pid == 0:
+    exec(compile(_program, '<dflash-doctor-child>', 'exec'))
+    sys.exit(0)
+_gone = select.poll()
+_gone.register(1, 0)  # no events asked: it wakes only when the channel's reader is gone
+while True:
+    _done, _status = os.waitpid(_pid, os.WNOHANG)
+    if _done:
+        break
+    if _gone.poll(50):
+        os.kill(_pid, 9)
+        _status = os.waitpid(_pid, 0)[1]
+        break
+os._exit(os.WEXITSTATUS(_status) if os.WIFEXITED(_status) else 128 + os.WTERMSIG(_status))
+"""
 HOST_SPEC = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<host>\[[^\]]+\]|[^:@\s]+)(?::(?P<port>\d{1,5}))?$")
 
 
