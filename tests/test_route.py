@@ -222,3 +222,23 @@ def test_platform_branches_are_taken_for_the_platform_the_target_is_built_for(mi
     (fix,) = run_check(PathTarget(tree), rules).fixes
     assert (fix.status, fix.decided_by) == ("absent", "behaviour"), fix.reason
     assert "the sliding window of layer 0 is None" in fix.reason
+
+
+@pytest.mark.release
+def test_a_module_constant_computed_at_import_is_run(mini_tree, monkeypatch):
+    """The shift taken from a module constant that a helper computes when the module
+    is imported: the statement runs in the child (a constant read from a gap stays a gap)."""
+    monkeypatch.setenv("DFLASH_DOCTOR_NO_CACHE", "1")
+    tree = mini_tree("0.33.0")
+    resolver = tree / V2_RESOLVER
+    edit(resolver, "import torch\n", "import torch\n\n\ndef _capture_offset(hidden_states_first):\n"
+                                     "    return 1 if hidden_states_first else 0\n\n\n"
+                                     "_CAPTURE_OFFSET = _capture_offset(hidden_states_first=True)\n")
+    edit(resolver, SHIFT_033,
+         '            layer_ids = [i + _CAPTURE_OFFSET for i in (dflash_config.get("target_layer_ids") or [])]\n')
+    fix = verdicts(tree)["layer-offset"]
+    assert (fix.status, fix.decided_by) == ("present", "behaviour"), fix.reason
+    edit(resolver, "_CAPTURE_OFFSET = _capture_offset(hidden_states_first=True)\n",
+         "_CAPTURE_OFFSET = _capture_offset(hidden_states_first=torch.cuda.is_available())\n")
+    fix = verdicts(tree)["layer-offset"]
+    assert fix.status == "unknown" and "_CAPTURE_OFFSET" in fix.reason, fix.reason

@@ -136,11 +136,14 @@ class ProgramBuilder:
             self._gap(name, f"{name} ({file}, defined conditionally)")
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             self._add_function(parsed, node, file, depth)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and is_static(node.value):
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and _single_target(node):
+            # a module constant, however it is computed: its statement runs in the child
+            # (one that fails or reads a gap leaves a gap under its name)
             origin = f"{file}:{name}"
             if self._claim(name, origin):
                 return
-            self._resolve_free_names(parsed, file, names_in(node.value), depth)
+            refuse_dunders(node.value, f"{name} in {file}")
+            self._resolve_free_names(parsed, file, free_names(node.value) if not is_static(node.value) else names_in(node.value), depth)
             self.chunks.append(Chunk(name, f"{name} = {ast.unparse(node.value)}"))
         elif stdlib_binding(node, name) is not None:
             origin = f"{file}:{name}"
@@ -339,3 +342,7 @@ def dataclass_init(symbol: Symbol) -> str:
         parameters.append(name if value is None else f"{name}={ast.unparse(value)}")
         assignments.append(f"    self.{name} = {name}")
     return "def __init__(self, " + ", ".join(parameters) + "):\n" + ("\n".join(assignments) or "    pass") + "\n"
+
+
+def _single_target(node: ast.Assign | ast.AnnAssign) -> bool:
+    return isinstance(node, ast.AnnAssign) or (len(node.targets) == 1 and isinstance(node.targets[0], ast.Name))
