@@ -155,9 +155,20 @@ class Checker:
         located = self._locate(applies, applies)
         applicable = [rule for rule in rules if _applies(rule, located[(rule.applies.file, rule.applies.symbol)])]
         anchors = {(a.file, a.symbol) for rule in applicable for a in rule.anchors}
-        required = {(a.file, a.symbol) for rule in applicable for a in rule.anchors if not a.optional}
+        required = {(a.file, a.symbol) for rule in applicable for a in rule.anchors if self._required(a)}
         located.update(self._locate(anchors - applies, required))
         return tuple(self._check(rule, located) for rule in rules)
+
+    def _required(self, anchor: Anchor) -> bool:
+        """A non-optional anchor, unless the file its code goes with is gone from the tree."""
+        if anchor.optional:
+            return False
+        if anchor.gone_with is None:
+            return True
+        try:
+            return self.tree.data(anchor.gone_with) is not None
+        except SourceError:
+            return True
 
     def _check(self, rule: Rule, located) -> FixResult:
         def result(status: str, evidence=(), reason: str = "", cause: str = "") -> FixResult:
@@ -186,7 +197,7 @@ class Checker:
                 causes.append(UNREADABLE)
                 continue
             if not symbols:
-                if not anchor.optional:
+                if self._required(anchor):
                     problems.append(f"{anchor.symbol} not found ({anchor.file} or anywhere in the package)")
                     causes.append(MISSING_CODE)
                 continue

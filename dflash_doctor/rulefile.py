@@ -35,7 +35,8 @@ def load_rule(path: Path) -> Rule:
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ToolError(f"{where}: cannot load rule: {exc}") from None
     anchors = tuple(
-        Anchor(_require(a, "id", where), _require(a, "file", where), _require(a, "symbol", where), a.get("optional", False))
+        Anchor(_require(a, "id", where), _require(a, "file", where), _require(a, "symbol", where), a.get("optional", False),
+               _optional_path(a, "gone_with", where))
         for a in _require(data, "anchors", where)
     )
     anchor_ids = {anchor.id for anchor in anchors}
@@ -196,6 +197,13 @@ def _construct(raw: Any, where: str) -> Construct | None:
         assume=tuple(sorted(raw.get("assume", {}).items())), model=_optional_name(raw, "model", where),
         platform=_optional_name(raw, "platform", where),
     )
+
+
+def _optional_path(raw: dict[str, Any], key: str, where: str) -> str | None:
+    value = raw.get(key)
+    if value is not None and not (isinstance(value, str) and value.endswith(".py") and not value.startswith("/") and ".." not in value):
+        raise ToolError(f"{where}: {key} must be a .py path inside the tree")
+    return value
 
 
 def _optional_name(raw: dict[str, Any], key: str, where: str) -> str | None:

@@ -29,10 +29,14 @@ def rules_dir() -> Path:
 
 @dataclasses.dataclass(frozen=True)
 class Anchor:
+    """Where a fix's code lives. ``optional``: absent from older releases; ``gone_with``: a
+    file whose removal takes the code with it (the anchor is then not looked for)."""
+
     id: str
     file: str
     symbol: str
     optional: bool = False
+    gone_with: str | None = None
 
     @property
     def name(self) -> str:

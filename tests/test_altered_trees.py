@@ -93,10 +93,11 @@ def test_pr_40898_swa_form_is_recognised(mini_tree):
     fix = report["fixes"][0]
     assert fix["structure"] == "present"
     assert "layer-type-window" in {e["form"] for e in fix["evidence"]}
-    # The form reads right, but `layer_type` is bound nowhere in this tree: running it cannot
-    # tell the window (it would raise NameError), so the verdict is unknown, not present.
+    # The form reads right, but `layer_type` and the attention's `sliding_window` are bound
+    # nowhere in this tree: running it cannot tell the window (it would raise NameError), so
+    # the verdict is unknown, not present.
     assert fix["status"] == "unknown" and fix["decided_by"] == "behaviour"
-    assert "layer_type" in fix["reason"]
+    assert "sliding_window" in fix["reason"] and "cannot tell" in fix["reason"]
 
 
 def test_file_that_does_not_parse_is_unknown_with_reason(mini_tree):

@@ -137,7 +137,9 @@ def test_prefix_block_drop_per_release(release):
     assert opt_out["drops_prefix_block_with_disable_eagle_block_drop"] is False
     fixed = probe(release, "0.33.0", QWEN3_8B)
     assert fixed["drops_prefix_block"] is False
-    assert fixed["prefix_block_predicate"] == "use_eagle_block_drop"
+    # what the scheduler hands the KV cache manager: the drop bit and the lookahead hashing
+    assert fixed["prefix_block_predicate"] == ("use_eagle=self.use_eagle_block_drop or "
+                                               "num_hash_lookahead_tokens=self.num_hash_lookahead_tokens")
 
 
 # -- probes against the code-pattern verdicts -----------------------------------------------
@@ -212,20 +214,20 @@ def test_drop_predicate_changed_under_the_opt_out_flag_makes_cache_drop_unknown(
     assert sections["probes"].computed.drops_prefix_block is False
 
 
-def test_drop_that_a_later_line_may_undo_is_unknown_not_a_guess(mini_tree, release):
-    # On 0.33.0 the scheduler clears the drop again when lookahead hashes are on
-    # (deployment state). A predicate broken to true for dflash is then unknown.
+def test_a_drop_a_later_line_turns_into_lookahead_hashing_still_changes_the_block(mini_tree, release):
+    # On 0.33.0 the scheduler clears the drop again when lookahead hashes are on (deployment
+    # state, run both ways): a predicate broken to true for dflash then drops the block, or
+    # hashes it with lookahead tokens; either way the manager is told to change it.
     tree = probe_tree(mini_tree, release, "0.33.0")
     edit(tree, "vllm/config/speculative.py",
          '    def use_dflash(self) -> bool:\n        return self.method == "dflash"',
          '    def use_dflash(self) -> bool:\n        return self.method == "dflash-v1"')
     before, after, sections = check_with_draft(tree, QWEN3_8B)
-    assert sections["probes"].computed.drops_prefix_block is None
-    assert "may turn the drop off" in dict(sections["probes"].computed.reasons)["drops_prefix_block"]
-    # The forms still read present; running the code cannot tell: unknown, never present.
+    assert sections["probes"].computed.drops_prefix_block is True
+    # The forms still read present; running the code shows the change: never present.
     assert before["cache-drop"] == "present"
-    assert after["cache-drop"].status == "unknown" and after["cache-drop"].decided_by == "behaviour"
-    assert "may turn the drop off" in after["cache-drop"].reason
+    assert (after["cache-drop"].status, after["cache-drop"].decided_by) == ("partial", "behaviour")
+    assert "disable_eagle_block_drop set" in after["cache-drop"].reason  # the opt-out still works
 
 
 def test_resolver_reading_unknown_state_gives_unknown_layers_not_a_guess(mini_tree, release):

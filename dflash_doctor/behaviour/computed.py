@@ -41,6 +41,10 @@ RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 SCHEDULER = ("vllm/v1/core/sched/scheduler.py", "Scheduler.__init__")
 SPECULATORS_ALGOS = "vllm/transformers_utils/configs/speculators/algos.py"
 OPT_OUT_FIELD = "disable_eagle_block_drop"
+MANAGER = "KVCacheManager"
+# What the scheduler hands the KV cache manager that changes the last prefix-cache block for a
+# drafter: drop it (EAGLE's block drop), or hash it with lookahead tokens (0.33.0's replacement).
+HANDED = ("use_eagle", "num_hash_lookahead_tokens")
 REFUSALS = ("NotImplementedError", "ValueError")  # deliberate refusals by vLLM code
 # Every DFlash release has these; the others are missing from older releases
 # (and the V1 resolver from releases that no longer have the V1 runner).

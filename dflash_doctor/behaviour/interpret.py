@@ -119,7 +119,8 @@ def interpret(plan: Plan, outcomes: dict[str, Outcome], builder: ProgramBuilder,
     drops, drops_disabled = _prefix_block(plan, outcome, reasons)
     if drops:
         hint = f"; {OPT_OUT_FIELD}: true turns it off" if drops_disabled is False else ""
-        mismatches.append(f"the scheduler drops the last matched prefix-cache block for method='dflash' ({_shown(plan)} is true){hint}")
+        mismatches.append("the scheduler tells the KV cache manager to drop (or hash with lookahead tokens) the last matched "
+                          f"prefix-cache block for method='dflash' ({_shown(plan)}){hint}")
 
     return Computed(
         aux_layer_ids=None if aux is None else tuple(aux),
@@ -249,14 +250,9 @@ def _prefix_block(plan: Plan, outcome, reasons: dict[str, str]) -> tuple[bool | 
         reasons["drops_prefix_block"] = plan.reasons.get("prefix") or plan.reasons.get("spec") or "not computed"
         return None, None
     if not result.ok or not isinstance(result.value, bool):
-        reasons["drops_prefix_block"] = f"SpeculativeConfig: {_shown(plan)} {failure(result)}"
+        reasons["drops_prefix_block"] = f"what {SCHEDULER[1]} hands the KV cache manager ({_shown(plan)}) {failure(result)}"
         return None, None
     drops = result.value
-    if drops and plan.drop.overrides:
-        lines = ", ".join(str(line) for line in plan.drop.overrides)
-        reasons["drops_prefix_block"] = (f"{_shown(plan)} is true for method='dflash', but {SCHEDULER[1]} may turn the drop off "
-                                         f"again (line {lines}) under conditions behaviour cannot know")
-        return None, None
     disabled = None
     if plan.has_opt_out:
         opted = outcome("prefix:opt-out")

@@ -29,6 +29,7 @@ from .computed import (
     VLLM_CONFIG,
 )
 from .definitions import ExtractError, Locator, Place, parsed_or_none
+from .handed import Handed, handed
 from .program import ProgramBuilder
 
 
@@ -44,6 +45,8 @@ class StubCall:
     entries: tuple[str, ...]
     reason_key: str
     bind: tuple[tuple[str, Any], ...] = ()
+    holds: str = "spec"  # which SpeculativeConfig the stub holds: "spec" or "spec_opted_out"
+    loose: bool = False  # an attribute the stub lacks is deployment state, explored both ways (else a gap)
 
 
 @dataclasses.dataclass
@@ -55,7 +58,7 @@ class Plan:
     reasons: dict[str, str] = dataclasses.field(default_factory=dict)
     evidence: list[Place] = dataclasses.field(default_factory=list)
     v1_refusals: list[tuple[str, str]] = dataclasses.field(default_factory=list)
-    drop: DropPredicate | None = None
+    drop: Handed | None = None
     has_opt_out: bool = False
     has_runner_property: bool = False
     runners: tuple[str, ...] = RUNNERS
@@ -172,21 +175,25 @@ def _plan_runner(tree: SourceTree, locator: Locator, builder: ProgramBuilder, pl
 
 def _plan_prefix_block(locator: Locator, plan: Plan, spec_symbol: Symbol | None) -> None:
     scheduler = _optional(plan, "prefix", lambda: locator.one(*SCHEDULER))
-    if scheduler is None:
-        plan.reasons.setdefault("prefix", f"{SCHEDULER[1]} not found in {SCHEDULER[0]}")
+    vllm_config = _optional(plan, "prefix", lambda: locator.one(*VLLM_CONFIG))
+    if scheduler is None or vllm_config is None:
+        missing = SCHEDULER if scheduler is None else VLLM_CONFIG
+        plan.reasons.setdefault("prefix", f"{missing[1]} not found in {missing[0]}")
         return
     try:
-        plan.drop = _drop_predicate(scheduler)
+        plan.drop = handed(scheduler)
     except ExtractError as exc:
         plan.reasons["prefix"] = str(exc)
         return
     plan.evidence.append(Place(scheduler.file, scheduler.qualname, scheduler.line))
-    plan.calls.append(Call("prefix", plan.drop.expression.format(spec="spec")))
+    expression = plan.drop.expression.format(vllm="vllm_config")
+    plan.stub_calls.append(StubCall("prefix", expression, "vllm_config", vllm_config, plan.drop.attributes, "prefix", loose=True))
     if spec_symbol is not None and any(
         isinstance(s, ast.AnnAssign) and getattr(s.target, "id", None) == OPT_OUT_FIELD for s in spec_symbol.node.body
     ):
         plan.has_opt_out = True
-        plan.calls.append(Call("prefix:opt-out", plan.drop.expression.format(spec="spec_opted_out")))
+        plan.stub_calls.append(StubCall("prefix:opt-out", expression, "vllm_config", vllm_config, plan.drop.attributes, "prefix",
+                                        holds="spec_opted_out", loose=True))
 
 
 def _add(builder: ProgramBuilder, plan: Plan, key: str, symbol: Symbol) -> bool:
@@ -239,100 +246,3 @@ def _refusal_checks(function: ast.FunctionDef, methods: set[str]) -> list[tuple[
 def _required_positional(function: ast.FunctionDef) -> int:
     arguments = function.args
     return len(arguments.posonlyargs) + len(arguments.args) - len(arguments.defaults)
-
-
-@dataclasses.dataclass(frozen=True)
-class DropPredicate:
-    """What ``KVCacheManager(use_eagle=...)`` is told, as an expression over the
-    SpeculativeConfig (``{spec}`` stands for it), and the lines that may turn the
-    drop off afterwards."""
-
-    shown: str  # a method name, or the expression for a compound one
-    expression: str
-    methods: tuple[str, ...]
-    overrides: tuple[int, ...]
-
-
-def _drop_predicate(scheduler: Symbol) -> DropPredicate:
-    handed = None
-    for node in ast.walk(scheduler.node):
-        if isinstance(node, ast.Call) and _callee(node.func) == "KVCacheManager":
-            handed = next((k.value for k in node.keywords if k.arg == "use_eagle"), handed)
-    if handed is None:
-        raise ExtractError(f"{scheduler.qualname} hands no use_eagle= to KVCacheManager")
-    methods: list[str] = []
-    overrides: list[int] = []
-
-    def translate(node: ast.expr) -> str:
-        """``spec.m()`` / ``x.speculative_config.m()`` / ``self.attr`` (assigned from one),
-        joined by and/or/not; anything else is a form behaviour does not follow."""
-        if isinstance(node, ast.BoolOp):
-            joiner = " and " if isinstance(node.op, ast.And) else " or "
-            return "(" + joiner.join(translate(value) for value in node.values) + ")"
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            return f"(not {translate(node.operand)})"
-        if isinstance(node, ast.Call) and not node.args and not node.keywords and isinstance(node.func, ast.Attribute) and not (
-            isinstance(node.func.value, ast.Name) and node.func.value.id == "self"
-        ):
-            methods.append(node.func.attr)
-            return "{spec}." + node.func.attr + "()"
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
-            method, later = _attribute_predicate(scheduler, node.attr)
-            methods.append(method)
-            overrides.extend(later)
-            return "{spec}." + method + "()"
-        raise ExtractError(f"KVCacheManager(use_eagle={ast.unparse(handed)}) is a form behaviour does not follow")
-
-    expression = translate(handed)
-    shown = methods[0] if len(methods) == 1 and expression == "{spec}." + methods[0] + "()" else expression.replace("{spec}.", "")
-    return DropPredicate(shown, expression, tuple(dict.fromkeys(methods)), tuple(sorted(set(overrides))))
-
-
-def _attribute_predicate(scheduler: Symbol, attribute: str) -> tuple[str, tuple[int, ...]]:
-    """The SpeculativeConfig method ``self.<attribute>`` is set from in ``Scheduler.__init__``,
-    and the lines that may set it False afterwards."""
-    assignments: list[tuple[ast.Assign, list[ast.expr]]] = []
-
-    def visit(statements, tests):
-        for statement in statements:
-            if isinstance(statement, ast.Assign) and any(
-                isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self" and t.attr == attribute
-                for t in statement.targets
-            ):
-                assignments.append((statement, tests))
-            if isinstance(statement, ast.If):
-                visit(statement.body, [*tests, statement.test])
-                visit(statement.orelse, [*tests, ast.UnaryOp(op=ast.Not(), operand=statement.test)])
-            elif isinstance(statement, (ast.For, ast.While, ast.With, ast.Try)):
-                for field in ("body", "orelse", "finalbody"):
-                    visit(getattr(statement, field, []) or [], [*tests, statement])
-                for handler in getattr(statement, "handlers", []) or []:
-                    visit(handler.body, [*tests, handler])
-
-    visit(scheduler.node.body, [])
-    predicate, index = None, -1
-    for position, (statement, tests) in enumerate(assignments):
-        value = statement.value
-        if isinstance(value, ast.Call) and not value.args and isinstance(value.func, ast.Attribute) and not (
-            isinstance(value.func.value, ast.Name) and value.func.value.id == "self"
-        ):
-            predicate, index = value.func.attr, position
-        elif isinstance(value, ast.Constant) and value.value is True and tests and _predicate_test(tests[-1]):
-            predicate, index = tests[-1].func.attr, position
-    if predicate is None:
-        raise ExtractError(f"no assignment of self.{attribute} in {scheduler.qualname} reads a SpeculativeConfig predicate")
-    overrides = []
-    for statement, _ in assignments[index + 1:]:
-        if isinstance(statement.value, ast.Constant) and statement.value.value is False:
-            overrides.append(statement.lineno)
-        else:
-            raise ExtractError(f"self.{attribute} is set again at line {statement.lineno} in a form behaviour does not follow")
-    return predicate, tuple(overrides)
-
-
-def _predicate_test(test: ast.expr) -> bool:
-    return isinstance(test, ast.Call) and not test.args and isinstance(test.func, ast.Attribute)
-
-
-def _callee(func: ast.expr) -> str | None:
-    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None

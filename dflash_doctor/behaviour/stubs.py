@@ -15,16 +15,18 @@ from .program import ProgramBuilder
 def build_stubs(builder: ProgramBuilder, spec_symbol: Symbol, plan: Plan) -> str:
     """Build the class stubs of the planned calls, then the SpeculativeConfig body
     with every method the program reads (until no new one is needed)."""
-    bodies: dict[tuple[str, str, tuple[str, ...]], str] = {}
+    bodies: dict[tuple[str, str, tuple[str, ...], bool], str] = {}
     for stub_call in plan.stub_calls:
-        key = (stub_call.owner.file, stub_call.owner.qualname, stub_call.entries)
+        key = (stub_call.owner.file, stub_call.owner.qualname, stub_call.entries, stub_call.loose)
         try:
             if key not in bodies:
-                bodies[key] = builder.class_body(stub_call.owner, stub_call.entries)
+                # a loose stub stands for the deployment: its fields keep their launch defaults
+                bodies[key] = builder.class_body(stub_call.owner, stub_call.entries, option_defaults=stub_call.loose)
         except ExtractError as exc:
             plan.reasons[stub_call.reason_key] = str(exc)
             continue
-        holder = {"$marker": "class", "label": stub_call.owner.node.name, "body": bodies[key]}
+        holder = {"$marker": "class", "label": stub_call.owner.node.name, "body": bodies[key],
+                  "holds": stub_call.holds, "loose": stub_call.loose}
         plan.calls.append(Call(stub_call.id, stub_call.expr, ((stub_call.holder, holder), *stub_call.bind)))
     seen: set[str] = set()
     body = ""
@@ -33,7 +35,7 @@ def build_stubs(builder: ProgramBuilder, spec_symbol: Symbol, plan: Plan) -> str
         for other in bodies.values():
             wanted |= attribute_names(other)
         if plan.drop:
-            wanted.update(plan.drop.methods)
+            wanted.update(plan.drop.attributes)
         if wanted <= seen:
             return body
         seen |= wanted
@@ -43,10 +45,12 @@ def build_stubs(builder: ProgramBuilder, spec_symbol: Symbol, plan: Plan) -> str
 def with_spec(call: Call, spec: dict, spec_body: str, spec_attrs: dict, hf_name: str, layer_count: int | None) -> Call:
     """Resolve the markers left in calls for one drafter config: every stub that
     holds its SpeculativeConfig, and its hf_config under its own data name."""
+    opted_out = sandbox.class_instance(SPEC_CONFIG[1], spec_body, **spec_attrs, **{OPT_OUT_FIELD: True})
     bind = []
     for name, value in call.bind:
         if isinstance(value, dict) and value.get("$marker") == "class":
-            value = sandbox.class_instance(value["label"], value["body"], speculative_config=spec)
+            held = opted_out if value.get("holds") == "spec_opted_out" else spec
+            value = sandbox.class_instance(value["label"], value["body"], loose=value.get("loose", False), speculative_config=held)
         elif isinstance(value, dict) and value.get("$marker") == "plain-vllm-config":
             value = sandbox.strict_object("VllmConfig", speculative_config=spec)
         elif value == sandbox.config_object("hf_config", "hf"):
@@ -55,6 +59,4 @@ def with_spec(call: Call, spec: dict, spec_body: str, spec_attrs: dict, hf_name:
     bind.append(("spec", spec))
     if call.id.startswith("layers:"):
         bind.append(("layer_count", layer_count))
-    if call.id == "prefix:opt-out":
-        bind.append(("spec_opted_out", sandbox.class_instance(SPEC_CONFIG[1], spec_body, **spec_attrs, **{OPT_OUT_FIELD: True})))
     return Call(call.id, call.expr, tuple(bind))

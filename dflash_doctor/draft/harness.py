@@ -29,6 +29,7 @@ past it. Stubs are described by ``spec``:
     {"$obj": label, "attrs": {..}}    attributes from specs; a missing one is a gap
     {"$class": label, "body": src, "attrs": {..}}  an instance of a class whose
                                       methods are ``src``; missing attributes are gaps
+                                      (with "loose": true, stand-ins: deployment state)
     {"$gap": label}          anything done with it is a gap: running the code cannot know
     {"$returns": spec}       a function returning the spec (any arguments)
     {"$noop": label}         every attribute is a function doing nothing (a logger)
@@ -86,6 +87,9 @@ def decide(label):
     (while the program's definitions are made, such a branch is a gap)."""
     if not CALLING[0]:
         raise ProbeGap("%s decides a branch" % label)
+    for taken_label, choice in TAKEN:  # the same unknown value reads the same within one run
+        if taken_label == label:
+            return choice
     index = len(TAKEN)
     if index >= 2 * MAX_PATHS:
         raise ProbeGap("%s decides too many branches" % label)
@@ -438,7 +442,7 @@ def build(spec, data, namespace):
     if "$class" in spec:
         body = {}
         exec(compiled(spec["body"]), namespace, body)
-        cls = type(spec["$class"], (Obj,), body)
+        cls = type(spec["$class"], (LooseConfig if spec.get("loose") else Obj,), body)
         return cls(spec["$class"], build(spec.get("attrs", {}), data, namespace), True)
     if "$gap" in spec:
         return Gap(spec["$gap"])

@@ -242,8 +242,10 @@ def strict_object(label: str, **attrs: Any) -> dict:
     return {"$obj": label, "attrs": attrs}
 
 
-def class_instance(label: str, body: str, **attrs: Any) -> dict:
-    return {"$class": label, "body": body, "attrs": attrs}
+def class_instance(label: str, body: str, loose: bool = False, **attrs: Any) -> dict:
+    """An instance of a class with ``body``; a missing attribute is a gap, or with
+    ``loose`` a stand-in whose branches are explored both ways."""
+    return {"$class": label, "body": body, "attrs": attrs, **({"loose": True} if loose else {})}
 
 
 def gap(label: str) -> dict:

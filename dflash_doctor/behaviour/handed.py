@@ -1,0 +1,172 @@
+"""What the scheduler hands the KV cache manager about the last prefix-cache
+block, folded into one expression the child evaluates.
+
+The scheduler's constructor is read as Python runs it up to the manager's
+construction: every assignment to a local or to ``self.<name>`` that the
+handed values depend on, each under the ``if`` conditions it sits in, later
+ones over earlier ones. The expression reads the deployment only through
+``{vllm}`` (the VllmConfig the scheduler is given, with its tree's own
+properties); what that leaves unknown is explored both ways in the child.
+Anything else (a loop, a ``try``, a call with arguments) is a form behaviour
+does not follow: the question is then unknown, with the reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+
+from ..source import Symbol
+from .computed import HANDED, MANAGER
+from .definitions import ExtractError
+
+VLLM = "{vllm}"  # placeholder for the VllmConfig instance in the expression
+
+
+@dataclasses.dataclass(frozen=True)
+class Handed:
+    """``expression`` is true when the manager is told to change the last block
+    (drop it, or hash it with lookahead tokens); ``attributes`` are the names it
+    reads (the stubs must carry them); ``shown`` is what decides, for the report."""
+
+    expression: str
+    attributes: tuple[str, ...]
+    shown: str
+
+
+def handed(scheduler: Symbol) -> Handed:
+    constructor = scheduler.node
+    call = _manager_call(constructor)
+    if call is None:
+        raise ExtractError(f"{scheduler.qualname} builds no {MANAGER}")
+    values = _handed_values(call)
+    if HANDED[0] not in values:
+        raise ExtractError(f"{scheduler.qualname} hands no {HANDED[0]}= to {MANAGER}")
+    first = constructor.args.args[1].arg if len(constructor.args.args) > 1 else None
+    folder = _Folder(scheduler, call.lineno, first)
+    parts = [folder.expression(values[name]) for name in HANDED if name in values]
+    expression = " or ".join(f"bool({part})" for part in parts)
+    shown = " or ".join(f"{name}={ast.unparse(values[name])}" for name in HANDED if name in values)
+    return Handed(expression, tuple(sorted(folder.attributes)), shown)
+
+
+def _manager_call(function: ast.FunctionDef) -> ast.Call | None:
+    calls = [node for node in ast.walk(function) if isinstance(node, ast.Call) and _callee(node.func) == MANAGER]
+    return calls[-1] if calls else None
+
+
+def _handed_values(call: ast.Call) -> dict[str, ast.expr]:
+    """The manager's keywords among HANDED, also through a ``**{...}`` dict literal."""
+    values: dict[str, ast.expr] = {}
+    for keyword in call.keywords:
+        if keyword.arg in HANDED:
+            values[keyword.arg] = keyword.value
+        elif keyword.arg is None and isinstance(keyword.value, ast.Dict):
+            for key, value in zip(keyword.value.keys, keyword.value.values):
+                if isinstance(key, ast.Constant) and key.value in HANDED:
+                    values[key.value] = value
+    return values
+
+
+@dataclasses.dataclass
+class _Assignment:
+    target: str  # a local's name, or "self.<name>"
+    value: ast.expr
+    conditions: list[ast.expr]
+    line: int
+
+
+class _Folder:
+    """Assignments of the constructor before ``line``, folded into expressions."""
+
+    def __init__(self, scheduler: Symbol, line: int, vllm_config: str | None) -> None:
+        self.where = scheduler.qualname
+        self.vllm_config = vllm_config
+        self.assignments: list[_Assignment] = []
+        self.unfollowed: dict[str, int] = {}  # targets assigned where the order of execution is not followed
+        self.attributes: set[str] = set()
+        self._visit(scheduler.node.body, [], line)
+
+    def _visit(self, statements: list[ast.stmt], conditions: list[ast.expr], line: int) -> None:
+        for statement in statements:
+            if statement.lineno >= line:
+                return
+            if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and _target(statement.targets[0]):
+                self.assignments.append(_Assignment(_target(statement.targets[0]), statement.value, conditions, statement.lineno))
+            elif isinstance(statement, ast.AnnAssign) and statement.value is not None and _target(statement.target):
+                self.assignments.append(_Assignment(_target(statement.target), statement.value, conditions, statement.lineno))
+            elif isinstance(statement, ast.If):
+                self._visit(statement.body, [*conditions, statement.test], line)
+                self._visit(statement.orelse, [*conditions, ast.UnaryOp(op=ast.Not(), operand=statement.test)], line)
+            elif isinstance(statement, (ast.For, ast.While, ast.With, ast.Try, ast.AsyncFor, ast.AsyncWith)):
+                for node in ast.walk(statement):
+                    for target in getattr(node, "targets", [getattr(node, "target", None)]):
+                        if target is not None and _target(target):
+                            self.unfollowed.setdefault(_target(target), node.lineno)
+
+    def expression(self, node: ast.expr, before: int | None = None) -> str:
+        if isinstance(node, ast.Constant) and isinstance(node.value, (bool, int, str, type(None))):
+            return repr(node.value)
+        if isinstance(node, ast.Name):
+            if node.id == self.vllm_config and not self._assigned(node.id, before):
+                return VLLM
+            return self._fold(node.id, before)
+        if isinstance(node, ast.Attribute):
+            if isinstance(node.value, ast.Name) and node.value.id == "self":
+                return self._fold(f"self.{node.attr}", before)
+            self.attributes.add(node.attr)
+            return f"{self.expression(node.value, before)}.{node.attr}"
+        if isinstance(node, ast.Call) and not node.args and not node.keywords and isinstance(node.func, ast.Attribute):
+            return f"{self.expression(node.func, before)}()"
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "bool" and len(node.args) == 1:
+            return f"bool({self.expression(node.args[0], before)})"
+        if isinstance(node, ast.BoolOp):
+            joiner = " and " if isinstance(node.op, ast.And) else " or "
+            return "(" + joiner.join(self.expression(value, before) for value in node.values) + ")"
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            return f"(not {self.expression(node.operand, before)})"
+        if isinstance(node, ast.IfExp):
+            return (f"({self.expression(node.body, before)} if {self.expression(node.test, before)} "
+                    f"else {self.expression(node.orelse, before)})")
+        if isinstance(node, ast.Compare) and all(isinstance(op, (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)) for op in node.ops):
+            parts = [self.expression(node.left, before)]
+            for op, right in zip(node.ops, node.comparators):
+                parts += [{ast.Is: "is", ast.IsNot: "is not", ast.Eq: "==", ast.NotEq: "!="}[type(op)], self.expression(right, before)]
+            return "(" + " ".join(parts) + ")"
+        raise ExtractError(f"{self.where} computes what it hands {MANAGER} with {ast.unparse(node)}, a form behaviour does not follow")
+
+    def _assigned(self, target: str, before: int | None) -> bool:
+        return any(item.target == target and (before is None or item.line < before) for item in self.assignments)
+
+    def _fold(self, target: str, before: int | None) -> str:
+        """The value ``target`` holds just before line ``before`` (None: at the manager's construction)."""
+        if target in self.unfollowed and (before is None or self.unfollowed[target] < before):
+            raise ExtractError(f"{self.where} sets {target} at line {self.unfollowed[target]} in a loop, with or try, "
+                               "a form behaviour does not follow")
+        value: str | None = None
+        for item in self.assignments:
+            if item.target != target or (before is not None and item.line >= before):
+                continue
+            new = self.expression(item.value, item.line)
+            if not item.conditions:
+                value = new
+                continue
+            test = " and ".join(self.expression(condition, item.line) for condition in item.conditions)
+            if value is None:
+                raise ExtractError(f"{self.where} may leave {target} unset (it is set only under a condition at line {item.line})")
+            value = f"({new} if ({test}) else {value})"
+        if value is None:
+            raise ExtractError(f"{self.where} reads {target}, which it does not set before handing it on")
+        return value
+
+
+def _target(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+        return f"self.{node.attr}"
+    return None
+
+
+def _callee(func: ast.expr) -> str | None:
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
