@@ -9,11 +9,14 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from conftest import check_json, statuses
+
+MiniTree = Callable[..., Path]  # conftest's mini_tree fixture
 
 # The +1 of both resolvers on 0.33.0, and the same ids through a helper module.
 SHIFT = 'i + 1 for i in (dflash_config.get("target_layer_ids") or [])'
@@ -33,17 +36,20 @@ main()
 """
 
 
+class CachedCheck:
+    """``check(tree)`` -> (exit code, JSON report) of a check with the results cache on, in ``cache``."""
+
+    def __init__(self, cache: Path) -> None:
+        self.env = {k: v for k, v in os.environ.items() if k != "DFLASH_DOCTOR_NO_CACHE"}
+        self.env["DFLASH_DOCTOR_CACHE"] = str(cache)
+
+    def __call__(self, tree: Path) -> tuple[int, dict]:
+        return check_json("--path", str(tree), env=self.env)
+
+
 @pytest.fixture
-def cached(tmp_path):
-    """``cached(tree)`` -> (exit code, JSON report) of a check with the results cache on."""
-    env = {k: v for k, v in os.environ.items() if k != "DFLASH_DOCTOR_NO_CACHE"}
-    env["DFLASH_DOCTOR_CACHE"] = str(tmp_path / "cache")
-
-    def check(tree: Path) -> tuple[int, dict]:
-        return check_json("--path", str(tree), env=env)
-
-    check.env = env
-    return check
+def cached(tmp_path: Path) -> CachedCheck:
+    return CachedCheck(tmp_path / "cache")
 
 
 def fresh(tree: Path) -> tuple[int, dict]:
@@ -63,7 +69,7 @@ def shift_in_helper(tree: Path, helper: str = "vllm/dflash_shift.py") -> Path:
     return path
 
 
-def test_dropping_the_shift_in_a_helper_only_behaviour_reads_is_seen(mini_tree, cached):
+def test_dropping_the_shift_in_a_helper_only_behaviour_reads_is_seen(mini_tree: MiniTree, cached: CachedCheck) -> None:
     tree = mini_tree("0.33.0")
     helper = shift_in_helper(tree)
     code, report = cached(tree)
@@ -74,7 +80,7 @@ def test_dropping_the_shift_in_a_helper_only_behaviour_reads_is_seen(mini_tree, 
     assert (code, report) == fresh(tree)
 
 
-def test_a_same_length_edit_with_the_mtime_put_back_is_seen(mini_tree, cached):
+def test_a_same_length_edit_with_the_mtime_put_back_is_seen(mini_tree: MiniTree, cached: CachedCheck) -> None:
     tree = mini_tree("0.33.0")
     helper = shift_in_helper(tree)
     before = helper.stat()
@@ -87,7 +93,7 @@ def test_a_same_length_edit_with_the_mtime_put_back_is_seen(mini_tree, cached):
     assert (code, report) == fresh(tree)
 
 
-def test_a_deleted_file_on_the_route_is_seen(mini_tree, cached):
+def test_a_deleted_file_on_the_route_is_seen(mini_tree: MiniTree, cached: CachedCheck) -> None:
     tree = mini_tree("0.33.0")
     helper = shift_in_helper(tree)
     assert cached(tree)[0] == 0
@@ -101,7 +107,9 @@ def test_a_deleted_file_on_the_route_is_seen(mini_tree, cached):
     ("vllm/dflash_shift/__init__.py", "vllm/dflash_shift.py"),  # a new module beside the package on the route
     ("vllm/dflash_shift.py", "vllm/dflash_shift/__init__.py"),  # a new package beside the module (Python imports the package)
 ], ids=["module-beside-package", "package-beside-module"])
-def test_a_new_module_shadowing_one_on_the_route_is_seen(mini_tree, cached, route, shadow):
+def test_a_new_module_shadowing_one_on_the_route_is_seen(
+    mini_tree: MiniTree, cached: CachedCheck, route: str, shadow: str
+) -> None:
     """Whichever of the two behaviour follows, the cached answer is the fresh one:
     the files it looked for and did not find are part of the record."""
     tree = mini_tree("0.33.0")
@@ -125,7 +133,9 @@ def watched_check(tree: Path, env: dict, cwd: Path) -> tuple[subprocess.Complete
     return proc, [line for line in proc.stderr.splitlines() if line.startswith("SPAWNED ")]
 
 
-def test_an_unknown_answer_is_served_from_the_cache_without_a_child(mini_tree, cached, tmp_path):
+def test_an_unknown_answer_is_served_from_the_cache_without_a_child(
+    mini_tree: MiniTree, cached: CachedCheck, tmp_path: Path
+) -> None:
     tree = mini_tree("0.33.0")
     moved_resolver(tree)
     first, spawned = watched_check(tree, cached.env, tmp_path)
@@ -136,7 +146,7 @@ def test_an_unknown_answer_is_served_from_the_cache_without_a_child(mini_tree, c
     assert (2, json.loads(second.stdout)) == fresh(tree)
 
 
-def test_code_that_moved_into_a_new_file_is_seen_after_a_cached_search(mini_tree, cached):
+def test_code_that_moved_into_a_new_file_is_seen_after_a_cached_search(mini_tree: MiniTree, cached: CachedCheck) -> None:
     """An answer that searched the package is cached with what the search found:
     a new file defining the missing code changes the search, so the cache misses."""
     tree = mini_tree("0.33.0")
