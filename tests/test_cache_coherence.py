@@ -127,17 +127,25 @@ def moved_resolver(tree: Path) -> None:
     path.write_text(path.read_text().replace("_get_eagle3_aux_layers_from_config", "_aux_layers_elsewhere"))
 
 
+def unreadable_resolver(tree: Path) -> None:
+    """The V2 resolver's file is a FIFO: a file the rules name that cannot be read."""
+    path = tree / RESOLVERS[1]
+    path.unlink()
+    os.mkfifo(path)
+
+
 def watched_check(tree: Path, env: dict, cwd: Path) -> tuple[subprocess.CompletedProcess, list[str]]:
     proc = subprocess.run([sys.executable, "-c", WATCHED, "check", "--path", str(tree), "--format", "json"],
                           capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
     return proc, [line for line in proc.stderr.splitlines() if line.startswith("SPAWNED ")]
 
 
+@pytest.mark.parametrize("unknowable", [moved_resolver, unreadable_resolver], ids=["searched", "unreadable"])
 def test_an_unknown_answer_is_served_from_the_cache_without_a_child(
-    mini_tree: MiniTree, cached: CachedCheck, tmp_path: Path
+    mini_tree: MiniTree, cached: CachedCheck, tmp_path: Path, unknowable: Callable[[Path], None]
 ) -> None:
     tree = mini_tree("0.33.0")
-    moved_resolver(tree)
+    unknowable(tree)
     first, spawned = watched_check(tree, cached.env, tmp_path)
     assert first.returncode == 2 and spawned, (first.returncode, first.stderr[-2000:])
     second, spawned = watched_check(tree, cached.env, tmp_path)
