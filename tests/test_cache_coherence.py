@@ -166,3 +166,16 @@ def test_code_that_moved_into_a_new_file_is_seen_after_a_cached_search(mini_tree
     code, after = cached(tree)
     assert (code, statuses(after)["layer-offset"]) == (0, "present")
     assert (code, after) == fresh(tree)
+
+
+def test_an_answer_with_a_call_that_timed_out_is_not_kept(mini_tree: MiniTree, cached: CachedCheck, tmp_path: Path) -> None:
+    """A call that runs out of time says as much about the machine's load as
+    about the tree: the next check runs the tree's code again."""
+    tree = mini_tree("0.33.0")
+    looping = "def dflash_shift(i):\n    while i == 46:  # one z-lab drafter's id\n        pass\n    return i + 1\n"
+    shift_in_helper(tree).write_text(looping)
+    first, spawned = watched_check(tree, cached.env, tmp_path)
+    assert first.returncode == 2 and spawned, first.stderr[-2000:]
+    assert "did not finish within" in json.dumps(json.loads(first.stdout)["fixes"])
+    second, spawned = watched_check(tree, cached.env, tmp_path)
+    assert second.returncode == 2 and spawned, second.stderr[-2000:]
