@@ -10,8 +10,9 @@ looked for and did not find, read errors; ``scans``: what a search of the
 package for moved code found). A candidate is a hit only when the tree still
 reads the same on every one of them, so a hit is the answer a fresh
 evaluation would give, whichever files behaviour followed. A hit re-reads and
-re-digests those files (and repeats a search, when there was one), but needs no
-parse, no libcst import and no child process. Unknown answers are kept like
+re-digests those files, and repeats a search unless no file of the package
+changed by its metadata (``stamp.py``), but needs no parse, no libcst import
+and no child process. Unknown answers are kept like
 the others; an evaluation whose behaviour child failed or timed out is not (its
 answer depends on the machine's load, not on the files).
 ``DFLASH_DOCTOR_NO_CACHE=1`` turns the cache off; one that cannot be read or
@@ -81,8 +82,9 @@ def _hit(key: str, tree: SourceTree) -> tuple[FixResult, ...] | None:
     """The fixes of the first candidate under ``key`` the tree still reads the same as."""
     for entry in _load(key):
         try:
-            same = all(tree.state(relpath) == state for relpath, state in entry["reads"].items()) and all(
-                tree.files_defining(names) == found for names, found in entry["scans"])
+            same = all(tree.state(relpath) == state for relpath, state in entry["reads"].items()) and (
+                (entry["stamp"] is not None and tree.package_unchanged(entry["stamp"]))
+                or all(tree.files_defining(names) == found for names, found in entry["scans"]))
             if same:
                 tree.remember_inspected(entry["inspected"])
                 return tuple(FixResult.from_json(fix) for fix in entry["fixes"])
@@ -93,7 +95,8 @@ def _hit(key: str, tree: SourceTree) -> tuple[FixResult, ...] | None:
 
 def _store(key: str, tree: SourceTree, fixes: tuple[FixResult, ...]) -> None:
     reads = tree.reads()
-    entry = {"reads": reads, "scans": tree.scans(), "inspected": tree.inspected(), "fixes": [fix.to_json() for fix in fixes]}
+    entry = {"reads": reads, "scans": tree.scans(), "stamp": tree.search_stamp, "inspected": tree.inspected(),
+             "fixes": [fix.to_json() for fix in fixes]}
     others = [old for old in _load(key) if old.get("reads") != reads]
     try:
         path = _path(key)

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import stamp
 from .model import ToolError
 from .probe import read_regular, scan_definitions
 
@@ -196,6 +197,7 @@ class SourceTree:
         self._digests: dict[str, str] = {}
         self._parsed: dict[str, ParsedFile | SourceError | None] = {}
         self._scans: dict[frozenset[str], dict[str, list[str]]] = {}
+        self.search_stamp: list | None = None  # ``package_stamp`` before the first search
         self._remembered: dict[str, str] = {}
 
     def read(self, relpath: str) -> bytes | None:
@@ -210,8 +212,18 @@ class SourceTree:
         """``search``, once per set of names."""
         wanted = frozenset(names)
         if wanted not in self._scans:
+            if not self._scans:
+                self.search_stamp = self.package_stamp()
             self._scans[wanted] = {name: list(files) for name, files in self.search(wanted).items()}
         return {name: list(files) for name, files in self._scans[wanted].items()}
+
+    def package_stamp(self) -> list | None:
+        """What a search reads, cheaply (``stamp.py``); None when repeating the search is cheap anyway (a snapshot's)."""
+        return None
+
+    def package_unchanged(self, rows: list) -> bool:
+        """Whether a search would read the same files as when ``package_stamp`` gave ``rows``."""
+        return False
 
     def dist_info_text(self, name: str) -> str | None:
         """A file of the package's dist-info (METADATA, RECORD, direct_url.json)."""
@@ -304,3 +316,9 @@ class DirectoryTree(SourceTree):
 
     def search(self, names: frozenset[str]) -> Mapping[str, list[str]]:
         return scan_definitions(str(self.root), self.package, names)
+
+    def package_stamp(self) -> list | None:
+        return stamp.stamp(str(self.root), self.package)
+
+    def package_unchanged(self, rows: list) -> bool:
+        return stamp.unchanged(str(self.root), self.package, rows)

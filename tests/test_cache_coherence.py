@@ -9,12 +9,15 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from conftest import check_json, statuses
+
+from dflash_doctor.stamp import RACY_NS
 
 MiniTree = Callable[..., Path]  # conftest's mini_tree fixture
 
@@ -30,6 +33,8 @@ import sys
 def spawned(event, args):
     if event == "subprocess.Popen":
         sys.stderr.write("SPAWNED %s\\n" % (args[1][:3],))
+    elif event == "open" and str(args[0]).endswith(".py"):
+        sys.stderr.write("OPENED %s\\n" % (args[0],))
 sys.addaudithook(spawned)
 from dflash_doctor.cli import main
 main()
@@ -179,3 +184,44 @@ def test_an_answer_with_a_call_that_timed_out_is_not_kept(mini_tree: MiniTree, c
     assert "did not finish within" in json.dumps(json.loads(first.stdout)["fixes"])
     second, spawned = watched_check(tree, cached.env, tmp_path)
     assert second.returncode == 2 and spawned, second.stderr[-2000:]
+
+
+def test_a_search_is_not_repeated_while_no_file_of_the_package_changed(
+    mini_tree: MiniTree, cached: CachedCheck, tmp_path: Path
+) -> None:
+    """A hit on an answer that searched the package reads the files it recorded,
+    not the package: the files nothing but the search reads are not opened."""
+    tree = mini_tree("0.33.0")
+    moved_resolver(tree)
+    unrelated = [tree / f"vllm/unrelated/m{index}.py" for index in range(20)]
+    for path in unrelated:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("def f():\n    return 1\n")
+    time.sleep(RACY_NS / 1e9)  # settled: files changed just before the search are digested, so opened again
+    first, _ = watched_check(tree, cached.env, tmp_path)
+    second, spawned = watched_check(tree, cached.env, tmp_path)
+    assert first.returncode == second.returncode == 2 and spawned == []
+    assert all(f"OPENED {path}" in first.stderr for path in unrelated)
+    assert not any(f"OPENED {path}" in second.stderr for path in unrelated)
+
+
+def test_a_same_length_edit_that_the_search_would_find_is_seen(mini_tree: MiniTree, cached: CachedCheck) -> None:
+    """A file only the search reads gains the missing definition in place, same
+    length, mtime put back: its ctime moved, so the search is repeated."""
+    tree = mini_tree("0.33.0")
+    moved_resolver(tree)
+    original = (mini_tree("0.33.0", "original") / RESOLVERS[0]).read_text()
+    elsewhere = tree / "vllm/v1/worker/moved_runner.py"
+    elsewhere.write_text(original.replace("_get_eagle3_aux_layers_from_config", "_get_eagle3_aux_layers_from_confiX"))
+    time.sleep(RACY_NS / 1e9)  # settled: trusted by its stat, not digested
+    assert cached(tree)[0] == 2
+    before = elsewhere.stat()
+    with open(elsewhere, "r+b") as handle:
+        data = handle.read().replace(b"_get_eagle3_aux_layers_from_confiX", b"_get_eagle3_aux_layers_from_config")
+        handle.seek(0)
+        handle.write(data)
+    os.utime(elsewhere, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (elsewhere.stat().st_size, elsewhere.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    code, report = cached(tree)
+    assert (code, statuses(report)["layer-offset"]) == (0, "present")
+    assert (code, report) == fresh(tree)
