@@ -48,6 +48,7 @@ def checked_fixes(tree: SourceTree, rules: tuple[Rule, ...]) -> tuple[FixResult,
     files = sorted({a.file for rule in rules for a in rule.anchors} | {rule.applies.file for rule in rules})
     key = None if caches_disabled() else _key(tree, rules, files, "structure")
     if key is not None:
+        tree.stamping = True  # before any search, the candidates' included
         fixes = _hit(key, tree)
         if fixes is not None:
             return fixes
@@ -67,6 +68,7 @@ def judged_fixes(resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftC
     where = f"behaviour on {tree.python or 'this machine'}" if resolved.behaviour is not None else f"structure only: {resolved.no_behaviour}"
     key = None if caches_disabled() or user is not None else _key(tree, rules, files, where, _references())
     if key is not None:
+        tree.stamping = True  # before any search, the candidates' included
         fixes = _hit(key, tree)
         if fixes is not None:
             return fixes, None

@@ -197,6 +197,7 @@ class SourceTree:
         self._digests: dict[str, str] = {}
         self._parsed: dict[str, ParsedFile | SourceError | None] = {}
         self._scans: dict[frozenset[str], dict[str, list[str]]] = {}
+        self.stamping = False  # whether to take ``search_stamp`` (the results cache keeps it)
         self.search_stamp: list | None = None  # ``package_stamp`` before the first search
         self._remembered: dict[str, str] = {}
 
@@ -212,7 +213,7 @@ class SourceTree:
         """``search``, once per set of names."""
         wanted = frozenset(names)
         if wanted not in self._scans:
-            if not self._scans:
+            if self.stamping and not self._scans:
                 self.search_stamp = self.package_stamp()
             self._scans[wanted] = {name: list(files) for name, files in self.search(wanted).items()}
         return {name: list(files) for name, files in self._scans[wanted].items()}
