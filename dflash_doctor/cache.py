@@ -48,7 +48,7 @@ def checked_fixes(tree: SourceTree, rules: tuple[Rule, ...]) -> tuple[FixResult,
     files = sorted({a.file for rule in rules for a in rule.anchors} | {rule.applies.file for rule in rules})
     key = None if caches_disabled() else _key(tree, rules, files, "structure")
     if key is not None:
-        tree.stamping = True  # before any search, the candidates' included
+        tree.stamping = True  # a stamp before the first search, should checking a candidate make it
         fixes = _hit(key, tree)
         if fixes is not None:
             return fixes
@@ -68,7 +68,7 @@ def judged_fixes(resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftC
     where = f"behaviour on {tree.python or 'this machine'}" if resolved.behaviour is not None else f"structure only: {resolved.no_behaviour}"
     key = None if caches_disabled() or user is not None else _key(tree, rules, files, where, _references())
     if key is not None:
-        tree.stamping = True  # before any search, the candidates' included
+        tree.stamping = True  # a stamp before the first search, should checking a candidate make it
         fixes = _hit(key, tree)
         if fixes is not None:
             return fixes, None
@@ -90,7 +90,7 @@ def _hit(key: str, tree: SourceTree) -> tuple[FixResult, ...] | None:
             if same:
                 tree.remember_inspected(entry["inspected"])
                 return tuple(FixResult.from_json(fix) for fix in entry["fixes"])
-        except (KeyError, TypeError, ValueError, AttributeError):
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
             continue  # an entry of another shape: never trusted
     return None
 
