@@ -27,7 +27,7 @@ THROUGH_HELPER = 'dflash_shift(i) for i in (dflash_config.get("target_layer_ids"
 RESOLVERS = ("vllm/v1/worker/gpu_model_runner.py", "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py")
 HELPER = "def dflash_shift(i):\n    return i + 1\n"
 NO_SHIFT = "def dflash_shift(i):\n    return i\n"
-# A check in its own process that says on stderr each process it starts (the behaviour child).
+# A check in its own process that says on stderr each process it starts (the behaviour child) and each .py file it opens.
 WATCHED = """
 import sys
 def spawned(event, args):
