@@ -1,20 +1,29 @@
-"""Check results remembered by the content of the files they were read from.
+"""Check results remembered with every file they were read from.
 
-Two entries: what the code's forms say (``checked_fixes``, which ``patch``
-plans from) and the verdicts with behaviour (``judged_fixes``). The key is the
-tool's own code, the bytes of the selected rule files and reference drafter
-configs, whether the target runs behaviour, and the sha256 of every file the
-rules name (anchors and behaviour files), so a hit is exactly the answer a
-fresh evaluation would give. A run that had to search the package for moved
-code is not cached (its answer depends on files outside the key). A hit needs
-no parse, no libcst import and no child process. ``DFLASH_DOCTOR_NO_CACHE=1``
-turns it off; a cache that cannot be read or written is skipped, never an error.
+Two kinds of result: what the code's forms say (``checked_fixes``, which
+``patch`` plans from) and the verdicts with behaviour (``judged_fixes``).
+A key (the tool's own code, the bytes of the selected rule files and reference
+drafter configs, what runs behaviour, and the state of every file the rules
+name) selects a few candidate entries; each holds what its evaluation read
+through the tree (``SourceTree.reads``: the sha256 of every file, files it
+looked for and did not find, read errors; ``scans``: what a search of the
+package for moved code found). A candidate is a hit only when the tree still
+reads the same on every one of them, so a hit is the answer a fresh
+evaluation would give, whichever files behaviour followed. A hit re-reads and
+re-digests those files, and repeats a search unless no file of the package
+changed by its metadata (``stamp.py``), but needs no parse, no libcst import
+and no child process. Unknown answers are kept like
+the others; an evaluation whose behaviour child failed or timed out is not (its
+answer depends on the machine's load, not on the files).
+``DFLASH_DOCTOR_NO_CACHE=1`` turns the cache off; one that cannot be read or
+written is skipped, never an error.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,27 +32,30 @@ from .behaviour.reference import reference_dir
 from .model import FixResult, ToolError
 from .paths import cache_dir, caches_disabled, write_atomically
 from .rules import Rule
-from .source import SourceError, SourceTree
+from .source import SourceTree
 
 if TYPE_CHECKING:
     from .draft.config import DraftConfig
     from .behaviour.computed import Computed
     from .targets import ResolvedTarget
 
+# Entries kept under one key: trees that differ only in files the rules do not name.
+MAX_CANDIDATES = 8
+
+
 def checked_fixes(tree: SourceTree, rules: tuple[Rule, ...]) -> tuple[FixResult, ...]:
     """What the code's forms alone say."""
     files = sorted({a.file for rule in rules for a in rule.anchors} | {rule.applies.file for rule in rules})
     key = None if caches_disabled() else _key(tree, rules, files, "structure")
     if key is not None:
-        cached = _load(key)
-        if cached is not None:
-            tree.remember_inspected(cached["inspected"])
-            return tuple(FixResult.from_json(fix) for fix in cached["fixes"])
+        tree.stamping = True  # a stamp before the first search, should checking a candidate make it
+        fixes = _hit(key, tree)
+        if fixes is not None:
+            return fixes
     from .engine import Checker  # heavy: libcst, which a warm check never imports
 
-    checker = Checker(tree)
-    fixes = checker.run(rules)
-    if key is not None and not checker.scanned:
+    fixes = Checker(tree).run(rules)
+    if key is not None:
         _store(key, tree, fixes)
     return fixes
 
@@ -53,27 +65,47 @@ def judged_fixes(resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftC
     structure explains; and what the tree computes for ``user``'s config (not cached)."""
     tree = resolved.tree
     files = sorted({relpath for rule in rules for relpath in rule.files})
-    mode = "behaviour" if resolved.behaviour is not None else "structure only"
-    key = None if caches_disabled() or user is not None else _key(tree, rules, files, mode, _references())
+    where = f"behaviour on {tree.python or 'this machine'}" if resolved.behaviour is not None else f"structure only: {resolved.no_behaviour}"
+    key = None if caches_disabled() or user is not None else _key(tree, rules, files, where, _references())
     if key is not None:
-        cached = _load(key)
-        if cached is not None:
-            tree.remember_inspected(cached["inspected"])
-            return tuple(FixResult.from_json(fix) for fix in cached["fixes"]), None
+        tree.stamping = True  # a stamp before the first search, should checking a candidate make it
+        fixes = _hit(key, tree)
+        if fixes is not None:
+            return fixes, None
     from .verdicts import judge  # warm check: verdicts pulls in every behaviour module, which a cache hit never needs
 
-    fixes, probes, scanned = judge(resolved, rules, user)
-    if key is not None and not scanned:
+    fixes, probes, steady = judge(resolved, rules, user)
+    if key is not None and steady:
         _store(key, tree, fixes)
     return fixes, probes
 
 
+def _hit(key: str, tree: SourceTree) -> tuple[FixResult, ...] | None:
+    """The fixes of the first candidate under ``key`` the tree still reads the same as."""
+    for entry in _load(key):
+        try:
+            same = all(tree.state(relpath) == state for relpath, state in entry["reads"].items()) and (
+                entry["plugins"] == tree.plugin_state()) and (
+                (entry["stamp"] is not None and tree.package_unchanged(entry["stamp"]))
+                or all(tree.files_defining(names) == found for names, found in entry["scans"]))
+            if same:
+                tree.remember_inspected(entry["inspected"])
+                return tuple(FixResult.from_json(fix) for fix in entry["fixes"])
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            continue  # an entry of another shape: never trusted
+    return None
+
+
 def _store(key: str, tree: SourceTree, fixes: tuple[FixResult, ...]) -> None:
-    entry = {"inspected": tree.inspected(), "fixes": [fix.to_json() for fix in fixes]}
+    reads = tree.reads()
+    entry = {"reads": reads, "plugins": tree.plugin_state(), "scans": tree.scans(), "stamp": tree.search_stamp,
+             "inspected": tree.inspected(),
+             "fixes": [fix.to_json() for fix in fixes]}
+    others = [old for old in _load(key) if old.get("reads") != reads]
     try:
         path = _path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(path, json.dumps(entry))
+        write_atomically(path, json.dumps({"entries": [entry, *others][:MAX_CANDIDATES]}))
     except (OSError, ToolError):
         pass
 
@@ -83,24 +115,24 @@ def _references() -> list[str]:
     return [hashlib.sha256(path.read_bytes()).hexdigest() for path in paths]
 
 
-def _key(tree: SourceTree, rules: tuple[Rule, ...], files: list[str], mode: str, references: list[str] | None = None) -> str | None:
+def _key(tree: SourceTree, rules: tuple[Rule, ...], files: list[str], where: str, references: list[str] | None = None) -> str | None:
     try:
         material = {
             "tool": _tool_digest(),
-            "mode": mode,
+            "where": where,
             "rules": [hashlib.sha256(rule.source.read_bytes()).hexdigest() for rule in rules],
             "references": references or [],
-            "files": {relpath: tree.digest(relpath) for relpath in files},
+            "files": {relpath: tree.state(relpath) for relpath in files},
         }
-    except (OSError, SourceError):
+    except OSError:
         return None
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
 
 @cache
 def _tool_digest() -> str:
-    """Hash of the package's own sources: a changed engine never reads old results."""
-    digest = hashlib.sha256()
+    """Hash of the package's own sources and the Python running it: a changed engine never reads old results."""
+    digest = hashlib.sha256(sys.version.encode())
     for path in sorted(Path(__file__).resolve().parent.rglob("*.py")):
         digest.update(path.read_bytes())
     return digest.hexdigest()
@@ -110,9 +142,10 @@ def _path(key: str) -> Path:
     return cache_dir() / "results" / key[:2] / f"{key}.json"
 
 
-def _load(key: str) -> dict | None:
+def _load(key: str) -> list[dict]:
     try:
-        entry = json.loads(_path(key).read_text(encoding="utf-8"))
+        stored = json.loads(_path(key).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
-    return entry if isinstance(entry, dict) and "fixes" in entry and "inspected" in entry else None
+        return []
+    entries = stored.get("entries") if isinstance(stored, dict) else None
+    return [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []

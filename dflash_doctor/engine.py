@@ -142,11 +142,9 @@ class Checker:
 
     def __init__(self, tree: SourceTree) -> None:
         self.tree = tree
-        self.scanned = False  # True once the package was searched for moved code
 
     def _locate(self, wanted: set[tuple[str, str]], required: set[tuple[str, str]]) -> dict:
-        found, scanned = locate(self.tree, wanted, required)
-        self.scanned |= scanned
+        found, _ = locate(self.tree, wanted, required)
         return found
 
     def run(self, rules: tuple[Rule, ...]) -> tuple[FixResult, ...]:

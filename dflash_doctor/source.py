@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from . import stamp
 from .imports import loaded_instead
 from .model import ToolError
 from .plugins import Plugin, installed_plugins
@@ -30,6 +31,8 @@ MAX_SOURCE_BYTES = 2 * 1024 * 1024
 # recursion depth mismatch", gh-106905); parsing is GIL-bound anyway, so fleet
 # checks lose nothing by taking turns here while their network waits overlap.
 _AST_LOCK = threading.Lock()
+# ``SourceTree.state`` of a file that is not there.
+ABSENT = "absent"
 
 
 class SourceError(ToolError):
@@ -182,22 +185,48 @@ class SourceTree:
 
     Subclasses say how bytes are read and how moved symbols are searched:
     ``DirectoryTree`` on this machine; a probe snapshot for remote trees.
+    Every answer about the tree reads it through ``data`` (``parsed``,
+    ``digest``) and ``files_defining``, which remember what they found, a file
+    that was not there included: ``reads`` and ``scans`` are what an answer
+    depended on, the record the results cache checks a hit against.
     """
 
     package = "vllm"
+    python = ""  # the interpreter a remote tree's code runs on ("": this machine's, the tool's own)
 
     def __init__(self) -> None:
         self._data: dict[str, bytes | None | SourceError] = {}
+        self._digests: dict[str, str] = {}
         self._parsed: dict[str, ParsedFile | SourceError | None] = {}
+        self._scans: dict[frozenset[str], dict[str, list[str]]] = {}
+        self.stamping = False  # whether to take ``search_stamp`` (the results cache keeps it)
+        self.search_stamp: list | None = None  # ``package_stamp`` before the first search
         self._remembered: dict[str, str] = {}
 
     def read(self, relpath: str) -> bytes | None:
         """The file's bytes, None if it does not exist; raises SourceError."""
         raise NotImplementedError
 
-    def files_defining(self, names: Iterable[str]) -> Mapping[str, list[str]]:
+    def search(self, names: frozenset[str]) -> Mapping[str, list[str]]:
         """Which package files define each name (``def``/``class``), for moved code."""
         raise NotImplementedError
+
+    def files_defining(self, names: Iterable[str]) -> Mapping[str, list[str]]:
+        """``search``, once per set of names."""
+        wanted = frozenset(names)
+        if wanted not in self._scans:
+            if self.stamping and not self._scans:
+                self.search_stamp = self.package_stamp()
+            self._scans[wanted] = {name: list(files) for name, files in self.search(wanted).items()}
+        return {name: list(files) for name, files in self._scans[wanted].items()}
+
+    def package_stamp(self) -> list | None:
+        """What a search reads, cheaply (``stamp.py``); None when repeating the search is cheap anyway (a snapshot's)."""
+        return None
+
+    def package_unchanged(self, rows: list) -> bool:
+        """Whether a search would read the same files as when ``package_stamp`` gave ``rows``."""
+        return False
 
     def dist_info_text(self, name: str) -> str | None:
         """A file of the dist-info that owns the package (METADATA, RECORD, direct_url.json), whatever
@@ -219,7 +248,39 @@ class SourceTree:
     def digest(self, relpath: str) -> str | None:
         """sha256 of the file's bytes, None when it does not exist; raises SourceError."""
         data = self.data(relpath)
-        return None if data is None else hashlib.sha256(data).hexdigest()
+        if data is None:
+            return None
+        if relpath not in self._digests:
+            self._digests[relpath] = self.sha256(relpath, data)
+        return self._digests[relpath]
+
+    def sha256(self, relpath: str, data: bytes) -> str:
+        """The digest of ``data``, read from ``relpath`` (a snapshot knows it already)."""
+        return hashlib.sha256(data).hexdigest()
+
+    def state(self, relpath: str) -> str:
+        """What ``relpath`` holds, as one string: its sha256, ``ABSENT``, or the error reading it gave."""
+        try:
+            digest = self.digest(relpath)
+        except SourceError as exc:
+            return f"error: {exc}"
+        if digest is None:
+            return ABSENT
+        instead = self.shadowed(relpath)  # what Python would load in its place is part of what the tree reads
+        return digest if instead is None else f"{digest}; {instead}"
+
+    def plugin_state(self) -> str:
+        """The vLLM plugins beside the tree as the check judges them, as one string."""
+        plugins = sorted((p.distribution, p.group, p.name, p.target, sorted(p.names), p.read) for p in self.plugins())
+        return hashlib.sha256(repr(plugins).encode()).hexdigest()
+
+    def reads(self) -> dict[str, str]:
+        """relpath -> ``state`` of every file read so far, the ones that were not there included."""
+        return {relpath: self.state(relpath) for relpath in list(self._data)}
+
+    def scans(self) -> list[tuple[list[str], dict[str, list[str]]]]:
+        """(names, what ``files_defining`` found) of every search of the package so far."""
+        return [(sorted(names), {name: list(files) for name, files in found.items()}) for names, found in self._scans.items()]
 
     def parsed(self, relpath: str) -> ParsedFile | None:
         """The parsed file, None when it does not exist; raises SourceError."""
@@ -274,7 +335,7 @@ class DirectoryTree(SourceTree):
             raise SourceError(f"{relpath} {reason}")
         return data
 
-    def files_defining(self, names: Iterable[str]) -> Mapping[str, list[str]]:
+    def search(self, names: frozenset[str]) -> Mapping[str, list[str]]:
         return scan_definitions(str(self.root), self.package, names)
 
     def shadowed(self, relpath: str) -> str | None:
@@ -282,3 +343,9 @@ class DirectoryTree(SourceTree):
 
     def plugins(self) -> tuple[Plugin, ...]:
         return installed_plugins(self.root, self.package)
+
+    def package_stamp(self) -> list | None:
+        return stamp.stamp(str(self.root), self.package)
+
+    def package_unchanged(self, rows: list) -> bool:
+        return stamp.unchanged(str(self.root), self.package, rows)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .behaviour.run import answer_rules, user_name
+from .draft.session import Outcome, SandboxError
 from .model import NOT_APPLICABLE, UNKNOWN, Evidence, FixResult
 from .rules import Rule
 
@@ -22,22 +24,41 @@ if TYPE_CHECKING:
 def judge(
     resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftConfig | None = None
 ) -> tuple[tuple[FixResult, ...], Computed | None, bool]:
-    """(fixes, what the tree computes for ``user``'s config, whether the package was
-    searched for moved code). Behaviour runs only where the target can run it."""
+    """(fixes, what the tree computes for ``user``'s config, whether the answer
+    follows from the files alone: not when the behaviour child failed or a call
+    timed out, which load can cause). Behaviour runs only where the target can run it."""
     opened = resolved.behaviour or (lambda: contextlib.nullcontext(None))
     with opened() as run:  # first: the child starts while the engine is imported and structure checked
         from .behaviour.combine import combine  # heavy: libcst (both), imported while the child starts
         from .engine import Checker
 
-        checker = Checker(resolved.tree)
-        structure = checker.run(rules)
-        answers, probes = answer_rules(resolved.tree, rules, run, user) if run is not None else ({}, None)
+        structure = Checker(resolved.tree).run(rules)
+        watched = _Watched(run) if run is not None else None
+        answers, probes = answer_rules(resolved.tree, rules, watched, user) if watched is not None else ({}, None)
     fixes = tuple(combine(rule, fix, answers.get(rule.id), resolved.no_behaviour) for rule, fix in zip(rules, structure))
     fixes = _what_python_loads(resolved, rules, fixes)
     fixes = _plugins_on_route(resolved, rules, fixes)
     if user is not None:
         fixes = tuple(_for_drafter(rule, fix, user) for rule, fix in zip(rules, fixes))
-    return fixes, probes, checker.scanned
+    return fixes, probes, watched is None or watched.steady
+
+
+class _Watched:
+    """A session's ``run`` that notes whether every request was answered in time."""
+
+    def __init__(self, run: Callable[..., dict[str, Outcome]]) -> None:
+        self.run = run
+        self.steady = True
+
+    def __call__(self, *args: Any) -> dict[str, Outcome]:
+        try:
+            outcomes = self.run(*args)
+        except SandboxError:
+            self.steady = False
+            raise
+        if any(outcome.timeout for outcome in outcomes.values()):
+            self.steady = False
+        return outcomes
 
 
 def _what_python_loads(resolved: ResolvedTarget, rules: tuple[Rule, ...], fixes: tuple[FixResult, ...]) -> tuple[FixResult, ...]:

@@ -60,6 +60,7 @@ SLOW_HELPERS = {
     "registry.TokenServer",  # a real token server in front of it
     "test_release_download.Index",  # real pip against an index that serves slowly on purpose
     "test_ssh_hostile.bomb_answer",  # compresses 1 GiB
+    "test_stamp.settle",  # waits out the package stamp's racy window (2 s)
 }
 
 # Files a check of these releases reads, plus what makes a tree a tree.

@@ -24,9 +24,10 @@ def keygen(path: Path) -> Path:
 
 
 class SshServer:
-    """``sshd -D`` with a generated host key accepting one generated user key."""
+    """``sshd -D`` with a generated host key accepting one generated user key;
+    ``settings``: more sshd_config lines (``MaxStartups 1``)."""
 
-    def __init__(self, workdir: Path, user_key: Path, host_key: Path | None = None) -> None:
+    def __init__(self, workdir: Path, user_key: Path, host_key: Path | None = None, settings: str = "") -> None:
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -39,7 +40,7 @@ class SshServer:
             f"Port {self.port}\nListenAddress 127.0.0.1\nHostKey {self.host_key}\n"
             f"AuthorizedKeysFile {authorized}\nPidFile none\nUsePAM no\nStrictModes no\n"
             "PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
-            "AllowTcpForwarding yes\nLogLevel DEBUG1\nSubsystem sftp internal-sftp\n"
+            "AllowTcpForwarding yes\nLogLevel DEBUG1\nSubsystem sftp internal-sftp\n" + settings
         )
         Path("/run/sshd").mkdir(exist_ok=True)
         self.process = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(self.log)])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..model import TargetInfo, ToolError
@@ -23,6 +23,7 @@ class SnapshotTree(SourceTree):
         self._errors: dict[str, str] = answer.get("file_errors", {})
         self._search: dict[str, list[str]] = answer.get("search", {})
         self._dist_info: dict[str, str] = answer.get("dist_info_files", {})
+        self.python = f"{answer.get('python') or ''} {answer.get('python_version') or ''}".strip()
 
     def read(self, relpath: str) -> bytes | None:
         if relpath in self._errors:
@@ -37,7 +38,10 @@ class SnapshotTree(SourceTree):
             raise SourceError(f"{relpath} arrived damaged (sha256 differs from the probe's)")
         return data
 
-    def files_defining(self, names: Iterable[str]) -> Mapping[str, list[str]]:
+    def sha256(self, relpath: str, data: bytes) -> str:
+        return self._sha256[relpath]  # ``read`` checked the bytes against it
+
+    def search(self, names: frozenset[str]) -> Mapping[str, list[str]]:
         return {name: list(self._search.get(name, [])) for name in names}
 
     def dist_info_text(self, name: str) -> str | None:

@@ -23,6 +23,7 @@ import hashlib
 import logging
 import math
 import os
+import random
 import re
 import select
 import shlex
@@ -41,6 +42,9 @@ from .snapshot import snapshot_target
 
 # Most hops of a ProxyJump chain (OpenSSH has no limit; a loop would never end).
 MAX_JUMPS = 8
+# Tries of a connection a busy server turns away, and the pause before the second (doubled each time).
+CONNECT_TRIES = 5
+FIRST_PAUSE_S = 0.25
 # The tail of the remote standard error kept for the error message.
 STDERR_TAIL_BYTES = 64 * 1024
 NO_VLLM_HINT = "point at the remote interpreter that has vllm with --python"
@@ -151,6 +155,25 @@ class _HostKeyPolicy:
             handle.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
 
 
+class _Busy(ToolError):
+    """The server turned the connection away before the handshake: worth another try."""
+
+
+def _busy(exc: BaseException) -> str | None:
+    """How the server turned the connection away, when it did so the way a busy
+    or restarting server does (None for anything else: a timeout, a key, authentication)."""
+    import paramiko
+
+    if isinstance(exc, (paramiko.ssh_exception.NoValidConnectionsError, ConnectionRefusedError)):
+        return "connection refused"
+    if isinstance(exc, ConnectionResetError):
+        return "connection reset"
+    before_banner = isinstance(exc, paramiko.SSHException) and "banner" in str(exc)
+    if before_banner and isinstance(exc.__context__, (EOFError, ConnectionResetError)):
+        return "the server closed the connection before its SSH banner (a busy server, past its MaxStartups)"
+    return None
+
+
 class SshTarget:
     """One host; ``resolve`` makes the single round trip."""
 
@@ -160,6 +183,7 @@ class SshTarget:
         self.request = request
         self.bytes_sent = 0
         self.bytes_received = 0
+        self.connect_tries = 0  # of the last connection made
         self._open: tuple[HostSpec, object] | None = None
         self._ready = None  # the behaviour session started with the connection, until a check takes it
         self._jumps: list = []  # the ProxyJump clients the connection goes through, closed with it
@@ -202,7 +226,8 @@ class SshTarget:
         answer = parse_probe_output(stdout, who)
         if answer.get("error"):
             raise ToolError(f"{who}: {answer['error']} ({NO_VLLM_HINT})")
-        details = (("bytes_sent", self.bytes_sent), ("bytes_received", self.bytes_received))
+        details = (("bytes_sent", self.bytes_sent), ("bytes_received", self.bytes_received),
+                   ("connect_tries", self.connect_tries))
         resolved = snapshot_target(answer, "ssh", who, details)
         ran = (("behaviour", f"runs on {self.given}"),) if self._open is not None else ()
         info = dataclasses.replace(resolved.info, location=f"{self.given}:{answer.get('root', '')}", name=self.given,
@@ -220,7 +245,22 @@ class SshTarget:
             self._jumps.pop().close()
 
     def _connect(self, spec: HostSpec, chain: tuple[str, ...] = ()):
-        """``chain``: the hosts that jump to this one, to refuse ProxyJump loops."""
+        """``chain``: the hosts that jump to this one, to refuse ProxyJump loops.
+        A connection refused, reset or closed before the SSH banner (a busy
+        server past its ``MaxStartups``, or one restarting) is tried again after
+        a growing, jittered pause, at most ``CONNECT_TRIES`` times in all, as
+        Ansible's ssh connection retries do; ``connect_tries`` says how many it took."""
+        self.connect_tries = 1
+        while True:
+            try:
+                return self._connect_once(spec, chain)
+            except _Busy as exc:
+                if self.connect_tries == CONNECT_TRIES:
+                    raise ToolError(f"{exc} ({self.connect_tries} tries)") from None
+            time.sleep(FIRST_PAUSE_S * 2 ** (self.connect_tries - 1) * random.uniform(0.5, 1.5))
+            self.connect_tries += 1
+
+    def _connect_once(self, spec: HostSpec, chain: tuple[str, ...]):
         import paramiko
 
         # paramiko's transport thread logs failures itself; ours are reported as one line.
@@ -266,6 +306,9 @@ class SshTarget:
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self._close(client)
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            busy = _busy(exc)
+            if busy is not None:
+                raise _Busy(f"{who}: cannot connect: {busy}") from None
             if "banner" in reason or reason == "No existing session":  # the handshake never started
                 raise ToolError(f"{who}: timed out after {self.options.connect_timeout:g} s waiting for the SSH banner") from None
             raise ToolError(f"{who}: cannot connect: {reason}") from None
