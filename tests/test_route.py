@@ -242,3 +242,23 @@ def test_a_module_constant_computed_at_import_is_run(mini_tree, monkeypatch):
          "_CAPTURE_OFFSET = _capture_offset(hidden_states_first=torch.cuda.is_available())\n")
     fix = verdicts(tree)["layer-offset"]
     assert fix.status == "unknown" and "_CAPTURE_OFFSET" in fix.reason, fix.reason
+
+
+@pytest.mark.release
+def test_the_results_cache_sees_a_shadowing_package_and_a_new_plugin(mini_tree, monkeypatch, tmp_path):
+    """Filled with a present answer, the cache must not serve it once Python would load
+    another scheduler, or once a plugin that patches the scheduler is installed."""
+    tree = mini_tree("0.33.0")
+    monkeypatch.delenv("DFLASH_DOCTOR_NO_CACHE", raising=False)  # the results cache, in the user cache
+    assert verdicts(tree)["cache-drop"].status == "present"
+    assert verdicts(tree)["cache-drop"].status == "present"  # from the cache
+    package = tree / "vllm/v1/core/sched/scheduler"
+    package.mkdir()
+    (package / "__init__.py").write_text(OLD_DROP)
+    assert verdicts(tree)["cache-drop"].status == "unknown"
+    (package / "__init__.py").unlink()
+    package.rmdir()
+    assert verdicts(tree)["cache-drop"].status == "present"
+    install_plugin(tree, "old_sched", "def register():\n    from vllm.v1.core.sched.scheduler import Scheduler\n"
+                   "    Scheduler.__init__ = lambda self, *a, **k: None\n")
+    assert verdicts(tree)["cache-drop"].status == "unknown"
