@@ -20,6 +20,7 @@ from ..draft.sandbox import Call, Outcome, SandboxError
 from ..source import SourceTree, Symbol
 from .computed import RUNNERS, SPEC_CONFIG, SPECULATORS_ALGOS, Computed, Runner, RunnerSupport
 from .definitions import ExtractError, Place, parsed_or_none
+from .hf_config import HfSource, hf_view
 from .interpret import failure, interpret
 from .plan import Plan, plan_calls
 from .program import ProgramBuilder
@@ -36,7 +37,7 @@ class NotRegistered(ExtractError):
 def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = sandbox.run) -> tuple[Computed, ...]:
     """What the tree computes for every drafter config, planned once and run in one sandbox process
     (``run``: where the program runs, ``sandbox.run`` or a remote host's equivalent)."""
-    hfs: list[tuple[dict[str, Any], Place | None] | str | NotRegistered] = []
+    hfs: list[tuple[dict[str, Any], Place | None, HfSource] | str | NotRegistered] = []
     for draft in drafts:
         try:
             hfs.append(_hf_config(tree, draft, run))
@@ -65,7 +66,7 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = san
         plans.append(mine)
         if not isinstance(hf, tuple):
             continue
-        hf_data, translation_site = hf
+        hf_data, translation_site, _ = hf
         if translation_site:
             mine.evidence.insert(0, translation_site)
         data[f"hf{index}"] = hf_data
@@ -107,7 +108,7 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = san
         prefix = f"{index}|"
         mine = {call_id[len(prefix):]: outcome for call_id, outcome in outcomes.items() if call_id.startswith(prefix)}
         found = interpret(plans[index], mine, builder, draft, draft.expected_aux_layer_ids(), draft.expected_layers())
-        answers.append(dataclasses.replace(found, hf_config=hf[0]))
+        answers.append(dataclasses.replace(found, hf_config=hf[0], hf_source=hf[2]))
     return tuple(answers)
 
 
@@ -122,10 +123,12 @@ def _nothing(draft: DraftConfig, reason: str) -> Computed:
     )
 
 
-def _hf_config(tree: SourceTree, draft: DraftConfig, run: Runner) -> tuple[dict[str, Any], Place | None]:
-    """The drafter's hf_config keys as vLLM builds them (speculators: the tree's translation)."""
+def _hf_config(tree: SourceTree, draft: DraftConfig, run: Runner) -> tuple[dict[str, Any], Place | None, HfSource]:
+    """The drafter's hf_config as vLLM builds it: the file's keys (speculators: the
+    tree's translation) through the config class vLLM uses (``hf_config.py``)."""
     if draft.format != SPECULATORS:
-        return dict(draft.data), None
+        view = hf_view(tree, draft, draft.data, run)
+        return view.data, None, view.source
     kind = draft.data.get("speculators_model_type")
     parsed = parsed_or_none(tree, SPECULATORS_ALGOS)
     updater = None
@@ -145,7 +148,8 @@ def _hf_config(tree: SourceTree, draft: DraftConfig, run: Runner) -> tuple[dict[
     outcome = outcomes.get("translate", Outcome(gap="no answer"))
     if not outcome.ok or not isinstance(outcome.value, dict):
         raise ExtractError(f"{updater.name} in {SPECULATORS_ALGOS} {failure(outcome)}")
-    return outcome.value, Place(SPECULATORS_ALGOS, updater.name, updater.lineno)
+    view = hf_view(tree, draft, outcome.value, run)
+    return view.data, Place(SPECULATORS_ALGOS, updater.name, updater.lineno), view.source
 
 
 def _registers(decorator: ast.expr, kind: Any) -> bool:

@@ -1,0 +1,218 @@
+"""Which transformers a vLLM tree loads drafter configs with, and which config
+class it uses for a ``model_type`` (``hf_config.py`` runs that class's code).
+
+Where transformers comes from, first that applies:
+
+* installed beside the ``vllm`` package (the same site-packages): the one that runs;
+* else the newest wheel satisfying the tree's own ``Requires-Dist: transformers``
+  (its dist-info METADATA), fetched from the package index into the user cache as
+  the vLLM wheels are (``targets/release.py``): what ``pip install vllm==X`` gets.
+  This is the case of ``--release``, and of ``--host``/``--image``, whose
+  collector does not send the host's transformers.
+
+The class: vLLM's own registry (``_CONFIG_REGISTRY`` in
+``vllm/transformers_utils/config.py``) first, as vLLM's loader does; else
+transformers' ``CONFIG_MAPPING_NAMES`` (model_type -> class name), in
+``models/<module>/configuration_<module>.py``. Nothing is imported: the files are read.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+import weakref
+
+from ..model import ToolError
+from ..provenance import find_dist_info
+from ..source import DirectoryTree, SourceError, SourceTree, Symbol
+from .definitions import absolute_module, parsed_or_none, top_level_bindings
+
+VLLM_REGISTRY = ("vllm/transformers_utils/config.py", "_CONFIG_REGISTRY")
+VLLM_CONFIGS = "vllm/transformers_utils/configs/__init__.py"
+AUTO_FILES = ("transformers/models/auto/configuration_auto.py", "transformers/models/auto/auto_mappings.py")
+MAPPING = "CONFIG_MAPPING_NAMES"
+SPECIAL = "SPECIAL_MODEL_TYPE_TO_MODULE_NAME"
+_REQUIRES = re.compile(r"^Requires-Dist:\s*transformers\b([^;\n]*)(;[^\n]*)?$", re.MULTILINE | re.IGNORECASE)
+_VERSION = re.compile(r"^Version:\s*(\S+)", re.MULTILINE)
+
+
+class TransformersTree(DirectoryTree):
+    """The ``transformers`` package on this machine (installed, or from the cache)."""
+
+    package = "transformers"
+
+
+@dataclasses.dataclass(frozen=True)
+class Transformers:
+    """The transformers a tree's config loading runs: its files, version, and where it came from."""
+
+    tree: TransformersTree
+    version: str | None
+    origin: str
+
+
+_FOUND: weakref.WeakKeyDictionary[SourceTree, Transformers | str] = weakref.WeakKeyDictionary()
+
+
+def transformers_for(tree: SourceTree) -> Transformers | str:
+    """The transformers ``tree`` loads configs with, or why none is known (once per tree)."""
+    if tree not in _FOUND:
+        _FOUND[tree] = _find(tree)
+    return _FOUND[tree]
+
+
+def _find(tree: SourceTree) -> Transformers | str:
+    if isinstance(tree, DirectoryTree) and (tree.root / "transformers" / "__init__.py").is_file():
+        found = TransformersTree(tree.root, find_dist_info(tree.root, "transformers"))
+        return Transformers(found, _version(found), f"installed beside vllm in {tree.root}")
+    requirement = requires(tree.dist_info_text("METADATA") or "")
+    if requirement is None:
+        return ("no transformers is installed beside this vLLM, and its dist-info states no "
+                "Requires-Dist: transformers to fetch one by")
+    from ..targets.release import transformers_tree  # pip and the cache, only when needed
+
+    try:
+        root, version = transformers_tree(requirement)
+    except ToolError as exc:
+        return f"no transformers is installed beside this vLLM, and {requirement} could not be fetched: {exc}"
+    beside = "" if _in_cache(tree) else " (no transformers is installed beside this vLLM)"
+    return Transformers(TransformersTree(root, find_dist_info(root, "transformers")), version,
+                        f"fetched from the package index: the newest wheel satisfying this vLLM's "
+                        f"requirement {requirement!r}{beside}")
+
+
+def _in_cache(tree: SourceTree) -> bool:
+    from ..paths import cache_dir
+
+    return isinstance(tree, DirectoryTree) and tree.root.resolve().is_relative_to((cache_dir() / "releases").resolve())
+
+
+def requires(metadata: str) -> str | None:
+    """The ``transformers`` requirement of a METADATA text (not an extra's), as pip takes it."""
+    for found in _REQUIRES.finditer(metadata):
+        marker = found.group(2) or ""
+        if "extra" in marker:
+            continue
+        spec = found.group(1).strip().strip("()").replace(" ", "")
+        return f"transformers{spec}"
+    return None
+
+
+def _version(tree: TransformersTree) -> str | None:
+    metadata = tree.dist_info_text("METADATA")
+    found = _VERSION.search(metadata or "")
+    if found:
+        return found.group(1)
+    try:
+        parsed = tree.parsed("transformers/__init__.py")
+    except SourceError:
+        return None
+    for node, conditional in top_level_bindings(parsed.tree, "__version__") if parsed else ():
+        if isinstance(node, ast.Assign) and not conditional and isinstance(node.value, ast.Constant):
+            return str(node.value.value)
+    return None
+
+
+def config_class(tree: SourceTree, transformers: Transformers | str, model_type: str) -> tuple[SourceTree, Symbol] | str:
+    """The class vLLM builds this model_type's config with, and the tree holding it; or why not known."""
+    registered = _string_pairs(tree, VLLM_REGISTRY[0], VLLM_REGISTRY[1]).get(model_type)
+    if registered is not None:
+        symbol = _vllm_class(tree, registered)
+        if isinstance(symbol, str):
+            return f"vLLM registers its own config class {registered} for model_type {model_type!r}, but {symbol}"
+        return tree, symbol
+    if isinstance(transformers, str):
+        return transformers
+    names: dict[str, str] = {}
+    special: dict[str, str] = {}
+    for file in AUTO_FILES:
+        names.update(_string_pairs(transformers.tree, file, MAPPING))
+        special.update(_string_pairs(transformers.tree, file, SPECIAL))
+    if model_type not in names:
+        return f"transformers {transformers.version} has no config class for model_type {model_type!r} (its {MAPPING})"
+    module = special.get(model_type, model_type.replace("-", "_"))
+    file = f"transformers/models/{module}/configuration_{module}.py"
+    found = _top_class(transformers.tree, file, names[model_type])
+    if isinstance(found, str):
+        return found
+    return transformers.tree, found
+
+
+def _top_class(tree: SourceTree, file: str, name: str) -> Symbol | str:
+    try:
+        parsed = parsed_or_none(tree, file)
+    except ToolError as exc:
+        return str(exc)
+    if parsed is None:
+        return f"{file} is not in this tree"
+    for node in parsed.tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return Symbol(file, name, node, parsed)
+    return f"{name} is not defined at the top of {file}"
+
+
+def _vllm_class(tree: SourceTree, name: str) -> Symbol | str:
+    """A class of ``vllm.transformers_utils.configs`` by the name the registry gives it."""
+    try:
+        parsed = parsed_or_none(tree, VLLM_CONFIGS)
+    except ToolError as exc:
+        return str(exc)
+    for node, _ in top_level_bindings(parsed.tree, name) if parsed else ():
+        if isinstance(node, ast.ImportFrom):
+            module = absolute_module(node, VLLM_CONFIGS)
+            if module:
+                return _top_class(tree, module.replace(".", "/") + ".py", name)
+    return f"{name} is not imported in {VLLM_CONFIGS}"
+
+
+def base_class(tree: SourceTree, symbol: Symbol, base: ast.expr) -> Symbol | None:
+    """The class a base expression of ``symbol`` names, when it is defined or imported in this tree."""
+    if not isinstance(base, ast.Name):
+        return None
+    for node, conditional in top_level_bindings(symbol.parsed.tree, base.id):
+        if conditional:
+            return None
+        if isinstance(node, ast.ClassDef):
+            return Symbol(symbol.file, node.name, node, symbol.parsed)
+        if isinstance(node, ast.ImportFrom):
+            module = absolute_module(node, symbol.file)
+            if module and module.split(".")[0] == tree.package:
+                for file in (module.replace(".", "/") + ".py", module.replace(".", "/") + "/__init__.py"):
+                    found = _top_class(tree, file, base.id)
+                    if not isinstance(found, str):
+                        return found
+    return None
+
+
+def _string_pairs(tree: SourceTree, file: str, name: str) -> dict[str, str]:
+    """The str -> str pairs a module-level mapping ``name`` is built from: ``(key, value)``
+    tuples, dict literals and keywords in its assignments and in ``name.update(...)``."""
+    try:
+        parsed = parsed_or_none(tree, file)
+    except ToolError:
+        return {}
+    pairs: dict[str, str] = {}
+    for statement in parsed.tree.body if parsed else ():
+        value = None
+        if isinstance(statement, (ast.Assign, ast.AnnAssign)):
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            if any(isinstance(target, ast.Name) and target.id == name for target in targets):
+                value = statement.value
+        elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+            func = statement.value.func
+            if isinstance(func, ast.Attribute) and func.attr == "update" and isinstance(func.value, ast.Name) and func.value.id == name:
+                value = statement.value
+        for node in ast.walk(value) if value is not None else ():
+            if isinstance(node, ast.Tuple) and len(node.elts) == 2 and all(_text(e) is not None for e in node.elts):
+                pairs[_text(node.elts[0])] = _text(node.elts[1])
+            elif isinstance(node, ast.Dict):
+                pairs.update({_text(k): _text(v) for k, v in zip(node.keys, node.values) if _text(k) is not None and _text(v) is not None})
+            elif isinstance(node, ast.keyword) and node.arg and _text(node.value) is not None:
+                pairs[node.arg] = _text(node.value)
+    return pairs
+
+
+def _text(node: ast.expr | None) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
