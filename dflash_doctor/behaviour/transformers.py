@@ -33,7 +33,7 @@ VLLM_CONFIGS = "vllm/transformers_utils/configs/__init__.py"
 AUTO_FILES = ("transformers/models/auto/configuration_auto.py", "transformers/models/auto/auto_mappings.py")
 MAPPING = "CONFIG_MAPPING_NAMES"
 SPECIAL = "SPECIAL_MODEL_TYPE_TO_MODULE_NAME"
-_REQUIRES = re.compile(r"^Requires-Dist:\s*transformers\b([^;\n]*)(;[^\n]*)?$", re.MULTILINE | re.IGNORECASE)
+_REQUIRES = re.compile(r"^Requires-Dist:\s*transformers(?![\w.-])([^;\n]*)(;[^\n]*)?$", re.MULTILINE | re.IGNORECASE)
 _VERSION = re.compile(r"^Version:\s*(\S+)", re.MULTILINE)
 
 

@@ -1,0 +1,114 @@
+"""The drafter config as vLLM sees it: config.json through the transformers
+config class vLLM uses (Qwen3Config), that class's own code run from a real
+transformers wheel (downloaded at test time): installed beside the vLLM tree, or
+the one the vLLM wheel requires. Lint and verdict read the same object."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import check_json
+from dflash_doctor.behaviour.transformers import requires
+from dflash_doctor.rules import rules_dir
+from dflash_doctor.targets.release import transformers_tree
+
+HERE = Path(__file__).parent
+CONFIGS = sorted((HERE / "data" / "drafter-configs").glob("*.json")) + sorted((rules_dir() / "reference" / "drafters").glob("*.json"))
+NO_FLAG = HERE / "data" / "drafter-configs" / "z-lab__Qwen3.6-27B-DFlash.partial.json"  # sliding layers, no use_sliding_window
+FLAG = HERE / "data" / "drafter-configs" / "specforge-template__qwen3.6-27b-dflash.json"  # the same layout, use_sliding_window true
+
+
+def _codes(report: dict) -> set[str]:
+    return {finding["code"] for finding in report["draft"]["findings"]}
+
+
+def _swa(report: dict) -> str:
+    return next(fix["status"] for fix in report["fixes"] if fix["id"] == "swa-config")
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda path: path.name)
+def test_lint_and_verdict_agree_on_the_window_for_every_drafter_config(config):
+    """One object decides both: where the lint says vLLM sees no window, the check's
+    hf_config has none, no layer shows one and swa-config is not present for the
+    drafter; where the layers show the file's window, the lint does not warn."""
+    _, report = check_json("--release", "0.33.0", "--draft-config", str(config), "--only", "swa-config")
+    probes = report["probes"]
+    assert probes["hf_config"]["transformers"].startswith("5.20."), probes["hf_config"]
+    nulled = "window-nulled" in _codes(report)
+    layers = probes["layers"] or []
+    windows = [layer["sliding_window"] for layer in layers if layer["sliding_window"] is not None]
+    if nulled:
+        assert _swa(report) != "present"
+        assert windows == []
+    expected = probes["expected_layers"] or []
+    if windows and any(layer["sliding"] for layer in expected):
+        assert not nulled, report["draft"]["findings"]
+
+
+def _beside(mini_tree, version: str, transformers: str) -> Path:
+    """A site-packages holding a real vLLM tree and a real transformers wheel's sources beside it."""
+    tree = mini_tree(version)
+    source, _ = transformers_tree(f"transformers=={transformers}")
+    shutil.copytree(source / "transformers", tree / "transformers")
+    for dist_info in source.glob("transformers-*.dist-info"):
+        shutil.copytree(dist_info, tree / dist_info.name)
+    return tree
+
+
+@pytest.mark.parametrize(("config", "window", "nulled"), [(NO_FLAG, None, True), (FLAG, 2048, False)], ids=["no-flag", "flag"])
+def test_transformers_4_installed_beside_vllm_0_22_decides_the_window(mini_tree, config, window, nulled):
+    """transformers 4.57.6 (allowed by vLLM 0.22.0) installed beside the tree: its
+    Qwen3Config.__init__ runs; without use_sliding_window it drops the window."""
+    tree = _beside(mini_tree, "0.22.0", "4.57.6")
+    _, report = check_json("--path", str(tree), "--draft-config", str(config))
+    source = report["probes"]["hf_config"]
+    assert source["transformers"] == "4.57.6" and source["transformers_from"].startswith("installed beside vllm")
+    assert source["config_class"] == "transformers/models/qwen3/configuration_qwen3.py:Qwen3Config" and source["reason"] is None
+    assert report["draft"]["hf_config"] == source
+    assert ("window-nulled" in _codes(report)) is nulled
+    assert _swa(report) == "absent"  # 0.22.0 has no per-layer windows at all
+
+
+@pytest.mark.parametrize(("config", "window", "swa"), [(NO_FLAG, None, "unknown"), (FLAG, 2048, "present")], ids=["no-flag", "flag"])
+def test_transformers_5_that_vllm_0_33_requires_decides_the_window(config, window, swa):
+    """--release 0.33.0: the newest transformers satisfying the wheel's requirement
+    (5.20.x), fetched into the user cache; its dataclass Qwen3Config (fields, then
+    __post_init__) drops the window without use_sliding_window, and vLLM then refuses
+    the drafter's sliding layers, so the verdict is not present."""
+    _, report = check_json("--release", "0.33.0", "--draft-config", str(config), "--only", "swa-config")
+    source = report["probes"]["hf_config"]
+    assert source["transformers"].startswith("5.20.") and "transformers<5.21.0,>=5.16.1" in source["transformers_from"]
+    assert _swa(report) == swa
+    layers = report["probes"]["layers"]
+    if window is None:
+        assert layers is None and "window-nulled" in _codes(report)
+    else:
+        assert [layer["sliding_window"] for layer in layers] == [window] * 4 + [None]
+
+
+def test_no_transformers_to_run_makes_the_window_unknown_not_the_raw_value(mini_tree):
+    """No transformers beside the tree and no requirement to fetch one by: the keys the
+    class derives are unknown, with the reason, never the file's raw sliding_window."""
+    tree = mini_tree("0.33.0")
+    metadata = next(tree.glob("vllm-*.dist-info")) / "METADATA"
+    metadata.write_text("".join(line for line in metadata.read_text().splitlines(keepends=True)
+                                if not line.startswith("Requires-Dist: transformers")))
+    _, report = check_json("--path", str(tree), "--draft-config", str(FLAG), "--only", "swa-config")
+    source = report["probes"]["hf_config"]
+    assert source["transformers"] is None and "Requires-Dist: transformers" in source["reason"]
+    assert report["probes"]["layers"] is None
+    assert "of the drafter's hf_config (no transformers is installed beside this vLLM" in json.dumps(report["probes"]["reason"])
+    assert _swa(report) != "present"
+    assert "window-unchecked" in _codes(report)
+
+
+def test_the_requirement_is_read_as_pip_takes_it():
+    metadata = ("Name: vllm\nRequires-Dist: transformers-stream-generator; extra == 'x'\n"
+                "Requires-Dist: transformers (<5.21.0,>=5.16.1)\nRequires-Dist: transformers>=4; extra == 'audio'\n")
+    assert requires(metadata) == "transformers<5.21.0,>=5.16.1"
+    assert requires("Requires-Dist: transformers!=5.0.*,>=4.56.0 ; python_version >= '3.9'\n") == "transformers!=5.0.*,>=4.56.0"
+    assert requires("Requires-Dist: torch==2.9\n") is None
