@@ -253,4 +253,3 @@ def _default(value: ast.expr | None) -> tuple[bool, Any]:
         return True, ast.literal_eval(value)
     except (ValueError, TypeError, SyntaxError, RecursionError):
         return False, None
-

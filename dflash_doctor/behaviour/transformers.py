@@ -215,4 +215,3 @@ def _string_pairs(tree: SourceTree, file: str, name: str) -> dict[str, str]:
 
 def _text(node: ast.expr | None) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
-
