@@ -10,8 +10,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import check_json
+
 from dflash_doctor.behaviour.transformers import requires
 from dflash_doctor.rules import rules_dir
 from dflash_doctor.targets.release import transformers_tree

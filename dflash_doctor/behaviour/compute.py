@@ -20,7 +20,7 @@ from ..draft.sandbox import Call, Outcome, SandboxError
 from ..source import SourceTree, Symbol
 from .computed import RUNNERS, SPEC_CONFIG, SPECULATORS_ALGOS, Computed, Runner, RunnerSupport
 from .definitions import ExtractError, Place, parsed_or_none
-from .hf_config import HfSource, hf_view
+from .hf_config import HfSource, hf_views
 from .interpret import failure, interpret
 from .plan import Plan, plan_calls
 from .program import ProgramBuilder
@@ -37,7 +37,7 @@ class NotRegistered(ExtractError):
 def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = sandbox.run) -> tuple[Computed, ...]:
     """What the tree computes for every drafter config, planned once and run in one sandbox process
     (``run``: where the program runs, ``sandbox.run`` or a remote host's equivalent)."""
-    hfs: list[tuple[dict[str, Any], Place | None, HfSource] | str | NotRegistered] = []
+    hfs: list[tuple[dict[str, Any], Place | None] | tuple[dict[str, Any], Place | None, HfSource] | str | NotRegistered] = []
     for draft in drafts:
         try:
             hfs.append(_hf_config(tree, draft, run))
@@ -45,6 +45,12 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = san
             hfs.append(exc)
         except (ExtractError, SandboxError) as exc:
             hfs.append(f"the drafter's hf_config could not be built: {exc}")
+    # the keys through the config class vLLM builds the hf_config with (hf_config.py), one request for all
+    views = iter(hf_views(tree, [(draft, hf[0]) for draft, hf in zip(drafts, hfs) if isinstance(hf, tuple)], run))
+    for position, hf in enumerate(hfs):
+        if isinstance(hf, tuple):
+            view = next(views)
+            hfs[position] = (view.data, hf[1], view.source)
     builder = ProgramBuilder(tree, PROVIDED)
     plan, spec_symbol = plan_calls(tree, builder)
     failed = None
@@ -123,12 +129,10 @@ def _nothing(draft: DraftConfig, reason: str) -> Computed:
     )
 
 
-def _hf_config(tree: SourceTree, draft: DraftConfig, run: Runner) -> tuple[dict[str, Any], Place | None, HfSource]:
-    """The drafter's hf_config as vLLM builds it: the file's keys (speculators: the
-    tree's translation) through the config class vLLM uses (``hf_config.py``)."""
+def _hf_config(tree: SourceTree, draft: DraftConfig, run: Runner) -> tuple[dict[str, Any], Place | None]:
+    """The drafter's keys vLLM hands its config class (speculators: the tree's translation)."""
     if draft.format != SPECULATORS:
-        view = hf_view(tree, draft, draft.data, run)
-        return view.data, None, view.source
+        return dict(draft.data), None
     kind = draft.data.get("speculators_model_type")
     parsed = parsed_or_none(tree, SPECULATORS_ALGOS)
     updater = None
@@ -148,8 +152,7 @@ def _hf_config(tree: SourceTree, draft: DraftConfig, run: Runner) -> tuple[dict[
     outcome = outcomes.get("translate", Outcome(gap="no answer"))
     if not outcome.ok or not isinstance(outcome.value, dict):
         raise ExtractError(f"{updater.name} in {SPECULATORS_ALGOS} {failure(outcome)}")
-    view = hf_view(tree, draft, outcome.value, run)
-    return view.data, Place(SPECULATORS_ALGOS, updater.name, updater.lineno), view.source
+    return outcome.value, Place(SPECULATORS_ALGOS, updater.name, updater.lineno)
 
 
 def _registers(decorator: ast.expr, kind: Any) -> bool:

@@ -4,11 +4,11 @@ vLLM hands its code, by running the config class vLLM would use (for
 
 The class's own code runs: its ``__init__`` (transformers 4.x), or, for a
 dataclass config (5.x), the ``__init__`` Python's dataclasses generate from
-its fields and those of its dataclass bases (each keyword or its literal
-default), then its ``__post_init__``. The base class's constructor
-(``PreTrainedConfig``: torch, hub and generation machinery) is stood in by the
-minimum it does that matters here: every keyword the class does not take
-becomes an attribute (``BASE_NOTE``). What comes back is every attribute of
+its own fields (each keyword, or its literal default), then its
+``__post_init__``. The base class (``PreTrainedConfig``: torch, hub and
+generation machinery; its fields and constructor) is stood in by the minimum
+it does that matters here: every keyword the class does not take becomes an
+attribute (``BASE_NOTE``). What comes back is every attribute of
 the built object: the hf_config the behaviour run uses.
 
 Where the class cannot be run (no transformers, no class for the model_type,
@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 from ..draft import sandbox
@@ -32,7 +33,7 @@ from .computed import Runner
 from .definitions import ExtractError, is_static, stripped
 from .interpret import failure
 from .program import ProgramBuilder
-from .transformers import base_class, config_class, transformers_for
+from .transformers import config_class, transformers_for
 
 # What such classes derive from the file (Qwen2/Qwen3: sliding_window is None unless
 # use_sliding_window; layer_types from max_window_layers): unknown when the class cannot run.
@@ -41,7 +42,7 @@ BASE = "_dd_base"
 INIT = "_dd_init"
 BUILD = "_dd_config"
 PROVIDED = (BASE, "_module_class", "logger")
-BASE_NOTE = ("the base class's constructor (PreTrainedConfig) is stood in by the minimum it does that matters here: "
+BASE_NOTE = ("the base class (PreTrainedConfig) is stood in by the minimum it does that matters here: "
              "every keyword the class does not take becomes an attribute")
 SPECULATORS_NOTE = ("vLLM's own SpeculatorsConfig: the tree's translation of the speculators config, every key of "
                     "which becomes an attribute")
@@ -49,7 +50,6 @@ BASE_SOURCE = f"""def {BASE}(self, *args, **kwargs):
     for key, value in kwargs.items():
         setattr(self, key, value)
 """
-MAX_BASES = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,27 +93,41 @@ class HfView:
         return True, self.data.get(key)
 
 
-def hf_view(tree: SourceTree, draft: DraftConfig, data: dict[str, Any], run: Runner) -> HfView:
-    """``data`` (the file's keys; for speculators, the tree's translation) as vLLM's config class builds it."""
-    plain = {key: value for key, value in data.items() if not key.startswith("__")}
+def hf_views(tree: SourceTree, items: Sequence[tuple[DraftConfig, dict[str, Any]]], run: Runner) -> list[HfView]:
+    """Each drafter's ``data`` (the file's keys; for speculators, the tree's translation)
+    as vLLM's config class builds it: one sandbox request per class."""
     transformers = transformers_for(tree)
     version, origin = (None, None) if isinstance(transformers, str) else (transformers.version, transformers.origin)
-    if draft.format == SPECULATORS:
-        return HfView(plain, HfSource("speculators", "SpeculatorsConfig", version, origin, SPECULATORS_NOTE))
-    model_type = plain.get("model_type")
-    if not isinstance(model_type, str):
-        why = "the config has no model_type, so vLLM's loader (Transformers' AutoConfig) cannot tell which class builds it"
-        return _unknown(plain, HfSource(None, None, version, origin, None, why))
-    found = config_class(tree, transformers, model_type)
-    if isinstance(found, str):
-        return _unknown(plain, HfSource(model_type, None, version, origin, None, found))
-    holder, symbol = found
-    source = HfSource(model_type, f"{symbol.file}:{symbol.qualname}", version, origin, BASE_NOTE)
-    try:
-        built = _run_class(holder, symbol, plain, run)
-    except (ExtractError, SandboxError, SourceError) as exc:
-        return _unknown(plain, dataclasses.replace(source, reason=f"{symbol.qualname} could not be run: {exc}"))
-    return HfView(built, source)
+    views: list[HfView | None] = []
+    classes: dict[str, tuple[SourceTree, Symbol] | str] = {}
+    groups: dict[str, tuple[SourceTree, Symbol, list[tuple[int, dict[str, Any], HfSource]]]] = {}
+    for index, (draft, data) in enumerate(items):
+        plain = {key: value for key, value in data.items() if not key.startswith("__")}
+        model_type = plain.get("model_type")
+        views.append(None)
+        if draft.format == SPECULATORS:
+            views[index] = HfView(plain, HfSource("speculators", "SpeculatorsConfig", version, origin, SPECULATORS_NOTE))
+            continue
+        if not isinstance(model_type, str):
+            why = "the config has no model_type, so vLLM's loader (Transformers' AutoConfig) cannot tell which class builds it"
+            views[index] = _unknown(plain, HfSource(None, None, version, origin, None, why))
+            continue
+        if model_type not in classes:
+            classes[model_type] = config_class(tree, transformers, model_type)
+        found = classes[model_type]
+        if isinstance(found, str):
+            views[index] = _unknown(plain, HfSource(model_type, None, version, origin, None, found))
+            continue
+        holder, symbol = found
+        source = HfSource(model_type, f"{symbol.file}:{symbol.qualname}", version, origin, BASE_NOTE)
+        groups.setdefault(source.config_class, (holder, symbol, []))[2].append((index, plain, source))
+    for holder, symbol, members in groups.values():
+        for (index, plain, source), built in zip(members, _run_class(holder, symbol, [plain for _, plain, _ in members], run)):
+            if isinstance(built, str):
+                views[index] = _unknown(plain, dataclasses.replace(source, reason=f"{symbol.qualname} could not be run: {built}"))
+            else:
+                views[index] = HfView(built, source)
+    return views
 
 
 def _unknown(data: dict[str, Any], source: HfSource) -> HfView:
@@ -123,7 +137,8 @@ def _unknown(data: dict[str, Any], source: HfSource) -> HfView:
 _PROGRAMS: weakref.WeakKeyDictionary[SourceTree, dict[str, tuple[list[Chunk], dict[str, Any]] | str]] = weakref.WeakKeyDictionary()
 
 
-def _run_class(tree: SourceTree, symbol: Symbol, data: dict[str, Any], run: Runner) -> dict[str, Any]:
+def _run_class(tree: SourceTree, symbol: Symbol, datas: list[dict[str, Any]], run: Runner) -> list[dict[str, Any] | str]:
+    """Each of ``datas`` built by the class: its attributes, or why it could not be built."""
     programs = _PROGRAMS.setdefault(tree, {})
     key = f"{symbol.file}:{symbol.qualname}"
     if key not in programs:
@@ -133,13 +148,21 @@ def _run_class(tree: SourceTree, symbol: Symbol, data: dict[str, Any], run: Runn
             programs[key] = str(exc)
     program = programs[key]
     if isinstance(program, str):
-        raise ExtractError(program)
+        return [program] * len(datas)
     chunks, globals_ = program
-    outcomes = run(chunks, [Call("config", f"{BUILD}(data)", (("data", sandbox.data_ref("hf")),))], {"hf": data}, globals_)
-    outcome = outcomes.get("config", Outcome(gap="no answer"))
-    if not outcome.ok or not isinstance(outcome.value, dict):
-        raise ExtractError(f"building it {failure(outcome)}" if not outcome.ok else "building it gave no attributes")
-    return outcome.value
+    calls = [Call(f"config{index}", f"{BUILD}(data)", (("data", sandbox.data_ref(f"hf{index}")),)) for index in range(len(datas))]
+    try:
+        outcomes = run(chunks, calls, {f"hf{index}": data for index, data in enumerate(datas)}, globals_)
+    except SandboxError as exc:
+        return [str(exc)] * len(datas)
+    built: list[dict[str, Any] | str] = []
+    for index in range(len(datas)):
+        outcome = outcomes.get(f"config{index}", Outcome(gap="no answer"))
+        if outcome.ok and isinstance(outcome.value, dict):
+            built.append(outcome.value)
+        else:
+            built.append(f"building it {failure(outcome)}" if not outcome.ok else "building it gave no attributes")
+    return built
 
 
 def _program(tree: SourceTree, symbol: Symbol) -> tuple[list[Chunk], dict[str, Any]]:
@@ -151,13 +174,13 @@ def _program(tree: SourceTree, symbol: Symbol) -> tuple[list[Chunk], dict[str, A
     extra: list[Chunk] = [Chunk(BASE, BASE_SOURCE)]
     if "__init__" in methods:
         builder.function(_as_function(symbol, methods["__init__"], INIT))
-    else:  # a dataclass: the generated __init__, then __post_init__
+    else:  # a dataclass (transformers 5): the generated __init__, then __post_init__
         post = "_dd_post_init"
         if "__post_init__" in methods:
             builder.function(_as_function(symbol, methods["__post_init__"], post))
         else:
             post = BASE
-        fields = _fields(tree, symbol, 0)
+        fields = _fields(symbol)
         extra.append(Chunk("_dd_fields", f"_dd_fields = {fields!r}"))
         extra.append(Chunk(INIT, f"""def {INIT}(self, **kwargs):
     for name, value in _dd_fields:
@@ -194,40 +217,18 @@ def _is_super_call(func: ast.expr) -> bool:
             and isinstance(func.value.func, ast.Name) and func.value.func.id == "super")
 
 
-def _fields(tree: SourceTree, symbol: Symbol, depth: int) -> list[tuple[str, Any]]:
-    """The dataclass fields of the class and its dataclass bases in this tree, in
-    dataclass order, with their literal defaults (a field without one is left out:
-    set only when the file gives it)."""
-    if depth > MAX_BASES:
-        raise ExtractError(f"{symbol.qualname} has more than {MAX_BASES} levels of base classes")
-    order: dict[str, Any] = {}
-    dataclass_base = False
-    for base in symbol.node.bases:
-        found = base_class(tree, symbol, base)
-        inherited = _fields(tree, found, depth + 1) if found is not None else []
-        if inherited or (found is not None and _is_dataclass(found.node)):
-            dataclass_base = True
-            order.update(inherited)
-    if not (dataclass_base or _is_dataclass(symbol.node)):
-        return []
+def _fields(symbol: Symbol) -> list[tuple[str, Any]]:
+    """The class's own dataclass fields, in order, with their literal defaults (a field
+    without one is left out: set only when the file gives it). The bases' fields
+    are the stood-in base's: only the keywords the file gives become attributes."""
+    fields: dict[str, Any] = {}
     for statement in symbol.node.body:
         if not (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)) or _class_var(statement.annotation):
             continue
         known, value = _default(statement.value)
         if known:
-            order[statement.target.id] = value
-        else:
-            order.pop(statement.target.id, None)
-    return list(order.items())
-
-
-def _is_dataclass(node: ast.ClassDef) -> bool:
-    for decorator in node.decorator_list:
-        target = decorator.func if isinstance(decorator, ast.Call) else decorator
-        name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", None)
-        if name == "dataclass":
-            return True
-    return False
+            fields[statement.target.id] = value
+    return list(fields.items())
 
 
 def _class_var(annotation: ast.expr) -> bool:

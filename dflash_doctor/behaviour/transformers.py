@@ -70,7 +70,9 @@ def _find(tree: SourceTree) -> Transformers | str:
     if requirement is None:
         return ("no transformers is installed beside this vLLM, and its dist-info states no "
                 "Requires-Dist: transformers to fetch one by")
-    from ..targets.release import transformers_tree  # pip and the cache, only when needed
+    from ..targets.release import (
+        transformers_tree,  # pip and the cache, only when needed
+    )
 
     try:
         root, version = transformers_tree(requirement)
@@ -116,7 +118,7 @@ def _version(tree: TransformersTree) -> str | None:
 
 def config_class(tree: SourceTree, transformers: Transformers | str, model_type: str) -> tuple[SourceTree, Symbol] | str:
     """The class vLLM builds this model_type's config with, and the tree holding it; or why not known."""
-    registered = _string_pairs(tree, VLLM_REGISTRY[0], VLLM_REGISTRY[1]).get(model_type)
+    registered = _string_pairs(tree, VLLM_REGISTRY[0], VLLM_REGISTRY[1]).get(model_type) if _names(tree, VLLM_REGISTRY[0], model_type) else None
     if registered is not None:
         symbol = _vllm_class(tree, registered)
         if isinstance(symbol, str):
@@ -166,28 +168,20 @@ def _vllm_class(tree: SourceTree, name: str) -> Symbol | str:
     return f"{name} is not imported in {VLLM_CONFIGS}"
 
 
-def base_class(tree: SourceTree, symbol: Symbol, base: ast.expr) -> Symbol | None:
-    """The class a base expression of ``symbol`` names, when it is defined or imported in this tree."""
-    if not isinstance(base, ast.Name):
-        return None
-    for node, conditional in top_level_bindings(symbol.parsed.tree, base.id):
-        if conditional:
-            return None
-        if isinstance(node, ast.ClassDef):
-            return Symbol(symbol.file, node.name, node, symbol.parsed)
-        if isinstance(node, ast.ImportFrom):
-            module = absolute_module(node, symbol.file)
-            if module and module.split(".")[0] == tree.package:
-                for file in (module.replace(".", "/") + ".py", module.replace(".", "/") + "/__init__.py"):
-                    found = _top_class(tree, file, base.id)
-                    if not isinstance(found, str):
-                        return found
-    return None
+_PAIRS: weakref.WeakKeyDictionary[SourceTree, dict[tuple[str, str], dict[str, str]]] = weakref.WeakKeyDictionary()
 
 
 def _string_pairs(tree: SourceTree, file: str, name: str) -> dict[str, str]:
-    """The str -> str pairs a module-level mapping ``name`` is built from: ``(key, value)``
-    tuples, dict literals and keywords in its assignments and in ``name.update(...)``."""
+    """The str -> str pairs a module-level mapping ``name`` is built from (read once per tree)."""
+    known = _PAIRS.setdefault(tree, {})
+    if (file, name) not in known:
+        known[(file, name)] = _read_pairs(tree, file, name)
+    return known[(file, name)]
+
+
+def _read_pairs(tree: SourceTree, file: str, name: str) -> dict[str, str]:
+    """``(key, value)`` tuples, dict literals and keywords in the assignments of ``name``
+    and in ``name.update(...)``."""
     try:
         parsed = parsed_or_none(tree, file)
     except ToolError:
@@ -203,14 +197,47 @@ def _string_pairs(tree: SourceTree, file: str, name: str) -> dict[str, str]:
             func = statement.value.func
             if isinstance(func, ast.Attribute) and func.attr == "update" and isinstance(func.value, ast.Name) and func.value.id == name:
                 value = statement.value
-        for node in ast.walk(value) if value is not None else ():
-            if isinstance(node, ast.Tuple) and len(node.elts) == 2 and all(_text(e) is not None for e in node.elts):
-                pairs[_text(node.elts[0])] = _text(node.elts[1])
-            elif isinstance(node, ast.Dict):
-                pairs.update({_text(k): _text(v) for k, v in zip(node.keys, node.values) if _text(k) is not None and _text(v) is not None})
-            elif isinstance(node, ast.keyword) and node.arg and _text(node.value) is not None:
-                pairs[node.arg] = _text(node.value)
+        _collect(value, pairs)
     return pairs
+
+
+def _collect(node: ast.expr | None, pairs: dict[str, str]) -> None:
+    """The pairs in ``OrderedDict([(k, v), ...])``, ``dict(k=v, **{k: v})``, ``{k: v}`` and the like."""
+    if isinstance(node, ast.Call):
+        for argument in node.args:
+            _collect(argument, pairs)
+        for keyword in node.keywords:
+            if keyword.arg is None:
+                _collect(keyword.value, pairs)
+            elif _text(keyword.value) is not None:
+                pairs[keyword.arg] = _text(keyword.value)
+    elif isinstance(node, (ast.List, ast.Tuple)):
+        for item in node.elts:
+            if isinstance(item, ast.Tuple) and len(item.elts) == 2 and _text(item.elts[0]) is not None and _text(item.elts[1]) is not None:
+                pairs[_text(item.elts[0])] = _text(item.elts[1])
+    elif isinstance(node, ast.Dict):
+        for key, item in zip(node.keys, node.values):
+            if key is None:
+                _collect(item, pairs)
+            elif _text(key) is not None and _text(item) is not None:
+                pairs[_text(key)] = _text(item)
+
+
+def _names(tree: SourceTree, file: str, key: str) -> bool:
+    """Whether ``file`` spells ``key`` as a keyword or a string literal at all (a
+    registry that does not is not parsed: most model types are nobody's key)."""
+    try:
+        data = tree.data(file) or b""
+    except SourceError:
+        return True  # parsing says why
+    spelled = key.encode()
+    for found in re.finditer(re.escape(spelled), data):
+        before, after = data[found.start() - 1:found.start()], data[found.end():found.end() + 1]
+        if before in (b'"', b"'") and after == before:
+            return True
+        if not (before.isalnum() or before in (b"_", b".")) and re.match(rb"\s*=(?!=)", data[found.end():found.end() + 8]):
+            return True
+    return False
 
 
 def _text(node: ast.expr | None) -> str | None:
