@@ -112,3 +112,6 @@ def test_the_requirement_is_read_as_pip_takes_it():
     assert requires(metadata) == "transformers<5.21.0,>=5.16.1"
     assert requires("Requires-Dist: transformers!=5.0.*,>=4.56.0 ; python_version >= '3.9'\n") == "transformers!=5.0.*,>=4.56.0"
     assert requires("Requires-Dist: torch==2.9\n") is None
+    # pip is handed versions only: a host's METADATA cannot point it at a URL or an option
+    assert requires("Requires-Dist: transformers @ https://127.0.0.1:9/x.whl\n") is None
+    assert requires("Requires-Dist: transformers --index-url=http://127.0.0.1:9\n") is None

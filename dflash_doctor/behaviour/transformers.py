@@ -34,6 +34,8 @@ AUTO_FILES = ("transformers/models/auto/configuration_auto.py", "transformers/mo
 MAPPING = "CONFIG_MAPPING_NAMES"
 SPECIAL = "SPECIAL_MODEL_TYPE_TO_MODULE_NAME"
 _REQUIRES = re.compile(r"^Requires-Dist:\s*transformers(?![\w.-])([^;\n]*)(;[^\n]*)?$", re.MULTILINE | re.IGNORECASE)
+_SPECIFIER = r"(?:~=|===?|!=|<=|>=|<|>)[0-9][0-9A-Za-z.*+!]{0,40}"
+_SPECIFIERS = re.compile(rf"(?:{_SPECIFIER}(?:,{_SPECIFIER}){{0,20}})?")
 _VERSION = re.compile(r"^Version:\s*(\S+)", re.MULTILINE)
 
 
@@ -69,7 +71,7 @@ def _find(tree: SourceTree) -> Transformers | str:
     requirement = requires(tree.dist_info_text("METADATA") or "")
     if requirement is None:
         return ("no transformers is installed beside this vLLM, and its dist-info states no "
-                "Requires-Dist: transformers to fetch one by")
+                "Requires-Dist: transformers of version specifiers to fetch one by")
     from ..targets.release import (
         transformers_tree,  # pip and the cache, only when needed
     )
@@ -78,26 +80,33 @@ def _find(tree: SourceTree) -> Transformers | str:
         root, version = transformers_tree(requirement)
     except ToolError as exc:
         return f"no transformers is installed beside this vLLM, and {requirement} could not be fetched: {exc}"
-    beside = "" if _in_cache(tree) else " (no transformers is installed beside this vLLM)"
+    if not isinstance(tree, DirectoryTree):
+        beside = " (the collector does not send the host's own transformers: the one its vLLM requires stands in)"
+    elif _in_cache(tree, "images"):
+        beside = " (the image's own transformers is not extracted: the one its vLLM requires stands in)"
+    else:
+        beside = "" if _in_cache(tree, "releases") else " (no transformers is installed beside this vLLM)"
     return Transformers(TransformersTree(root, find_dist_info(root, "transformers")), version,
                         f"fetched from the package index: the newest wheel satisfying this vLLM's "
                         f"requirement {requirement!r}{beside}")
 
 
-def _in_cache(tree: SourceTree) -> bool:
+def _in_cache(tree: DirectoryTree, part: str) -> bool:
     from ..paths import cache_dir
 
-    return isinstance(tree, DirectoryTree) and tree.root.resolve().is_relative_to((cache_dir() / "releases").resolve())
+    return tree.root.resolve().is_relative_to((cache_dir() / part).resolve())
 
 
 def requires(metadata: str) -> str | None:
-    """The ``transformers`` requirement of a METADATA text (not an extra's), as pip takes it."""
+    """The ``transformers`` requirement of a METADATA text (not an extra's), as pip takes
+    it; None when there is none, or when it is more than version specifiers (a URL, an
+    option: the text may come from another host, and pip is handed only versions)."""
     for found in _REQUIRES.finditer(metadata):
         marker = found.group(2) or ""
         if "extra" in marker:
             continue
-        spec = found.group(1).strip().strip("()").replace(" ", "")
-        return f"transformers{spec}"
+        spec = re.sub(r"^\[[\w,\s-]*\]", "", found.group(1).strip()).strip().strip("()").replace(" ", "")
+        return f"transformers{spec}" if _SPECIFIERS.fullmatch(spec) else None
     return None
 
 
