@@ -7,14 +7,21 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from conftest import check_json
 
+from dflash_doctor.behaviour.compute import compute
 from dflash_doctor.behaviour.transformers import requires
+from dflash_doctor.draft.config import load_draft_config
+from dflash_doctor.rulefile import load_rules
 from dflash_doctor.rules import rules_dir
+from dflash_doctor.targets.probing import encode_request, parse_probe_output, probe_request, probe_source
 from dflash_doctor.targets.release import transformers_tree
+from dflash_doctor.targets.snapshot import SnapshotTree
 
 HERE = Path(__file__).parent
 CONFIGS = sorted((HERE / "data" / "drafter-configs").glob("*.json")) + sorted((rules_dir() / "reference" / "drafters").glob("*.json"))
@@ -88,6 +95,21 @@ def test_transformers_5_that_vllm_0_33_requires_decides_the_window(config, windo
         assert layers is None and "window-nulled" in _codes(report)
     else:
         assert [layer["sliding_window"] for layer in layers] == [window] * 4 + [None]
+
+
+def test_the_collector_sends_the_hosts_own_transformers(mini_tree):
+    """--host: the stdlib collector sends the transformers files beside the host's
+    vllm with the vLLM files, and the drafter's config is built with that
+    transformers (here 4.57.6 beside 0.22.0), not one fetched by requirement."""
+    site = _beside(mini_tree, "0.22.0", "4.57.6")
+    proc = subprocess.run([sys.executable, "-S", "-", "collect", encode_request(probe_request(load_rules()))],
+                          input=probe_source(), capture_output=True, text=True, env={"PYTHONPATH": str(site)}, timeout=120)
+    tree = SnapshotTree(parse_probe_output(proc.stdout, "the collector"))
+    found = compute(tree, (load_draft_config(NO_FLAG), load_draft_config(FLAG)))
+    sources = [computed.hf_source for computed in found]
+    assert [source.transformers for source in sources] == ["4.57.6", "4.57.6"]
+    assert all(source.transformers_from.startswith("installed beside vllm on the host") for source in sources)
+    assert [computed.hf_config["sliding_window"] for computed in found] == [None, 2048]
 
 
 def test_no_transformers_to_run_makes_the_window_unknown_not_the_raw_value(mini_tree):

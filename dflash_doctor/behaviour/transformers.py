@@ -22,6 +22,7 @@ import ast
 import dataclasses
 import re
 import weakref
+from collections.abc import Iterable, Mapping
 
 from ..model import ToolError
 from ..provenance import find_dist_info
@@ -37,6 +38,9 @@ _REQUIRES = re.compile(r"^Requires-Dist:\s*transformers(?![\w.-])([^;\n]*)(;[^\n
 _SPECIFIER = r"(?:~=|===?|!=|<=|>=|<|>)[0-9][0-9A-Za-z.*+!]{0,40}"
 _SPECIFIERS = re.compile(rf"(?:{_SPECIFIER}(?:,{_SPECIFIER}){{0,20}})?")
 _VERSION = re.compile(r"^Version:\s*(\S+)", re.MULTILINE)
+_INIT_VERSION = re.compile(rb"^__version__\s*=\s*[\"']([0-9A-Za-z.+!-]{1,40})[\"']", re.MULTILINE)
+_MODULE = re.compile(r"[a-z0-9_]{1,64}")
+INIT = "transformers/__init__.py"
 
 
 class TransformersTree(DirectoryTree):
@@ -49,7 +53,7 @@ class TransformersTree(DirectoryTree):
 class Transformers:
     """The transformers a tree's config loading runs: its files, version, and where it came from."""
 
-    tree: TransformersTree
+    tree: SourceTree
     version: str | None
     origin: str
 
@@ -66,15 +70,17 @@ def transformers_for(tree: SourceTree) -> Transformers | str:
 
 def _find(tree: SourceTree) -> Transformers | str:
     if isinstance(tree, DirectoryTree) and (tree.root / "transformers" / "__init__.py").is_file():
-        found = TransformersTree(tree.root, find_dist_info(tree.root, "transformers"))
+        found: SourceTree = TransformersTree(tree.root, find_dist_info(tree.root, "transformers"))
         return Transformers(found, _version(found), f"installed beside vllm in {tree.root}")
+    if not isinstance(tree, DirectoryTree) and _collected(tree, INIT):
+        found = Collected(tree)
+        return Transformers(found, _version(found), f"installed beside vllm on the host, in {getattr(tree, 'root', '?')} (sent by the collector)")
     requirement = requires(tree.dist_info_text("METADATA") or "")
     if requirement is None:
         return ("no transformers is installed beside this vLLM, and its dist-info states no "
                 "Requires-Dist: transformers of version specifiers to fetch one by")
-    from ..targets.release import (
-        transformers_tree,  # pip and the cache, only when needed
-    )
+    # pip and the cache: only when needed
+    from ..targets.release import transformers_tree
 
     try:
         root, version = transformers_tree(requirement)
@@ -110,19 +116,51 @@ def requires(metadata: str) -> str | None:
     return None
 
 
-def _version(tree: TransformersTree) -> str | None:
-    metadata = tree.dist_info_text("METADATA")
-    found = _VERSION.search(metadata or "")
+def _version(tree: SourceTree) -> str | None:
+    """From the dist-info METADATA, else ``__version__ = "..."`` in ``transformers/__init__.py``."""
+    found = _VERSION.search(tree.dist_info_text("METADATA") or "")
     if found:
         return found.group(1)
     try:
-        parsed = tree.parsed("transformers/__init__.py")
+        data = tree.data(INIT) or b""
     except SourceError:
         return None
-    for node, conditional in top_level_bindings(parsed.tree, "__version__") if parsed else ():
-        if isinstance(node, ast.Assign) and not conditional and isinstance(node.value, ast.Constant):
-            return str(node.value.value)
-    return None
+    found = _INIT_VERSION.search(data)
+    return found.group(1).decode("ascii") if found else None
+
+
+def _collected(tree: SourceTree, relpath: str) -> bool:
+    try:
+        return tree.data(relpath) is not None
+    except SourceError:
+        return False
+
+
+class Collected(SourceTree):
+    """The transformers files a collector sent with a vLLM tree (the same site dir):
+    read through that tree, as the ``transformers`` package."""
+
+    package = "transformers"
+
+    def __init__(self, tree: SourceTree) -> None:
+        super().__init__()
+        self._tree = tree
+
+    def read(self, relpath: str) -> bytes | None:
+        return self._tree.read(relpath)
+
+    def files_defining(self, names: Iterable[str]) -> Mapping[str, list[str]]:
+        return {name: [] for name in names}
+
+    def dist_info_text(self, name: str) -> str | None:
+        return None
+
+
+def collected_files(model_types: Iterable[str]) -> list[str]:
+    """The transformers files a collector sends beside the vLLM tree's, for these model types:
+    the version, the auto mapping, the helpers config classes call, and each type's module."""
+    files = [INIT, *AUTO_FILES, "transformers/configuration_utils.py", "transformers/modeling_rope_utils.py"]
+    return files + [f"transformers/models/{kind}/configuration_{kind}.py" for kind in sorted(set(model_types)) if _MODULE.fullmatch(kind)]
 
 
 def config_class(tree: SourceTree, transformers: Transformers | str, model_type: str) -> tuple[SourceTree, Symbol] | str:
