@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import check_json
+from registry import SITE, python_files, tree_files, write_image
 
 from dflash_doctor.behaviour.compute import compute
 from dflash_doctor.behaviour.transformers import requires
@@ -110,6 +111,19 @@ def test_the_collector_sends_the_hosts_own_transformers(mini_tree):
     assert [source.transformers for source in sources] == ["4.57.6", "4.57.6"]
     assert all(source.transformers_from.startswith("installed beside vllm on the host") for source in sources)
     assert [computed.hf_config["sliding_window"] for computed in found] == [None, 2048]
+
+
+def test_an_image_is_checked_with_the_transformers_it_holds(mini_tree, tmp_path):
+    """--image: the transformers config sources beside the image's vllm are extracted
+    with it, and the drafter's config is built with them (4.57.6 here, not the
+    5.x that vLLM 0.22.0's requirement would fetch)."""
+    site = _beside(mini_tree, "0.22.0", "4.57.6")
+    layout = tmp_path / "oci"
+    write_image(layout, "with-transformers", [python_files(), tree_files(site)])
+    _, report = check_json("--image", f"oci:{layout}:with-transformers", "--draft-config", str(NO_FLAG))
+    source = report["probes"]["hf_config"]
+    assert source["transformers"] == "4.57.6" and source["transformers_from"].startswith("installed beside vllm"), source
+    assert "window-nulled" in _codes(report)
 
 
 def test_no_transformers_to_run_makes_the_window_unknown_not_the_raw_value(mini_tree):

@@ -2,7 +2,7 @@
 
 Under the images directory (``<cache>/images``, or a scratch directory when
 caches are off): ``files/<hex>.pack`` each layer's kept contents,
-``layers/<hex>.json`` what each layer held (so an image sharing base layers
+``layers/<format>-<hex>.json`` what each layer held (so an image sharing base layers
 downloads only its new ones), ``trees/<format>-<hex>/`` the assembled tree of
 an image (by its manifest digest), with ``image.json`` written last as the mark
 that it is complete.
@@ -28,7 +28,8 @@ from .merge import find_site, merge, site_files
 from .registry import RegistrySource
 
 LABELS = ("org.opencontainers.image.revision", "org.opencontainers.image.version", "org.opencontainers.image.source")
-TREE_FORMAT = "1"  # bump when what a tree holds changes
+TREE_FORMAT = "2"  # bump when what a tree holds changes (2: transformers config sources too)
+LAYER_FORMAT = "2"  # bump when what a layer index keeps changes (layers.wanted)
 LAYER_JOBS = 4
 
 
@@ -107,7 +108,7 @@ def _layer_indexes(source: ImageSource, image: Image, images_dir: Path, progress
 
 def _layer_index(source: ImageSource, layer: Layer, images_dir: Path, bar) -> LayerIndex:
     name = layer.digest.split(":", 1)[1]
-    path = images_dir / "layers" / f"{name}.json"
+    path = images_dir / "layers" / f"{LAYER_FORMAT}-{name}.json"
     index = load_index(path)
     if index is not None:
         return index
