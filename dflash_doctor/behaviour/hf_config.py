@@ -158,8 +158,8 @@ def _run_class(tree: SourceTree, symbol: Symbol, datas: list[dict[str, Any]], ru
     built: list[dict[str, Any] | str] = []
     for index in range(len(datas)):
         outcome = outcomes.get(f"config{index}", Outcome(gap="no answer"))
-        if outcome.ok and isinstance(outcome.value, dict):
-            built.append(outcome.value)
+        if outcome.ok and isinstance(outcome.value, dict):  # attributes only: a "__" key is the tool's own
+            built.append({key: value for key, value in outcome.value.items() if not key.startswith("__")})
         else:
             built.append(f"building it {failure(outcome)}" if not outcome.ok else "building it gave no attributes")
     return built

@@ -3,12 +3,14 @@ class it uses for a ``model_type`` (``hf_config.py`` runs that class's code).
 
 Where transformers comes from, first that applies:
 
-* installed beside the ``vllm`` package (the same site-packages): the one that runs;
+* installed beside the ``vllm`` package (the same site-packages): the one that
+  runs. On this machine, in an image (its config sources are extracted with
+  vLLM's), or on an ssh host (the collector sends the files ``collected_files``
+  names with the vLLM files);
 * else the newest wheel satisfying the tree's own ``Requires-Dist: transformers``
   (its dist-info METADATA), fetched from the package index into the user cache as
   the vLLM wheels are (``targets/release.py``): what ``pip install vllm==X`` gets.
-  This is the case of ``--release``, and of ``--host``/``--image``, whose
-  collector does not send the host's transformers.
+  This is the case of ``--release``.
 
 The class: vLLM's own registry (``_CONFIG_REGISTRY`` in
 ``vllm/transformers_utils/config.py``) first, as vLLM's loader does; else
@@ -37,7 +39,7 @@ SPECIAL = "SPECIAL_MODEL_TYPE_TO_MODULE_NAME"
 _REQUIRES = re.compile(r"^Requires-Dist:\s*transformers(?![\w.-])([^;\n]*)(;[^\n]*)?$", re.MULTILINE | re.IGNORECASE)
 _SPECIFIER = r"(?:~=|===?|!=|<=|>=|<|>)[0-9][0-9A-Za-z.*+!]{0,40}"
 _SPECIFIERS = re.compile(rf"(?:{_SPECIFIER}(?:,{_SPECIFIER}){{0,20}})?")
-_VERSION = re.compile(r"^Version:\s*(\S+)", re.MULTILINE)
+_VERSION = re.compile(r"^Version:\s*([0-9A-Za-z.+!-]{1,40})\s*$", re.MULTILINE)
 _INIT_VERSION = re.compile(rb"^__version__\s*=\s*[\"']([0-9A-Za-z.+!-]{1,40})[\"']", re.MULTILINE)
 _MODULE = re.compile(r"[a-z0-9_]{1,64}")
 INIT = "transformers/__init__.py"
