@@ -98,6 +98,17 @@ def test_transformers_5_that_vllm_0_33_requires_decides_the_window(config, windo
         assert [layer["sliding_window"] for layer in layers] == [window] * 4 + [None]
 
 
+@pytest.mark.parametrize(("config", "nulled"), [(NO_FLAG, True), (FLAG, False)], ids=["no-flag", "flag"])
+def test_transformers_4_that_vllm_0_19_requires_is_fetched_for_release(config, nulled):
+    """--release 0.19.0 requires transformers<5: 4.57.6, fetched like the wheel; its
+    Qwen3Config.__init__ decides the window (0.19.0 has no DFlash: not-applicable)."""
+    _, report = check_json("--release", "0.19.0", "--draft-config", str(config), "--only", "swa-config")
+    source = report["probes"]["hf_config"]
+    assert source["transformers"].startswith("4.57.") and "transformers<5,>=4.56.0" in source["transformers_from"]
+    assert ("window-nulled" in _codes(report)) is nulled
+    assert _swa(report) == "not-applicable"
+
+
 def test_the_collector_sends_the_hosts_own_transformers(mini_tree):
     """--host: the stdlib collector sends the transformers files beside the host's
     vllm with the vLLM files, and the drafter's config is built with that
