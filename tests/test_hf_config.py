@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import check_json
-from registry import SITE, python_files, tree_files, write_image
+from registry import python_files, tree_files, write_image
 
 from dflash_doctor.behaviour.compute import compute
 from dflash_doctor.behaviour.transformers import requires
@@ -40,9 +40,9 @@ def _swa(report: dict) -> str:
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda path: path.name)
 def test_lint_and_verdict_agree_on_the_window_for_every_drafter_config(config):
-    """One object decides both: where the lint says vLLM sees no window, the check's
-    hf_config has none, no layer shows one and swa-config is not present for the
-    drafter; where the layers show the file's window, the lint does not warn."""
+    """One object decides both: where the lint says vLLM sees no window, no layer
+    shows one and swa-config is not present for the drafter; where the layers show
+    a window for the drafter's sliding layers, the lint does not warn."""
     _, report = check_json("--release", "0.33.0", "--draft-config", str(config), "--only", "swa-config")
     probes = report["probes"]
     assert probes["hf_config"]["transformers"].startswith("5.20."), probes["hf_config"]
