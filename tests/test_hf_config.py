@@ -20,7 +20,12 @@ from dflash_doctor.behaviour.transformers import requires
 from dflash_doctor.draft.config import load_draft_config
 from dflash_doctor.rulefile import load_rules
 from dflash_doctor.rules import rules_dir
-from dflash_doctor.targets.probing import encode_request, parse_probe_output, probe_request, probe_source
+from dflash_doctor.targets.probing import (
+    encode_request,
+    parse_probe_output,
+    probe_request,
+    probe_source,
+)
 from dflash_doctor.targets.release import transformers_tree
 from dflash_doctor.targets.snapshot import SnapshotTree
 
@@ -115,7 +120,7 @@ def test_the_collector_sends_the_hosts_own_transformers(mini_tree):
     transformers (here 4.57.6 beside 0.22.0), not one fetched by requirement."""
     site = _beside(mini_tree, "0.22.0", "4.57.6")
     proc = subprocess.run([sys.executable, "-S", "-", "collect", encode_request(probe_request(load_rules()))],
-                          input=probe_source(), capture_output=True, text=True, env={"PYTHONPATH": str(site)}, timeout=120)
+                          input=probe_source(), capture_output=True, text=True, env={"PYTHONPATH": str(site)}, timeout=120, check=True)
     tree = SnapshotTree(parse_probe_output(proc.stdout, "the collector"))
     found = compute(tree, (load_draft_config(NO_FLAG), load_draft_config(FLAG)))
     sources = [computed.hf_source for computed in found]
