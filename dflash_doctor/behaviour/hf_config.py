@@ -98,13 +98,12 @@ def hf_views(tree: SourceTree, items: Sequence[tuple[DraftConfig, dict[str, Any]
     as vLLM's config class builds it: one sandbox request per class."""
     transformers = transformers_for(tree)
     version, origin = (None, None) if isinstance(transformers, str) else (transformers.version, transformers.origin)
-    views: list[HfView | None] = []
+    views: dict[int, HfView] = {}
     classes: dict[str, tuple[SourceTree, Symbol] | str] = {}
     groups: dict[str, tuple[SourceTree, Symbol, list[tuple[int, dict[str, Any], HfSource]]]] = {}
     for index, (draft, data) in enumerate(items):
         plain = {key: value for key, value in data.items() if not key.startswith("__")}
         model_type = plain.get("model_type")
-        views.append(None)
         if draft.format == SPECULATORS:
             views[index] = HfView(plain, HfSource("speculators", "SpeculatorsConfig", version, origin, SPECULATORS_NOTE))
             continue
@@ -119,15 +118,15 @@ def hf_views(tree: SourceTree, items: Sequence[tuple[DraftConfig, dict[str, Any]
             views[index] = _unknown(plain, HfSource(model_type, None, version, origin, None, found))
             continue
         holder, symbol = found
-        source = HfSource(model_type, f"{symbol.file}:{symbol.qualname}", version, origin, BASE_NOTE)
-        groups.setdefault(source.config_class, (holder, symbol, []))[2].append((index, plain, source))
+        where = f"{symbol.file}:{symbol.qualname}"
+        groups.setdefault(where, (holder, symbol, []))[2].append((index, plain, HfSource(model_type, where, version, origin, BASE_NOTE)))
     for holder, symbol, members in groups.values():
         for (index, plain, source), built in zip(members, _run_class(holder, symbol, [plain for _, plain, _ in members], run)):
             if isinstance(built, str):
                 views[index] = _unknown(plain, dataclasses.replace(source, reason=f"{symbol.qualname} could not be run: {built}"))
             else:
                 views[index] = HfView(built, source)
-    return views
+    return [views[index] for index in range(len(items))]
 
 
 def _unknown(data: dict[str, Any], source: HfSource) -> HfView:
@@ -169,6 +168,8 @@ def _program(tree: SourceTree, symbol: Symbol) -> tuple[list[Chunk], dict[str, A
     """The class's constructor as module-level functions of its own module (so the
     builder resolves what they read there), and ``_dd_config(data)`` that builds one."""
     node = symbol.node
+    if not isinstance(node, ast.ClassDef):
+        raise ExtractError(f"{symbol.qualname} in {symbol.file} is not a class")
     methods = {s.name: s for s in node.body if isinstance(s, ast.FunctionDef)}
     builder = ProgramBuilder(tree, PROVIDED)
     extra: list[Chunk] = [Chunk(BASE, BASE_SOURCE)]
@@ -180,7 +181,7 @@ def _program(tree: SourceTree, symbol: Symbol) -> tuple[list[Chunk], dict[str, A
             builder.function(_as_function(symbol, methods["__post_init__"], post))
         else:
             post = BASE
-        fields = _fields(symbol)
+        fields = _fields(node)
         extra.append(Chunk("_dd_fields", f"_dd_fields = {fields!r}"))
         extra.append(Chunk(INIT, f"""def {INIT}(self, **kwargs):
     for name, value in _dd_fields:
@@ -217,12 +218,12 @@ def _is_super_call(func: ast.expr) -> bool:
             and isinstance(func.value.func, ast.Name) and func.value.func.id == "super")
 
 
-def _fields(symbol: Symbol) -> list[tuple[str, Any]]:
+def _fields(node: ast.ClassDef) -> list[tuple[str, Any]]:
     """The class's own dataclass fields, in order, with their literal defaults (a field
     without one is left out: set only when the file gives it). The bases' fields
     are the stood-in base's: only the keywords the file gives become attributes."""
     fields: dict[str, Any] = {}
-    for statement in symbol.node.body:
+    for statement in node.body:
         if not (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)) or _class_var(statement.annotation):
             continue
         known, value = _default(statement.value)

@@ -127,8 +127,8 @@ def _version(tree: SourceTree) -> str | None:
         data = tree.data(INIT) or b""
     except SourceError:
         return None
-    found = _INIT_VERSION.search(data)
-    return found.group(1).decode("ascii") if found else None
+    assigned = _INIT_VERSION.search(data)
+    return assigned.group(1).decode("ascii") if assigned else None
 
 
 def _collected(tree: SourceTree, relpath: str) -> bool:
@@ -258,18 +258,25 @@ def _collect(node: ast.expr | None, pairs: dict[str, str]) -> None:
         for keyword in node.keywords:
             if keyword.arg is None:
                 _collect(keyword.value, pairs)
-            elif _text(keyword.value) is not None:
-                pairs[keyword.arg] = _text(keyword.value)
+            else:
+                _add(pairs, ast.Constant(keyword.arg), keyword.value)
     elif isinstance(node, (ast.List, ast.Tuple)):
         for item in node.elts:
-            if isinstance(item, ast.Tuple) and len(item.elts) == 2 and _text(item.elts[0]) is not None and _text(item.elts[1]) is not None:
-                pairs[_text(item.elts[0])] = _text(item.elts[1])
+            if isinstance(item, ast.Tuple) and len(item.elts) == 2:
+                _add(pairs, item.elts[0], item.elts[1])
     elif isinstance(node, ast.Dict):
         for key, item in zip(node.keys, node.values):
             if key is None:
                 _collect(item, pairs)
-            elif _text(key) is not None and _text(item) is not None:
-                pairs[_text(key)] = _text(item)
+            else:
+                _add(pairs, key, item)
+
+
+def _add(pairs: dict[str, str], key: ast.expr, value: ast.expr) -> None:
+    """``pairs[key] = value`` when both are string literals."""
+    key_text, value_text = _text(key), _text(value)
+    if key_text is not None and value_text is not None:
+        pairs[key_text] = value_text
 
 
 def _names(tree: SourceTree, file: str, key: str) -> bool:
