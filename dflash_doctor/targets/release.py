@@ -23,7 +23,7 @@ import zipfile
 from pathlib import Path
 
 from ..model import ToolError
-from ..paths import cache_dir
+from ..paths import cache_dir, write_atomically
 from ..terminal import progress
 from . import ResolvedTarget
 from .path import PathTarget
@@ -87,10 +87,11 @@ def transformers_tree(requirement: str) -> tuple[Path, str]:
             tree = staging / "tree"
             _extract(wheel, tree, TRANSFORMERS_KEPT)
         dest = _publish(tree, root / version, version)
-    pointer.parent.mkdir(parents=True, exist_ok=True)
-    temporary = pointer.with_name(f"{pointer.name}.{os.getpid()}")
-    temporary.write_text(version + "\n", encoding="utf-8")
-    os.replace(temporary, pointer)
+    try:
+        pointer.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(pointer, version + "\n")
+    except OSError as exc:
+        raise ToolError(f"cannot write the cache file {pointer}: {exc.strerror or exc}") from None
     return dest, version
 
 
