@@ -18,6 +18,7 @@ from registry import python_files, tree_files, write_image
 from dflash_doctor.behaviour.compute import compute
 from dflash_doctor.behaviour.transformers import requires
 from dflash_doctor.draft.config import load_draft_config
+from dflash_doctor.draft.sandbox import UNKNOWN_KEYS, Call, config_object, run
 from dflash_doctor.rulefile import load_rules
 from dflash_doctor.rules import rules_dir
 from dflash_doctor.targets.probing import (
@@ -156,6 +157,19 @@ def test_no_transformers_to_run_makes_the_window_unknown_not_the_raw_value(mini_
     assert "of the drafter's hf_config (no transformers is installed beside this vLLM" in json.dumps(report["probes"]["reason"])
     assert _swa(report) != "present"
     assert "window-unchecked" in _codes(report)
+
+
+def test_keys_the_tool_could_not_compute_are_gaps_in_the_sandbox():
+    """A config key listed under UNKNOWN_KEYS stops the code that reads it (plainly or
+    with a getattr default) with the reason; the other keys read as they are."""
+    data = {"hf": {"sliding_window": 2048, "num_hidden_layers": 5, UNKNOWN_KEYS: {"sliding_window": "why not known"}}}
+    calls = [Call(name, expr, (("config", config_object("hf_config", "hf")),)) for name, expr in (
+        ("plain", "config.sliding_window + 0"), ("default", "getattr(config, 'sliding_window', None) or 1"),
+        ("other", "config.num_hidden_layers"), ("user", "config.__unknown__"))]
+    outcomes = run([], calls, data, {})
+    assert outcomes["plain"].gap == outcomes["default"].gap == "why not known"
+    assert outcomes["other"].value == 5
+    assert not outcomes["user"].ok  # the key itself is never an attribute
 
 
 def test_the_requirement_is_read_as_pip_takes_it():
