@@ -13,6 +13,7 @@ from dflash_doctor.behaviour.compute import compute
 from dflash_doctor.behaviour.definitions import ExtractError, Locator
 from dflash_doctor.behaviour.program import ProgramBuilder
 from dflash_doctor.draft.sandbox import Call, run
+from dflash_doctor.provenance import find_dist_info
 from dflash_doctor.rulefile import load_rules
 from dflash_doctor.source import DirectoryTree
 from dflash_doctor.targets.path import PathTarget
@@ -28,7 +29,9 @@ pytestmark = pytest.mark.release
 
 
 def probe(release, version: str, config: Path) -> dict:
-    tree = DirectoryTree(release(version), None)
+    """What the release computes for ``config``; its dist-info names the transformers that builds the hf_config."""
+    root = release(version)
+    tree = DirectoryTree(root, find_dist_info(root))
     return compute(tree, (load_draft_config(config),))[0].to_json()
 
 

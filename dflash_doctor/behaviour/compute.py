@@ -20,6 +20,7 @@ from ..draft.sandbox import Call, Outcome, SandboxError
 from ..source import SourceTree, Symbol
 from .computed import RUNNER_FILES, RUNNERS, SPEC_CONFIG, SPECULATORS_ALGOS, Computed, Runner, RunnerSupport
 from .definitions import ExtractError, Place, parsed_or_none
+from .hf_config import HfSource, hf_views
 from .interpret import failure, interpret
 from .plan import Plan, plan_calls
 from .program import ProgramBuilder
@@ -36,7 +37,7 @@ class NotRegistered(ExtractError):
 def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = sandbox.run) -> tuple[Computed, ...]:
     """What the tree computes for every drafter config, planned once and run in one sandbox process
     (``run``: where the program runs, ``sandbox.run`` or a remote host's equivalent)."""
-    hfs: list[tuple[dict[str, Any], Place | None] | str | NotRegistered] = []
+    hfs: list[tuple[dict[str, Any], Place | None] | tuple[dict[str, Any], Place | None, HfSource] | str | NotRegistered] = []
     for draft in drafts:
         try:
             hfs.append(_hf_config(tree, draft, run))
@@ -44,6 +45,12 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = san
             hfs.append(exc)
         except (ExtractError, SandboxError) as exc:
             hfs.append(f"the drafter's hf_config could not be built: {exc}")
+    # the keys through the config class vLLM builds the hf_config with (hf_config.py), one request for all
+    views = iter(hf_views(tree, [(draft, hf[0]) for draft, hf in zip(drafts, hfs) if isinstance(hf, tuple)], run))
+    for position, hf in enumerate(hfs):
+        if isinstance(hf, tuple):
+            view = next(views)
+            hfs[position] = (view.data, hf[1], view.source)
     builder = ProgramBuilder(tree, PROVIDED)
     plan, spec_symbol = plan_calls(tree, builder)
     failed = None
@@ -67,7 +74,7 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = san
         plans.append(mine)
         if not isinstance(hf, tuple):
             continue
-        hf_data, translation_site = hf
+        hf_data, translation_site, _ = hf
         if translation_site:
             mine.evidence.insert(0, translation_site)
         data[f"hf{index}"] = hf_data
@@ -109,7 +116,7 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = san
         prefix = f"{index}|"
         mine = {call_id[len(prefix):]: outcome for call_id, outcome in outcomes.items() if call_id.startswith(prefix)}
         found = interpret(plans[index], mine, builder, draft, draft.expected_aux_layer_ids(), draft.expected_layers())
-        answers.append(dataclasses.replace(found, hf_config=hf[0]))
+        answers.append(dataclasses.replace(found, hf_config=hf[0], hf_source=hf[2]))
     return tuple(answers)
 
 
@@ -125,7 +132,7 @@ def _nothing(draft: DraftConfig, reason: str) -> Computed:
 
 
 def _hf_config(tree: SourceTree, draft: DraftConfig, run: Runner) -> tuple[dict[str, Any], Place | None]:
-    """The drafter's hf_config keys as vLLM builds them (speculators: the tree's translation)."""
+    """The drafter's keys vLLM hands its config class (speculators: the tree's translation)."""
     if draft.format != SPECULATORS:
         return dict(draft.data), None
     kind = draft.data.get("speculators_model_type")

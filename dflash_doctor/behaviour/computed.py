@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..draft.sandbox import Call, Chunk, Outcome
 from ..model import UNKNOWN
 from .definitions import Place
+
+if TYPE_CHECKING:
+    from .hf_config import HfSource
 
 V1_RESOLVER = ("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner._get_eagle3_aux_layers_from_config")
 V2_RESOLVER = ("vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py", "get_eagle3_aux_layers_from_config")
@@ -88,6 +91,7 @@ class Computed:
     has_opt_out: bool = False  # the tree's SpeculativeConfig has the opt-out flag
     runners: tuple[str, ...] = RUNNERS  # the model runners this tree has
     hf_config: dict[str, Any] | None = dataclasses.field(default=None, compare=False)  # as vLLM builds it
+    hf_source: HfSource | None = dataclasses.field(default=None, compare=False)  # the class that built it, from which transformers
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -108,6 +112,7 @@ class Computed:
             "mismatches": list(self.mismatches),
             "evidence": [site.to_json() for site in self.evidence],
             "reason": dict(self.reasons) or None,
+            "hf_config": None if self.hf_source is None else self.hf_source.to_json(),
         }
 
 

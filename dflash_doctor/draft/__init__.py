@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..cache import judged_fixes
-from .lint import lint_report
+from .lint import lint_report, with_hf
 from .render import DraftSection, ProbesSection
 
 if TYPE_CHECKING:
@@ -25,6 +25,10 @@ def draft_sections(
     user's config as the one that gates. Raises ToolError for unreadable input."""
     report = lint_report(Path(draft_config), None if target_config is None else Path(target_config))
     fixes, probes = judged_fixes(resolved, rules, report.config)
+    if probes is not None and probes.hf_source is not None:  # the window finding from the object the verdict used
+        from ..behaviour.hf_config import HfView
+
+        report = with_hf(report, HfView(probes.hf_config or {}, probes.hf_source))
     sections: list[Section] = [DraftSection(report)]
     if probes is not None:  # None where the target cannot run the tree's code: the fixes say why
         sections.append(ProbesSection(probes))

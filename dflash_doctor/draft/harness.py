@@ -25,7 +25,8 @@ past it. Stubs are described by ``spec``:
     plain JSON               itself, with dict values read as specs
     {"$data": name}          a deep copy of request data (never read as specs)
     {"$obj": label, "data": name}     attributes from request data; a missing
-                                      attribute raises AttributeError (a config)
+                                      attribute raises AttributeError (a config);
+                                      those its "__unknown__" key names are gaps
     {"$obj": label, "attrs": {..}}    attributes from specs; a missing one is a gap
     {"$class": label, "body": src, "attrs": {..}}  an instance of a class whose
                                       methods are ``src``; missing attributes are gaps
@@ -436,7 +437,11 @@ def build(spec, data, namespace):
         return fresh(data, spec["$data"])
     if "$obj" in spec:
         if "data" in spec:
-            keys = {k: v for k, v in fresh(data, spec["data"]).items() if not k.startswith("__")}
+            raw = fresh(data, spec["data"])
+            keys = {k: v for k, v in raw.items() if not k.startswith("__")}
+            unknown = raw.get("__unknown__")  # sandbox.UNKNOWN_KEYS: attributes the tool could not compute
+            if isinstance(unknown, dict):
+                keys.update((key, Gap(str(why))) for key, why in unknown.items())
             return (LooseConfig if spec.get("loose") else Obj)(spec["$obj"], keys, False)
         return Obj(spec["$obj"], build(spec.get("attrs", {}), data, namespace), True)
     if "$class" in spec:

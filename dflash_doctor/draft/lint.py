@@ -1,12 +1,19 @@
 """Lint a drafter config: one pass each for its format, layer ids, layers, mask
-and block size, and causality; each finding says what to do about it."""
+and block size, and causality; each finding says what to do about it.
+
+Whether vLLM sees the window of the sliding layers is read, where a vLLM tree is
+checked, from the hf_config the behaviour run built with that tree's config
+class (``behaviour/hf_config.py``): the object the verdict comes from, so the
+two cannot disagree. Alone (``config``), the lint says what Transformers'
+Qwen2/Qwen3 configs do with the file.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..model import EXIT_MISSING, EXIT_OK, exit_code_for
 from .config import (
@@ -26,6 +33,9 @@ from .config import (
     load_target_layers,
     target_layer_count,
 )
+
+if TYPE_CHECKING:
+    from ..behaviour.hf_config import HfView
 
 ERROR = "error"
 WARNING = "warning"
@@ -50,6 +60,7 @@ class LintReport:
     config: DraftConfig
     target: TargetLayers | None  # from --target-config, else num_target_layers in the config
     findings: tuple[Finding, ...]
+    hf: HfView | None = None  # the hf_config a checked vLLM builds from the file, when there is one
 
     @property
     def errors(self) -> int:
@@ -72,6 +83,7 @@ class LintReport:
             "findings": [finding.to_json() for finding in self.findings],
             "errors": self.errors,
             "warnings": self.warnings,
+            "hf_config": None if self.hf is None else self.hf.source.to_json(),
         }
 
 
@@ -82,13 +94,20 @@ def lint_report(path: Path, target_config: Path | None = None) -> LintReport:
     return LintReport(config, target_layer_count(config, target), lint(config, target))
 
 
-def lint(config: DraftConfig, target: TargetLayers | None = None) -> tuple[Finding, ...]:
-    """Every finding, most severe first; ``target`` comes from --target-config."""
+def with_hf(report: LintReport, hf: HfView) -> LintReport:
+    """The report again, its window finding read from the hf_config a vLLM tree built
+    (``report.target`` stands for --target-config: the config's own count agrees with itself)."""
+    return dataclasses.replace(report, findings=lint(report.config, report.target, hf), hf=hf)
+
+
+def lint(config: DraftConfig, target: TargetLayers | None = None, hf: HfView | None = None) -> tuple[Finding, ...]:
+    """Every finding, most severe first; ``target`` comes from --target-config;
+    ``hf``: the hf_config a checked vLLM builds from the file."""
     findings: list[Finding] = []
-    add = lambda severity, code, message, fix: findings.append(Finding(severity, code, message, fix))  # noqa: E731
+    add = lambda severity, code, message, fix: findings.append(Finding(severity, code, message, fix))
     _lint_format(config, add)
     _lint_ids(config, target, add)
-    _lint_layers(config, add)
+    _lint_layers(config, add, hf)
     _lint_mask_and_block(config, add)
     _lint_causality(config, add)
     order = {severity: rank for rank, severity in enumerate(SEVERITIES)}
@@ -150,7 +169,7 @@ def _lint_ids(config: DraftConfig, target: TargetLayers | None, add) -> None:
             "right for vLLM; other runtimes have mishandled the last-layer tap")
 
 
-def _lint_layers(config: DraftConfig, add) -> None:
+def _lint_layers(config: DraftConfig, add, hf: HfView | None) -> None:
     layout = config.layout
     where = "transformer_layer_config." if config.format == SPECULATORS else ""
     count = draft_layer_count(layout)
@@ -184,12 +203,35 @@ def _lint_layers(config: DraftConfig, add) -> None:
                 f"set {where}sliding_window to the window the drafter was trained with")
         elif not isinstance(window, int) or isinstance(window, bool) or window <= 0:
             add(ERROR, "window-invalid", f"the sliding window must be a positive integer, got {json.dumps(window)}", "set the window in tokens, e.g. 2048")
-        elif swa_window is None and config.format == ZLAB and layout.get("use_sliding_window") is not True:
-            state = "false" if layout.get("use_sliding_window") is False else "not set (Transformers' Qwen2/Qwen3 configs default it to false)"
-            add(WARNING, "window-nulled", f"use_sliding_window is {state}: Transformers then sets sliding_window to None, and vLLM sees no window for the sliding layers",
-                'set "use_sliding_window": true (or give dflash_config.swa_window_size)')
+        elif swa_window is None:
+            _lint_window_seen(config, layout, window, add, hf)
     elif window is not None and kinds is not None:
         add(INFO, "window-unused", f"a sliding window ({window}) is set but no layer is sliding", "check layer_types if a layer should be sliding")
+
+
+NULLED_FIX = 'set "use_sliding_window": true (or give dflash_config.swa_window_size)'
+
+
+def _lint_window_seen(config: DraftConfig, layout: dict[str, Any], window: int, add, hf: HfView | None) -> None:
+    """Whether the window, given only as ``sliding_window``, reaches vLLM: from the
+    hf_config a checked tree built (``hf``), else from what Transformers' Qwen2/Qwen3
+    configs do with ``use_sliding_window``."""
+    state = "false" if layout.get("use_sliding_window") is False else "not set"
+    if hf is None:
+        if config.format == ZLAB and layout.get("use_sliding_window") is not True:
+            add(WARNING, "window-nulled", f"use_sliding_window is {state} (Transformers' Qwen2/Qwen3 configs default it to false): "
+                "Transformers then sets sliding_window to None, and vLLM sees no window for the sliding layers", NULLED_FIX)
+        return
+    source = hf.source
+    known, seen = hf.value("sliding_window")
+    if not known:
+        add(INFO, "window-unchecked", f"whether this vLLM sees the sliding window cannot be told: {source.reason}", "")
+    elif seen is None:
+        add(WARNING, "window-nulled", f"use_sliding_window is {state}: {source.config_class} (transformers {source.transformers}) "
+            "sets sliding_window to None, and vLLM sees no window for the sliding layers", NULLED_FIX)
+    elif seen != window:
+        add(WARNING, "window-changed", f"{source.config_class} (transformers {source.transformers}) turns sliding_window {window} into {json.dumps(seen)}: "
+            "vLLM sees that window for the sliding layers", "give the window in dflash_config.swa_window_size")
 
 
 def _lint_mask_and_block(config: DraftConfig, add) -> None:

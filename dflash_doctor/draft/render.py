@@ -89,6 +89,8 @@ class ProbesSection:
                 lines.append(f"  layer {index}: window {window if window is not None else 'full'}, "
                              f"{'causal' if causal else 'non-causal'}")
         lines.append(f"  drops the prefix-cache block for method='dflash': {_value(computed.drops_prefix_block)}")
+        if computed.hf_source is not None:
+            lines.append(f"  {computed.hf_source.line()}")
         lines += [f"  ({field}: {why})" for field, why in computed.reasons]
         return [clean(line) for line in lines]
 

@@ -232,8 +232,15 @@ def data_ref(name: str) -> dict:
     return {"$data": name}
 
 
+# A key of a config object's data naming the attributes that are gaps ({key: why}):
+# keys the tool could not compute (behaviour/hf_config.py). The harness reads it
+# (spelled there too); a key of the drafter's own file never starts with "__".
+UNKNOWN_KEYS = "__unknown__"
+
+
 def config_object(label: str, data_name: str) -> dict:
-    """A config whose attributes are request data; missing keys raise AttributeError."""
+    """A config whose attributes are request data; missing keys raise AttributeError,
+    and the keys listed under ``UNKNOWN_KEYS`` are gaps."""
     return {"$obj": label, "data": data_name}
 
 

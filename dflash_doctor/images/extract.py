@@ -28,7 +28,8 @@ from .merge import find_site, merge, site_files
 from .registry import RegistrySource
 
 LABELS = ("org.opencontainers.image.revision", "org.opencontainers.image.version", "org.opencontainers.image.source")
-TREE_FORMAT = "2"  # bump when what a tree holds changes (2: the dist-info of vllm-named distributions)
+TREE_FORMAT = "3"  # bump when what a tree holds changes (2: transformers config sources; 3: the dist-info of vllm-named distributions)
+LAYER_FORMAT = "3"  # bump when what a layer index keeps changes (layers.wanted)
 LAYER_JOBS = 4
 
 
@@ -107,7 +108,8 @@ def _layer_indexes(source: ImageSource, image: Image, images_dir: Path, progress
 
 def _layer_index(source: ImageSource, layer: Layer, images_dir: Path, bar) -> LayerIndex:
     name = layer.digest.split(":", 1)[1]
-    path = images_dir / "layers" / f"{TREE_FORMAT}-{name}.json"  # what a layer keeps changes with the tree format
+TREE_FORMAT = "3"  # bump when what a tree holds changes (2: transformers config sources; 3: the dist-info of vllm-named distributions)
+LAYER_FORMAT = "3"  # bump when what a layer index keeps changes (layers.wanted)
     index = load_index(path)
     if index is not None:
         return index

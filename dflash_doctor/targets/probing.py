@@ -49,8 +49,13 @@ def probe_source() -> str:
 
 
 def probe_request(rules: tuple[Rule, ...]) -> dict:
-    """The files the rules read, and the anchors the probe must search for if moved."""
+    """The files the rules read, the transformers files beside them that build the
+    reference drafters' configs, and the anchors the probe must search for if moved."""
+    from ..behaviour.reference import reference_configs
+    from ..behaviour.transformers import collected_files
+
     files = {relpath for rule in rules for relpath in rule.files}  # anchors, applicability, behaviour
+    files |= set(collected_files(str(d.data["model_type"]) for _, d in reference_configs() if isinstance(d.data.get("model_type"), str)))
     anchors = {(a.file, search_name(a.symbol)) for rule in rules for a in rule.anchors if not a.optional}
     anchors |= {(rule.applies.file, search_name(rule.applies.symbol)) for rule in rules}
     return {"files": sorted(files | {"vllm/_version.py"}), "anchors": sorted(map(list, anchors))}

@@ -1,14 +1,18 @@
-"""A released vLLM wheel, downloaded with pip into the user cache.
+"""A released vLLM wheel, downloaded with pip into the user cache; and the
+transformers wheel a vLLM requires, fetched the same way.
 
 Only ``vllm/**/*.py`` and the dist-info are kept (about a quarter of the
 wheel); the wheel itself is deleted. A second check of the same release
-reads the cache and touches no network.
+reads the cache and touches no network. Of a transformers wheel only the
+sources its config classes live in are kept (``TRANSFORMERS_KEPT``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fnmatch
+import hashlib
 import os
 import re
 import shutil
@@ -20,7 +24,7 @@ import zipfile
 from pathlib import Path
 
 from ..model import ToolError
-from ..paths import cache_dir
+from ..paths import cache_dir, write_atomically
 from ..terminal import progress
 from . import ResolvedTarget
 from .path import PathTarget
@@ -51,42 +55,99 @@ def release_tree(version: str) -> Path:
     dest = cache_dir() / "releases" / version
     if (dest / COMPLETE).is_file():
         return dest
+    with _staging() as staging:
+        with progress(f"vllm {version}: downloading the wheel", transfer=True) as update:
+            wheel = _download(version, staging, update)
+            update(description=f"vllm {version}: extracting the .py files")
+            tree = staging / "tree"
+            _extract(wheel, tree)
+        return _publish(tree, dest, version)
+
+
+# The transformers sources behaviour reads: the config base, the auto mapping, each model's config module.
+TRANSFORMERS_KEPT = ("transformers/*.py", "transformers/models/auto/*.py", "transformers/models/*/configuration_*.py")
+
+
+def transformers_tree(requirement: str) -> tuple[Path, str]:
+    """The extracted sources of the newest transformers wheel satisfying
+    ``requirement`` (a PEP 508 requirement on transformers, as a vLLM wheel states
+    it), and its version: pip resolves it the first time, the user cache answers
+    after that (``transformers/resolved/<sha256 of the requirement>`` names the version)."""
+    root = cache_dir() / "transformers"
+    pointer = root / "resolved" / hashlib.sha256(requirement.encode()).hexdigest()[:32]
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        version = pointer.read_text(encoding="utf-8").strip()
+        if RELEASE.fullmatch(version) and (root / version / COMPLETE).is_file():
+            return root / version, version
+    with _staging() as staging:
+        with progress(f"{requirement}: downloading the wheel", transfer=True) as update:
+            wheel = _pip_download("transformers", requirement, staging, update)
+            version = wheel.name.split("-")[1] if wheel.name.count("-") >= 2 else ""
+            if not RELEASE.fullmatch(version):
+                raise ToolError(f"pip downloaded {wheel.name} for {requirement}")
+            tree = staging / "tree"
+            _extract(wheel, tree, TRANSFORMERS_KEPT)
+        dest = _publish(tree, root / version, version)
+    try:
+        pointer.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(pointer, version + "\n")
+    except OSError as exc:
+        raise ToolError(f"cannot write the cache file {pointer}: {exc.strerror or exc}") from None
+    return dest, version
+
+
+@contextlib.contextmanager
+def _staging():
+    """A fresh directory under the cache's ``tmp`` (the same file system as the cache)."""
     staging_root = cache_dir() / "tmp"
     try:
         staging_root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ToolError(f"cannot create the cache directory {staging_root}: {exc.strerror}") from None
     with tempfile.TemporaryDirectory(dir=staging_root) as staging:
-        with progress(f"vllm {version}: downloading the wheel", transfer=True) as update:
-            wheel = _download(version, Path(staging), update)
-            update(description=f"vllm {version}: extracting the .py files")
-            tree = Path(staging) / "tree"
-            _extract(wheel, tree)
-        (tree / COMPLETE).write_text(version + "\n", encoding="utf-8")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        if dest.exists():  # an interrupted earlier run, or a concurrent one
-            if (dest / COMPLETE).is_file():
-                return dest
-            shutil.rmtree(dest, ignore_errors=True)
-        try:
-            os.replace(tree, dest)
-        except OSError:
-            if not (dest / COMPLETE).is_file():
-                raise
+        yield Path(staging)
+
+
+def _publish(tree: Path, dest: Path, version: str) -> Path:
+    """Move a complete extracted ``tree`` to ``dest``, unless another run got there first."""
+    (tree / COMPLETE).write_text(version + "\n", encoding="utf-8")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.exists():  # an interrupted earlier run, or a concurrent one
+        if (dest / COMPLETE).is_file():
+            return dest
+        shutil.rmtree(dest, ignore_errors=True)
+    try:
+        os.replace(tree, dest)
+    except OSError:
+        if not (dest / COMPLETE).is_file():
+            raise
     return dest
 
 
 def _download(version: str, staging: Path, update) -> Path:
-    """pip downloads the wheel into ``staging/wheel``. Its unpack directory is
-    under ``staging/pip-tmp`` (TMPDIR), so the growing file there is the
-    progress, and the size pip announces ("Downloading ... (250.3 MB)") the
-    total; its debug log (``--log``) says whether an index could not be reached."""
+    """The wheel of ``vllm==version`` (``_pip_download``), checked to be that release."""
+    wheel = _pip_download("vllm", f"vllm=={version}", staging, update)
+    try:
+        same = canonical_release(wheel.name.split("-")[1]) == version
+    except (IndexError, ToolError):
+        same = False
+    if not same:
+        raise ToolError(f"pip downloaded {wheel.name} for vllm=={version}")
+    return wheel
+
+
+def _pip_download(project: str, requirement: str, staging: Path, update) -> Path:
+    """pip downloads the newest wheel of ``project`` satisfying ``requirement`` into
+    ``staging/wheel``. Its unpack directory is under ``staging/pip-tmp`` (TMPDIR),
+    so the growing file there is the progress, and the size pip announces
+    ("Downloading ... (250.3 MB)") the total; its debug log (``--log``) says
+    whether an index could not be reached."""
     into, temp, log = staging / "wheel", staging / "pip-tmp", staging / "pip.log"
     temp.mkdir()
     command = [
         sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
         "--disable-pip-version-check", "--progress-bar", "off", "--log", str(log),
-        "--dest", str(into), f"vllm=={version}",
+        "--dest", str(into), requirement,
     ]
     # Appending: the child shares each file's offset with the reads here.
     with open(staging / "pip.out", "a+b") as out, open(staging / "pip.err", "a+b") as err:
@@ -100,8 +161,8 @@ def _download(version: str, staging: Path, update) -> Path:
             done = 0
             while proc.poll() is None:
                 if time.monotonic() > deadline:
-                    raise ToolError(f"downloading vllm=={version} took longer than {DOWNLOAD_TIMEOUT_S} s")
-                done = max(done, _downloaded(temp))  # pip moves the finished file out of sight
+                    raise ToolError(f"downloading {requirement} took longer than {DOWNLOAD_TIMEOUT_S} s")
+                done = max(done, _downloaded(temp, project))  # pip moves the finished file out of sight
                 update(completed=done, total=_announced_size(out))
                 time.sleep(POLL_S)
         finally:
@@ -113,31 +174,27 @@ def _download(version: str, staging: Path, update) -> Path:
     if proc.returncode != 0:
         unreachable = unreachable_index(log)
         if unreachable:
-            raise ToolError(f"{unreachable}, so vllm=={version} could not be downloaded: {UNREACHABLE_HINT}")
+            raise ToolError(f"{unreachable}, so {requirement} could not be downloaded: {UNREACHABLE_HINT}")
         if "No matching distribution" in errors or "Could not find a version" in errors:
-            raise ToolError(f"vLLM release {version} is not on the package index")
+            if project == "vllm":
+                raise ToolError(f"vLLM release {requirement.split('==')[-1]} is not on the package index")
+            raise ToolError(f"no wheel of {requirement} is on the package index")
         if "No module named pip" in errors:
-            raise ToolError("pip is not available in this interpreter; it is needed to download a release")
+            raise ToolError(f"pip is not available in this interpreter; it is needed to download {requirement}")
         lines = [line for line in errors.splitlines() if line.strip() and not line.startswith("WARNING")]
-        raise ToolError(f"pip could not download vllm=={version}: {lines[-1] if lines else 'exit ' + str(proc.returncode)}")
-    wheels = sorted(into.glob("vllm-*.whl"))
+        raise ToolError(f"pip could not download {requirement}: {lines[-1] if lines else 'exit ' + str(proc.returncode)}")
+    wheels = sorted(into.glob(f"{project}-*.whl"))
     if not wheels:
-        raise ToolError(f"pip downloaded no wheel for vllm=={version}")
+        raise ToolError(f"pip downloaded no wheel for {requirement}")
     size = wheels[0].stat().st_size
     update(completed=size, total=size)
-    try:
-        same = canonical_release(wheels[0].name.split("-")[1]) == version
-    except (IndexError, ToolError):
-        same = False
-    if not same:
-        raise ToolError(f"pip downloaded {wheels[0].name} for vllm=={version}")
     return wheels[0]
 
 
-def _downloaded(temp: Path) -> int:
+def _downloaded(temp: Path, project: str) -> int:
     """Bytes of the wheel pip is writing (in its unpack directory)."""
     total = 0
-    for path in temp.glob("*/vllm-*.whl"):
+    for path in temp.glob(f"*/{project}-*.whl"):
         with contextlib.suppress(OSError):
             total += path.stat().st_size
     return total
@@ -174,18 +231,26 @@ def unreachable_index(log: Path) -> str | None:
     return f"the package index {url} cannot be reached ({(cause.group(1) if cause else why).strip()[:200]})"
 
 
-def _extract(wheel: Path, tree: Path) -> None:
+def _extract(wheel: Path, tree: Path, kept: tuple[str, ...] = ("vllm/**.py",)) -> None:
+    """The wheel's files matching a pattern of ``kept`` and its dist-info (``*`` stays
+    within a directory, ``**`` crosses them)."""
     try:
         with zipfile.ZipFile(wheel) as archive:
             for member in archive.infolist():
                 name = member.filename
-                keep = (name.startswith("vllm/") and name.endswith(".py")) or (
+                keep = any(_matches(name, pattern) for pattern in kept) or (
                     name.split("/", 1)[0].endswith(".dist-info")
                 )
                 if keep and ".." not in name.split("/"):
                     archive.extract(member, tree)
     except zipfile.BadZipFile:
         raise ToolError(f"the downloaded wheel {wheel.name} is not a valid zip archive") from None
+
+
+def _matches(name: str, pattern: str) -> bool:
+    if "**" in pattern:
+        return fnmatch.fnmatchcase(name, pattern.replace("**", "*"))
+    return name.count("/") == pattern.count("/") and fnmatch.fnmatchcase(name, pattern)
 
 
 class ReleaseTarget:

@@ -1,0 +1,300 @@
+"""Which transformers a vLLM tree loads drafter configs with, and which config
+class it uses for a ``model_type`` (``hf_config.py`` runs that class's code).
+
+Where transformers comes from, first that applies:
+
+* installed beside the ``vllm`` package (the same site-packages): the one that
+  runs. On this machine, in an image (its config sources are extracted with
+  vLLM's), or on an ssh host (the collector sends the files ``collected_files``
+  names with the vLLM files);
+* else the newest wheel satisfying the tree's own ``Requires-Dist: transformers``
+  (its dist-info METADATA), fetched from the package index into the user cache as
+  the vLLM wheels are (``targets/release.py``): what ``pip install vllm==X`` gets.
+  This is the case of ``--release``.
+
+The class: vLLM's own registry (``_CONFIG_REGISTRY`` in
+``vllm/transformers_utils/config.py``) first, as vLLM's loader does; else
+transformers' ``CONFIG_MAPPING_NAMES`` (model_type -> class name), in
+``models/<module>/configuration_<module>.py``. Nothing is imported: the files are read.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+import weakref
+from collections.abc import Iterable, Mapping
+
+from ..model import ToolError
+from ..provenance import find_dist_info
+from ..source import DirectoryTree, SourceError, SourceTree, Symbol
+from .definitions import absolute_module, parsed_or_none, top_level_bindings
+
+VLLM_REGISTRY = ("vllm/transformers_utils/config.py", "_CONFIG_REGISTRY")
+VLLM_CONFIGS = "vllm/transformers_utils/configs/__init__.py"
+AUTO_FILES = ("transformers/models/auto/configuration_auto.py", "transformers/models/auto/auto_mappings.py")
+MAPPING = "CONFIG_MAPPING_NAMES"
+SPECIAL = "SPECIAL_MODEL_TYPE_TO_MODULE_NAME"
+_REQUIRES = re.compile(r"^Requires-Dist:\s*transformers(?![\w.-])([^;\n]*)(;[^\n]*)?$", re.MULTILINE | re.IGNORECASE)
+_SPECIFIER = r"(?:~=|===?|!=|<=|>=|<|>)[0-9][0-9A-Za-z.*+!]{0,40}"
+_SPECIFIERS = re.compile(rf"(?:{_SPECIFIER}(?:,{_SPECIFIER}){{0,20}})?")
+_VERSION = re.compile(r"^Version:\s*([0-9A-Za-z.+!-]{1,40})\s*$", re.MULTILINE)
+_INIT_VERSION = re.compile(rb"^__version__\s*=\s*[\"']([0-9A-Za-z.+!-]{1,40})[\"']", re.MULTILINE)
+_MODULE = re.compile(r"[a-z0-9_]{1,64}")
+INIT = "transformers/__init__.py"
+
+
+class TransformersTree(DirectoryTree):
+    """The ``transformers`` package on this machine (installed, or from the cache)."""
+
+    package = "transformers"
+
+
+@dataclasses.dataclass(frozen=True)
+class Transformers:
+    """The transformers a tree's config loading runs: its files, version, and where it came from."""
+
+    tree: SourceTree
+    version: str | None
+    origin: str
+
+
+_FOUND: weakref.WeakKeyDictionary[SourceTree, Transformers | str] = weakref.WeakKeyDictionary()
+
+
+def transformers_for(tree: SourceTree) -> Transformers | str:
+    """The transformers ``tree`` loads configs with, or why none is known (once per tree)."""
+    if tree not in _FOUND:
+        _FOUND[tree] = _find(tree)
+    return _FOUND[tree]
+
+
+def _find(tree: SourceTree) -> Transformers | str:
+    if isinstance(tree, DirectoryTree) and (tree.root / "transformers" / "__init__.py").is_file():
+        found: SourceTree = TransformersTree(tree.root, find_dist_info(tree.root, "transformers"))
+        return Transformers(found, _version(found), f"installed beside vllm in {tree.root}")
+    if not isinstance(tree, DirectoryTree) and _collected(tree, INIT):
+        found = Collected(tree)
+        return Transformers(found, _version(found), f"installed beside vllm on the host, in {getattr(tree, 'root', '?')} (sent by the collector)")
+    requirement = requires(tree.dist_info_text("METADATA") or "")
+    if requirement is None:
+        return ("no transformers is installed beside this vLLM, and its dist-info states no "
+                "Requires-Dist: transformers of version specifiers to fetch one by")
+    # pip and the cache: only when needed
+    from ..targets.release import transformers_tree
+
+    try:
+        root, version = transformers_tree(requirement)
+    except ToolError as exc:
+        return f"no transformers is installed beside this vLLM, and {requirement} could not be fetched: {exc}"
+    if not isinstance(tree, DirectoryTree):
+        beside = " (the collector does not send the host's own transformers: the one its vLLM requires stands in)"
+    elif _in_cache(tree, "images"):
+        beside = " (the image's own transformers is not extracted: the one its vLLM requires stands in)"
+    else:
+        beside = "" if _in_cache(tree, "releases") else " (no transformers is installed beside this vLLM)"
+    return Transformers(TransformersTree(root, find_dist_info(root, "transformers")), version,
+                        f"fetched from the package index: the newest wheel satisfying this vLLM's "
+                        f"requirement {requirement!r}{beside}")
+
+
+def _in_cache(tree: DirectoryTree, part: str) -> bool:
+    from ..paths import cache_dir
+
+    return tree.root.resolve().is_relative_to((cache_dir() / part).resolve())
+
+
+def requires(metadata: str) -> str | None:
+    """The ``transformers`` requirement of a METADATA text (not an extra's), as pip takes
+    it; None when there is none, or when it is more than version specifiers (a URL, an
+    option: the text may come from another host, and pip is handed only versions)."""
+    for found in _REQUIRES.finditer(metadata):
+        marker = found.group(2) or ""
+        if "extra" in marker:
+            continue
+        spec = re.sub(r"^\[[\w,\s-]*\]", "", found.group(1).strip()).strip().strip("()").replace(" ", "")
+        return f"transformers{spec}" if _SPECIFIERS.fullmatch(spec) else None
+    return None
+
+
+def _version(tree: SourceTree) -> str | None:
+    """From the dist-info METADATA, else ``__version__ = "..."`` in ``transformers/__init__.py``."""
+    found = _VERSION.search(tree.dist_info_text("METADATA") or "")
+    if found:
+        return found.group(1)
+    try:
+        data = tree.data(INIT) or b""
+    except SourceError:
+        return None
+    assigned = _INIT_VERSION.search(data)
+    return assigned.group(1).decode("ascii") if assigned else None
+
+
+def _collected(tree: SourceTree, relpath: str) -> bool:
+    try:
+        return tree.data(relpath) is not None
+    except SourceError:
+        return False
+
+
+class Collected(SourceTree):
+    """The transformers files a collector sent with a vLLM tree (the same site dir):
+    read through that tree, as the ``transformers`` package."""
+
+    package = "transformers"
+
+    def __init__(self, tree: SourceTree) -> None:
+        super().__init__()
+        self._tree = tree
+
+    def read(self, relpath: str) -> bytes | None:
+        return self._tree.read(relpath)
+
+    def files_defining(self, names: Iterable[str]) -> Mapping[str, list[str]]:
+        return {name: [] for name in names}
+
+    def dist_info_text(self, name: str) -> str | None:
+        return None
+
+
+def collected_files(model_types: Iterable[str]) -> list[str]:
+    """The transformers files a collector sends beside the vLLM tree's, for these model types:
+    the version, the auto mapping, the helpers config classes call, and each type's module."""
+    files = [INIT, *AUTO_FILES, "transformers/configuration_utils.py", "transformers/modeling_rope_utils.py"]
+    return files + [f"transformers/models/{kind}/configuration_{kind}.py" for kind in sorted(set(model_types)) if _MODULE.fullmatch(kind)]
+
+
+def config_class(tree: SourceTree, transformers: Transformers | str, model_type: str) -> tuple[SourceTree, Symbol] | str:
+    """The class vLLM builds this model_type's config with, and the tree holding it; or why not known."""
+    registered = _string_pairs(tree, VLLM_REGISTRY[0], VLLM_REGISTRY[1]).get(model_type) if _names(tree, VLLM_REGISTRY[0], model_type) else None
+    if registered is not None:
+        symbol = _vllm_class(tree, registered)
+        if isinstance(symbol, str):
+            return f"vLLM registers its own config class {registered} for model_type {model_type!r}, but {symbol}"
+        return tree, symbol
+    if isinstance(transformers, str):
+        return transformers
+    names: dict[str, str] = {}
+    special: dict[str, str] = {}
+    for file in AUTO_FILES:
+        names.update(_string_pairs(transformers.tree, file, MAPPING))
+        special.update(_string_pairs(transformers.tree, file, SPECIAL))
+    if model_type not in names:
+        return f"transformers {transformers.version} has no config class for model_type {model_type!r} (its {MAPPING})"
+    module = special.get(model_type, model_type.replace("-", "_"))
+    file = f"transformers/models/{module}/configuration_{module}.py"
+    found = _top_class(transformers.tree, file, names[model_type])
+    if isinstance(found, str):
+        return found
+    return transformers.tree, found
+
+
+def _top_class(tree: SourceTree, file: str, name: str) -> Symbol | str:
+    try:
+        parsed = parsed_or_none(tree, file)
+    except ToolError as exc:
+        return str(exc)
+    if parsed is None:
+        return f"{file} is not in this tree"
+    for node in parsed.tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            return Symbol(file, name, node, parsed)
+    return f"{name} is not defined at the top of {file}"
+
+
+def _vllm_class(tree: SourceTree, name: str) -> Symbol | str:
+    """A class of ``vllm.transformers_utils.configs`` by the name the registry gives it."""
+    try:
+        parsed = parsed_or_none(tree, VLLM_CONFIGS)
+    except ToolError as exc:
+        return str(exc)
+    for node, _ in top_level_bindings(parsed.tree, name) if parsed else ():
+        if isinstance(node, ast.ImportFrom):
+            module = absolute_module(node, VLLM_CONFIGS)
+            if module:
+                return _top_class(tree, module.replace(".", "/") + ".py", name)
+    return f"{name} is not imported in {VLLM_CONFIGS}"
+
+
+_PAIRS: weakref.WeakKeyDictionary[SourceTree, dict[tuple[str, str], dict[str, str]]] = weakref.WeakKeyDictionary()
+
+
+def _string_pairs(tree: SourceTree, file: str, name: str) -> dict[str, str]:
+    """The str -> str pairs a module-level mapping ``name`` is built from (read once per tree)."""
+    known = _PAIRS.setdefault(tree, {})
+    if (file, name) not in known:
+        known[(file, name)] = _read_pairs(tree, file, name)
+    return known[(file, name)]
+
+
+def _read_pairs(tree: SourceTree, file: str, name: str) -> dict[str, str]:
+    """``(key, value)`` tuples, dict literals and keywords in the assignments of ``name``
+    and in ``name.update(...)``."""
+    try:
+        parsed = parsed_or_none(tree, file)
+    except ToolError:
+        return {}
+    pairs: dict[str, str] = {}
+    for statement in parsed.tree.body if parsed else ():
+        value = None
+        if isinstance(statement, (ast.Assign, ast.AnnAssign)):
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            if any(isinstance(target, ast.Name) and target.id == name for target in targets):
+                value = statement.value
+        elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+            func = statement.value.func
+            if isinstance(func, ast.Attribute) and func.attr == "update" and isinstance(func.value, ast.Name) and func.value.id == name:
+                value = statement.value
+        _collect(value, pairs)
+    return pairs
+
+
+def _collect(node: ast.expr | None, pairs: dict[str, str]) -> None:
+    """The pairs in ``OrderedDict([(k, v), ...])``, ``dict(k=v, **{k: v})``, ``{k: v}`` and the like."""
+    if isinstance(node, ast.Call):
+        for argument in node.args:
+            _collect(argument, pairs)
+        for keyword in node.keywords:
+            if keyword.arg is None:
+                _collect(keyword.value, pairs)
+            else:
+                _add(pairs, ast.Constant(keyword.arg), keyword.value)
+    elif isinstance(node, (ast.List, ast.Tuple)):
+        for item in node.elts:
+            if isinstance(item, ast.Tuple) and len(item.elts) == 2:
+                _add(pairs, item.elts[0], item.elts[1])
+    elif isinstance(node, ast.Dict):
+        for key, item in zip(node.keys, node.values):
+            if key is None:
+                _collect(item, pairs)
+            else:
+                _add(pairs, key, item)
+
+
+def _add(pairs: dict[str, str], key: ast.expr, value: ast.expr) -> None:
+    """``pairs[key] = value`` when both are string literals."""
+    key_text, value_text = _text(key), _text(value)
+    if key_text is not None and value_text is not None:
+        pairs[key_text] = value_text
+
+
+def _names(tree: SourceTree, file: str, key: str) -> bool:
+    """Whether ``file`` spells ``key`` as a keyword or a string literal at all (a
+    registry that does not is not parsed: most model types are nobody's key)."""
+    try:
+        data = tree.data(file) or b""
+    except SourceError:
+        return True  # parsing says why
+    spelled = key.encode()
+    for found in re.finditer(re.escape(spelled), data):
+        before, after = data[found.start() - 1:found.start()], data[found.end():found.end() + 1]
+        if before in (b'"', b"'") and after == before:
+            return True
+        if not (before.isalnum() or before in (b"_", b".")) and re.match(rb"\s*=(?!=)", data[found.end():found.end() + 8]):
+            return True
+    return False
+
+
+def _text(node: ast.expr | None) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
