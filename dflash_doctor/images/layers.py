@@ -8,6 +8,10 @@ they climb out (``..``); nothing from the layer is ever written by its own name:
 kept contents are appended to one pack file per layer, and the layer's index
 (path -> where in the pack) is what the merge reads. Whiteouts and opaque directories are
 recorded for the merge of the layers above.
+
+One ``Budget`` bounds what all the layers of an image cost together: the tar
+members read (time) and the path parts and bytes kept (memory, and the merge's
+work); tarfile's own list of members is emptied as the stream goes.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import re
 import shutil
 import tarfile
 import tempfile
+import threading
 from pathlib import Path
 
 from .interface import CHUNK, ImageError, VerifiedStream
@@ -29,8 +34,15 @@ OPAQUE = ".wh..wh..opq"
 SITE_DIRS = ("site-packages", "dist-packages")
 PYTHON_NAME = re.compile(r"^python(3(\.\d+)?)?$")
 MAX_KEPT_BYTES = 1024 * 1024 * 1024  # per layer: bounded disk whatever the image holds
-MAX_KEPT_FILES = 200_000
 MAX_HEADER_BYTES = 1024 * 1024
+MAX_NAME_BYTES = 4096  # Linux's PATH_MAX: a longer member name cannot be unpacked, and is ignored
+# For one image, all layers together (docs/security.md, "Images"). vLLM 0.33.0 holds
+# 3,237 files: under /usr/local/lib/python3.12/dist-packages that is about 36,000 path
+# parts and 0.3 MB of names per install; a CUDA + PyTorch + vLLM image holds a few
+# hundred thousand files in all.
+MAX_IMAGE_MEMBERS = 2_000_000
+MAX_KEPT_PARTS = 500_000
+MAX_KEPT_NAME_BYTES = 32 * 1024 * 1024
 EXTENDED_HEADERS = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
 TAR_BUFFER = 64 * 1024  # tarfile copies its buffer on each read: large buffers cost, small ones loop
 
@@ -52,8 +64,40 @@ class LayerIndex:
         return cls({p: (e[0], e[1]) for p, e in data["entries"].items()}, tuple(data["deleted"]), tuple(data["opaque"]))
 
 
+class Budget:
+    """What the layers of one image may cost together; shared by the threads reading them."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.members = self.parts = self.name_bytes = 0
+        self._lock = threading.Lock()
+
+    def member(self) -> None:
+        with self._lock:
+            self.members += 1
+            if self.members > MAX_IMAGE_MEMBERS:
+                raise ImageError(f"{self.what}: more than {MAX_IMAGE_MEMBERS} tar members in its layers (the cap on members)")
+
+    def keep(self, path: str) -> None:
+        """A path recorded: an entry, a whiteout or an opaque directory."""
+        with self._lock:
+            self.parts += path.count("/") + 1
+            self.name_bytes += len(path)
+            if self.parts > MAX_KEPT_PARTS or self.name_bytes > MAX_KEPT_NAME_BYTES:
+                raise ImageError(f"{self.what}: its layers record more than {MAX_KEPT_PARTS} path parts or {MAX_KEPT_NAME_BYTES >> 20} MiB "
+                                 "of names (Python sources, interpreters, whiteouts): the cap on kept paths")
+
+    def index(self, index: "LayerIndex") -> "LayerIndex":
+        """A layer read before (from the cache): its paths count too."""
+        for path in (*index.entries, *index.deleted, *index.opaque):
+            self.keep(path)
+        return index
+
+
 def normalise(name: str) -> str | None:
-    """The member's path inside the image without a leading ``/``; None when it climbs out."""
+    """The member's path inside the image without a leading ``/``; None when it climbs out or is too long."""
+    if len(name) > MAX_NAME_BYTES:
+        return None
     parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
     if not parts or ".." in parts or any("\x00" in p for p in parts):
         return None
@@ -79,16 +123,16 @@ def wanted(path: str) -> str | None:
     return None
 
 
-class _BoundedTarInfo(tarfile.TarInfo):
+class BoundedTarInfo(tarfile.TarInfo):
     """Refuses long-name and pax headers past MAX_HEADER_BYTES: tarfile reads them whole into memory."""
 
     def _proc_member(self, archive):
         if self.type in EXTENDED_HEADERS and self.size > MAX_HEADER_BYTES:
-            raise ValueError(f"a {self.size}-byte extended tar header, more than {MAX_HEADER_BYTES} allowed")
+            raise ValueError(f"a {self.size}-byte extended tar header, more than {MAX_HEADER_BYTES} allowed (the cap on tar headers)")
         return super()._proc_member(archive)
 
 
-def read_layer(stream: VerifiedStream, media_type: str, pack: Path, what: str) -> LayerIndex:
+def read_layer(stream: VerifiedStream, media_type: str, pack: Path, what: str, budget: Budget) -> LayerIndex:
     """Stream ``stream`` (a tar, gzip'd or not) once; kept contents land in the file ``pack``."""
     if media_type.endswith("zstd"):
         raise ImageError(f"{what}: zstd-compressed layers are not supported (gzip and plain tar are)")
@@ -98,35 +142,45 @@ def read_layer(stream: VerifiedStream, media_type: str, pack: Path, what: str) -
     fd, temp = tempfile.mkstemp(prefix=".part.", dir=pack.parent)
     try:
         with os.fdopen(fd, "wb") as out, tarfile.open(fileobj=stream, mode="r|*", bufsize=TAR_BUFFER,
-                                                                tarinfo=_BoundedTarInfo) as archive:
-            for member in archive:
+                                                                tarinfo=BoundedTarInfo) as archive:
+            for member in iter(archive.next, None):
+                archive.members.clear()  # tarfile keeps every header it read: memory would grow with the layer
+                budget.member()
                 path = normalise(member.name)
                 if path is None:
                     continue  # a name that climbs out of the image is never used
                 directory, name = posixpath.split(path)
                 if name == OPAQUE:
+                    budget.keep(directory)
                     opaque.append(directory)
                     continue
                 if name.startswith(WHITEOUT):
-                    deleted.append(posixpath.join(directory, name[len(WHITEOUT):]))
+                    if name != WHITEOUT:
+                        budget.keep(path)
+                        deleted.append(posixpath.join(directory, name[len(WHITEOUT):]))
                     continue
                 entries.pop(path, None)  # a later member of the same layer wins
                 why = wanted(path)
                 if why is None:
                     continue
                 if member.issym():
+                    if len(member.linkname) > MAX_NAME_BYTES:
+                        continue  # no system resolves a link that long
+                    budget.keep(path)
                     entries[path] = ("link", member.linkname)
                 elif member.islnk():
                     target = normalise(member.linkname)
                     if target in entries:
+                        budget.keep(path)
                         entries[path] = entries[target]
                 elif member.isfile():
+                    budget.keep(path)
                     if why == "python":
                         entries[path] = ("exe", "")
                         continue
                     offset = out.tell()
-                    if offset + member.size > MAX_KEPT_BYTES or len(entries) >= MAX_KEPT_FILES:
-                        raise ImageError(f"{what}: more than {MAX_KEPT_BYTES >> 20} MB or {MAX_KEPT_FILES} files of Python sources; refusing")
+                    if offset + member.size > MAX_KEPT_BYTES:
+                        raise ImageError(f"{what}: more than {MAX_KEPT_BYTES >> 20} MB of Python sources (the cap on kept bytes per layer); refusing")
                     shutil.copyfileobj(archive.extractfile(member), out, CHUNK)
                     entries[path] = ("file", f"{pack.name}:{offset}:{out.tell() - offset}")
         stream.finish()
