@@ -266,7 +266,7 @@ def read_sglang(url: str, timeout: float) -> SglangReading:
     body = http_get(info_url, timeout)
     try:
         info: Any = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # not JSON (or an integer past Python's digit limit), or nested too deep
         raise ToolError(f"{info_url} did not answer JSON") from None
     states = info.get("internal_states") if isinstance(info, dict) else None
     if not isinstance(states, list) or not states or not isinstance(states[0], dict):
