@@ -25,6 +25,7 @@ import shutil
 import tarfile
 import tempfile
 import threading
+import zlib
 from pathlib import Path
 
 from .interface import CHUNK, ImageError, VerifiedStream
@@ -40,11 +41,13 @@ MAX_NAME_BYTES = 4096  # Linux's PATH_MAX: a longer member name cannot be unpack
 # 3,237 files: under /usr/local/lib/python3.12/dist-packages that is about 36,000 path
 # parts and 0.3 MB of names per install; a CUDA + PyTorch + vLLM image holds a few
 # hundred thousand files in all.
-MAX_IMAGE_MEMBERS = 2_000_000
+MAX_IMAGE_MEMBERS = 1_000_000
 MAX_KEPT_PARTS = 500_000
 MAX_KEPT_NAME_BYTES = 32 * 1024 * 1024
+MAX_IMAGE_INFLATED = 100 * 1024**3  # gunzipped bytes: vllm/vllm-openai unpacks to about 20 GB
 EXTENDED_HEADERS = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
 TAR_BUFFER = 64 * 1024  # tarfile copies its buffer on each read: large buffers cost, small ones loop
+GZIP_INPUT = 16 * 1024  # zlib copies the input it has not used yet on each call
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +72,7 @@ class Budget:
 
     def __init__(self, what: str) -> None:
         self.what = what
-        self.members = self.parts = self.name_bytes = 0
+        self.members = self.parts = self.name_bytes = self.inflated = 0
         self._lock = threading.Lock()
 
     def member(self) -> None:
@@ -77,6 +80,12 @@ class Budget:
             self.members += 1
             if self.members > MAX_IMAGE_MEMBERS:
                 raise ImageError(f"{self.what}: more than {MAX_IMAGE_MEMBERS} tar members in its layers (the cap on members)")
+
+    def inflate(self, size: int) -> None:
+        with self._lock:
+            self.inflated += size
+            if self.inflated > MAX_IMAGE_INFLATED:
+                raise ImageError(f"{self.what}: its layers unpack to more than {MAX_IMAGE_INFLATED >> 30} GiB (the cap on unpacked bytes)")
 
     def keep(self, path: str) -> None:
         """A path recorded: an entry, a whiteout or an opaque directory."""
@@ -123,6 +132,40 @@ def wanted(path: str) -> str | None:
     return None
 
 
+class _TarBytes:
+    """A layer's tar bytes, gunzipped here when the layer is gzip'd, at most ``n`` bytes a read.
+
+    tarfile's own gzip reader keeps what a 64 KB read inflates to (a thousand times that
+    for tar headers) and copies all of it for every 512-byte header: quadratic time.
+    """
+
+    def __init__(self, raw: VerifiedStream, budget: Budget) -> None:
+        self._raw, self._budget = raw, budget
+        self._input = raw.read(2)
+        self._inflater = zlib.decompressobj(31) if self._input == b"\x1f\x8b" else None
+
+    def read(self, n: int = -1) -> bytes:
+        n = n if n is not None and n > 0 else CHUNK
+        if self._inflater is None:
+            head, self._input = self._input, b""
+            return head + self._raw.read(n - len(head)) if head else self._raw.read(n)
+        while True:
+            if self._inflater.eof:  # the next gzip member, if any (padding NULs are not one)
+                self._input = self._inflater.unused_data.lstrip(b"\0") or self._raw.read(GZIP_INPUT).lstrip(b"\0")
+                if not self._input:
+                    return b""
+                self._inflater = zlib.decompressobj(31)
+            elif not self._input:
+                self._input = self._raw.read(GZIP_INPUT)
+                if not self._input:
+                    return b""  # cut short: tarfile reports the truncated archive
+            data = self._inflater.decompress(self._input, n)
+            self._input = self._inflater.unconsumed_tail
+            if data:
+                self._budget.inflate(len(data))
+                return data
+
+
 class BoundedTarInfo(tarfile.TarInfo):
     """Refuses long-name and pax headers past MAX_HEADER_BYTES: tarfile reads them whole into memory."""
 
@@ -141,7 +184,7 @@ def read_layer(stream: VerifiedStream, media_type: str, pack: Path, what: str, b
     opaque: list[str] = []
     fd, temp = tempfile.mkstemp(prefix=".part.", dir=pack.parent)
     try:
-        with os.fdopen(fd, "wb") as out, tarfile.open(fileobj=stream, mode="r|*", bufsize=TAR_BUFFER,
+        with os.fdopen(fd, "wb") as out, tarfile.open(fileobj=_TarBytes(stream, budget), mode="r|", bufsize=TAR_BUFFER,
                                                                 tarinfo=BoundedTarInfo) as archive:
             for member in iter(archive.next, None):
                 archive.members.clear()  # tarfile keeps every header it read: memory would grow with the layer
@@ -185,7 +228,7 @@ def read_layer(stream: VerifiedStream, media_type: str, pack: Path, what: str, b
                     entries[path] = ("file", f"{pack.name}:{offset}:{out.tell() - offset}")
         stream.finish()
         os.replace(temp, pack)
-    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+    except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as exc:
         stream.finish()  # a damaged blob is reported as such, not as a bad tar
         raise ImageError(f"{what}: not a readable tar layer ({exc})") from None
     finally:
