@@ -221,3 +221,32 @@ def test_an_index_and_an_archive_of_the_wrong_types_are_one_line(tmp_path):
     archive.write_bytes(header(b"manifest.json", len(manifest)) + manifest.ljust(512, b"\0") + b"\0" * 1024)
     assert_error(run_cli("check", "--image", f"docker-archive:{archive}"), "manifest.json names no config or layers")
     assert os.path.getsize(archive) < 4096
+
+
+@pytest.mark.parametrize("body", [b"[" * 60_000, b'{"errors": {"a": 1}}', b'{"errors": 5}'], ids=["nested", "dict", "int"])
+def test_a_registry_error_body_of_any_shape_is_one_line(body):
+    """The registry's 404 explains itself in JSON: nested past the parser, or of the wrong types."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from conftest import run_cli
+
+    class Registry(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    with ThreadingHTTPServer(("127.0.0.1", 0), Registry) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        host = f"127.0.0.1:{server.server_address[1]}"
+        try:
+            proc = run_cli("check", "--image", f"{host}/team/vllm:v1", "--insecure-registry", host)
+        finally:
+            server.shutdown()
+    assert_error(proc, "not found in")
