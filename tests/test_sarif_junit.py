@@ -265,3 +265,17 @@ def test_junit_escapes_control_and_bidi_characters_of_a_metadata_version(mini_tr
     root = assert_inert_xml(proc.stdout)
     version = root.find("testsuite/properties/property[@name='vllm.version']").get("value")
     assert version.startswith("0.22.0\\x1b]0;pwned\\x07\\x1b[2J\\x00\\x9b\\u202e\\u2066\\ufffe"), version
+
+
+def test_junit_escapes_an_undecodable_tree_path(mini_tree):
+    """A directory name that is not UTF-8 reaches Python as lone surrogates, which XML cannot hold."""
+    import os
+
+    tree = mini_tree("0.22.0")
+    hostile = os.fsencode(tree.parent) + b"/tree-\xff\x1b[2J\xe2\x80\xae"
+    os.rename(os.fsencode(tree), hostile)
+    proc = run_cli("check", "--path", os.fsdecode(hostile), "--format", "junit")
+    assert proc.stdout.startswith("<?xml"), proc.stderr
+    root = assert_inert_xml(proc.stdout)
+    location = root.find("testsuite/properties/property[@name='target.location']").get("value")
+    assert location.endswith("/tree-\\udcff\\x1b[2J\\u202e"), location
