@@ -96,7 +96,7 @@ class Budget:
                 raise ImageError(f"{self.what}: its layers record more than {MAX_KEPT_PARTS} path parts or {MAX_KEPT_NAME_BYTES >> 20} MiB "
                                  "of names (Python sources, interpreters, whiteouts): the cap on kept paths")
 
-    def index(self, index: "LayerIndex") -> "LayerIndex":
+    def index(self, index: LayerIndex) -> LayerIndex:
         """A layer read before (from the cache): its paths count too."""
         for path in (*index.entries, *index.deleted, *index.opaque):
             self.keep(path)
