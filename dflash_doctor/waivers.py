@@ -72,11 +72,13 @@ def load_waivers(path: Path, known_ids: set[str]) -> tuple[Waiver, ...]:
         raise ToolError(f"{where} is not UTF-8 text") from None
     except tomllib.TOMLDecodeError as exc:
         raise ToolError(f"{where} is not valid TOML: {exc}") from None
+    except ValueError as exc:  # Python's limit on the digits of an integer it reads
+        raise ToolError(f"{where} holds an integer too long to be a waiver value ({str(exc).split(':')[0]})") from None
     except RecursionError:  # inline arrays or tables nested thousands deep
         raise ToolError(f"{where} is nested too deeply to be a waivers file") from None
     extra = sorted(set(data) - {"waiver"})
     if extra:
-        raise ToolError(f"{where}: unexpected key {extra[0]!r} (entries are [[waiver]] tables)")
+        raise ToolError(f"{where}: unexpected key {extra[0][:80]!r} (entries are [[waiver]] tables)")
     entries = data.get("waiver", [])
     if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
         raise ToolError(f"{where}: 'waiver' must be an array of tables ([[waiver]])")
@@ -86,11 +88,11 @@ def load_waivers(path: Path, known_ids: set[str]) -> tuple[Waiver, ...]:
 def _waiver(entry: dict[str, Any], where: str, known_ids: set[str]) -> Waiver:
     extra = sorted(set(entry) - set(KEYS))
     if extra:
-        raise ToolError(f"{where}: unexpected key {extra[0]!r} (allowed: {', '.join(KEYS)})")
+        raise ToolError(f"{where}: unexpected key {extra[0][:80]!r} (allowed: {', '.join(KEYS)})")
     fix_id = entry.get("id")
     if not isinstance(fix_id, str) or not fix_id:
         raise ToolError(f"{where}: 'id' (a fix id) is required")
-    where = f"{where} ({fix_id})"
+    where = f"{where} ({fix_id[:80]})"
     if fix_id not in known_ids:
         raise ToolError(f"{where}: unknown fix id (known: {', '.join(sorted(known_ids))})")
     reason = entry.get("reason")
@@ -112,7 +114,7 @@ def _date(value: Any, where: str) -> datetime.date | None:
     try:
         return datetime.date.fromisoformat(value)
     except ValueError:
-        raise ToolError(f"{where}: 'until' must be a date like 2026-09-30, not {value!r}") from None
+        raise ToolError(f"{where}: 'until' must be a date like 2026-09-30, not {value[:80]!r}") from None
 
 
 def matches_target(waiver: Waiver, target: TargetInfo) -> bool:

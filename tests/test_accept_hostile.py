@@ -167,3 +167,52 @@ def test_what_the_server_says_is_never_echoed_raw(cli):
         proc = cli("accept", "--metrics-url", engine.metrics_url, "--model", "other")
     assert_error(proc, "has no spec-decode counters for model 'other'")
     assert "\x1b" not in proc.stderr
+
+
+PER_POSITION = 'vllm:spec_decode_num_accepted_tokens_per_pos_total{{model_name="m",position="{position}"}} 3\n'
+
+
+def test_a_position_past_any_speculative_token_is_bad_data_not_a_tuple_of_its_length():
+    """position="99999999999" made a tuple of 10^11 counts: now refused at the cap, in little memory."""
+    body = (COUNTERS.format(drafts="5", accepted="5") + PER_POSITION.format(position="99999999999")).encode()
+    with RawServer(ok(body)) as server:
+        result = run_measured("accept", "--metrics-url", server.url + "/metrics", "--timeout", "20", timeout=60,
+                              address_space_mb=2048)
+    one_line(result, 'position="99999999999": a position is a number of speculative tokens, below 1024 (the cap on positions)')
+    assert result.peak_rss < 250 * MIB, result.peak_rss
+
+
+@pytest.mark.parametrize("position", ["\u00b2", "\u0663", "-1", "1024", "0x1"])
+def test_a_position_that_is_not_an_ascii_count_is_bad_data(position, cli):
+    """"²" passed str.isdigit() and then int() raised: an internal error."""
+    body = COUNTERS.format(drafts="5", accepted="5") + PER_POSITION.format(position=position)
+    with FakeEngine(metrics_body=body) as engine:
+        assert_error(cli("accept", "--metrics-url", engine.metrics_url), "(the cap on positions)")
+
+
+def test_a_line_of_120000_labels_is_refused_before_the_quadratic_parser(cli):
+    """The issue's input: 1.3 MB, 120,000 labels on one counter line (12 s in prometheus_client's parser)."""
+    labels = ",".join(f'l{i}="v"' for i in range(120_000))
+    body = COUNTERS.format(drafts="5", accepted="5") + f"vllm:spec_decode_num_drafts_total{{{labels}}} 1\n"
+    assert len(body) > 1_300_000
+    with FakeEngine(metrics_body=body) as engine:
+        assert_error(cli("accept", "--metrics-url", engine.metrics_url),
+                     "a vllm:spec_decode_num_drafts_total line has more than 32 labels (the cap on labels per line)")
+
+
+def test_other_series_never_reach_the_parser_and_series_lines_are_capped(cli, monkeypatch):
+    """Parsing is linear: the parser sees only the spec-decode lines (counted here), at most 10,000 of them."""
+    import prometheus_client.parser as parser
+
+    seen = []
+    real = parser.text_string_to_metric_families
+    monkeypatch.setattr(parser, "text_string_to_metric_families", lambda text: (seen.append(text), real(text))[1])
+    wide = ",".join(f'l{i}="v"' for i in range(2000))  # another series, as wide as cache_config_info can get and more
+    other = f"# HELP vllm:cache_config_info x\nvllm:cache_config_info{{{wide}}} 1\n" * 200
+    with FakeEngine(metrics_body=other + COUNTERS.format(drafts="5", accepted="5")) as engine:
+        proc = cli("accept", "--metrics-url", engine.metrics_url, "--format", "json")
+    assert proc.returncode in (0, 1, 2), proc.stderr
+    assert seen and all(text.count("\n") == 2 and "cache_config_info" not in text for text in seen)
+    many = "".join(f'vllm:spec_decode_num_drafts_total{{model_name="m",engine="{i}"}} 1\n' for i in range(10_001))
+    with FakeEngine(metrics_body=many) as engine:
+        assert_error(cli("accept", "--metrics-url", engine.metrics_url), "more than 10000 spec-decode sample lines (the cap on series lines)")

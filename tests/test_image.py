@@ -458,3 +458,16 @@ def test_references_follow_dockers_grammar_and_docker_hub_defaults(given, expect
     source = RegistrySource(given)
     assert source.api_host == ("registry-1.docker.io" if expected[0] == "docker.io" else expected[0])
     assert source.scheme == "https"
+
+
+def test_junit_escapes_control_and_bidi_characters_of_an_image_label(tmp_path, trees):
+    from test_sarif_junit import HOSTILE_TEXT, assert_inert_xml
+
+    directory = tmp_path / "oci"
+    write_image(directory, "labelled", [BASE, tree_files(trees["0.22.0"])],
+                labels={"org.opencontainers.image.version": "v1" + HOSTILE_TEXT + "\n\x85fake line"})
+    proc = run_cli("check", "--image", f"oci:{directory}:labelled", "--format", "junit")
+    assert proc.stdout.startswith("<?xml"), proc.stderr
+    root = assert_inert_xml(proc.stdout)
+    label = root.find("testsuite/properties/property[@name='target.org.opencontainers.image.version']").get("value")
+    assert label == "v1\\x1b]0;pwned\\x07\\x1b[2J\\x00\\x9b\\u202e\\u2066\\ufffe\\n\\x85fake line", label

@@ -239,3 +239,43 @@ def test_a_failed_write_leaves_the_other_reports_whole(tmp_path, mini_tree):
     assert report["schema"] == "dflash-doctor/check/v1" and report["target"] == {"kind": "path", "location": str(tree)}
     assert report["exit_code"] == 1 and {fix["status"] for fix in report["fixes"]} == {"absent"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", tree.name]  # no temporary file, no no-dir
+
+
+HOSTILE_TEXT = "\x1b]0;pwned\x07\x1b[2J\x00\x9b\u202e\u2066\ufffe"  # no line break: str.splitlines would end the line
+
+
+def assert_inert_xml(text: str) -> ET.Element:
+    """Well-formed for a strict XML parser, and no control, C1, bidi or non-XML character left raw."""
+    root = ET.fromstring(text)  # expat: refuses any character XML 1.0 forbids
+    raw = re.findall("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]", text)
+    assert raw == [], raw
+    return root
+
+
+def test_junit_escapes_control_and_bidi_characters_of_a_metadata_version(mini_tree):
+    """A METADATA ``Version:`` with ESC, BEL, NUL, C1 controls, bidi overrides and an undecodable byte."""
+    tree = mini_tree("0.22.0")
+    metadata = next(tree.glob("vllm-*.dist-info")) / "METADATA"
+    lines = metadata.read_bytes().split(b"\n")
+    at = next(i for i, line in enumerate(lines) if line.startswith(b"Version:"))
+    lines[at] = b"Version: 0.22.0" + HOSTILE_TEXT.encode("utf-8") + b"\xff\xfe"
+    metadata.write_bytes(b"\n".join(lines))
+    proc = run_cli("check", "--path", str(tree), "--format", "junit")
+    assert proc.stdout.startswith("<?xml"), proc.stderr
+    root = assert_inert_xml(proc.stdout)
+    version = root.find("testsuite/properties/property[@name='vllm.version']").get("value")
+    assert version.startswith("0.22.0\\x1b]0;pwned\\x07\\x1b[2J\\x00\\x9b\\u202e\\u2066\\ufffe"), version
+
+
+def test_junit_escapes_an_undecodable_tree_path(mini_tree):
+    """A directory name that is not UTF-8 reaches Python as lone surrogates, which XML cannot hold."""
+    import os
+
+    tree = mini_tree("0.22.0")
+    hostile = os.fsencode(tree.parent) + b"/tree-\xff\x1b[2J\xe2\x80\xae"
+    os.rename(os.fsencode(tree), hostile)
+    proc = run_cli("check", "--path", os.fsdecode(hostile), "--format", "junit")
+    assert proc.stdout.startswith("<?xml"), proc.stderr
+    root = assert_inert_xml(proc.stdout)
+    location = root.find("testsuite/properties/property[@name='target.location']").get("value")
+    assert location.endswith("/tree-\\udcff\\x1b[2J\\u202e"), location

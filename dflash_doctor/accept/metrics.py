@@ -1,5 +1,10 @@
 """Reading acceptance from a server: vLLM's Prometheus spec-decode counters
-(parsed with prometheus_client's text parser) or SGLang's /server_info."""
+(parsed with prometheus_client's text parser) or SGLang's /server_info.
+
+Only the sample lines of the series read here reach the parser, each with a
+bounded number of labels (its cost grows with labels times line length), and
+at most MAX_SERIES_LINES of them: the parse is linear in the body.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import dataclasses
 import http.client
 import json
 import math
+import re
 import time
 import urllib.error
 import urllib.parse
@@ -27,8 +33,17 @@ COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_PER_POSITION)
 PROMPT_TOKENS = "vllm:request_prompt_tokens"
 PROMPT_SERIES = (PROMPT_TOKENS + "_sum", PROMPT_TOKENS + "_count")
 
+SERIES = tuple(counter + suffix for counter in COUNTERS for suffix in ("_total", "_created")) + PROMPT_SERIES
+
 MODEL_LABEL = "model_name"
 POSITION_LABEL = "position"
+# Caps (docs/security.md, "Metrics"): vLLM labels its series with model_name,
+# engine and position; per engine and model it exposes 2 x (3 + k) + 2 of these
+# lines for k speculative tokens, and DFlash drafts at most a block of 16.
+MAX_LABELS = 32
+MAX_SERIES_LINES = 10_000
+MAX_POSITION = 1024
+METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 
 # (series name as exposed, sorted label pairs)
 SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
@@ -87,24 +102,49 @@ class Scrape:
     created: Mapping[SeriesKey, float]  # the counter's _created sample, when exposed
 
 
+def series_lines(text: str, url: str) -> str:
+    """The sample lines of the series read here, refused past the caps. Comments and
+    other series never reach the parser (a sample keeps its name without its TYPE line)."""
+    kept = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name = METRIC_NAME.match(line)
+        if name is None or line[name.end():name.end() + 1] not in ("{", " ", "\t"):
+            first = text.strip().splitlines()[0]
+            raise ToolError(f"{url} did not answer Prometheus text ('{excerpt(line)}' is not a sample; first line: '{excerpt(first)}')")
+        if name.group() not in SERIES:
+            continue
+        if line.count("=") > MAX_LABELS:
+            raise ToolError(f"{url}: a {name.group()} line has more than {MAX_LABELS} labels (the cap on labels per line)")
+        kept.append(line)
+        if len(kept) > MAX_SERIES_LINES:
+            raise ToolError(f"{url}: more than {MAX_SERIES_LINES} spec-decode sample lines (the cap on series lines)")
+    return "\n".join(kept) + "\n"
+
+
 def parse_exposition(text: str, url: str) -> tuple[dict[SeriesKey, float], dict[SeriesKey, float]]:
     from prometheus_client.parser import text_string_to_metric_families
 
     values: dict[SeriesKey, float] = {}
     created: dict[SeriesKey, float] = {}
+    lines = series_lines(text, url)
     try:
-        for family in text_string_to_metric_families(text):
+        for family in text_string_to_metric_families(lines):
             for sample in family.samples:
                 labels = tuple(sorted(sample.labels.items()))
                 for counter in COUNTERS:
                     if sample.name == counter + "_total":
+                        if counter == ACCEPTED_PER_POSITION:
+                            _position(sample.labels.get(POSITION_LABEL), url)
                         values[(counter, labels)] = _count(sample, url)
                     elif sample.name == counter + "_created":
                         created[(counter, labels)] = _count(sample, url)
                 if sample.name in PROMPT_SERIES:
                     values[(sample.name, labels)] = _count(sample, url)
     except ValueError as exc:
-        first_line = text.strip().splitlines()[0] if text.strip() else ""
+        first_line = text.strip().splitlines()[0]  # a line was kept: the text is not blank
         raise ToolError(
             f"{url} did not answer Prometheus text ({excerpt(str(exc))}; first line: '{excerpt(first_line)}')"
         ) from None
@@ -168,8 +208,8 @@ def _sum_counts(values: Mapping[SeriesKey, float]) -> Counts:
     per_position: dict[int, float] = {}
     for (name, labels), value in values.items():
         if name == ACCEPTED_PER_POSITION:
-            position = dict(labels).get(POSITION_LABEL, "")
-            if position.isdigit():
+            position = dict(labels).get(POSITION_LABEL)
+            if position is not None:  # checked by _position as it was parsed
                 per_position[int(position)] = per_position.get(int(position), 0.0) + value
         else:
             totals[name] += value
@@ -182,6 +222,15 @@ def _sum_counts(values: Mapping[SeriesKey, float]) -> Counts:
         prompt_tokens=totals[PROMPT_SERIES[0]] if has_prompts else None,
         requests=totals[PROMPT_SERIES[1]] if has_prompts else None,
     )
+
+
+def _position(label: str | None, url: str) -> None:
+    """A per-position counter's ``position`` (when given): ASCII digits below MAX_POSITION, else bad data."""
+    if label is None:
+        return
+    if not (label.isascii() and label.isdigit()) or len(label) > len(str(MAX_POSITION)) or int(label) >= MAX_POSITION:
+        raise ToolError(f"{url}: {ACCEPTED_PER_POSITION}_total has position=\"{excerpt(label, 20)}\": a position is a number of "
+                        f"speculative tokens, below {MAX_POSITION} (the cap on positions)")
 
 
 def counts_since_start(sample: Scrape) -> Counts:
@@ -217,7 +266,7 @@ def read_sglang(url: str, timeout: float) -> SglangReading:
     body = http_get(info_url, timeout)
     try:
         info: Any = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # not JSON (or an integer past Python's digit limit), or nested too deep
         raise ToolError(f"{info_url} did not answer JSON") from None
     states = info.get("internal_states") if isinstance(info, dict) else None
     if not isinstance(states, list) or not states or not isinstance(states[0], dict):

@@ -55,8 +55,20 @@ def read_hosts_file(path: Path) -> list[str]:
         lines = read_file(path, MAX_HOSTS_FILE_BYTES, "hosts file").decode("utf-8").splitlines()
     except UnicodeDecodeError:
         raise ToolError(f"hosts file {path} is not UTF-8 text") from None
-    hosts = [line.split("#", 1)[0].strip() for line in lines]
-    return [host for host in hosts if host]
+    hosts = ((number, line.split("#", 1)[0].strip()) for number, line in enumerate(lines, 1))
+    return [check_host(host, f"hosts file {path}, line {number}") for number, host in hosts if host]
+
+
+def check_host(given: str, where: str) -> str:
+    """``[user@]host[:port]`` whose host a resolver can take: each dot-separated label of a
+    name 1 to 63 characters (the idna codec socket uses refuses others with a UnicodeError)."""
+    host = given.rpartition("@")[2]
+    host = host[1:].partition("]")[0] if host.startswith("[") else host.partition(":")[0]
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        raise ToolError(f"{where}: {host[:80]!r} is not a host name (each dot-separated label is 1 to 63 characters)") from None
+    return given
 
 
 def choose_targets(
@@ -72,7 +84,7 @@ def choose_targets(
     image_opts=None,
 ) -> tuple[list[tuple[str, object]], bool]:
     """The targets the options name, and whether they make a fleet (one report per host or image)."""
-    hosts = list(hosts or []) + (read_hosts_file(hosts_file) if hosts_file is not None else [])
+    hosts = [check_host(host, "--host") for host in hosts or []] + (read_hosts_file(hosts_file) if hosts_file is not None else [])
     remote = bool(hosts) or hosts_file is not None
     local = [name for name, value in (("--path", path), ("--release", release), ("--from-probe", from_probe)) if value]
     if images:

@@ -28,6 +28,10 @@ SLIDING = "sliding_attention"
 FULL = "full_attention"
 LAYER_TYPES = (SLIDING, FULL)
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
+# Published model configs nest 3 or 4 levels (text_config.rope_scaling) and hold no
+# integer past int64 (the model's own code takes them as C integers).
+MAX_CONFIG_DEPTH = 32
+MAX_CONFIG_INT = 2**63
 MAX_DRAFT_LAYERS = 256  # published drafters have 1 to 8; more is a wrong key, not a drafter
 
 
@@ -139,7 +143,8 @@ def int_list(value: Any) -> bool:
 
 
 def read_json_object(path: Path, what: str) -> tuple[Path, dict[str, Any]]:
-    """The JSON object in ``path`` (a file, or a directory holding config.json)."""
+    """The JSON object in ``path`` (a file, or a directory holding config.json), refused past
+    MAX_CONFIG_DEPTH levels or with an integer past MAX_CONFIG_INT."""
     if path.is_dir():
         path = path / "config.json"
         if not path.is_file():
@@ -151,15 +156,31 @@ def read_json_object(path: Path, what: str) -> tuple[Path, dict[str, Any]]:
         raise ToolError(f"{what} {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise ToolError(f"{what} {path} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+    except ValueError as exc:  # Python's limit on the digits of an integer it reads
+        raise ToolError(f"{what} {path} holds an integer too long to be a config value ({str(exc).split(':')[0]})") from None
     except RecursionError:
         raise ToolError(f"{what} {path} is nested too deeply to be a model config") from None
     if not isinstance(data, dict):
         raise ToolError(f"{what} {path} holds a JSON {type(data).__name__}, not an object")
+    _check_values(data, "", f"{what} {path}")
     return path, data
+
+
+def _check_values(value: Any, at: str, where: str, depth: int = 0) -> None:
+    if depth > MAX_CONFIG_DEPTH:
+        raise ToolError(f"{where} is nested more than {MAX_CONFIG_DEPTH} levels deep (at {at[:80]}): not a model config")
+    if isinstance(value, int) and not isinstance(value, bool) and not -MAX_CONFIG_INT <= value < MAX_CONFIG_INT:
+        raise ToolError(f"{where}: {at[:80]} is an integer of {len(str(abs(value)))} digits, past any config value (the cap is 2**63)")
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        _check_values(item, f"{at}.{key}" if isinstance(key, str) and at else f"{at}[{key}]" if isinstance(key, int) else key, where, depth + 1)
 
 
 def load_draft_config(path: Path) -> DraftConfig:
     path, data = read_json_object(path, "drafter config")
+    architectures = data.get("architectures")
+    if architectures is not None and not (isinstance(architectures, list) and all(isinstance(a, str) for a in architectures)):
+        raise ToolError(f"drafter config {path}: architectures is {json.dumps(architectures)[:80]}, not a list of class names")
     return DraftConfig(path, data, detect_format(data))
 
 

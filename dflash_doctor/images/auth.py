@@ -43,7 +43,7 @@ def credentials_for(registry: str) -> Credentials | None:
         config = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise ImageError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
     if not isinstance(config, dict):
         raise ImageError(f"{path} is not a JSON object")
@@ -92,7 +92,7 @@ def _from_helper(name: str, server: str) -> Credentials | None:
     try:
         answer = json.loads(proc.stdout)
         return str(answer["Username"]), str(answer["Secret"])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         raise ImageError(f"credential helper {program} did not answer with Username and Secret") from None
 
 

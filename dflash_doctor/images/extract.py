@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .archive import ArchiveSource
 from .interface import ImageError, ImageSource
-from .layers import LayerIndex, load_index, read_layer, save_index
+from .layers import Budget, LayerIndex, load_index, read_layer, save_index
 from .layout import LayoutSource
 from .manifest import Image, Layer, resolve_image
 from .merge import find_site, merge, site_files
@@ -93,8 +93,9 @@ def _layer_indexes(source: ImageSource, image: Image, images_dir: Path, progress
     try:
         # Layers stream side by side: a large base layer is mostly I/O, zlib and sha256 (no GIL),
         # which overlaps with the Python-heavy tar of the layer holding vLLM.
+        budget = Budget(source.reference)
         with ThreadPoolExecutor(max_workers=LAYER_JOBS if source.concurrent_blobs else 1) as pool:
-            futures = [pool.submit(_layer_index, source, layer, images_dir, bar) for layer in image.layers]
+            futures = [pool.submit(_layer_index, source, layer, images_dir, bar, budget) for layer in image.layers]
             try:
                 return [future.result() for future in futures]
             except BaseException:
@@ -106,20 +107,20 @@ def _layer_indexes(source: ImageSource, image: Image, images_dir: Path, progress
             bar.stop()
 
 
-def _layer_index(source: ImageSource, layer: Layer, images_dir: Path, bar) -> LayerIndex:
+def _layer_index(source: ImageSource, layer: Layer, images_dir: Path, bar, budget: Budget) -> LayerIndex:
     name = layer.digest.split(":", 1)[1]
 TREE_FORMAT = "3"  # bump when what a tree holds changes (2: transformers config sources; 3: the dist-info of vllm-named distributions)
 LAYER_FORMAT = "3"  # bump when what a layer index keeps changes (layers.wanted)
     index = load_index(path)
     if index is not None:
-        return index
+        return budget.index(index)
     what = f"{source.reference}: layer {layer.digest}"
     advance = None
     if bar is not None:
         task = bar.add_task(layer.digest[7:19], total=layer.size)
         advance = lambda n: bar.advance(task, n)  # noqa: E731
     stream = source.open_blob(layer.digest, layer.size, what, advance)
-    index = read_layer(stream, layer.media_type, images_dir / "files" / f"{name}.pack", what)
+    index = read_layer(stream, layer.media_type, images_dir / "files" / f"{name}.pack", what, budget)
     try:
         save_index(index, path)
     except OSError as exc:

@@ -5,7 +5,11 @@ from __future__ import annotations
 import abc
 import dataclasses
 import hashlib
+import json
+import os
 import re
+import stat
+from pathlib import Path
 from typing import BinaryIO
 
 from ..model import ToolError
@@ -24,6 +28,47 @@ def check_digest(digest: object, what: str) -> str:
     if not isinstance(digest, str) or not DIGEST.match(digest):
         raise ImageError(f"{what}: not a sha256 digest: {str(digest)[:80]!r}")
     return digest
+
+
+def load_json(data: bytes, what: str, expected: type = dict):
+    """A JSON object (or ``expected``), else an ImageError: not JSON, an integer past Python's
+    digit limit, nested too deep for the parser, or of another type."""
+    try:
+        document = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        why = "nested too deeply" if isinstance(exc, RecursionError) else "not JSON"
+        raise ImageError(f"{what} is {why}") from None
+    if not isinstance(document, expected):
+        raise ImageError(f"{what} is not a JSON {'object' if expected is dict else 'array'}")
+    return document
+
+
+def open_regular(path: Path, what: str) -> BinaryIO:
+    """A local image file opened for reading, refused unless it is a regular file: the open never blocks (a FIFO)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except FileNotFoundError:
+        raise ImageError(f"{what}: no such file: {path}") from None
+    except OSError as exc:
+        raise ImageError(f"{what}: cannot read {path}: {exc.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ImageError(f"{what}: {path} is not a regular file")
+    return os.fdopen(fd, "rb")
+
+
+def listed(names: list[str], most: int = 10) -> str:
+    """Names for a message: the first ``most`` of them."""
+    return ", ".join(names[:most]) + (f", ... ({len(names)} in all)" if len(names) > most else "") or "none"
+
+
+def as_dict(value: object) -> dict:
+    """A JSON field that should be an object, or {} (a field of the wrong type is treated as absent)."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value: object) -> list:
+    return value if isinstance(value, list) else []
 
 
 def sha256_digest(data: bytes) -> str:

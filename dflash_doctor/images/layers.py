@@ -10,6 +10,10 @@ they climb out (``..``); nothing from the layer is ever written by its own name:
 kept contents are appended to one pack file per layer, and the layer's index
 (path -> where in the pack) is what the merge reads. Whiteouts and opaque directories are
 recorded for the merge of the layers above.
+
+One ``Budget`` bounds what all the layers of an image cost together: the tar
+members read (time) and the path parts and bytes kept (memory, and the merge's
+work); tarfile's own list of members is emptied as the stream goes.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import re
 import shutil
 import tarfile
 import tempfile
+import threading
+import zlib
 from pathlib import Path
 
 from .interface import CHUNK, ImageError, VerifiedStream
@@ -31,10 +37,19 @@ OPAQUE = ".wh..wh..opq"
 SITE_DIRS = ("site-packages", "dist-packages")
 PYTHON_NAME = re.compile(r"^python(3(\.\d+)?)?$")
 MAX_KEPT_BYTES = 1024 * 1024 * 1024  # per layer: bounded disk whatever the image holds
-MAX_KEPT_FILES = 200_000
 MAX_HEADER_BYTES = 1024 * 1024
+MAX_NAME_BYTES = 4096  # Linux's PATH_MAX: a longer member name cannot be unpacked, and is ignored
+# For one image, all layers together (docs/security.md, "Images"). vLLM 0.33.0 holds
+# 3,237 files: under /usr/local/lib/python3.12/dist-packages that is about 36,000 path
+# parts and 0.3 MB of names per install; a CUDA + PyTorch + vLLM image holds a few
+# hundred thousand files in all.
+MAX_IMAGE_MEMBERS = 1_000_000
+MAX_KEPT_PARTS = 500_000
+MAX_KEPT_NAME_BYTES = 32 * 1024 * 1024
+MAX_IMAGE_INFLATED = 100 * 1024**3  # gunzipped bytes: vllm/vllm-openai unpacks to about 20 GB
 EXTENDED_HEADERS = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
 TAR_BUFFER = 64 * 1024  # tarfile copies its buffer on each read: large buffers cost, small ones loop
+GZIP_INPUT = 16 * 1024  # zlib copies the input it has not used yet on each call
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,8 +69,46 @@ class LayerIndex:
         return cls({p: (e[0], e[1]) for p, e in data["entries"].items()}, tuple(data["deleted"]), tuple(data["opaque"]))
 
 
+class Budget:
+    """What the layers of one image may cost together; shared by the threads reading them."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.members = self.parts = self.name_bytes = self.inflated = 0
+        self._lock = threading.Lock()
+
+    def member(self) -> None:
+        with self._lock:
+            self.members += 1
+            if self.members > MAX_IMAGE_MEMBERS:
+                raise ImageError(f"{self.what}: more than {MAX_IMAGE_MEMBERS} tar members in its layers (the cap on members)")
+
+    def inflate(self, size: int) -> None:
+        with self._lock:
+            self.inflated += size
+            if self.inflated > MAX_IMAGE_INFLATED:
+                raise ImageError(f"{self.what}: its layers unpack to more than {MAX_IMAGE_INFLATED >> 30} GiB (the cap on unpacked bytes)")
+
+    def keep(self, path: str) -> None:
+        """A path recorded: an entry, a whiteout or an opaque directory."""
+        with self._lock:
+            self.parts += path.count("/") + 1
+            self.name_bytes += len(path)
+            if self.parts > MAX_KEPT_PARTS or self.name_bytes > MAX_KEPT_NAME_BYTES:
+                raise ImageError(f"{self.what}: its layers record more than {MAX_KEPT_PARTS} path parts or {MAX_KEPT_NAME_BYTES >> 20} MiB "
+                                 "of names (Python sources, interpreters, whiteouts): the cap on kept paths")
+
+    def index(self, index: LayerIndex) -> LayerIndex:
+        """A layer read before (from the cache): its paths count too."""
+        for path in (*index.entries, *index.deleted, *index.opaque):
+            self.keep(path)
+        return index
+
+
 def normalise(name: str) -> str | None:
-    """The member's path inside the image without a leading ``/``; None when it climbs out."""
+    """The member's path inside the image without a leading ``/``; None when it climbs out or is too long."""
+    if len(name) > MAX_NAME_BYTES:
+        return None
     parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
     if not parts or ".." in parts or any("\x00" in p for p in parts):
         return None
@@ -95,16 +148,50 @@ def _transformers_config_source(rest: list[str]) -> bool:
     return len(rest) == 1 or (len(rest) == 3 and rest[0] == "models" and (rest[1] == "auto" or name.startswith("configuration_")))
 
 
-class _BoundedTarInfo(tarfile.TarInfo):
+class _TarBytes:
+    """A layer's tar bytes, gunzipped here when the layer is gzip'd, at most ``n`` bytes a read.
+
+    tarfile's own gzip reader keeps what a 64 KB read inflates to (a thousand times that
+    for tar headers) and copies all of it for every 512-byte header: quadratic time.
+    """
+
+    def __init__(self, raw: VerifiedStream, budget: Budget) -> None:
+        self._raw, self._budget = raw, budget
+        self._input = raw.read(2)
+        self._inflater = zlib.decompressobj(31) if self._input == b"\x1f\x8b" else None
+
+    def read(self, n: int = -1) -> bytes:
+        n = n if n is not None and n > 0 else CHUNK
+        if self._inflater is None:
+            head, self._input = self._input, b""
+            return head + self._raw.read(n - len(head)) if head else self._raw.read(n)
+        while True:
+            if self._inflater.eof:  # the next gzip member, if any (padding NULs are not one)
+                self._input = self._inflater.unused_data.lstrip(b"\0") or self._raw.read(GZIP_INPUT).lstrip(b"\0")
+                if not self._input:
+                    return b""
+                self._inflater = zlib.decompressobj(31)
+            elif not self._input:
+                self._input = self._raw.read(GZIP_INPUT)
+                if not self._input:
+                    return b""  # cut short: tarfile reports the truncated archive
+            data = self._inflater.decompress(self._input, n)
+            self._input = self._inflater.unconsumed_tail
+            if data:
+                self._budget.inflate(len(data))
+                return data
+
+
+class BoundedTarInfo(tarfile.TarInfo):
     """Refuses long-name and pax headers past MAX_HEADER_BYTES: tarfile reads them whole into memory."""
 
     def _proc_member(self, archive):
         if self.type in EXTENDED_HEADERS and self.size > MAX_HEADER_BYTES:
-            raise ValueError(f"a {self.size}-byte extended tar header, more than {MAX_HEADER_BYTES} allowed")
+            raise ValueError(f"a {self.size}-byte extended tar header, more than {MAX_HEADER_BYTES} allowed (the cap on tar headers)")
         return super()._proc_member(archive)
 
 
-def read_layer(stream: VerifiedStream, media_type: str, pack: Path, what: str) -> LayerIndex:
+def read_layer(stream: VerifiedStream, media_type: str, pack: Path, what: str, budget: Budget) -> LayerIndex:
     """Stream ``stream`` (a tar, gzip'd or not) once; kept contents land in the file ``pack``."""
     if media_type.endswith("zstd"):
         raise ImageError(f"{what}: zstd-compressed layers are not supported (gzip and plain tar are)")
@@ -113,41 +200,51 @@ def read_layer(stream: VerifiedStream, media_type: str, pack: Path, what: str) -
     opaque: list[str] = []
     fd, temp = tempfile.mkstemp(prefix=".part.", dir=pack.parent)
     try:
-        with os.fdopen(fd, "wb") as out, tarfile.open(fileobj=stream, mode="r|*", bufsize=TAR_BUFFER,
-                                                                tarinfo=_BoundedTarInfo) as archive:
-            for member in archive:
+        with os.fdopen(fd, "wb") as out, tarfile.open(fileobj=_TarBytes(stream, budget), mode="r|", bufsize=TAR_BUFFER,
+                                                                tarinfo=BoundedTarInfo) as archive:
+            for member in iter(archive.next, None):
+                archive.members.clear()  # tarfile keeps every header it read: memory would grow with the layer
+                budget.member()
                 path = normalise(member.name)
                 if path is None:
                     continue  # a name that climbs out of the image is never used
                 directory, name = posixpath.split(path)
                 if name == OPAQUE:
+                    budget.keep(directory)
                     opaque.append(directory)
                     continue
                 if name.startswith(WHITEOUT):
-                    deleted.append(posixpath.join(directory, name[len(WHITEOUT):]))
+                    if name != WHITEOUT:
+                        budget.keep(path)
+                        deleted.append(posixpath.join(directory, name[len(WHITEOUT):]))
                     continue
                 entries.pop(path, None)  # a later member of the same layer wins
                 why = wanted(path)
                 if why is None:
                     continue
                 if member.issym():
+                    if len(member.linkname) > MAX_NAME_BYTES:
+                        continue  # no system resolves a link that long
+                    budget.keep(path)
                     entries[path] = ("link", member.linkname)
                 elif member.islnk():
                     target = normalise(member.linkname)
                     if target in entries:
+                        budget.keep(path)
                         entries[path] = entries[target]
                 elif member.isfile():
+                    budget.keep(path)
                     if why == "python":
                         entries[path] = ("exe", "")
                         continue
                     offset = out.tell()
-                    if offset + member.size > MAX_KEPT_BYTES or len(entries) >= MAX_KEPT_FILES:
-                        raise ImageError(f"{what}: more than {MAX_KEPT_BYTES >> 20} MB or {MAX_KEPT_FILES} files of Python sources; refusing")
+                    if offset + member.size > MAX_KEPT_BYTES:
+                        raise ImageError(f"{what}: more than {MAX_KEPT_BYTES >> 20} MB of Python sources (the cap on kept bytes per layer); refusing")
                     shutil.copyfileobj(archive.extractfile(member), out, CHUNK)
                     entries[path] = ("file", f"{pack.name}:{offset}:{out.tell() - offset}")
         stream.finish()
         os.replace(temp, pack)
-    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+    except (tarfile.TarError, EOFError, OSError, ValueError, zlib.error) as exc:
         stream.finish()  # a damaged blob is reported as such, not as a bad tar
         raise ImageError(f"{what}: not a readable tar layer ({exc})") from None
     finally:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 
-from .interface import Blob, ImageError, ImageSource, check_digest
+from .interface import Blob, ImageError, ImageSource, as_dict, as_list, check_digest, load_json
 
 INDEX_TYPES = (
     "application/vnd.oci.image.index.v1+json",
@@ -17,7 +16,7 @@ MANIFEST_TYPES = (
 )
 ACCEPT = ", ".join(INDEX_TYPES + MANIFEST_TYPES)
 LAYER_SUFFIXES = ("tar", "tar+gzip", "tar.gzip", "tar+zstd")
-MAX_LAYERS = 1000
+MAX_LAYERS = 128  # Docker stacks at most 128 layers (overlay2's lower directories); vllm/vllm-openai has a few dozen
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,13 +37,13 @@ class Image:
 
     @property
     def labels(self) -> dict[str, str]:
-        labels = (self.config.get("config") or {}).get("Labels") or {}
-        return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+        labels = as_dict(as_dict(self.config.get("config")).get("Labels"))
+        return {k: v for k, v in labels.items() if isinstance(v, str)}  # labels are strings (image-spec)
 
     @property
     def env(self) -> dict[str, str]:
-        env = (self.config.get("config") or {}).get("Env") or []
-        pairs = (str(item).partition("=") for item in env if isinstance(item, str))
+        env = as_list(as_dict(self.config.get("config")).get("Env"))
+        pairs = (item.partition("=") for item in env if isinstance(item, str))
         return {name: value for name, _, value in pairs}
 
 
@@ -59,49 +58,39 @@ def resolve_image(source: ImageSource, platform: str) -> Image:
     """The image for ``platform``: picked from an index, or the single manifest."""
     wanted = parse_platform(platform)
     blob = source.top()
-    document = _json(blob, f"{source.reference}: manifest")
-    media_type = document.get("mediaType") or blob.media_type
+    document = load_json(blob.data, f"{source.reference}: manifest")
+    media_type = _media_type(document, blob)
     if media_type in INDEX_TYPES or ("manifests" in document and "layers" not in document):
         descriptor = _pick(document, wanted, source.reference, platform)
         blob = source.manifest(check_digest(descriptor.get("digest"), f"{source.reference}: index entry"))
-        document = _json(blob, f"{source.reference}: manifest {blob.digest}")
-        media_type = document.get("mediaType") or blob.media_type
+        document = load_json(blob.data, f"{source.reference}: manifest {blob.digest}")
+        media_type = _media_type(document, blob)
     if media_type not in MANIFEST_TYPES and "layers" not in document:
-        raise ImageError(f"{source.reference}: unsupported manifest type {media_type!r} (schema 1 manifests are not supported)")
+        raise ImageError(f"{source.reference}: unsupported manifest type {media_type[:80]!r} (schema 1 manifests are not supported)")
     config_ref = document.get("config")
     layers = document.get("layers")
     if not isinstance(config_ref, dict) or not isinstance(layers, list):
         raise ImageError(f"{source.reference}: the manifest has no config or layers")
     if len(layers) > MAX_LAYERS:
-        raise ImageError(f"{source.reference}: {len(layers)} layers, more than {MAX_LAYERS}")
+        raise ImageError(f"{source.reference}: {len(layers)} layers, more than {MAX_LAYERS} (the cap on layers)")
     config_digest = check_digest(config_ref.get("digest"), f"{source.reference}: config")
     config_bytes = source.read_blob(config_digest, _size(config_ref), f"{source.reference}: config {config_digest}")
-    try:
-        config = json.loads(config_bytes)
-    except ValueError:
-        raise ImageError(f"{source.reference}: the image config is not JSON") from None
-    if not isinstance(config, dict):
-        raise ImageError(f"{source.reference}: the image config is not a JSON object")
-    found = "/".join(str(p) for p in (config.get("os"), config.get("architecture"), config.get("variant")) if p)
+    config = load_json(config_bytes, f"{source.reference}: the image config")
+    found = "/".join(p for p in (config.get("os"), config.get("architecture"), config.get("variant")) if isinstance(p, str) and p)
     return Image(blob.digest, found or platform, config, tuple(_layer(item, source.reference) for item in layers))
 
 
-def _json(blob: Blob, what: str) -> dict:
-    try:
-        document = json.loads(blob.data)
-    except ValueError:
-        raise ImageError(f"{what} is not JSON") from None
-    if not isinstance(document, dict):
-        raise ImageError(f"{what} is not a JSON object")
-    return document
+def _media_type(document: dict, blob: Blob) -> str:
+    given = document.get("mediaType")
+    return given if isinstance(given, str) and given else blob.media_type
 
 
 def _pick(index: dict, wanted: tuple[str, str, str | None], reference: str, platform: str) -> dict:
-    entries = [e for e in index.get("manifests") or [] if isinstance(e, dict)]
+    entries = [e for e in as_list(index.get("manifests")) if isinstance(e, dict)]
     offered = []
     for entry in entries:
-        plat = entry.get("platform") or {}
-        os_, arch, variant = plat.get("os"), plat.get("architecture"), plat.get("variant")
+        plat = as_dict(entry.get("platform"))
+        os_, arch, variant = (value if isinstance(value, str) else None for value in (plat.get("os"), plat.get("architecture"), plat.get("variant")))
         if not os_ or os_ == "unknown":  # attestations and other non-image entries
             continue
         offered.append("/".join(p for p in (os_, arch, variant) if p))

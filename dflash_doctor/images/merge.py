@@ -30,34 +30,59 @@ class Site:
     python: str | None  # the interpreter on PATH that imports it, None when only one install exists
 
 
+class _Node:
+    """One path of the merged view: its entry (None for a directory only) and what lies under it."""
+
+    __slots__ = ("entry", "children")
+
+    def __init__(self) -> None:
+        self.entry: tuple[str, str] | None = None
+        self.children: dict[str, _Node] = {}
+
+
 def merge(indexes: list[LayerIndex]) -> View:
-    """Apply each layer over the ones below: opaque dirs, whiteouts, then its own entries."""
-    view: View = {}
+    """Apply each layer over the ones below: opaque dirs, whiteouts, then its own entries.
+
+    The view is a tree of path parts, so hiding a directory drops its subtree at
+    once: the merge costs the path parts the layers hold, whatever their whiteouts.
+    """
+    root = _Node()
     for index in indexes:
-        parents = {posixpath.dirname(path) for path in view}
-        parents |= {d for p in list(parents) for d in _ancestors(p)}
         for directory in index.opaque:
-            _drop_under(view, directory, parents)
+            node = _find(root, directory)
+            if node is not None:
+                node.children = {}
         for path in index.deleted:
-            view.pop(path, None)
-            _drop_under(view, path, parents)
+            parent, name = posixpath.split(path)
+            node = _find(root, parent)
+            if node is not None:
+                node.children.pop(name, None)
         for path, entry in index.entries.items():
-            _drop_under(view, path, parents)  # a file replacing a directory hides what was under it
-            view[path] = entry
+            node = root
+            for part in path.split("/"):
+                child = node.children.get(part)
+                if child is None:
+                    child = node.children[part] = _Node()
+                node = child
+            node.entry = entry
+            node.children = {}  # a file replacing a directory hides what was under it
+    view: View = {}
+    stack = [("", root)]
+    while stack:
+        prefix, node = stack.pop()
+        if node.entry is not None:
+            view[prefix] = node.entry
+        stack.extend((f"{prefix}/{name}" if prefix else name, child) for name, child in node.children.items())
     return view
 
 
-def _ancestors(path: str):
-    while path:
-        yield path
-        path = posixpath.dirname(path)
-
-
-def _drop_under(view: View, directory: str, parents: set[str]) -> None:
-    if directory in parents or directory == "":
-        prefix = directory + "/" if directory else ""
-        for path in [p for p in view if p.startswith(prefix)]:
-            del view[path]
+def _find(root: _Node, path: str) -> _Node | None:
+    node = root
+    for part in path.split("/") if path else ():
+        node = node.children.get(part)
+        if node is None:
+            return None
+    return node
 
 
 def resolve(view: View, path: str) -> str | None:

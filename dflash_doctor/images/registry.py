@@ -22,7 +22,7 @@ import time
 import urllib.parse
 
 from .auth import DOCKER_HUB, basic_header, credentials_for, parse_challenge
-from .interface import MAX_MANIFEST_BYTES, Blob, ImageError, ImageSource, VerifiedStream, check_digest, sha256_digest
+from .interface import MAX_MANIFEST_BYTES, Blob, ImageError, ImageSource, VerifiedStream, as_dict, as_list, check_digest, sha256_digest
 from .manifest import ACCEPT
 
 DOCKER_HUB_API = "registry-1.docker.io"
@@ -154,10 +154,10 @@ class RegistrySource(ImageSource):
         detail = ""
         try:
             body = json.loads(response.read_capped(MAX_ERROR_BYTES) or b"{}")
-            errors = body.get("errors") if isinstance(body, dict) else None
+            errors = as_list(as_dict(body).get("errors"))
             if errors and isinstance(errors[0], dict):
-                detail = f" ({errors[0].get('code', '')}: {errors[0].get('message', '')})"
-        except (ValueError, ImageError):
+                detail = f" ({str(errors[0].get('code', ''))[:80]}: {str(errors[0].get('message', ''))[:200]})"
+        except (ValueError, RecursionError, ImageError):  # an error body that says nothing usable
             pass
         response.close()
         if response.status == 404:
@@ -261,7 +261,7 @@ class RegistrySource(ImageSource):
         try:
             answer = json.loads(response.read_capped(MAX_TOKEN_BYTES))
             token = answer.get("token") or answer.get("access_token")
-        except (ValueError, AttributeError):
+        except (ValueError, RecursionError, AttributeError):
             token = None
         response.close()
         if not isinstance(token, str) or not token:

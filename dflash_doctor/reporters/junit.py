@@ -5,14 +5,24 @@ failures (verdict, reason, evidence, remedy); ``unknown`` is an error (the
 tool could not decide: exit code 2), or a failure with ``--strict``; a waived
 fix is skipped with the waiver's reason, and so is one whose defect cannot reach
 the drafter given with ``--draft-config`` (it does not fail the gate).
+
+Every attribute and text is made inert before it is written, as the table
+does: control characters (C0, C1), bidi overrides, lone surrogates and the
+other code points XML 1.0 forbids are shown as escapes (``\\x1b``), so text
+from a tree, host or image cannot make the document ill-formed.
 """
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 
 from ..model import PRESENT, UNKNOWN, BottomLine, CheckReport, FixResult
+from ..terminal import clean
+
+# What ``clean`` leaves that XML 1.0 cannot hold: surrogates (lone ones, from undecodable bytes) and U+FFFE/U+FFFF.
+_NOT_XML = re.compile("[\ud800-\udfff\ufffe\uffff]")
 
 
 class JunitReporter:
@@ -35,8 +45,17 @@ def junit_document(reports: Sequence[CheckReport], unreachable: Sequence[tuple[s
             totals[key] += int(suite.get(key))
     for key, value in totals.items():
         root.set(key, str(value))
+    for element in root.iter():
+        for key, value in list(element.attrib.items()):
+            element.set(key, _inert(value))
+        if element.text:
+            element.text = _inert(element.text, "\n")
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _inert(value: str, keep: str = "") -> str:
+    return _NOT_XML.sub(lambda match: f"\\u{ord(match.group()):04x}", clean(value, keep))
 
 
 def _unreachable_suite(host: str, error: str) -> ET.Element:
