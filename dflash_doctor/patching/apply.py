@@ -224,11 +224,12 @@ def _check_state_paths(files: TreeFiles) -> None:
 
 
 def _remove_state_dir(files: TreeFiles) -> None:
+    """Each part on its own: a backups directory someone else filled stays, the lock we made goes."""
     with contextlib.suppress(ToolError):
         _remove_temps(files, [MANIFEST])
-        files.remove(BACKUPS)
-        files.remove(LOCK)  # still held by us: a waiting run fails at once and finds no state
-        files.remove(STATE_DIR)
+    for relpath in (BACKUPS, LOCK, STATE_DIR):  # the lock is still held by us: a waiting run fails at once
+        with contextlib.suppress(ToolError):
+            files.remove(relpath)
 
 
 def _remove_temps(files: TreeFiles, relpaths: list[str]) -> None:

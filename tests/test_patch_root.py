@@ -1,0 +1,254 @@
+"""`patch` and `restore` hold the tree they checked, and read its state within caps.
+
+- The root swapped for a symlink to another tree right after the hash check
+  (strace holds the process inside the check's read of the file, a real
+  stop; the test swaps the directory while it is held): nothing lands in the
+  other tree, nor anywhere outside.
+- A sparse 4 GiB manifest or backup is refused by its size, with the cap
+  named, within a measured memory bound.
+- ``patch --repo --dry-run`` on a checkout whose ``.git/index`` is a valid
+  index padded to 512 MiB (an optional extension git ignores) copies nothing
+  of it: disk use under a private TMPDIR is measured while it runs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from measure import run_measured
+from test_ancestry import copy, history  # noqa: F401 - fixtures: a vLLM-shaped git repository
+from test_patch import _kill, _strace_ok, sha
+from test_patch_hostile import RESOLVER, STATE, assert_refused, entries, patch, restore
+
+pytestmark = pytest.mark.release
+
+GIB = 1 << 30
+# A patch run on a small tree peaks near 110 MB here; reading a 4 GiB file whole could not stay under this.
+RSS_BOUND = 400 << 20
+
+
+# ------------------------------------------------------------ the root swapped during the run
+
+
+def _descendants(pid: int) -> list[int]:
+    found, queue = [], [pid]
+    while queue:
+        current = queue.pop()
+        found.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*"):
+            try:
+                queue += [int(child) for child in (task / "children").read_text().split()]
+            except OSError:
+                continue
+    return found
+
+
+def _open_paths(pid: int) -> set[str]:
+    paths = set()
+    for fd in Path(f"/proc/{pid}/fd").glob("*"):
+        try:
+            paths.add(os.readlink(fd))
+        except OSError:
+            continue
+    return paths
+
+
+def _in_hash_check(proc: subprocess.Popen, lock: Path, target: Path) -> bool:
+    """A process of the run holds the lock and has the file open: it is inside the
+    hash check's read (held there by strace), the only moment both are open."""
+    return any({str(lock), str(target)} <= _open_paths(pid) for pid in _descendants(proc.pid))
+
+
+def test_root_swapped_for_a_link_after_the_hash_check_writes_nothing_into_the_other_tree(tmp_path, mini_tree):
+    if not _strace_ok():
+        pytest.skip("strace cannot inject syscall delays here")
+    root = mini_tree("0.20.1")
+    other = mini_tree("0.20.1", "other")  # another tree with the same release, patched before for another fix
+    assert patch(other, "--only", "cache-drop", "--yes").returncode == 0, "set-up"
+    moved = tmp_path / "moved"
+    before_root, before_other = entries(root), entries(other)
+    marker = sha((other / RESOLVER).read_bytes())
+    # Every read(2) of the file is held 1 s: the check's reads, and the hash check's under the lock.
+    command = ["strace", "-f", "--seccomp-bpf", "-o", "/dev/null", "-P", str(root / RESOLVER), "-e", "trace=read",
+               "-e", "inject=read:delay_enter=1000000", sys.executable, "-m", "dflash_doctor",
+               "patch", "--path", str(root), "--only", "layer-offset", "--yes"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not _in_hash_check(proc, root / STATE / "lock", root / RESOLVER):
+            assert proc.poll() is None, f"finished before the hash check: {proc.stderr.read().decode()}"
+            assert time.monotonic() < deadline, "the hash check was not reached"
+            time.sleep(0.005)
+        os.rename(root, moved)  # the owner of the directory above the root swaps it ...
+        root.symlink_to(other)  # ... for a link to the other tree, while the file is being hashed
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.returncode is None:
+            _kill(proc)
+    lines = err.decode().strip().splitlines()
+    assert proc.returncode == 3 and lines[-1].startswith("dflash-doctor: error: "), lines
+    assert "was moved or replaced while dflash-doctor ran" in lines[-1], lines
+    assert entries(other) == before_other and sha((other / RESOLVER).read_bytes()) == marker  # the other tree untouched
+    assert entries(moved) == before_root  # and the tree itself as it was: no state, no backup left
+    assert sorted(os.listdir(tmp_path)) == sorted(["moved", root.name, other.name])  # nothing written beside them
+
+
+# ------------------------------------------------------------ sparse giants in the state directory
+
+
+def _entries(root: Path) -> dict[str, tuple]:
+    """``entries`` that never reads a giant: a file over 16 MiB is its size and allocated blocks."""
+    found = {}
+    for directory, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(directory, name)
+            info = path.lstat()
+            if path.is_symlink():
+                found[path.relative_to(root).as_posix()] = ("link", os.readlink(path))
+            elif path.is_dir():
+                found[path.relative_to(root).as_posix()] = ("dir", info.st_mode)
+            elif info.st_size > 16 << 20:
+                found[path.relative_to(root).as_posix()] = ("giant", info.st_size, info.st_blocks, info.st_mode)
+            else:
+                found[path.relative_to(root).as_posix()] = (path.read_bytes(), info.st_mode, info.st_uid, info.st_gid)
+    return found
+
+
+def _sparse(path: Path, size: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as handle:
+        handle.truncate(size)
+
+
+def _measured(command: str, root: Path):
+    # 1 GiB of address space: a whole read of 4 GiB fails at once instead of filling the machine.
+    return run_measured(command, "--path", str(root), "--only", "layer-offset", "--yes", address_space_mb=1024,
+                        timeout=300)
+
+
+def _assert_capped(result, fragment: str) -> None:
+    assert result.returncode == 3, (result.returncode, result.stderr[-2000:])
+    lines = result.stderr.strip().splitlines()
+    assert "Traceback" not in result.stderr and lines[-1].startswith("dflash-doctor: error: "), lines
+    assert fragment in lines[-1] and f"({4 * GIB} bytes); nothing was changed" in lines[-1], lines
+    assert result.peak_rss < RSS_BOUND, result.peak_rss
+
+
+@pytest.mark.parametrize("command", ["patch", "restore"])
+def test_sparse_4gib_manifest_is_refused_by_its_size(mini_tree, command):
+    root = mini_tree("0.20.1")
+    _sparse(root / STATE / "manifest.json", 4 * GIB)
+    before = _entries(root)
+    _assert_capped(_measured(command, root), "manifest.json in ")
+    assert "over the 64 KiB cap for the patch manifest" in _measured(command, root).stderr
+    assert _entries(root) == before
+
+
+def test_sparse_4gib_backup_is_refused_by_patch(mini_tree):
+    """patch reads a backup already at the backup's name (a run that died after writing it)."""
+    root = mini_tree("0.20.1")
+    _sparse(root / STATE / "backups" / f"gpu_model_runner.py.{sha((root / RESOLVER).read_bytes())[:16]}", 4 * GIB)
+    before = _entries(root)
+    result = _measured("patch", root)
+    _assert_capped(result, "over the 1 MiB cap for a patch backup")
+    assert _entries(root) == before
+
+
+def test_sparse_4gib_backup_is_refused_by_restore(mini_tree):
+    root = mini_tree("0.20.1")
+    assert patch(root).returncode == 0, "set-up"
+    backup = next((root / STATE / "backups").iterdir())
+    backup.unlink()
+    _sparse(backup, 4 * GIB)
+    before = _entries(root)
+    result = _measured("restore", root)
+    _assert_capped(result, "over the 1 MiB cap for a patch backup")
+    assert "back to its original" not in result.stderr
+    assert _entries(root) == before
+
+
+def test_state_within_its_caps_still_patches_and_restores(mini_tree):
+    """The caps leave room for real state: a whole run of every patchable fix, and its restore."""
+    root = mini_tree("0.20.1")
+    original = entries(root)
+    patched = run_measured("patch", "--path", str(root), "--only", "layer-offset", "--only", "cache-drop", "--yes")
+    assert patched.returncode == 0, patched.stderr
+    assert patched.peak_rss < RSS_BOUND, patched.peak_rss
+    manifest = (root / STATE / "manifest.json").stat().st_size
+    assert 0 < manifest < (64 << 10) // 16, manifest  # the cap leaves 16x the state of every patchable fix
+    assert run_measured("restore", "--path", str(root), "--yes").returncode == 0
+    assert entries(root) == original
+
+
+# ------------------------------------------------------------ patch --repo: nothing of the index copied
+
+
+def _pad_index(index: Path, size: int) -> None:
+    """The index as git wrote it, with a sparse optional extension ``ZZZZ`` of ``size``
+    bytes before the trailer: git reads the index and ignores the extension."""
+    data = index.read_bytes()[:-20]
+    with open(index, "wb") as handle:
+        handle.write(data + b"ZZZZ" + struct.pack(">I", size))
+        handle.seek(size, os.SEEK_CUR)
+        handle.write(bytes(20))
+
+
+def _disk_use(directory: Path) -> int:
+    used = 0
+    for path in directory.rglob("*"):
+        try:
+            used += path.lstat().st_blocks * 512
+        except OSError:
+            continue
+    return used
+
+
+def test_patch_repo_dry_run_copies_nothing_of_a_512mib_index(copy, tmp_path):
+    from gitrepos import SPECULATIVE as REPO_SPECULATIVE
+
+    copy.git("checkout", "--quiet", "releases/v0.20")
+    _pad_index(copy.path / ".git" / "index", 512 << 20)
+    assert copy.git("ls-files", REPO_SPECULATIVE).strip() == REPO_SPECULATIVE  # git reads it as a valid index
+    private = tmp_path / "tmp"
+    private.mkdir()
+    peak, done = [0], threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], _disk_use(private))
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        result = run_measured("patch", "--repo", str(copy.path), "--pr", "53388", "--dry-run",
+                              env={**os.environ, "TMPDIR": str(private)}, timeout=300)
+    finally:
+        done.set()
+        watcher.join()
+    assert result.returncode == 0, result.stderr
+    assert '+        return self.use_eagle() and self.method != "dflash"' in result.stdout
+    assert peak[0] < 8 << 20, peak[0]  # the throw-away repository's objects and index, not the 512 MiB
+    assert copy.git("status", "--porcelain") == ""
+
+
+def test_patch_repo_keeps_the_entries_a_sparse_checkout_leaves_out(copy):
+    """A file a sparse checkout leaves out of the work tree (skip-worktree) is not a
+    deletion: the snapshot keeps the index's entry, as git itself would."""
+    from gitrepos import SPECULATIVE as REPO_SPECULATIVE
+
+    copy.git("checkout", "--quiet", "releases/v0.20")
+    copy.git("update-index", "--skip-worktree", REPO_SPECULATIVE)
+    (copy.path / REPO_SPECULATIVE).unlink()
+    result = run_measured("patch", "--repo", str(copy.path), "--pr", "53388", "--dry-run", timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert '+        return self.use_eagle() and self.method != "dflash"' in result.stdout
