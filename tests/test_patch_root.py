@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import run_cli
 from measure import run_measured
 from test_ancestry import copy, history  # noqa: F401 - fixtures: a vLLM-shaped git repository
 from test_patch import _kill, _strace_ok, sha
@@ -73,7 +74,7 @@ def test_root_swapped_for_a_link_after_the_hash_check_writes_nothing_into_the_ot
         pytest.skip("strace cannot inject syscall delays here")
     root = mini_tree("0.20.1")
     other = mini_tree("0.20.1", "other")  # another tree with the same release, patched before for another fix
-    assert patch(other, "--only", "cache-drop", "--yes").returncode == 0, "set-up"
+    assert run_cli("patch", "--path", str(other), "--only", "cache-drop", "--yes").returncode == 0, "set-up"
     moved = tmp_path / "moved"
     before_root, before_other = entries(root), entries(other)
     marker = sha((other / RESOLVER).read_bytes())
@@ -94,12 +95,13 @@ def test_root_swapped_for_a_link_after_the_hash_check_writes_nothing_into_the_ot
     finally:
         if proc.returncode is None:
             _kill(proc)
+    assert sha((other / RESOLVER).read_bytes()) == marker  # the other tree untouched: no payload ...
+    assert entries(other) == before_other  # ... no backup, no manifest
+    assert entries(moved) == before_root  # and the tree itself as it was: no state, no backup left
+    assert sorted(os.listdir(tmp_path)) == sorted(["moved", root.name, other.name])  # nothing written beside them
     lines = err.decode().strip().splitlines()
     assert proc.returncode == 3 and lines[-1].startswith("dflash-doctor: error: "), lines
     assert "was moved or replaced while dflash-doctor ran" in lines[-1], lines
-    assert entries(other) == before_other and sha((other / RESOLVER).read_bytes()) == marker  # the other tree untouched
-    assert entries(moved) == before_root  # and the tree itself as it was: no state, no backup left
-    assert sorted(os.listdir(tmp_path)) == sorted(["moved", root.name, other.name])  # nothing written beside them
 
 
 # ------------------------------------------------------------ sparse giants in the state directory
