@@ -17,6 +17,7 @@ import functools
 import os
 import platform
 import sys
+from collections.abc import Callable
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -30,7 +31,7 @@ class _OpenHow(ctypes.Structure):
 
 
 @functools.cache
-def _syscall() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+def _syscall() -> Callable[..., int] | None:
     """libc's ``syscall``, when this is a 64-bit Linux Python on an architecture whose number is known."""
     if sys.platform != "linux" or sys.maxsize <= 2**32 or platform.machine() not in _SYS_OPENAT2:
         return None
@@ -39,10 +40,11 @@ def _syscall() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
     except (OSError, AttributeError):
         return None
     call.restype = ctypes.c_long
-    return call
+    return call  # type: ignore[no-any-return]
 
 
 def _openat2(dir_fd: int, relpath: str, flags: int) -> int:
+    """Only called once ``_syscall`` gave a callable (``has_openat2``)."""
     call = _syscall()
     assert call is not None
     how = _OpenHow(flags | os.O_CLOEXEC, 0, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS)
