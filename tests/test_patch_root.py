@@ -25,9 +25,10 @@ import pytest
 
 from conftest import run_cli
 from measure import run_measured
-from test_ancestry import copy, history  # noqa: F401 - fixtures: a vLLM-shaped git repository
+from test_ancestry import copy, history  # noqa: F401,F811 - fixtures: a vLLM-shaped git repository
 from test_patch import _kill, _strace_ok, sha
-from test_patch_hostile import RESOLVER, STATE, assert_refused, entries, patch, restore
+from test_patch_hostile import RESOLVER, STATE, entries, patch
+from test_ssh import client, host, keys, make_venv, server, trust  # noqa: F401,F811 - fixtures: a real sshd on 127.0.0.1
 
 pytestmark = pytest.mark.release
 
@@ -41,23 +42,29 @@ RSS_BOUND = 200 << 20
 
 
 def _descendants(pid: int) -> list[int]:
+    """``pid`` and every process under it (processes come and go while this looks)."""
     found, queue = [], [pid]
     while queue:
         current = queue.pop()
         found.append(current)
-        for task in Path(f"/proc/{current}/task").glob("*"):
-            try:
-                queue += [int(child) for child in (task / "children").read_text().split()]
-            except OSError:
-                continue
+        try:
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children") as children:
+                    queue += [int(child) for child in children.read().split()]
+        except OSError:
+            continue
     return found
 
 
 def _open_paths(pid: int) -> set[str]:
     paths = set()
-    for fd in Path(f"/proc/{pid}/fd").glob("*"):
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return paths
+    for fd in fds:
         try:
-            paths.add(os.readlink(fd))
+            paths.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
         except OSError:
             continue
     return paths
@@ -257,3 +264,59 @@ def test_patch_repo_keeps_the_entries_a_sparse_checkout_leaves_out(copy):
     result = run_measured("patch", "--repo", str(copy.path), "--pr", "53388", "--dry-run", timeout=300)
     assert result.returncode == 0, result.stderr
     assert '+        return self.use_eagle() and self.method != "dflash"' in result.stdout
+
+
+# ------------------------------------------------------------ the same race over ssh (SFTP)
+
+
+def test_root_swapped_for_a_link_during_an_sftp_patch_is_refused(tmp_path, mini_tree, server, client):
+    """sshd's own SFTP server is held inside its read of the file by strace (attached
+    to the real sshd); the root is swapped while the lock is held and the file read."""
+    if not _strace_ok():
+        pytest.skip("strace cannot inject syscall delays here")
+    root = mini_tree("0.20.1")
+    other = mini_tree("0.20.1", "other")
+    assert run_cli("patch", "--path", str(other), "--only", "cache-drop", "--yes").returncode == 0, "set-up"
+    python = make_venv(tmp_path / "venv", root)
+    srv = server()
+    trust(client, srv)
+    moved = tmp_path / "moved"
+    before_root, before_other = entries(root), entries(other)
+    tracer = subprocess.Popen(["strace", "-f", "-p", str(srv.process.pid), "-o", "/dev/null", "-P", str(root / RESOLVER),
+                               "-e", "trace=read", "-e", "inject=read:delay_enter=1000000"], stderr=subprocess.PIPE)
+    try:
+        time.sleep(1)  # attached
+        proc = subprocess.Popen([sys.executable, "-m", "dflash_doctor", "patch", *client["args"], "--host", host(srv),
+                                 "--python", str(python), "--only", "layer-offset", "--yes"],
+                                env=client["env"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 300
+            while not _holding(srv.process.pid, root / STATE / "lock", root / RESOLVER):
+                assert proc.poll() is None, f"finished before the hash check: {proc.stderr.read().decode()}"
+                assert time.monotonic() < deadline, "the hash check was not reached"
+                time.sleep(0.005)
+            os.rename(root, moved)
+            root.symlink_to(other)
+            _, err = proc.communicate(timeout=300)
+        finally:
+            if proc.returncode is None:
+                _kill(proc)
+    finally:
+        tracer.terminate()
+        tracer.wait(timeout=30)
+    assert entries(other) == before_other  # no payload, backup or manifest in the other tree
+    after = entries(moved)
+    # The tree as it was, but for the empty state directory made before the swap: once the
+    # root's path leads elsewhere, SFTP cannot reach the tree to remove it, and does not try.
+    left = {name: value for name, value in after.items() if name.startswith(STATE)}
+    lock = (b"", 0o100644, moved.stat().st_uid, moved.stat().st_gid)
+    assert left == {STATE: ("dir", 0o40755), f"{STATE}/backups": ("dir", 0o40755), f"{STATE}/lock": lock}
+    assert {name: value for name, value in after.items() if not name.startswith(STATE)} == before_root
+    lines = err.decode().strip().splitlines()
+    assert proc.returncode == 3 and "was moved or replaced while dflash-doctor ran" in lines[-1], lines
+
+
+def _holding(pid: int, lock: Path, target: Path) -> bool:
+    """Some process under ``pid`` holds the lock (the lock holder) while another has the file open (SFTP)."""
+    paths = set().union(*(_open_paths(each) for each in _descendants(pid)))
+    return {str(lock), str(target)} <= paths
