@@ -320,3 +320,44 @@ def _holding(pid: int, lock: Path, target: Path) -> bool:
     """Some process under ``pid`` holds the lock (the lock holder) while another has the file open (SFTP)."""
     paths = set().union(*(_open_paths(each) for each in _descendants(pid)))
     return {str(lock), str(target)} <= paths
+
+
+# ------------------------------------------------------------ a kernel without openat2
+
+
+def _traced(log: Path, inject: tuple[str, ...], *args: str) -> subprocess.CompletedProcess:
+    """dflash-doctor with its openat2 calls logged (and, with ``inject``, failing as on a kernel before 5.6)."""
+    command = ["strace", "-f", "--seccomp-bpf", "-o", str(log), "-e", "trace=openat2", *inject,
+               sys.executable, "-m", "dflash_doctor", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("kernel", ["openat2", "no openat2"])
+def test_paths_are_resolved_beneath_the_root_with_or_without_openat2(tmp_path, mini_tree, kernel):
+    """The same refusals and the same writes whether the kernel resolves the path
+    (openat2) or the walk does, one O_NOFOLLOW open per component."""
+    if not _strace_ok():
+        pytest.skip("strace cannot inject syscall errors here")
+    inject = ("-e", "inject=openat2:error=ENOSYS") if kernel == "no openat2" else ()
+    log = tmp_path / "openat2.log"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    planted = mini_tree("0.20.1", "planted")
+    (planted / STATE).mkdir()
+    (planted / STATE / "backups").symlink_to(outside)
+    proc = _traced(log, inject, "patch", "--path", str(planted), "--only", "layer-offset", "--yes")
+    assert proc.returncode == 3 and f"{STATE}/backups in {planted} is a symlink" in proc.stderr.splitlines()[-1]
+    assert os.listdir(outside) == []
+
+    root = mini_tree("0.20.1")
+    before = entries(root)
+    proc = _traced(log, inject, "patch", "--path", str(root), "--only", "layer-offset", "--yes")
+    assert proc.returncode == 0, proc.stderr
+    assert sha((root / RESOLVER).read_bytes()) != sha(before[RESOLVER][0])
+    calls = log.read_text()
+    beneath = [line for line in calls.splitlines() if "resolve=RESOLVE_NO_SYMLINKS|RESOLVE_BENEATH" in line]
+    assert beneath, calls[-2000:]  # the resolution was asked of the kernel ...
+    refused = [line for line in beneath if "ENOSYS" in line]
+    assert (refused == beneath) if inject else not refused  # ... and, without openat2, the walk did it
+    assert _traced(log, inject, "restore", "--path", str(root), "--yes").returncode == 0
+    assert entries(root) == before

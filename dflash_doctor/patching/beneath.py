@@ -40,7 +40,7 @@ def _syscall() -> Callable[..., int] | None:
     except (OSError, AttributeError):
         return None
     call.restype = ctypes.c_long
-    return call  # type: ignore[no-any-return]
+    return call
 
 
 def _openat2(dir_fd: int, relpath: str, flags: int) -> int:
@@ -76,7 +76,7 @@ def open_dir(dir_fd: int, parts: list[str]) -> int:
     """The directory ``parts`` beneath ``dir_fd``, no symlink followed: one
     openat2 call where the kernel has it, else (and on any refusal, so that
     the error names the component) one ``O_NOFOLLOW`` open per component.
-    Raises OSError; ``walk_error`` names the component that refused."""
+    Raises FileNotFoundError, or a WalkError naming the component that refused."""
     if not parts:
         return os.dup(dir_fd)
     if has_openat2():
@@ -86,7 +86,7 @@ def open_dir(dir_fd: int, parts: list[str]) -> int:
             if exc.errno == errno.ENOENT:
                 raise FileNotFoundError(exc.errno, exc.strerror, "/".join(parts)) from None
             # ELOOP, ENOTDIR, EXDEV, EAGAIN...: the walk refuses too, and says at which component
-    return walk(dir_fd, parts)
+    return _walk(dir_fd, parts)
 
 
 class WalkError(OSError):
@@ -97,7 +97,7 @@ class WalkError(OSError):
         self.depth = depth
 
 
-def walk(dir_fd: int, parts: list[str]) -> int:
+def _walk(dir_fd: int, parts: list[str]) -> int:
     """One ``O_NOFOLLOW`` open per component from ``dir_fd``; FileNotFoundError or WalkError."""
     fd = dir_fd
     try:

@@ -35,7 +35,6 @@ SYMLINK = "symlink"
 OTHER = "other"
 
 
-
 @dataclasses.dataclass(frozen=True)
 class FileStat:
     mode: int  # permission bits only
