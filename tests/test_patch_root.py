@@ -76,20 +76,26 @@ def _in_hash_check(proc: subprocess.Popen, lock: Path, target: Path) -> bool:
     return any({str(lock), str(target)} <= _open_paths(pid) for pid in _descendants(proc.pid))
 
 
-def test_root_swapped_for_a_link_after_the_hash_check_writes_nothing_into_the_other_tree(tmp_path, mini_tree):
+@pytest.mark.parametrize("command", ["patch", "restore"])
+def test_root_swapped_for_a_link_after_the_hash_check_writes_nothing_into_the_other_tree(tmp_path, mini_tree, command):
+    """patch: the other tree was patched before for another fix (it has a state directory);
+    restore: both trees were patched alike, so the other tree's backup fits too."""
     if not _strace_ok():
         pytest.skip("strace cannot inject syscall delays here")
     root = mini_tree("0.20.1")
-    other = mini_tree("0.20.1", "other")  # another tree with the same release, patched before for another fix
-    assert run_cli("patch", "--path", str(other), "--only", "cache-drop", "--yes").returncode == 0, "set-up"
+    other = mini_tree("0.20.1", "other")  # another tree of the same release
+    if command == "patch":
+        assert run_cli("patch", "--path", str(other), "--only", "cache-drop", "--yes").returncode == 0, "set-up"
+    else:
+        assert patch(root).returncode == 0 and patch(other).returncode == 0, "set-up"
     moved = tmp_path / "moved"
     before_root, before_other = entries(root), entries(other)
     marker = sha((other / RESOLVER).read_bytes())
     # Every read(2) of the file is held 1 s: the check's reads, and the hash check's under the lock.
-    command = ["strace", "-f", "--seccomp-bpf", "-o", "/dev/null", "-P", str(root / RESOLVER), "-e", "trace=read",
-               "-e", "inject=read:delay_enter=1000000", sys.executable, "-m", "dflash_doctor",
-               "patch", "--path", str(root), "--only", "layer-offset", "--yes"]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    traced = ["strace", "-f", "--seccomp-bpf", "-o", "/dev/null", "-P", str(root / RESOLVER), "-e", "trace=read",
+              "-e", "inject=read:delay_enter=1000000", sys.executable, "-m", "dflash_doctor",
+              command, "--path", str(root), "--only", "layer-offset", "--yes"]
+    proc = subprocess.Popen(traced, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
         while not _in_hash_check(proc, root / STATE / "lock", root / RESOLVER):
@@ -104,7 +110,7 @@ def test_root_swapped_for_a_link_after_the_hash_check_writes_nothing_into_the_ot
             _kill(proc)
     assert sha((other / RESOLVER).read_bytes()) == marker  # the other tree untouched: no payload ...
     assert entries(other) == before_other  # ... no backup, no manifest
-    assert entries(moved) == before_root  # and the tree itself as it was: no state, no backup left
+    assert entries(moved) == before_root  # and the tree itself as it was (patch: no state, no backup left)
     assert sorted(os.listdir(tmp_path)) == sorted(["moved", root.name, other.name])  # nothing written beside them
     lines = err.decode().strip().splitlines()
     assert proc.returncode == 3 and lines[-1].startswith("dflash-doctor: error: "), lines
