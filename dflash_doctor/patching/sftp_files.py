@@ -123,8 +123,9 @@ class SftpFiles:
 
     def real(self, relpath: str) -> str:
         parts_of(relpath)
+        self.still_there()
         try:
-            real = self.sftp.normalize(self._path(relpath))
+            real = self.sftp.normalize(posixpath.join(self.real_root, relpath))
         except FileNotFoundError:
             return relpath  # nothing there to follow; reading it finds nothing
         except self._failures as exc:
