@@ -191,6 +191,29 @@ def test_sparse_4gib_backup_is_refused_by_restore(mini_tree):
     assert _entries(root) == before
 
 
+def test_sparse_4gib_pyc_is_judged_by_its_header_alone(mini_tree):
+    """Only the 16-byte header of a .pyc beside a patched file is read (is it an unchecked hash-based pyc?)."""
+    root = mini_tree("0.20.1")
+    pyc = root / "vllm/v1/worker/__pycache__/gpu_model_runner.cpython-311.pyc"
+    _sparse(pyc, 4 * GIB)  # a zero header: a timestamp pyc, which notices the new source by itself
+    result = _measured("patch", root)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.peak_rss < RSS_BOUND, result.peak_rss
+    assert pyc.stat().st_size == 4 * GIB  # kept
+
+
+def test_a_state_directory_of_more_than_10000_names_is_refused(mini_tree):
+    root = mini_tree("0.20.1")
+    backups = root / STATE / "backups"
+    backups.mkdir(parents=True)
+    for number in range(10_001):
+        (backups / f"planted-{number}").touch()
+    before = _entries(root)
+    result = _measured("patch", root)
+    assert result.returncode == 3 and "over the 10000-entry cap" in result.stderr.strip().splitlines()[-1], result.stderr
+    assert _entries(root) == before
+
+
 def test_state_within_its_caps_still_patches_and_restores(mini_tree):
     """The caps leave room for real state: a whole run of every patchable fix, and its restore."""
     root = mini_tree("0.20.1")
