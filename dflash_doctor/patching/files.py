@@ -128,10 +128,7 @@ class LocalFiles:
         except OSError as exc:
             raise ToolError(f"cannot open {root}: {exc.strerror}") from None
         self._dirs: dict[str, int] = {"": fd}  # directory relpath -> its held descriptor
-        self._closer = weakref.finalize(self, _close_all, self._dirs)
-
-    def close(self) -> None:
-        self._closer()
+        weakref.finalize(self, _close_all, self._dirs)  # closed with the object, or at exit
 
     def still_there(self) -> None:
         held, named = os.fstat(self._dirs[""]), None
