@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +60,23 @@ def apply_pr(repo: Path, pr: int, *, main_ref: str | None = None, remote: str = 
         repository.close()
 
 
+def _snapshot(repository: Repository) -> str:
+    """The tree of the working tree's tracked files, local edits included, built in a
+    fresh index of the throw-away repository. The checkout's index is never copied
+    (its size is the repository's to choose): its entries are read through git's
+    bounded output (``ls-files --stage``), then every tracked file is hashed again."""
+    throw_away = repository.throw_away()
+    env = {**throw_away.env, "GIT_INDEX_FILE": str(Path(throw_away.directory) / "index")}
+    entries = repository.git("ls-files", "--stage", "-z")
+    repository.git("update-index", "-z", "--index-info", env=env, stdin_text=entries)
+    tagged = repository.git("ls-files", "-t", "-z").split("\0")
+    sparse = "".join(f"{line[2:]}\0" for line in tagged if line.startswith("S "))  # not checked out: not deleted
+    if sparse:
+        repository.git("update-index", "-z", "--skip-worktree", "--stdin", env=env, stdin_text=sparse)
+    repository.git("add", "--update", env=env)
+    return repository.git("write-tree", env=env).strip()
+
+
 def _apply(repository: Repository, pr: int, main_ref: str | None, remote: str, dry_run: bool) -> PatchOutcome:
     if repository.is_partial_clone:
         repository.refuse_upload_pack()  # reading objects may fetch them
@@ -84,22 +100,13 @@ def _apply(repository: Repository, pr: int, main_ref: str | None, remote: str, d
     if repository.git("ls-files", "--unmerged"):
         raise ToolError(f"{repository.location} has unresolved merge conflicts: resolve them first")
     base_tree, tip_tree = repository.lines("rev-parse", f"{base}^{{tree}}", f"{tip}^{{tree}}")
-    throw_away = repository.throw_away()
-    index = Path(throw_away.directory) / "index"
-    real_index = repository.git_dir / "index"
-    env = {**throw_away.env, "GIT_INDEX_FILE": str(index)}
-    if real_index.is_file() and not real_index.is_symlink():
-        shutil.copyfile(real_index, index)
-    else:
-        repository.git("read-tree", "HEAD", env=env)
-    repository.git("add", "--update", env=env)
-    worktree = repository.git("write-tree", env=env).strip()
+    worktree = _snapshot(repository)
     merged = three_way(repository, base_tree, worktree, tip_tree)
     if merged.conflicts:
         return PatchOutcome(pr, "conflict", change, (), merged.conflicts)
     if merged.tree == worktree:
         return PatchOutcome(pr, "already-present", change, (), ())
-    inside = throw_away.bare_env
+    inside = repository.throw_away().bare_env
     names = repository.git("diff", *NO_EXTERNAL_DIFF, "--name-only", "-z", worktree, merged.tree, env=inside)
     files = tuple(name for name in names.split("\0") if name)
     diff = repository.git("diff", *NO_EXTERNAL_DIFF, "--binary", "--full-index", worktree, merged.tree, env=inside)

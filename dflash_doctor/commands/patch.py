@@ -93,6 +93,7 @@ def _patch(target, rules, dry_run: bool, yes: bool) -> int:
 
     resolved = target.resolve()
     open_files = files_for(resolved)  # refused before anything is planned or shown
+    files = None if dry_run else open_files()  # the root is held from before the check reads the tree
     plan = plan_patches(resolved.tree, rules, checked_fixes(resolved.tree, rules))
     for change in plan.changes:
         for site in change.sites:
@@ -106,7 +107,7 @@ def _patch(target, rules, dry_run: bool, yes: bool) -> int:
     if plan.changes:
         _confirm(f"Patch {', '.join(plan.fixes)} in {resolved.info.location}?", yes,
                  "".join(change.diff() for change in plan.changes), f"nothing was changed in {resolved.info.location}")
-        apply_changes(open_files(), plan.changes, __version__)
+        apply_changes(files, plan.changes, __version__)
         _say(f"patched {', '.join(change.file for change in plan.changes)}; `dflash-doctor restore` undoes it")
     elif not plan.refusals:
         _say("nothing to patch: every selected fix is present")

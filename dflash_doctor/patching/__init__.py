@@ -5,6 +5,8 @@
 - ``files``: the file operations, behind ``TreeFiles`` (``LocalFiles``;
   ``sftp_files.SftpFiles`` for ssh targets, over the check's connection).
   Which one a target uses is the target's to say (``ResolvedTarget.files``).
+- ``beneath``: a directory opened beneath a held descriptor (openat2, or a walk).
+- ``caps``: how much of each file of patch state is read.
 - ``apply``: lock, hash and compile checks, backup, manifest, atomic writes.
 - ``state``: the manifest beside the package, and the marking of check
   reports for fixes present because of a local patch.

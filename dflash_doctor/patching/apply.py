@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import PurePosixPath
 
 from ..model import ToolError
+from .caps import BACKUP_CAP, FILE_CAP, PYC_HEADER
 from .files import DIRECTORY, FILE, SYMLINK, TEMP_SUFFIX, FileStat, LinkRefused, TreeFiles, symlink_refusal
 from .plan import FileChange
 from .state import (
@@ -29,7 +30,7 @@ def apply_changes(files: TreeFiles, changes: tuple[FileChange, ...], tool_versio
     reals = _real_paths(files, [change.file for change in changes])
     with _locked_state(files, list(reals.values())) as (state, like):
         for change in changes:
-            current = files.read(reals[change.file])
+            current = files.read(reals[change.file], FILE_CAP)
             if current is None or sha256(current) != change.sha256_before:
                 now = "is gone" if current is None else f"has sha256 {sha256(current)[:12]}"
                 raise ToolError(
@@ -40,6 +41,7 @@ def apply_changes(files: TreeFiles, changes: tuple[FileChange, ...], tool_versio
                 compile(change.after, change.file, "exec", dont_inherit=True)
             except (SyntaxError, ValueError) as exc:
                 raise ToolError(f"the patched {change.file} does not compile ({exc}); nothing was changed") from None
+        files.still_there()  # writes go to the tree held since before the check; a swapped path is refused
         done: list[str] = []
         for change in changes:
             patches = tuple(
@@ -73,13 +75,13 @@ def _write_patched(files: TreeFiles, state: State, like: FileStat, change: FileC
     if entry is not None and entry.status(change.sha256_before) == APPLIED:
         # Patched before for another fix: the backup already holds the original.
         new_entry = PatchedFile(change.file, entry.sha256_before, change.sha256_after, entry.patches + patches)
-        backup = files.read(new_entry.backup)
+        backup = files.read(new_entry.backup, BACKUP_CAP)
         if backup is None or sha256(backup) != new_entry.sha256_before:
             raise ToolError(f"the backup {new_entry.backup} of {change.file} is missing or damaged; {change.file} is unchanged")
     else:
         # First patch of this file, or a record of bytes it no longer has (reinstalled since).
         new_entry = PatchedFile(change.file, change.sha256_before, change.sha256_after, patches)
-        backup = files.read(new_entry.backup)
+        backup = files.read(new_entry.backup, BACKUP_CAP)
         if backup is None or sha256(backup) != new_entry.sha256_before:
             try:
                 files.write_atomic(new_entry.backup, change.before, mode)
@@ -127,7 +129,7 @@ def _restore_plan(files: TreeFiles, state: State, only: frozenset[str] | None) -
                 f"{entry.file} also holds the patch for {', '.join(sorted(others))}: "
                 "restore those too (--only each) or everything; nothing was changed"
             )
-        current = files.read(files.real(entry.file))
+        current = files.read(files.real(entry.file), FILE_CAP)
         status = entry.status(None if current is None else sha256(current))
         if status == CHANGED:
             now = "is gone" if current is None else f"has sha256 {sha256(current)[:12]}"
@@ -149,6 +151,7 @@ def apply_restore(files: TreeFiles, plan: RestorePlan) -> None:
         again = _restore_plan(files, state, only)  # the same judgement, now under the lock
         if {e.file for e in again.restore} != {e.file for e in plan.restore}:
             raise ToolError("the patched files changed while restore was asking; nothing was changed: run restore again")
+        files.still_there()
         for entry in again.restore:
             original = _backup_of(files, entry)
             real = files.real(entry.file)
@@ -162,7 +165,7 @@ def apply_restore(files: TreeFiles, plan: RestorePlan) -> None:
 
 
 def _backup_of(files: TreeFiles, entry: PatchedFile) -> bytes:
-    original = files.read(entry.backup)
+    original = files.read(entry.backup, BACKUP_CAP)
     if original is None or sha256(original) != entry.sha256_before:
         raise ToolError(f"the backup {entry.backup} of {entry.file} is missing or damaged; {entry.file} is unchanged")
     return original
@@ -202,7 +205,7 @@ def _locked_state(files: TreeFiles, writing: list[str]) -> Iterator[tuple[State,
             yield state, like
         finally:
             with contextlib.suppress(ToolError):
-                if files.read(MANIFEST) is None:
+                if files.stat(MANIFEST) is None:
                     _remove_state_dir(files)
 
 
@@ -221,11 +224,12 @@ def _check_state_paths(files: TreeFiles) -> None:
 
 
 def _remove_state_dir(files: TreeFiles) -> None:
+    """Each part on its own: a backups directory someone else filled stays, the lock we made goes."""
     with contextlib.suppress(ToolError):
         _remove_temps(files, [MANIFEST])
-        files.remove(BACKUPS)
-        files.remove(LOCK)  # still held by us: a waiting run fails at once and finds no state
-        files.remove(STATE_DIR)
+    for relpath in (BACKUPS, LOCK, STATE_DIR):  # the lock is still held by us: a waiting run fails at once
+        with contextlib.suppress(ToolError):
+            files.remove(relpath)
 
 
 def _remove_temps(files: TreeFiles, relpaths: list[str]) -> None:
@@ -252,7 +256,7 @@ def drop_stale_bytecode(files: TreeFiles, relpath: str) -> None:
         if not (name.startswith(f"{path.stem}.") and name.endswith(".pyc")):
             continue
         try:
-            header = files.read(f"{cache}/{name}") or b""
+            header = files.read(f"{cache}/{name}", PYC_HEADER) or b""
         except LinkRefused:
             continue
         flags = int.from_bytes(header[4:8], "little")

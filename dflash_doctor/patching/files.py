@@ -1,13 +1,13 @@
 """File operations of patch and restore, behind one small interface.
 
 Every path is relative to the tree root (the directory that holds ``vllm/``)
-and is reached from the root one component at a time without following a
-symlink: a planted link (``.dflash-doctor``, ``backups``, a directory on the
-way) is refused, never written through. A target file that is itself a
-symlink is written at its real path, found with ``real``, and only when that
-lies inside the tree's ``vllm/``. ``LocalFiles`` works on this machine; a
-remote implementation (SFTP) gives the same guarantees with a remote temp
-file and posix-rename.
+and is reached from the root without following a symlink: a planted link
+(``.dflash-doctor``, ``backups``, a directory on the way) is refused, never
+written through. A target file that is itself a symlink is written at its
+real path, found with ``real``, and only when that lies inside the tree's
+``vllm/``. Every read is bounded by a ``Cap``. ``LocalFiles`` holds the root
+open from the start, so nothing is reached by name once the tree is opened;
+``sftp_files.SftpFiles`` does what SFTP allows (re-checks with ``lstat``).
 """
 
 from __future__ import annotations
@@ -16,12 +16,16 @@ import contextlib
 import dataclasses
 import errno
 import os
+import posixpath
 import stat
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
 from ..model import ToolError
+from .beneath import DIR_FLAGS, WalkError, open_dir
+from .caps import LIST_CAP, Cap
 
 TEMP_SUFFIX = ".dflash-doctor-tmp"
 
@@ -29,8 +33,6 @@ FILE = "file"
 DIRECTORY = "directory"
 SYMLINK = "symlink"
 OTHER = "other"
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,9 +82,9 @@ class TreeFiles(Protocol):
         """The path of the file ``relpath`` names once its symlinks are
         resolved, relative to the root; ToolError when that is outside ``vllm/``."""
 
-    def read(self, relpath: str) -> bytes | None:
+    def read(self, relpath: str, cap: Cap) -> bytes | None:
         """The regular file's bytes, None if it does not exist; raises ToolError
-        (also for a symlink, a FIFO or a device)."""
+        (also for a symlink, a FIFO, a device, or a file over ``cap``)."""
 
     def stat(self, relpath: str) -> FileStat | None:
         """Mode, owner and kind of the path itself, None if it does not exist; raises ToolError."""
@@ -102,46 +104,71 @@ class TreeFiles(Protocol):
         """Remove a file, a symlink or an empty directory; fine if it does not exist."""
 
     def list_dir(self, relpath: str) -> list[str]:
-        """Names in the directory; empty if it does not exist."""
+        """Names in the directory; empty if it does not exist; ToolError past ``LIST_CAP``."""
 
     def lock(self, relpath: str) -> contextlib.AbstractContextManager[None]:
         """Hold an exclusive lock on this file (created if needed) or raise
         ToolError at once; the lock ends with the process if it dies."""
 
+    def still_there(self) -> None:
+        """Raise ToolError when the tree's path no longer names the tree these files hold."""
+
 
 class LocalFiles:
-    """A tree on this machine, reached through directory descriptors."""
+    """A tree on this machine, held by one descriptor of its root from the moment
+    it is opened: every path is resolved beneath that descriptor (``beneath``),
+    and each directory, once opened, is kept, so the directory a file's bytes
+    were checked in is the one its new bytes are renamed into."""
 
     def __init__(self, root: Path) -> None:
-        self.root = Path(os.path.realpath(root))
         self.location = str(root)
-
-    @contextlib.contextmanager
-    def _parent(self, relpath: str) -> Iterator[tuple[int, str]]:
-        """A descriptor of the directory that holds ``relpath``, reached from
-        the root without following a symlink, and ``relpath``'s last name.
-        Raises FileNotFoundError when a directory on the way is missing."""
-        parts = parts_of(relpath)
-        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.root = Path(os.path.realpath(root))
         try:
-            for depth, part in enumerate(parts[:-1]):
-                try:
-                    inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
-                except OSError as exc:
-                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                        raise self._not_a_directory("/".join(parts[: depth + 1]), fd, part) from None
-                    raise
-                os.close(fd)
-                fd = inner
-            yield fd, parts[-1]
-        finally:
-            os.close(fd)
+            fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise ToolError(f"cannot open {root}: {exc.strerror}") from None
+        self._dirs: dict[str, int] = {"": fd}  # directory relpath -> its held descriptor
+        weakref.finalize(self, _close_all, self._dirs)  # closed with the object, or at exit
 
-    def _not_a_directory(self, prefix: str, parent: int, name: str) -> ToolError:
+    def still_there(self) -> None:
+        held, named = os.fstat(self._dirs[""]), None
+        with contextlib.suppress(OSError):
+            named = os.stat(self.location)
+        if named is None or (named.st_dev, named.st_ino) != (held.st_dev, held.st_ino):
+            raise ToolError(f"{self.location} was moved or replaced while dflash-doctor ran (it no longer names the "
+                            "directory that was checked); nothing was changed")
+
+    def _dir(self, relpath: str) -> int:
+        """The held descriptor of the directory ``relpath``, opened beneath the
+        root the first time. FileNotFoundError when it is missing."""
+        fd = self._dirs.get(relpath)
+        if fd is None:
+            parts = parts_of(relpath)
+            try:
+                fd = open_dir(self._dirs[""], parts)
+            except WalkError as exc:
+                raise self._not_a_directory("/".join(parts[: exc.depth + 1]), exc) from None
+            self._dirs[relpath] = fd
+        return fd
+
+    def _forget_dir(self, relpath: str) -> None:
+        for held in [name for name in self._dirs if name == relpath or name.startswith(f"{relpath}/")]:
+            os.close(self._dirs.pop(held))
+
+    def _parent(self, relpath: str) -> tuple[int, str]:
+        """The held descriptor of the directory that holds ``relpath``, and its last name."""
+        parent, _, name = relpath.rpartition("/")
+        parts_of(relpath)
+        return self._dir(parent), name
+
+    def _not_a_directory(self, prefix: str, exc: OSError) -> ToolError:
+        parent, name = self._parent(prefix)
         with contextlib.suppress(OSError):
             if stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
                 return symlink_refusal(prefix, self.location)
-        return ToolError(f"{prefix} in {self.location} is not a directory; nothing was changed")
+        if exc.errno == errno.ENOTDIR:
+            return ToolError(f"{prefix} in {self.location} is not a directory; nothing was changed")
+        return ToolError(f"cannot open {prefix} in {self.location}: {exc.strerror}; nothing was changed")
 
     def _open(self, parent: int, name: str, relpath: str, flags: int, mode: int = 0o644) -> int:
         """``name`` opened without following a symlink; a symlink is refused."""
@@ -153,36 +180,75 @@ class LocalFiles:
             raise
 
     def real(self, relpath: str) -> str:
-        parts_of(relpath)
-        real = os.path.realpath(self.root / relpath)
-        inside = os.path.relpath(real, self.root)
+        """Symlinks resolved by reading them beneath the root (``readlinkat``),
+        never by name: an absolute link counts only when it names a path under
+        the root's real path."""
+        pending = parts_of(relpath)
+        done: list[str] = []
+        links = 0
+        while pending:
+            part = pending.pop(0)
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if not done:
+                    raise outside_refusal(relpath, self.location, posixpath.normpath("/".join([str(self.root), part, *pending])))
+                done.pop()
+                continue
+            try:
+                parent = self._dir("/".join(done))
+                found = os.stat(part, dir_fd=parent, follow_symlinks=False)
+            except FileNotFoundError:
+                done += [part, *pending]  # nothing there to follow; reading it finds nothing
+                break
+            except OSError as exc:
+                raise ToolError(f"cannot resolve {relpath}: {exc.strerror}") from None
+            if not stat.S_ISLNK(found.st_mode):
+                done.append(part)
+                continue
+            links += 1
+            if links > 40:
+                raise ToolError(f"cannot resolve {relpath}: too many levels of symbolic links")
+            target = os.readlink(part, dir_fd=parent)
+            if target.startswith("/"):
+                inside = os.path.relpath(target, self.root) if target.startswith(f"{self.root}/") else None
+                if inside is None:
+                    raise outside_refusal(relpath, self.location, posixpath.normpath("/".join([target, *pending])))
+                done, pending = [], [*inside.split("/"), *pending]
+            else:
+                pending = [*target.split("/"), *pending]
+        inside = "/".join(done)
         if inside != "vllm" and not inside.startswith("vllm/"):
-            raise outside_refusal(relpath, self.location, real)
-        return Path(inside).as_posix()
+            raise outside_refusal(relpath, self.location, str(self.root / inside) if inside else str(self.root))
+        return inside
 
-    def read(self, relpath: str) -> bytes | None:
+    def read(self, relpath: str, cap: Cap) -> bytes | None:
         try:
-            with self._parent(relpath) as (parent, name):
-                fd = self._open(parent, name, relpath, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block
+            parent, name = self._parent(relpath)
+            fd = self._open(parent, name, relpath, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO must not block
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise ToolError(f"cannot read {relpath}: {exc.strerror}") from None
         with os.fdopen(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            found = os.fstat(handle.fileno())
+            if not stat.S_ISREG(found.st_mode):
                 raise ToolError(f"{relpath} in {self.location} is not a regular file; nothing was changed")
+            cap.check(relpath, self.location, found.st_size)
             try:
-                return handle.read()
+                data = handle.read(cap.limit)
             except OSError as exc:
                 raise ToolError(f"cannot read {relpath}: {exc.strerror}") from None
+            cap.check(relpath, self.location, len(data))  # it grew since fstat
+            return data
 
     def stat(self, relpath: str) -> FileStat | None:
         try:
             if not relpath:
-                found = os.stat(self.root)
+                found = os.fstat(self._dirs[""])
             else:
-                with self._parent(relpath) as (parent, name):
-                    found = os.stat(name, dir_fd=parent, follow_symlinks=False)
+                parent, name = self._parent(relpath)
+                found = os.stat(name, dir_fd=parent, follow_symlinks=False)
         except FileNotFoundError:
             return None
         except OSError as exc:
@@ -191,8 +257,8 @@ class LocalFiles:
 
     def write_atomic(self, relpath: str, data: bytes, like: FileStat) -> None:
         try:
-            with self._parent(relpath) as (parent, name):
-                self._write_in(parent, name, relpath, data, like)
+            parent, name = self._parent(relpath)
+            self._write_in(parent, name, relpath, data, like)
         except OSError as exc:
             raise ToolError(f"cannot write {relpath}: {exc.strerror}; it is unchanged") from None
 
@@ -229,40 +295,41 @@ class LocalFiles:
 
     def make_dir(self, relpath: str, like: FileStat) -> None:
         try:
-            with self._parent(relpath) as (parent, name):
+            parent, name = self._parent(relpath)
+            try:
+                os.mkdir(name, 0o700, dir_fd=parent)
+            except FileExistsError:
+                kind = kind_of(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode)
+                if kind == SYMLINK:
+                    raise symlink_refusal(relpath, self.location) from None
+                if kind != DIRECTORY:
+                    raise ToolError(f"{relpath} in {self.location} is not a directory; nothing was changed") from None
+                return
+            try:
+                fd = os.open(name, DIR_FLAGS, dir_fd=parent)
                 try:
-                    os.mkdir(name, 0o700, dir_fd=parent)
-                except FileExistsError:
-                    kind = kind_of(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode)
-                    if kind == SYMLINK:
-                        raise symlink_refusal(relpath, self.location) from None
-                    if kind != DIRECTORY:
-                        raise ToolError(f"{relpath} in {self.location} is not a directory; nothing was changed") from None
-                    return
-                try:
-                    fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
-                    try:
-                        os.fchown(fd, like.uid, like.gid)
-                        os.fchmod(fd, like.mode)
-                    finally:
-                        os.close(fd)
-                except OSError as exc:
-                    with contextlib.suppress(OSError):
-                        os.rmdir(name, dir_fd=parent)
-                    raise ToolError(
-                        f"cannot give {relpath} the owner and mode of {self.location}: {exc.strerror}"
-                    ) from None
-                _fsync(parent)
+                    os.fchown(fd, like.uid, like.gid)
+                    os.fchmod(fd, like.mode)
+                except OSError:
+                    os.close(fd)
+                    raise
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    os.rmdir(name, dir_fd=parent)
+                raise ToolError(f"cannot give {relpath} the owner and mode of {self.location}: {exc.strerror}") from None
+            self._dirs[relpath] = fd  # the directory just made is the one used from now on
+            _fsync(parent)
         except OSError as exc:
             raise ToolError(f"cannot create {relpath} in {self.location}: {exc.strerror}") from None
 
     def remove(self, relpath: str) -> None:
         try:
-            with self._parent(relpath) as (parent, name):
-                if stat.S_ISDIR(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
-                    os.rmdir(name, dir_fd=parent)
-                else:
-                    os.unlink(name, dir_fd=parent)
+            parent, name = self._parent(relpath)
+            if stat.S_ISDIR(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
+                self._forget_dir(relpath)
+                os.rmdir(name, dir_fd=parent)
+            else:
+                os.unlink(name, dir_fd=parent)
         except FileNotFoundError:
             return
         except OSError as exc:
@@ -270,24 +337,27 @@ class LocalFiles:
 
     def list_dir(self, relpath: str) -> list[str]:
         try:
-            with self._parent(relpath) as (parent, name):
-                fd = self._open(parent, name, relpath, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                return sorted(os.listdir(fd))
-            finally:
-                os.close(fd)
+            parent, name = self._parent(relpath)
+            fd = self._open(parent, name, relpath, os.O_RDONLY | os.O_DIRECTORY)
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as exc:
             raise ToolError(f"cannot list {relpath}: {exc.strerror}") from None
+        try:
+            with os.scandir(fd) as found:
+                return sorted(LIST_CAP.names(relpath, self.location, (entry.name for entry in found)))
+        except OSError as exc:
+            raise ToolError(f"cannot list {relpath}: {exc.strerror}") from None
+        finally:
+            os.close(fd)
 
     @contextlib.contextmanager
     def lock(self, relpath: str) -> Iterator[None]:
         import fcntl  # POSIX only: the module is imported wherever a target is
 
         try:
-            with self._parent(relpath) as (parent, name):
-                fd = self._open(parent, name, relpath, os.O_RDWR | os.O_CREAT)
+            parent, name = self._parent(relpath)
+            fd = self._open(parent, name, relpath, os.O_RDWR | os.O_CREAT)  # flock'ed, never read
         except OSError as exc:
             raise ToolError(f"cannot open the lock {relpath}: {exc.strerror}") from None
         try:
@@ -303,6 +373,13 @@ class LocalFiles:
             yield
         finally:
             os.close(fd)
+
+
+def _close_all(held: dict[str, int]) -> None:
+    for fd in held.values():
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    held.clear()
 
 
 def _fsync(directory: int) -> None:

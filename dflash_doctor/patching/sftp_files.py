@@ -9,14 +9,20 @@ extensions is refused (nothing is changed). SFTP has no way to fsync a
 directory, so the rename is atomic but its durability is the filesystem's
 (journalled filesystems commit it within seconds).
 
-SFTP has no descriptor-relative calls, so each path is checked before it is
-used: every directory on the way is ``lstat``-ed from the root and a symlink
-is refused, a symlinked target file is written at the real path the server
-resolves (inside ``vllm/`` only), and files are created exclusively, so a
-planted link at the final name is never followed. A peer that swaps a
-directory for a link between the check and the use can still race it; the
-lock holder, which runs on the host, opens its path component by component
-with ``O_NOFOLLOW``.
+SFTP has no descriptors for directories and no descriptor-relative calls,
+so each step re-checks its path just before it runs: the root must still
+resolve (``realpath``) to the real path it had when the files were opened
+and keep the owner and mode it had (a root swapped for a link, or a link
+put on the way above it, is refused), every directory on the way is
+``lstat``-ed from the root and a symlink is refused, a symlinked target file
+is written at the real path the server resolves (inside ``vllm/`` only),
+and files are created exclusively, so a planted link at the final name is
+never followed. What stays possible is written in docs/security.md: a swap
+within the one round trip between the check and the step, and a swap of
+the root for another directory of the same owner and mode (SFTP gives no
+inode numbers). The lock holder, which runs on the host, opens its path
+component by component with ``O_NOFOLLOW``. Reads are bounded by the size
+``stat`` gives on the open handle, then by reading at most the cap + 1.
 
 The lock is ``flock`` on ``.dflash-doctor/lock`` taken by the remote
 interpreter, held while its channel is open: it is the same lock a local
@@ -33,6 +39,7 @@ import stat
 from collections.abc import Iterator
 
 from ..model import ToolError
+from .caps import LIST_CAP, Cap
 from .files import DIRECTORY, FILE, SYMLINK, TEMP_SUFFIX, FileStat, kind_of, outside_refusal, parts_of, symlink_refusal
 
 # Run by the remote interpreter: take the lock at once or say busy, then hold
@@ -72,15 +79,36 @@ class SftpFiles:
         try:
             self.sftp = client.open_sftp()
             self.real_root = self.sftp.normalize(root)
+            self._root_stat = self._root_identity()
         except self._failures as exc:
             raise ToolError(f"{location}: cannot open an SFTP session: {_reason(exc)}") from None
+        if self._root_stat is None or self._root_stat[0] != DIRECTORY:
+            raise ToolError(f"{location}: {root} is not a directory")
+
+    def _root_identity(self) -> tuple[str, int, int, int] | None:
+        """What SFTP can tell of the root: its kind, owner and mode (no inode numbers in SFTP v3)."""
+        if self.sftp.normalize(self.real_root) != self.real_root:
+            return None
+        found = self.sftp.lstat(self.real_root)
+        return kind_of(found.st_mode), found.st_uid, found.st_gid, found.st_mode & 0o7777
+
+    def still_there(self) -> None:
+        try:
+            same = self._root_identity() == self._root_stat
+        except self._failures:
+            same = False
+        if not same:
+            raise ToolError(f"{self.location} was moved or replaced while dflash-doctor ran (its path no longer "
+                            "leads to the directory that was checked); nothing was changed")
 
     def _path(self, relpath: str) -> str:
-        """The remote path of ``relpath``, once no directory on the way is a symlink."""
+        """The remote path of ``relpath``, once the root is still the root it was
+        and no directory on the way is a symlink (checked now, before each step)."""
+        self.still_there()
         if not relpath:
-            return self.root
+            return self.real_root
         parts = parts_of(relpath)
-        path = self.root
+        path = self.real_root
         for depth, part in enumerate(parts[:-1]):
             path = posixpath.join(path, part)
             try:
@@ -91,12 +119,13 @@ class SftpFiles:
                 raise symlink_refusal("/".join(parts[: depth + 1]), self.location)
             if kind != DIRECTORY:
                 raise ToolError(f"{'/'.join(parts[: depth + 1])} in {self.location} is not a directory; nothing was changed")
-        return posixpath.join(self.root, *parts)
+        return posixpath.join(self.real_root, *parts)
 
     def real(self, relpath: str) -> str:
         parts_of(relpath)
+        self.still_there()
         try:
-            real = self.sftp.normalize(posixpath.join(self.root, relpath))
+            real = self.sftp.normalize(posixpath.join(self.real_root, relpath))
         except FileNotFoundError:
             return relpath  # nothing there to follow; reading it finds nothing
         except self._failures as exc:
@@ -106,7 +135,7 @@ class SftpFiles:
             raise outside_refusal(relpath, self.location, real)
         return inside
 
-    def read(self, relpath: str) -> bytes | None:
+    def read(self, relpath: str, cap: Cap) -> bytes | None:
         found = self.stat(relpath)
         if found is None:
             return None
@@ -116,8 +145,14 @@ class SftpFiles:
             raise ToolError(f"{relpath} in {self.location} is not a regular file; nothing was changed")
         try:
             with self.sftp.open(self._path(relpath), "rb") as handle:
-                handle.prefetch()
-                return handle.read()
+                opened = handle.stat()  # of the open handle: the file read, whatever the name names now
+                if not stat.S_ISREG(opened.st_mode or 0):
+                    raise ToolError(f"{relpath} in {self.location} is not a regular file; nothing was changed")
+                cap.check(relpath, self.location, opened.st_size or 0)
+                handle.prefetch(min(opened.st_size or 0, cap.limit))
+                data = handle.read(cap.limit)
+            cap.check(relpath, self.location, len(data))  # it grew since stat
+            return data
         except FileNotFoundError:
             return None
         except self._failures as exc:
@@ -201,7 +236,8 @@ class SftpFiles:
         if found is None or found.kind != DIRECTORY:
             return []
         try:
-            return sorted(self.sftp.listdir(self._path(relpath)))
+            names = (entry.filename for entry in self.sftp.listdir_iter(self._path(relpath)))
+            return sorted(LIST_CAP.names(relpath, self.location, names))
         except FileNotFoundError:
             return []
         except self._failures as exc:
@@ -210,7 +246,8 @@ class SftpFiles:
     @contextlib.contextmanager
     def lock(self, relpath: str) -> Iterator[None]:
         parts_of(relpath)
-        command = " ".join(shlex.quote(word) for word in (self.python, "-c", LOCK_HOLDER, self.root, relpath))
+        self.still_there()
+        command = " ".join(shlex.quote(word) for word in (self.python, "-c", LOCK_HOLDER, self.real_root, relpath))
         try:
             channel = self.client.get_transport().open_session()
             channel.settimeout(LOCK_TIMEOUT)

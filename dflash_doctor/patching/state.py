@@ -26,6 +26,8 @@ from ..probe import PATCH_MANIFEST as MANIFEST
 from ..probe import PATCH_STATE_DIR as STATE_DIR
 from ..source import SourceError, SourceTree
 
+from .caps import MANIFEST_CAP
+
 if TYPE_CHECKING:
     from .files import FileStat, TreeFiles
 
@@ -128,7 +130,7 @@ def _entry(relpath: str, entry: Any) -> PatchedFile:
 
 
 def read_state(files: TreeFiles) -> State:
-    data = files.read(MANIFEST)
+    data = files.read(MANIFEST, MANIFEST_CAP)
     if data is None:
         return {}
     try:
