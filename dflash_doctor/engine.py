@@ -11,7 +11,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, Evidence, FixResult
 from .patterns import Match, NodeIndex, subtree_ids
-from .rebinding import rebound_at
+from .rebinding import rebound_at, rebound_in
 from .rules import IGNORE, Anchor, Form, Rule
 from .source import SourceError, SourceTree, Symbol, locate
 
@@ -157,6 +157,25 @@ class Checker:
         located.update(self._locate(anchors - applies, required))
         return tuple(self._check(rule, located) for rule in rules)
 
+    def _rebound(self, symbol: Symbol) -> tuple[str, int] | None:
+        """Where ``symbol`` may be replaced after it is defined: in its own module, or in
+        a package ``__init__.py`` that Python runs before the module is used."""
+        line = rebound_at(symbol)
+        if line is not None:
+            return symbol.file, line
+        parts = symbol.qualname.split(".")
+        directories = symbol.file.split("/")[:-1]
+        for depth in range(1, len(directories) + 1):
+            init = "/".join(directories[:depth]) + "/__init__.py"
+            try:
+                parsed = self.tree.parsed(init)
+            except SourceError:
+                continue
+            found = rebound_in(parsed.tree, parts) if parsed is not None else None
+            if found is not None:
+                return init, found
+        return None
+
     def _required(self, anchor: Anchor) -> bool:
         """A non-optional anchor, unless the file its code goes with is gone from the tree."""
         if anchor.optional:
@@ -200,11 +219,13 @@ class Checker:
                     causes.append(MISSING_CODE)
                 continue
             for symbol in symbols:
-                line = rebound_at(symbol)
-                if line is not None:
-                    note = f"{symbol.qualname} is replaced at line {line}, after its definition: the code read here is not the code that runs"
-                    evidence.append(Evidence(symbol.file, line, symbol.qualname, REBOUND, note))
-                    problems.append(f"{note} ({symbol.file}:{line})")
+                where = self._rebound(symbol)
+                if where is not None:
+                    file, line = where
+                    note = (f"{symbol.qualname} may be replaced at line {line} of {file}, after its definition: "
+                            "the code read here is not the code that runs")
+                    evidence.append(Evidence(file, line, symbol.qualname, REBOUND, note))
+                    problems.append(f"{note} ({file}:{line})")
                     causes.append(UNKNOWN_CODE)
                     continue
                 try:

@@ -12,16 +12,61 @@ _NESTED = ("body", "orelse", "finalbody", "handlers")
 
 def rebound_at(symbol: Symbol) -> int | None:
     """The first line after ``symbol``'s definition that rebinds its name: a
-    module-level ``Cls.meth = ...`` / ``name = ...``, ``setattr(Cls, "meth", ...)``,
-    or a later definition of the same name in the same scope; None if there is none."""
+    module-level ``Cls.meth = ...`` / ``name = ...``, ``setattr(Cls, "meth", ...)``
+    (or with a name computed at run time), a later definition of the same name in the
+    same scope, or, for a method, a class decorator or a module-level call that hands
+    the class to a function of the module that may set it; None if there is none."""
     parts = symbol.qualname.split(".")
     end = getattr(symbol.node, "end_lineno", symbol.node.lineno)
-    lines = [line for line in _module_rebinds(symbol.parsed.tree, parts) if line > end]
+    module = symbol.parsed.tree
+    lines = [line for line in _module_rebinds(module, parts) if line > end]
     if len(parts) > 1:
         owner = symbol.parsed.symbols(".".join(parts[:-1]))
         for cls in owner:
             lines += [s.lineno for s in _statements(cls.node.body) if s.lineno > end and _binds(s, parts[-1])]
+            lines += [d.lineno for d in cls.node.decorator_list if _may_set(module, _callee(d), parts[-1])]
+        lines += [line for line, callee in _module_calls_with(module, parts[:-1]) if line > end and _may_set(module, callee, parts[-1])]
     return min(lines) if lines else None
+
+
+def rebound_in(init: ast.Module, parts: list[str]) -> int | None:
+    """The first line of a package's ``__init__.py`` (run before the module is used)
+    that rebinds ``parts`` (``Cls.meth``) of a class it imports; None if there is none."""
+    lines = [line for line in _module_rebinds(init, parts) if len(parts) > 1]
+    lines += [line for line, callee in _module_calls_with(init, parts[:-1]) if _may_set(init, callee, parts[-1])]
+    return min(lines) if lines else None
+
+
+def _callee(node: ast.expr) -> str | None:
+    node = node.func if isinstance(node, ast.Call) else node
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _module_calls_with(module: ast.Module, owner: list[str]):
+    """(line, callee) of module-level calls that hand the class ``owner`` to a function."""
+    for statement in _statements(module.body):
+        for node in ast.walk(statement) if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else ():
+            if isinstance(node, ast.Call) and any(_dotted(arg) == owner for arg in node.args):
+                yield node.lineno, _callee(node)
+
+
+def _may_set(module: ast.Module, callee: str | None, attribute: str) -> bool:
+    """Whether the module's function ``callee`` (a decorator, an import-time helper) may set
+    ``attribute`` on what it is handed: it assigns that attribute of anything, or calls
+    ``setattr`` with that name or one computed at run time. A function from elsewhere is
+    not read here: it counts as setting nothing."""
+    functions = [s for s in module.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == callee]
+    for function in functions:
+        for node in ast.walk(function):
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and any(
+                isinstance(target, ast.Attribute) and target.attr == attribute for target in _targets(node)
+            ):
+                return True
+            if isinstance(node, ast.Call) and _callee(node) == "setattr" and len(node.args) >= 2:
+                name = node.args[1]
+                if not isinstance(name, ast.Constant) or name.value == attribute:
+                    return True
+    return False
 
 
 def _statements(body):
@@ -44,7 +89,8 @@ def _module_rebinds(module: ast.Module, parts: list[str]):
         call = statement.value if isinstance(statement, ast.Expr) else None
         if (
             isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "setattr" and len(call.args) >= 2
-            and _dotted(call.args[0]) == parts[:-1] and isinstance(call.args[1], ast.Constant) and call.args[1].value == parts[-1]
+            and _dotted(call.args[0]) == parts[:-1]
+            and (not isinstance(call.args[1], ast.Constant) or call.args[1].value == parts[-1])  # a computed name may be it
         ):
             yield statement.lineno
 

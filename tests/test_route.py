@@ -262,3 +262,55 @@ def test_the_results_cache_sees_a_shadowing_package_and_a_new_plugin(mini_tree, 
     install_plugin(tree, "old_sched", "def register():\n    from vllm.v1.core.sched.scheduler import Scheduler\n"
                    "    Scheduler.__init__ = lambda self, *a, **k: None\n")
     assert verdicts(tree)["cache-drop"].status == "unknown"
+
+
+# Ways code that runs at import replaces Scheduler.__init__ after it is read (issue 19 item 2).
+# Each helper below is also run here on a class of our own, to show it changes what runs.
+OLD_INIT = "def _old_init(self, *args, **kwargs):\n    self.use_eagle = True\n\n\n"
+REPLACERS = {
+    "a class decorator": (
+        OLD_INIT + "def _keep_old_init(cls):\n    cls.__init__ = _old_init\n    return cls\n\n\n",
+        ("class Scheduler(SchedulerInterface):", "@_keep_old_init\nclass Scheduler(SchedulerInterface):"), ""),
+    "a helper called at import": (
+        OLD_INIT + "def _patch(cls):\n    cls.__init__ = _old_init\n\n\n", None, "\n_patch(Scheduler)\n"),
+    "a setattr with a computed name": (
+        OLD_INIT, None, '\nsetattr(Scheduler, "__" + "init__", _old_init)\n'),
+}
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("how", sorted(REPLACERS))
+def test_code_run_at_import_that_replaces_the_scheduler_constructor_is_seen(mini_tree, monkeypatch, how):
+    monkeypatch.setenv("DFLASH_DOCTOR_NO_CACHE", "1")
+    helpers, decorate, tail = REPLACERS[how]
+    namespace: dict = {}
+    exec(helpers + "class Scheduler:\n    def __init__(self):\n        self.use_eagle = False\n"
+         + (tail if tail else "Scheduler = _keep_old_init(Scheduler)\n"), namespace)
+    assert namespace["Scheduler"]().use_eagle is True  # the replaced constructor is what runs
+    tree = mini_tree("0.33.0")
+    assert verdicts(tree)["cache-drop"].status == "present"
+    scheduler = tree / SCHEDULER
+    edit(scheduler, "class Scheduler(SchedulerInterface):", helpers + "class Scheduler(SchedulerInterface):")
+    if decorate:
+        edit(scheduler, *decorate)
+    scheduler.write_text(scheduler.read_text() + tail)
+    ast.parse(scheduler.read_text())
+    fix = verdicts(tree)["cache-drop"]
+    assert fix.status == "unknown" and "may be replaced at line" in fix.reason, fix.reason
+
+
+@pytest.mark.release
+def test_a_rebinding_in_a_package_init_is_seen(mini_tree, monkeypatch):
+    """``vllm/v1/core/sched/__init__.py`` runs before scheduler.py is used: a rebinding
+    there replaces the constructor the check read."""
+    monkeypatch.setenv("DFLASH_DOCTOR_NO_CACHE", "1")
+    tree = mini_tree("0.33.0")
+    init = tree / "vllm/v1/core/sched/__init__.py"
+    init.parent.mkdir(parents=True, exist_ok=True)
+    init.write_text(init.read_text() if init.exists() else "")
+    assert verdicts(tree)["cache-drop"].status == "present"
+    init.write_text(init.read_text() + "from vllm.v1.core.sched.scheduler import Scheduler\n\n\n" + OLD_INIT
+                    + "Scheduler.__init__ = _old_init\n")
+    ast.parse(init.read_text())
+    fix = verdicts(tree)["cache-drop"]
+    assert fix.status == "unknown" and "vllm/v1/core/sched/__init__.py" in fix.reason, fix.reason
