@@ -123,10 +123,17 @@ def _key(tree: SourceTree, rules: tuple[Rule, ...], files: list[str], where: str
             "rules": [hashlib.sha256(rule.source.read_bytes()).hexdigest() for rule in rules],
             "references": references or [],
             "files": {relpath: tree.state(relpath) for relpath in files},
+            "transformers": _transformers(tree) if references is not None else [],
         }
     except OSError:
         return None
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+def _transformers(tree: SourceTree) -> list[str]:
+    from .behaviour.transformers import identity  # cheap reads; the module itself is light
+
+    return identity(tree)
 
 
 @cache

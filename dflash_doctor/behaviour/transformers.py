@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import hashlib
 import re
 import weakref
 from collections.abc import Iterable, Mapping
 
 from ..model import ToolError
 from ..provenance import find_dist_info
+from ..probe import read_regular
 from ..source import DirectoryTree, SourceError, SourceTree, Symbol
 from .definitions import absolute_module, parsed_or_none, top_level_bindings
 
@@ -77,10 +79,10 @@ def _find(tree: SourceTree) -> Transformers | str:
     if not isinstance(tree, DirectoryTree) and _collected(tree, INIT):
         found = Collected(tree)
         return Transformers(found, _version(found), f"installed beside vllm on the host, in {getattr(tree, 'root', '?')} (sent by the collector)")
-    requirement = requires(tree.dist_info_text("METADATA") or "")
+    requirement = requires(tree.dist_info_text("METADATA") or "") or _checkout_requirement(tree)
     if requirement is None:
-        return ("no transformers is installed beside this vLLM, and its dist-info states no "
-                "Requires-Dist: transformers of version specifiers to fetch one by")
+        return ("no transformers is installed beside this vLLM, and neither its dist-info (Requires-Dist) nor "
+                f"a source checkout's {CHECKOUT_REQUIREMENTS} states a transformers of version specifiers to fetch one by")
     # pip and the cache: only when needed
     from ..targets.release import transformers_tree
 
@@ -97,6 +99,35 @@ def _find(tree: SourceTree) -> Transformers | str:
     return Transformers(TransformersTree(root, find_dist_info(root, "transformers")), version,
                         f"fetched from the package index: the newest wheel satisfying this vLLM's "
                         f"requirement {requirement!r}{beside}")
+
+
+CHECKOUT_REQUIREMENTS = "requirements/common.txt"  # where a vLLM source checkout states its dependencies
+MAX_REQUIREMENTS_BYTES = 64 * 1024
+
+
+def _checkout_requirement(tree: SourceTree) -> str | None:
+    """A source checkout's transformers requirement, read as a Requires-Dist line."""
+    if not isinstance(tree, DirectoryTree):
+        return None
+    data, _ = read_regular(str(tree.root / CHECKOUT_REQUIREMENTS), MAX_REQUIREMENTS_BYTES)  # type: ignore[no-untyped-call]
+    lines = (data or b"").decode("utf-8", "replace").splitlines()
+    return requires("\n".join(f"Requires-Dist: {line.split('#', 1)[0].strip()}" for line in lines))
+
+
+def identity(tree: SourceTree) -> list[str]:
+    """What decides which transformers builds the drafter configs, cheaply (the results
+    cache's key): the transformers dist-info beside a local tree, a checkout's
+    requirements, and the requirement its own dist-info states."""
+    found = [requires(tree.dist_info_text("METADATA") or "") or ""]
+    if isinstance(tree, DirectoryTree):
+        for path in [*sorted(tree.root.glob("transformers-*.dist-info/METADATA")), tree.root / CHECKOUT_REQUIREMENTS]:
+            data, _ = read_regular(str(path), MAX_REQUIREMENTS_BYTES * 16)  # type: ignore[no-untyped-call]
+            found.append(f"{path.relative_to(tree.root)}: {_digest(data)}")
+    return found
+
+
+def _digest(data: bytes | None) -> str:
+    return "absent" if data is None else hashlib.sha256(data).hexdigest()
 
 
 def _in_cache(tree: DirectoryTree, part: str) -> bool:

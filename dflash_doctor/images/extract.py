@@ -109,8 +109,7 @@ def _layer_indexes(source: ImageSource, image: Image, images_dir: Path, progress
 
 def _layer_index(source: ImageSource, layer: Layer, images_dir: Path, bar, budget: Budget) -> LayerIndex:
     name = layer.digest.split(":", 1)[1]
-TREE_FORMAT = "3"  # bump when what a tree holds changes (2: transformers config sources; 3: the dist-info of vllm-named distributions)
-LAYER_FORMAT = "3"  # bump when what a layer index keeps changes (layers.wanted)
+    path = images_dir / "layers" / f"{LAYER_FORMAT}-{name}.json"
     index = load_index(path)
     if index is not None:
         return budget.index(index)
