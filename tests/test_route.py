@@ -6,6 +6,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 
 from dflash_doctor.check import run_check
 from dflash_doctor.rulefile import load_rules
@@ -314,3 +315,15 @@ def test_a_rebinding_in_a_package_init_is_seen(mini_tree, monkeypatch):
     ast.parse(init.read_text())
     fix = verdicts(tree)["cache-drop"]
     assert fix.status == "unknown" and "vllm/v1/core/sched/__init__.py" in fix.reason, fix.reason
+
+
+@pytest.mark.release
+def test_a_translation_that_hands_back_a_wrong_shape_costs_that_drafter_only(mini_tree):
+    """The tree's own update_dflash sets ``architectures = 5`` (issue 20): the check still
+    answers (no internal error); only what reads it is unknown, with the value named."""
+    tree = mini_tree("0.33.0")
+    algos = tree / "vllm/transformers_utils/configs/speculators/algos.py"
+    edit(algos, '    pre_trained_config["architectures"] = ["DFlashDraftModel"]\n',
+         '    pre_trained_config["architectures"] = 5\n')
+    proc = run_cli("check", "--path", str(tree), "--format", "json")
+    assert proc.returncode in (0, 1, 2) and "internal error" not in proc.stderr, proc.stderr

@@ -279,3 +279,17 @@ def test_junit_escapes_an_undecodable_tree_path(mini_tree):
     root = assert_inert_xml(proc.stdout)
     location = root.find("testsuite/properties/property[@name='target.location']").get("value")
     assert location.endswith("/tree-\\udcff\\x1b[2J\\u202e"), location
+
+
+def test_sarif_takes_an_undecodable_tree_path(mini_tree):
+    """The same path in SARIF: its id and fingerprint are made from it, never an internal error."""
+    import os
+
+    tree = mini_tree("0.22.0")
+    hostile = os.fsencode(tree.parent) + b"/tree-\xff"
+    os.rename(os.fsencode(tree), hostile)
+    proc = run_cli("check", "--path", os.fsdecode(hostile), "--format", "sarif")
+    assert proc.returncode == 1 and "internal error" not in proc.stderr, proc.stderr
+    run = json.loads(proc.stdout)["runs"][0]
+    assert run["automationDetails"]["id"].endswith("/tree-\udcff/")
+    assert all(len(result["partialFingerprints"]["dflashDoctorFix/v1"]) == 32 for result in run["results"])

@@ -85,7 +85,7 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = san
             "method": "dflash",
             "draft_model_config": sandbox.strict_object(
                 "draft_model_config", hf_config=sandbox.config_object("hf_config", f"hf{index}"),
-                architectures=list(hf_data.get("architectures") or []),
+                architectures=_architectures(hf_data),
             ),
         }
         block = draft.block_size
@@ -118,6 +118,15 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = san
         found = interpret(plans[index], mine, builder, draft, draft.expected_aux_layer_ids(), draft.expected_layers())
         answers.append(dataclasses.replace(found, hf_config=hf[0], hf_source=hf[2]))
     return tuple(answers)
+
+
+def _architectures(hf_data: dict[str, Any]) -> Any:
+    """The hf_config's architectures as the draft model config holds them; a value of
+    another shape (the tree's translation can hand back anything) is a gap that names it."""
+    value = hf_data.get("architectures") or []
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return list(value)
+    return sandbox.gap(f"draft_model_config.architectures (the hf_config holds {str(value)[:60]!r}, not a list of names)")
 
 
 def _nothing(draft: DraftConfig, reason: str) -> Computed:

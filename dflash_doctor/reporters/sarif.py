@@ -177,7 +177,8 @@ def _root(report: CheckReport) -> dict[str, Any]:
 
 def _fingerprint(report: CheckReport, fix: FixResult) -> str:
     """Stable across runs on the same target, so dashboards track one alert per fix and target."""
-    return hashlib.sha256(f"{fix.id}\0{report.target.identity}".encode()).hexdigest()[:32]
+    # surrogateescape: a path that is not UTF-8 (lone surrogates here) hashes as its bytes
+    return hashlib.sha256(f"{fix.id}\0{report.target.identity}".encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
 def _suppression(fix: FixResult) -> dict[str, Any]:
