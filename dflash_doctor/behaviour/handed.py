@@ -21,6 +21,7 @@ from .computed import HANDED, MANAGER
 from .definitions import ExtractError
 
 VLLM = "{vllm}"  # placeholder for the VllmConfig instance in the expression
+COMPARISONS: dict[type, str] = {ast.Is: "is", ast.IsNot: "is not", ast.Eq: "==", ast.NotEq: "!="}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +37,8 @@ class Handed:
 
 def handed(scheduler: Symbol) -> Handed:
     constructor = scheduler.node
+    if not isinstance(constructor, ast.FunctionDef):
+        raise ExtractError(f"{scheduler.qualname} in {scheduler.file} is not a function")
     call = _manager_call(constructor)
     if call is None:
         raise ExtractError(f"{scheduler.qualname} builds no {MANAGER}")
@@ -43,7 +46,7 @@ def handed(scheduler: Symbol) -> Handed:
     if HANDED[0] not in values:
         raise ExtractError(f"{scheduler.qualname} hands no {HANDED[0]}= to {MANAGER}")
     first = constructor.args.args[1].arg if len(constructor.args.args) > 1 else None
-    folder = _Folder(scheduler, call.lineno, first)
+    folder = _Folder(scheduler.qualname, constructor, call.lineno, first)
     parts = [folder.expression(values[name]) for name in HANDED if name in values]
     expression = " or ".join(f"bool({part})" for part in parts)
     shown = " or ".join(f"{name}={ast.unparse(values[name])}" for name in HANDED if name in values)
@@ -62,7 +65,7 @@ def _handed_values(call: ast.Call) -> dict[str, ast.expr]:
         if keyword.arg in HANDED:
             values[keyword.arg] = keyword.value
         elif keyword.arg is None and isinstance(keyword.value, ast.Dict):
-            for key, value in zip(keyword.value.keys, keyword.value.values):
+            for key, value in zip(keyword.value.keys, keyword.value.values, strict=True):
                 if isinstance(key, ast.Constant) and key.value in HANDED:
                     values[key.value] = value
     return values
@@ -79,30 +82,28 @@ class _Assignment:
 class _Folder:
     """Assignments of the constructor before ``line``, folded into expressions."""
 
-    def __init__(self, scheduler: Symbol, line: int, vllm_config: str | None) -> None:
-        self.where = scheduler.qualname
+    def __init__(self, where: str, constructor: ast.FunctionDef, line: int, vllm_config: str | None) -> None:
+        self.where = where
         self.vllm_config = vllm_config
         self.assignments: list[_Assignment] = []
         self.unfollowed: dict[str, int] = {}  # targets assigned where the order of execution is not followed
         self.attributes: set[str] = set()
-        self._visit(scheduler.node.body, [], line)
+        self._visit(constructor.body, [], line)
 
     def _visit(self, statements: list[ast.stmt], conditions: list[ast.expr], line: int) -> None:
         for statement in statements:
             if statement.lineno >= line:
                 return
-            if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and _target(statement.targets[0]):
-                self.assignments.append(_Assignment(_target(statement.targets[0]), statement.value, conditions, statement.lineno))
-            elif isinstance(statement, ast.AnnAssign) and statement.value is not None and _target(statement.target):
-                self.assignments.append(_Assignment(_target(statement.target), statement.value, conditions, statement.lineno))
+            target = _assigned(statement)
+            if target is not None and isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is not None:
+                self.assignments.append(_Assignment(target, statement.value, conditions, statement.lineno))
             elif isinstance(statement, ast.If):
                 self._visit(statement.body, [*conditions, statement.test], line)
                 self._visit(statement.orelse, [*conditions, ast.UnaryOp(op=ast.Not(), operand=statement.test)], line)
             elif isinstance(statement, (ast.For, ast.While, ast.With, ast.Try, ast.AsyncFor, ast.AsyncWith)):
                 for node in ast.walk(statement):
-                    for target in getattr(node, "targets", [getattr(node, "target", None)]):
-                        if target is not None and _target(target):
-                            self.unfollowed.setdefault(_target(target), node.lineno)
+                    if isinstance(node, ast.stmt) and (inner := _assigned(node)) is not None:
+                        self.unfollowed.setdefault(inner, node.lineno)
 
     def expression(self, node: ast.expr, before: int | None = None) -> str:
         if isinstance(node, ast.Constant) and isinstance(node.value, (bool, int, str, type(None))):
@@ -128,12 +129,13 @@ class _Folder:
         if isinstance(node, ast.IfExp):
             return (f"({self.expression(node.body, before)} if {self.expression(node.test, before)} "
                     f"else {self.expression(node.orelse, before)})")
-        if isinstance(node, ast.Compare) and all(isinstance(op, (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)) for op in node.ops):
+        if isinstance(node, ast.Compare) and all(type(op) in COMPARISONS for op in node.ops):
             parts = [self.expression(node.left, before)]
-            for op, right in zip(node.ops, node.comparators):
-                parts += [{ast.Is: "is", ast.IsNot: "is not", ast.Eq: "==", ast.NotEq: "!="}[type(op)], self.expression(right, before)]
+            for op, right in zip(node.ops, node.comparators, strict=True):
+                parts += [COMPARISONS[type(op)], self.expression(right, before)]
             return "(" + " ".join(parts) + ")"
-        raise ExtractError(f"{self.where} computes what it hands {MANAGER} with {ast.unparse(node)}, a form behaviour does not follow")
+        raise ExtractError(f"{self.where} computes what it hands {MANAGER} with {ast.unparse(node)}, "
+                           "a form behaviour does not follow")
 
     def _assigned(self, target: str, before: int | None) -> bool:
         return any(item.target == target and (before is None or item.line < before) for item in self.assignments)
@@ -153,11 +155,21 @@ class _Folder:
                 continue
             test = " and ".join(self.expression(condition, item.line) for condition in item.conditions)
             if value is None:
-                raise ExtractError(f"{self.where} may leave {target} unset (it is set only under a condition at line {item.line})")
+                raise ExtractError(f"{self.where} may leave {target} unset "
+                                   f"(it is set only under a condition at line {item.line})")
             value = f"({new} if ({test}) else {value})"
         if value is None:
             raise ExtractError(f"{self.where} reads {target}, which it does not set before handing it on")
         return value
+
+
+def _assigned(statement: ast.stmt) -> str | None:
+    """The one local or ``self.<name>`` a plain assignment sets."""
+    if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+        return _target(statement.targets[0])
+    if isinstance(statement, ast.AnnAssign):
+        return _target(statement.target)
+    return None
 
 
 def _target(node: ast.expr) -> str | None:
