@@ -92,7 +92,7 @@ def _waiver(entry: dict[str, Any], where: str, known_ids: set[str]) -> Waiver:
     fix_id = entry.get("id")
     if not isinstance(fix_id, str) or not fix_id:
         raise ToolError(f"{where}: 'id' (a fix id) is required")
-    where = f"{where} ({fix_id[:80]})"
+    where = f"{where} ({fix_id[:80]!r})"  # quoted: an id of several lines stays on the error's one line
     if fix_id not in known_ids:
         raise ToolError(f"{where}: unknown fix id (known: {', '.join(sorted(known_ids))})")
     reason = entry.get("reason")

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from conftest import check_json, statuses
+from measure import measured
 
 from dflash_doctor.draft import lockdown
 from dflash_doctor.behaviour.definitions import Locator
@@ -444,7 +445,8 @@ print(json.dumps({"error": error, "peak": resource.getrusage(resource.RUSAGE_SEL
 
 
 def test_an_output_flood_is_cut_at_the_cap_and_the_parent_stays_small():
-    proc = subprocess.run([sys.executable, "-c", FLOOD, WALK], capture_output=True, text=True, timeout=120)
+    # from the small reaper: a child of the grown test process would start from its peak RSS
+    proc = measured([sys.executable, "-c", FLOOD, WALK], timeout=120)
     answer = json.loads(proc.stdout)
     assert "wrote more than" in answer["error"]
     # Unbounded, the flood would reach gigabytes within the run's deadline; the parent alone is ~35 MB,

@@ -266,7 +266,9 @@ def test_target_symlinked_inside_the_tree_is_patched_at_its_real_path_and_restor
 
 def test_bytecode_behind_a_linked_pycache_is_left_alone(hostile):
     """Patching removes unchecked-hash bytecode of the file; a __pycache__ that
-    links out of the tree is not followed to do it."""
+    links out of the tree is not followed to do it. Python would still run that
+    bytecode instead of the patched file, so the check after the patch says so
+    (unknown, exit 2) rather than present."""
     root, outside = hostile.root, hostile.outside
     (outside / "pycache").mkdir()
     unchecked = (outside / "pycache" / "gpu_model_runner.cpython-311.pyc")
@@ -274,7 +276,8 @@ def test_bytecode_behind_a_linked_pycache_is_left_alone(hostile):
     (root / "vllm/v1/worker/__pycache__").symlink_to(outside / "pycache")
     hostile.freeze()
     proc = patch(root)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 2, proc.stderr
+    assert "is an unchecked-hash .pyc: Python runs it without reading vllm/v1/worker/gpu_model_runner.py" in proc.stdout
     assert os.readlink(root / "vllm/v1/worker/__pycache__") == str(outside / "pycache")
     hostile.untouched()
 
