@@ -267,14 +267,19 @@ def test_junit_escapes_control_and_bidi_characters_of_a_metadata_version(mini_tr
     assert version.startswith("0.22.0\\x1b]0;pwned\\x07\\x1b[2J\\x00\\x9b\\u202e\\u2066\\ufffe"), version
 
 
-def test_junit_escapes_an_undecodable_tree_path(mini_tree):
-    """A directory name that is not UTF-8 reaches Python as lone surrogates, which XML cannot hold."""
+def undecodable(mini_tree) -> str:
+    """A real tree under a directory name that is not UTF-8: Python sees lone surrogates."""
     import os
 
     tree = mini_tree("0.22.0")
     hostile = os.fsencode(tree.parent) + b"/tree-\xff\x1b[2J\xe2\x80\xae"
     os.rename(os.fsencode(tree), hostile)
-    proc = run_cli("check", "--path", os.fsdecode(hostile), "--format", "junit")
+    return os.fsdecode(hostile)
+
+
+def test_junit_escapes_an_undecodable_tree_path(mini_tree):
+    """XML cannot hold lone surrogates: they are escaped."""
+    proc = run_cli("check", "--path", undecodable(mini_tree), "--format", "junit")
     assert proc.stdout.startswith("<?xml"), proc.stderr
     root = assert_inert_xml(proc.stdout)
     location = root.find("testsuite/properties/property[@name='target.location']").get("value")
@@ -283,13 +288,8 @@ def test_junit_escapes_an_undecodable_tree_path(mini_tree):
 
 def test_sarif_takes_an_undecodable_tree_path(mini_tree):
     """The same path in SARIF: its id and fingerprint are made from it, never an internal error."""
-    import os
-
-    tree = mini_tree("0.22.0")
-    hostile = os.fsencode(tree.parent) + b"/tree-\xff"
-    os.rename(os.fsencode(tree), hostile)
-    proc = run_cli("check", "--path", os.fsdecode(hostile), "--format", "sarif")
+    proc = run_cli("check", "--path", undecodable(mini_tree), "--format", "sarif")
     assert proc.returncode == 1 and "internal error" not in proc.stderr, proc.stderr
     run = json.loads(proc.stdout)["runs"][0]
-    assert run["automationDetails"]["id"].endswith("/tree-\udcff/")
+    assert run["automationDetails"]["id"].endswith("/tree-\udcff\x1b[2J\u202e/")
     assert all(len(result["partialFingerprints"]["dflashDoctorFix/v1"]) == 32 for result in run["results"])
