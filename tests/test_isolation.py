@@ -663,3 +663,11 @@ def test_cli_a_resolver_that_exfiltrates_gets_nothing_out(mini_tree, release, tm
     assert "PermissionError" in json.dumps(probes["reason"])
     assert not (tmp_path / "loot").exists()
     assert nothing_arrived(listener)
+
+
+def test_a_branch_whose_other_way_runs_out_of_time_is_a_timeout_not_an_answer():
+    """Run both ways, one way of an unknown branch loops: the call is a timeout (which the
+    results cache never keeps), not the other way's value nor a plain gap."""
+    source = "def f(flag):\n    if flag:\n        while True:\n            pass\n    return 1\n"
+    outcomes = run([Chunk("f", source)], [Call("x", "f(unknown)", (("unknown", {"$gap": "the deployment"}),))], {}, {})
+    assert outcomes["x"].timeout, outcomes["x"]
