@@ -319,6 +319,8 @@ class DirectoryTree(SourceTree):
 
     def __init__(self, root: Path, dist_info: Path | None) -> None:
         super().__init__()
+        self._shadows: dict[str, str | None] = {}
+        self._plugins: tuple[Plugin, ...] | None = None
         self.root = root
         self.dist_info = dist_info
 
@@ -339,10 +341,15 @@ class DirectoryTree(SourceTree):
         return scan_definitions(str(self.root), self.package, names)
 
     def shadowed(self, relpath: str) -> str | None:
-        return loaded_instead(self.root, relpath)
+        # asked for every file read, by the verdicts and again by the results cache: once per file
+        if relpath not in self._shadows:
+            self._shadows[relpath] = loaded_instead(self.root, relpath)
+        return self._shadows[relpath]
 
     def plugins(self) -> tuple[Plugin, ...]:
-        return installed_plugins(self.root, self.package)
+        if self._plugins is None:  # a site-packages may hold hundreds of distributions: read once per tree
+            self._plugins = installed_plugins(self.root, self.package)
+        return self._plugins
 
     def package_stamp(self) -> list | None:
         return stamp.stamp(str(self.root), self.package)

@@ -120,24 +120,6 @@ def test_root_swapped_for_a_link_after_the_hash_check_writes_nothing_into_the_ot
 # ------------------------------------------------------------ sparse giants in the state directory
 
 
-def _entries(root: Path) -> dict[str, tuple]:
-    """``entries`` that never reads a giant: a file over 16 MiB is its size and allocated blocks."""
-    found = {}
-    for directory, dirs, files in os.walk(root):
-        for name in dirs + files:
-            path = Path(directory, name)
-            info = path.lstat()
-            if path.is_symlink():
-                found[path.relative_to(root).as_posix()] = ("link", os.readlink(path))
-            elif path.is_dir():
-                found[path.relative_to(root).as_posix()] = ("dir", info.st_mode)
-            elif info.st_size > 16 << 20:
-                found[path.relative_to(root).as_posix()] = ("giant", info.st_size, info.st_blocks, info.st_mode)
-            else:
-                found[path.relative_to(root).as_posix()] = (path.read_bytes(), info.st_mode, info.st_uid, info.st_gid)
-    return found
-
-
 def _sparse(path: Path, size: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as handle:
@@ -162,20 +144,20 @@ def _assert_capped(result, fragment: str) -> None:
 def test_sparse_4gib_manifest_is_refused_by_its_size(mini_tree, command):
     root = mini_tree("0.20.1")
     _sparse(root / STATE / "manifest.json", 4 * GIB)
-    before = _entries(root)
+    before = entries(root)
     _assert_capped(_measured(command, root), "manifest.json in ")
     assert "over the 64 KiB cap for the patch manifest" in _measured(command, root).stderr
-    assert _entries(root) == before
+    assert entries(root) == before
 
 
 def test_sparse_4gib_backup_is_refused_by_patch(mini_tree):
     """patch reads a backup already at the backup's name (a run that died after writing it)."""
     root = mini_tree("0.20.1")
     _sparse(root / STATE / "backups" / f"gpu_model_runner.py.{sha((root / RESOLVER).read_bytes())[:16]}", 4 * GIB)
-    before = _entries(root)
+    before = entries(root)
     result = _measured("patch", root)
     _assert_capped(result, "over the 1 MiB cap for a patch backup")
-    assert _entries(root) == before
+    assert entries(root) == before
 
 
 def test_sparse_4gib_backup_is_refused_by_restore(mini_tree):
@@ -184,11 +166,11 @@ def test_sparse_4gib_backup_is_refused_by_restore(mini_tree):
     backup = next((root / STATE / "backups").iterdir())
     backup.unlink()
     _sparse(backup, 4 * GIB)
-    before = _entries(root)
+    before = entries(root)
     result = _measured("restore", root)
     _assert_capped(result, "over the 1 MiB cap for a patch backup")
     assert "back to its original" not in result.stderr
-    assert _entries(root) == before
+    assert entries(root) == before
 
 
 def test_sparse_4gib_pyc_is_judged_by_its_header_alone(mini_tree):
@@ -208,10 +190,10 @@ def test_a_state_directory_of_more_than_10000_names_is_refused(mini_tree):
     backups.mkdir(parents=True)
     for number in range(10_001):
         (backups / f"planted-{number}").touch()
-    before = _entries(root)
+    before = entries(root)
     result = _measured("patch", root)
     assert result.returncode == 3 and "over the 10000-entry cap" in result.stderr.strip().splitlines()[-1], result.stderr
-    assert _entries(root) == before
+    assert entries(root) == before
 
 
 def test_state_within_its_caps_still_patches_and_restores(mini_tree):
