@@ -241,6 +241,11 @@ class Provenance:
     based_on: BasedOn | None = None  # only for a distribution other than vllm
     platform: Platform = CUDA_BY_DEFAULT
 
+    @property
+    def vendor(self) -> str | None:
+        """The distribution's name when it is a vendor build or fork, not vLLM itself."""
+        return self.distribution.name if self.distribution is not None and not self.distribution.is_vllm else None
+
     def to_json(self) -> dict[str, Any]:
         return {
             "version": self.version,
@@ -298,15 +303,18 @@ class BottomLine:
     unknown: tuple[str, ...] = ()
     selected: int = 0  # how many fixes were judged in all ("all three fixes")
     checked: bool = False  # ``release`` is from releases actually checked (the matrix), not from the rules
+    vendor: str | None = None  # the target is this vendor build or fork: the release is vLLM's, not its own
 
     @classmethod
-    def of(cls, fixes: Iterable[FixResult], first_release: Mapping[str, str | None]) -> "BottomLine":
+    def of(cls, fixes: Iterable[FixResult], first_release: Mapping[str, str | None], vendor: str | None = None) -> "BottomLine":
         """From verdicts and each fix's first release (``Rule.first_release``): waived fixes,
-        and fixes whose defect cannot reach the drafter, ask for nothing."""
+        and fixes whose defect cannot reach the drafter, ask for nothing. ``vendor``: the
+        target is that vendor build or fork (``Provenance.vendor``)."""
         fixes = tuple(fixes)
         todo = tuple(fix.id for fix in fixes if fix.gates and fix.status not in (PRESENT, UNKNOWN))
         unknown = tuple(fix.id for fix in fixes if fix.gates and fix.status == UNKNOWN)
-        return cls.needing(todo, [first_release.get(fix_id) for fix_id in todo], unknown, len(fixes))
+        line = cls.needing(todo, [first_release.get(fix_id) for fix_id in todo], unknown, len(fixes))
+        return dataclasses.replace(line, vendor=vendor)
 
     @classmethod
     def needing(cls, todo: Sequence[str], releases: Sequence[str | None], unknown: Sequence[str] = (),
@@ -348,6 +356,8 @@ class BottomLine:
             one = len(self.unknown) == 1
             parts.append(f"{self._named(self.unknown)} {'was' if one else 'were'} not judged: find out why first "
                          f"(see {'its remedy' if one else 'their remedies'})")
+        if self.vendor and self.action in (UPGRADE, UNRELEASED):
+            parts.append(f"{self.vendor} is a vendor build or fork: ask its vendor for a build with these, or patch")
         return "; ".join(parts)
 
     def to_json(self) -> dict[str, Any]:

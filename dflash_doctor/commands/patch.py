@@ -239,7 +239,7 @@ def _report(report, rules) -> int:
     from ..model import BottomLine
     from ..reporters import reporter
 
-    report = dataclasses.replace(report, summary=BottomLine.of(report.fixes, {rule.id: rule.first_release for rule in rules}))
+    report = dataclasses.replace(report, summary=BottomLine.of(report.fixes, {rule.id: rule.first_release for rule in rules}, report.vllm.vendor))
     sys.stdout.write(reporter("table").render(report, terminal=sys.stdout.isatty()))
     return report.exit_code
 
