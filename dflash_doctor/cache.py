@@ -14,7 +14,8 @@ re-digests those files, and repeats a search unless no file of the package
 changed by its metadata (``stamp.py``), but needs no parse, no libcst import
 and no child process. Unknown answers are kept like
 the others; an evaluation whose behaviour child failed or timed out is not (its
-answer depends on the machine's load, not on the files).
+answer depends on the machine's load, not on the files), nor one made offline
+(what could not be fetched then is not the tree's answer).
 ``DFLASH_DOCTOR_NO_CACHE=1`` turns the cache off; one that cannot be read or
 written is skipped, never an error.
 """
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from .behaviour.reference import reference_dir
 from .model import FixResult, ToolError
-from .paths import cache_dir, caches_disabled, write_atomically
+from .paths import cache_dir, caches_disabled, is_offline, write_atomically
 from .rules import Rule
 from .source import SourceTree
 
@@ -75,7 +76,7 @@ def judged_fixes(resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftC
     from .verdicts import judge  # warm check: verdicts pulls in every behaviour module, which a cache hit never needs
 
     fixes, probes, steady = judge(resolved, rules, user)
-    if key is not None and steady:
+    if key is not None and steady and not is_offline():  # offline: what could not be fetched is not the tree's answer
         _store(key, tree, fixes)
     return fixes, probes
 

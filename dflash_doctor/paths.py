@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from .model import ToolError
@@ -22,6 +24,23 @@ def cache_dir() -> Path:
 def caches_disabled() -> bool:
     """``DFLASH_DOCTOR_NO_CACHE`` set: every result is computed afresh, nothing cached is read or written."""
     return bool(os.environ.get("DFLASH_DOCTOR_NO_CACHE"))
+
+
+_OFFLINE: list[bool] = []
+
+
+@contextlib.contextmanager
+def offline() -> Iterator[None]:
+    """Within it nothing is fetched from the network: what the cache lacks is an error (``--offline``)."""
+    _OFFLINE.append(True)
+    try:
+        yield
+    finally:
+        _OFFLINE.pop()
+
+
+def is_offline() -> bool:
+    return bool(_OFFLINE)
 
 
 def read_file(path: Path, limit: int, what: str) -> bytes:

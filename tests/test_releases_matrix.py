@@ -14,6 +14,9 @@ import jsonschema
 import pytest
 
 from conftest import assert_error, run_cli
+from dflash_doctor.behaviour.transformers import requires
+from dflash_doctor.paths import cache_dir
+from dflash_doctor.targets.release import transformers_tree
 
 SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "schemas" / "releases-v1.schema.json").read_text())
 THREE = ("0.20.1", "0.22.0", "0.33.0")
@@ -27,11 +30,17 @@ COLOUR = re.compile(r"\x1b\[[0-9;]*3[0-7]m|\x1b\[[0-9;]*;3[0-7];")
 
 @pytest.fixture
 def cache(tmp_path, release):
-    """A cache directory of its own holding the real trees of three releases (linked, not copied)."""
+    """A cache directory of its own holding the real trees of three releases and
+    the transformers each requires (linked from the user cache, not copied):
+    ``--offline`` fetches nothing, so what it judges with must be there."""
     root = tmp_path / "cache"
     (root / "releases").mkdir(parents=True)
     for version in THREE:
-        (root / "releases" / version).symlink_to(release(version))
+        tree = release(version)
+        (root / "releases" / version).symlink_to(tree)
+        metadata = next(tree.glob("vllm-*.dist-info")) / "METADATA"
+        transformers_tree(requires(metadata.read_text(encoding="utf-8")))
+    (root / "transformers").symlink_to(cache_dir() / "transformers")
     return root
 
 
@@ -239,3 +248,19 @@ def test_no_color_is_respected_on_a_terminal(mini_tree):
     assert "ABSENT" in coloured and COLOUR.search(coloured)  # the table shows verdicts in capitals
     plain = run_on_terminal(["check", "--path", tree], {**env, "NO_COLOR": "1"})
     assert "ABSENT" in plain and "layer-offset" in plain and not COLOUR.search(plain)
+
+
+@pytest.mark.release
+def test_offline_fetches_nothing_and_keeps_no_answer_it_could_not_reach(cache):
+    """--offline with a release cached but not the transformers it loads drafter
+    configs with: nothing is downloaded (pip is pointed at a port where nothing
+    listens), the fix that needs it is not judged, and that unknown is not cached
+    for a later run that can fetch."""
+    (cache / "transformers").unlink()
+    env = unreachable_index_env(cache)
+    code, data, stderr = matrix("--offline", "--from", "0.33.0", "--to", "0.33.0", env=env)
+    assert code == 0 and not (cache / "transformers").exists() and not list((cache / "tmp").glob("*"))
+    row = data["releases"][0]
+    assert row["fixes"]["swa-config"] == "unknown", row
+    assert data["all_present_from"] is None and "0.33.0" in [r["release"] for r in data["releases"]]
+    assert not list((cache / "matrix").glob("0.33.0-*"))

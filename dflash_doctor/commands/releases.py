@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import sys
 from enum import Enum
 from typing import Optional
@@ -28,6 +29,7 @@ def releases(
     cache; a release that could not be checked).
     """
     from ..releases import Matrix, is_downloaded, plan, release_row, render_markdown, render_plain, render_terminal, rules_digest
+    from ..paths import offline as offline_mode
     from ..rulefile import load_rules
     from ..terminal import columns, progress
 
@@ -37,7 +39,7 @@ def releases(
     if note != "package index":
         print(f"dflash-doctor: releases from the {note}", file=sys.stderr)
     rows = []
-    with progress("releases", total=len(versions)) as update:
+    with progress("releases", total=len(versions)) as update, (offline_mode() if offline else contextlib.nullcontext()):
         for done, version in enumerate(versions):
             update(completed=done, description=f"vllm {version}" + ("" if is_downloaded(version) else ": downloading the wheel"))
             rows.append(release_row(version, rules, digest))

@@ -24,7 +24,7 @@ import zipfile
 from pathlib import Path
 
 from ..model import ToolError
-from ..paths import cache_dir, write_atomically
+from ..paths import cache_dir, is_offline, write_atomically
 from ..terminal import progress
 from . import ResolvedTarget
 from .path import PathTarget
@@ -55,6 +55,8 @@ def release_tree(version: str) -> Path:
     dest = cache_dir() / "releases" / version
     if (dest / COMPLETE).is_file():
         return dest
+    if is_offline():
+        raise ToolError(f"vLLM release {version} is not in the cache, and --offline fetches nothing")
     with _staging() as staging:
         with progress(f"vllm {version}: downloading the wheel", transfer=True) as update:
             wheel = _download(version, staging, update)
@@ -79,6 +81,8 @@ def transformers_tree(requirement: str) -> tuple[Path, str]:
         version = pointer.read_text(encoding="utf-8").strip()
         if RELEASE.fullmatch(version) and (root / version / COMPLETE).is_file():
             return root / version, version
+    if is_offline():
+        raise ToolError(f"no transformers satisfying {requirement!r} is in the cache, and --offline fetches nothing")
     with _staging() as staging:
         with progress(f"{requirement}: downloading the wheel", transfer=True) as update:
             wheel = _pip_download("transformers", requirement, staging, update)
@@ -194,9 +198,12 @@ def _pip_download(project: str, requirement: str, staging: Path, update) -> Path
 def _downloaded(temp: Path, project: str) -> int:
     """Bytes of the wheel pip is writing (in its unpack directory)."""
     total = 0
-    for path in temp.glob(f"*/{project}-*.whl"):
-        with contextlib.suppress(OSError):
-            total += path.stat().st_size
+    with contextlib.suppress(OSError):  # pip removes its unpack directories while this looks
+        for unpack in os.scandir(temp):
+            with contextlib.suppress(OSError):
+                for entry in os.scandir(unpack.path):
+                    if entry.name.startswith(f"{project}-") and entry.name.endswith(".whl"):
+                        total += entry.stat().st_size
     return total
 
 
