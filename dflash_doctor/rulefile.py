@@ -187,7 +187,7 @@ def _construct(raw: Any, where: str) -> Construct | None:
     if not isinstance(raw, dict) or not isinstance(raw.get("signature"), dict) or not isinstance(raw.get("assume", {}), dict):
         raise ToolError(f"{where} must be a table with a signature table")
     _known_keys(raw, ("file", "layer", "index_parameters", "recorded", "signature", "window", "causal", "assume", "model",
-                      "platform"), where)
+                      "platform", "containers"), where)
     signature = raw["signature"]
     return Construct(
         file=_require(raw, "file", where), layer=_require(raw, "layer", where),
@@ -195,7 +195,7 @@ def _construct(raw: Any, where: str) -> Construct | None:
         signature_file=_require(signature, "file", where), signature=_require(signature, "symbol", where),
         window=_require(raw, "window", where), causal=_require(raw, "causal", where),
         assume=tuple(sorted(raw.get("assume", {}).items())), model=_optional_name(raw, "model", where),
-        platform=_optional_name(raw, "platform", where),
+        platform=_optional_name(raw, "platform", where), containers=_strings(raw, "containers", where),
     )
 
 

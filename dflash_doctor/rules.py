@@ -195,7 +195,8 @@ class Construct:
     ``file`` that builds the layers; it is constructed with ``layer`` recorded, to
     read the index each layer really receives. ``platform``: the stand-in whose
     ``is_<platform>()`` tells the platform; its branches are taken for the
-    platform the target is built for."""
+    platform the target is built for. ``containers``: stand-ins that build a container
+    (``nn.ModuleList``): called with one iterable, they hold its items in order."""
 
     file: str
     layer: str
@@ -208,6 +209,7 @@ class Construct:
     assume: tuple[tuple[str, Any], ...]
     model: str | None = None
     platform: str | None = None
+    containers: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

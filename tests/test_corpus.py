@@ -8,6 +8,7 @@ edits: observed, not judged; the verdict stays the unedited tree's) and
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -82,13 +83,35 @@ def rules_by_fix() -> dict:
     return {rule.id: rule for rule in load_rules()}
 
 
+@pytest.fixture(scope="session")
+def results_cache(tmp_path_factory) -> Path:
+    """One results cache for the whole corpus: each unedited base is answered once, then from it."""
+    return tmp_path_factory.mktemp("corpus-cache")
+
+
 @pytest.mark.parametrize("edit", EDITS, ids=[edit.id for edit in EDITS])
-def test_no_confident_wrong_verdict(edit, base_tree, rules_by_fix, summary, tmp_path):
+def test_no_confident_wrong_verdict(edit, base_tree, rules_by_fix, summary, tmp_path, results_cache, monkeypatch):
+    """Also cache coherence: the unedited tree's answer is cached first, the edit is
+    made in place with every mtime put back, and the answer through the cache must
+    equal a fresh one (the cache is not used with a user's --draft-config)."""
     tree = tmp_path / "tree"
     shutil.copytree(base_tree(edit.base), tree)
-    edit.apply(tree)
+    rules = (rules_by_fix[edit.fix],)
     draft_config = DRAFTERS / edit.draft_config if edit.draft_config else None
-    report = run_check(PathTarget(tree), (rules_by_fix[edit.fix],), draft_config)
+    with monkeypatch.context() as cached:
+        cached.setenv("DFLASH_DOCTOR_CACHE", str(results_cache))
+        cached.delenv("DFLASH_DOCTOR_NO_CACHE", raising=False)
+        if draft_config is None:
+            run_check(PathTarget(tree), rules)
+        mtimes = {path: path.stat().st_mtime_ns for path in tree.rglob("*.py")}
+        edit.apply(tree)
+        for path, mtime in mtimes.items():
+            if path.exists():
+                os.utime(path, ns=(mtime, mtime))
+        through_cache = None if draft_config else run_check(PathTarget(tree), rules)
+    report = run_check(PathTarget(tree), rules, draft_config)
+    if through_cache is not None:
+        assert [fix.to_json() for fix in through_cache.fixes] == [fix.to_json() for fix in report.fixes], "a stale cached answer"
     (fix,) = report.fixes
     summary.record(edit, fix.status)
     assert outcome(edit.kind, fix.status) != "wrong", (

@@ -145,7 +145,8 @@ PLATFORMS = ("cuda", "rocm", "cpu", "tpu", "xpu")
 def _assumed(construct: Construct, platform: str) -> dict[str, Any]:
     """The rule's assumptions, and the platform stand-in answering for ``platform``."""
     told = {f"{construct.platform}.is_{name}()": name == platform for name in PLATFORMS} if construct.platform else {}
-    return {**told, **dict(construct.assume)}
+    containers = {path: {"$container": path} for path in construct.containers}
+    return {**told, **containers, **dict(construct.assume)}
 
 
 def _model_keywords(node: ast.ClassDef, construct: Construct) -> str:

@@ -313,6 +313,16 @@ class StandIn:
     __str__ = __repr__
 
 
+def container(path):
+    """A container class outside the extracted code (``nn.ModuleList``): built from
+    one iterable, it holds those items in order, as a list does."""
+    def build_container(*args, **kwargs):
+        if kwargs or len(args) > 1:
+            raise ProbeGap("%s called with other arguments than one iterable" % path)
+        return list(args[0]) if args else []
+    return build_container
+
+
 def _stand_in_gap(self, *args):
     raise ProbeGap("%s (a stand-in) decides a branch or a value" % object.__getattribute__(self, "_path"))
 
@@ -458,6 +468,8 @@ def build(spec, data, namespace):
         return NoOp()
     if "$standin" in spec:
         return StandIn(spec["$standin"], build(spec.get("assume", {}), data, namespace), tuple(spec.get("record", ())))
+    if "$container" in spec:
+        return container(spec["$container"])
     if "$records" in spec:
         return take_records
     if "$module_class" in spec:
@@ -485,6 +497,24 @@ def to_json(value, depth=0):
     return {"$repr": type(value).__name__}
 
 
+def type_check(real):
+    """``isinstance``/``issubclass`` against a class outside the extracted code (a
+    stand-in): its answer is not known, so it decides a branch (explored both ways)."""
+    def check(value, classes):
+        unknown = [c for c in (classes if type(classes) is tuple else (classes,)) if isinstance(c, StandIn)]
+        if not unknown:
+            return real(value, classes)
+        known = tuple(c for c in (classes if type(classes) is tuple else ()) if not isinstance(c, StandIn))
+        if known and real(value, known):
+            return True
+        return decide("%s(%s, %s)" % (real.__name__, summary_text(value), object.__getattribute__(unknown[0], "_path")))
+    return check
+
+
+def summary_text(value):
+    return object.__getattribute__(value, "_path") if isinstance(value, StandIn) else type(value).__name__
+
+
 def on_alarm(signum, frame):
     raise CallTimeout()
 
@@ -501,6 +531,8 @@ def exposed_builtins():
         getattr=disguised(getattr, safe_getattr, (2, 3)),
         hasattr=disguised(hasattr, safe_hasattr, (2, 2)),
         setattr=disguised(setattr, safe_setattr, (3, 3)),
+        isinstance=disguised(isinstance, type_check(isinstance), (2, 2)),
+        issubclass=disguised(issubclass, type_check(issubclass), (2, 2)),
     )
     return builtins
 
