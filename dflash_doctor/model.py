@@ -98,30 +98,81 @@ class Observation:
 
 
 @dataclasses.dataclass(frozen=True)
+class ConfigResult:
+    """How one drafter configuration fared on a question: on one runner and with one
+    setting where the rule counts those as alternatives (None where every value must
+    work). ``broken``: its first broken link; ``refusals``: each runner's refusal,
+    when no runner accepts the drafter."""
+
+    config: str
+    runner: str | None
+    setting: str | None
+    works: bool
+    broken: Observation | None = None
+    refusals: tuple[tuple[str, str], ...] = ()
+
+    def label(self) -> str:
+        """``zlab-full on the V1 runner (disable_eagle_block_drop)``, and what broke after a colon."""
+        label = self.config if self.runner is None else f"{self.config} on the {self.runner.upper()} runner"
+        label = label if self.setting is None else f"{label} ({self.setting})"
+        if self.works:
+            return label
+        if self.refusals:
+            return f"{label}: no runner accepts it ({'; '.join(f'{runner.upper()}: {why}' for runner, why in self.refusals)})"
+        broken = self.broken
+        if broken is None:
+            return label
+        layer = f" layer {broken.layer}" if broken.layer is not None else ""
+        note = f" ({broken.note})" if broken.note else ""
+        return f"{label}: {broken.part}{layer} is {broken.observed!r}, needs {broken.expected!r}{note}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"config": self.config, "runner": self.runner, "setting": self.setting, "works": self.works,
+                "broken": None if self.broken is None else self.broken.to_json(),
+                "refusals": [{"runner": runner, "why": why} for runner, why in self.refusals]}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "ConfigResult":
+        broken = data["broken"]
+        return cls(data["config"], data["runner"], data["setting"], data["works"],
+                   None if broken is None else Observation.from_json(broken),
+                   tuple((item["runner"], item["why"]) for item in data["refusals"]))
+
+
+@dataclasses.dataclass(frozen=True)
 class BehaviourAnswer:
     """What running the tree's code says about one fix: ``status`` None when it
-    could not answer (``reason`` says why); ``works``/``fails`` name configurations."""
+    could not answer (``reason`` says why); ``results``: how each configuration fared."""
 
     question: str
     status: str | None
     reason: str
-    works: tuple[str, ...] = ()
-    fails: tuple[str, ...] = ()
+    results: tuple[ConfigResult, ...] = ()
     observations: tuple[Observation, ...] = ()
+
+    @property
+    def works(self) -> tuple[ConfigResult, ...]:
+        return tuple(result for result in self.results if result.works)
+
+    @property
+    def fails(self) -> tuple[ConfigResult, ...]:
+        return tuple(result for result in self.results if not result.works)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "question": self.question,
             "status": self.status,
             "reason": self.reason or None,
-            "works": list(self.works),
-            "fails": list(self.fails),
+            "works": [result.label() for result in self.works],
+            "fails": [result.label() for result in self.fails],
+            "results": [result.to_json() for result in self.results],
             "observations": [item.to_json() for item in self.observations],
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "BehaviourAnswer":
-        return cls(data["question"], data["status"], data["reason"] or "", tuple(data["works"]), tuple(data["fails"]),
+        return cls(data["question"], data["status"], data["reason"] or "",
+                   tuple(ConfigResult.from_json(item) for item in data["results"]),
                    tuple(Observation.from_json(item) for item in data["observations"]))
 
 

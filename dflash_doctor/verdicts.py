@@ -118,7 +118,7 @@ def _for_drafter(rule: Rule, fix: FixResult, user: DraftConfig) -> FixResult:
     if affected is False:
         mine = user_name(user)
         behaviour = fix.behaviour
-        if behaviour is not None and any(label.startswith(mine) for label in behaviour.fails):
+        if behaviour is not None and any(result.config == mine for result in behaviour.fails):
             affected, why = True, "running the tree's code shows this drafter failing, whatever its config says"
         elif behaviour is None or not any(item.config == mine and item.ok for item in behaviour.observations):
             # the config alone never exempts: nothing ran this drafter through the tree's code

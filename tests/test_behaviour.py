@@ -48,7 +48,8 @@ def test_alternatives_that_disagree_are_partial_and_say_which_work():
     mixed = configs(a={"v1": (True, True), "v2": (True, False)}, b={"v1": (True, True), "v2": (True, True)}, g={"v1": (True, True)})
     answer = judge(ask(), mixed, ("a", "b"), ("g",))
     assert answer.status == "partial"
-    assert "a on the V2 runner" in answer.fails[0] and "b on the V2 runner" in answer.works
+    assert "a on the V2 runner" in answer.fails[0].label() and "b on the V2 runner" in [r.label() for r in answer.works]
+    assert (answer.fails[0].config, answer.fails[0].runner, answer.fails[0].broken.part) == ("a", "v2", "resolver")
     # Runners that are not alternatives must all work: the config fails as a whole.
     assert judge(ask(alternatives=()), mixed, ("a", "b"), ("g",)).status == "partial"
     assert judge(ask(alternatives=()), mixed, ("a",), ()).status == "absent"
@@ -58,7 +59,8 @@ def test_a_runner_that_refuses_the_drafter_does_not_run_it_unless_acceptance_is_
     refused = configs(a={"v1": (True, True), "v2": (False, False)}, b={"v1": (False, False), "v2": (False, False)}, g={"v1": (True, True)})
     assert judge(ask(), refused, ("a", "b"), ("g",)).status == "present"  # b runs nowhere: not judged
     answer = judge(ask(chain=("runner-accepts", "resolver")), refused, ("a", "b"), ("g",))
-    assert answer.status == "partial" and "b: no runner accepts it" in answer.fails[0]
+    assert answer.status == "partial" and "b: no runner accepts it" in answer.fails[0].label()
+    assert answer.fails[0].refusals and answer.fails[0].broken is None
 
 
 def test_a_broken_guard_makes_present_partial_and_unknowns_are_never_guessed():

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections import defaultdict
 from collections.abc import Sequence
 
 from ..engine import REBOUND, UNKNOWN_CODE, UNRECOGNISED, restate
-from ..model import ABSENT, BEHAVIOUR, PARTIAL, PRESENT, UNKNOWN, BehaviourAnswer, FixResult
+from ..model import ABSENT, BEHAVIOUR, PARTIAL, PRESENT, UNKNOWN, BehaviourAnswer, ConfigResult, FixResult
 from ..rules import IGNORE, Rule
 from .reference import reference_words
 
@@ -99,9 +98,6 @@ LINK_WORDS = {
     "layer-index": "the index given to",
     "causality": "the causality of",
 }
-_LINK = re.compile(rf"^({'|'.join(map(re.escape, LINK_WORDS))})\b")
-# A works/fails label of behaviour/judge.py after its config name: runner, setting, first broken link.
-_LABEL = re.compile(r"^(?: on the (?P<runner>\w+) runner)?(?: \((?P<setting>[^()]*)\))?(?:: (?P<why>.*))?$", re.S)
 
 
 def in_words(answer: BehaviourAnswer, notes: Sequence[str] = ()) -> str:
@@ -109,28 +105,33 @@ def in_words(answer: BehaviourAnswer, notes: Sequence[str] = ()) -> str:
     reference configs named in words (rules/reference/drafters/names.toml); empty when present."""
     if answer.status == PRESENT:
         return ""
-    configs = sorted({item.config for item in answer.observations}, key=len, reverse=True)
-    fails = [f"{who}: {why}" if why else who for who, why in _grouped(answer.fails, configs)]
-    works = [who for who, _ in _grouped(answer.works, configs)]
+    fails = [f"{who}: {why}" if why else who for who, why in _grouped(answer.fails)]
+    works = [who for who, _ in _grouped(answer.works)]
     parts = [f"fails for {'; '.join(fails)}"] if fails else []
     parts += [f"works for {', '.join(works)}"] if works else []
     return "; ".join([*parts, *notes])
 
 
-def _grouped(labels: tuple[str, ...], configs: list[str]) -> list[tuple[str, str]]:
+def _why(result: ConfigResult) -> str:
+    """What broke, in a reader's words."""
+    if result.refusals:
+        return f"no runner accepts it ({'; '.join(f'{runner.upper()}: {why}' for runner, why in result.refusals)})"
+    broken = result.broken
+    if broken is None:
+        return ""
+    layer = f" layer {broken.layer}" if broken.layer is not None else ""
+    note = f" ({broken.note})" if broken.note else ""
+    return f"{LINK_WORDS.get(broken.part, broken.part)}{layer} is {broken.observed!r}, needs {broken.expected!r}{note}"
+
+
+def _grouped(results: Sequence[ConfigResult]) -> list[tuple[str, str]]:
     """(who in words, why) per configuration and setting, its runners merged where they fail alike."""
     runners: dict[tuple[str, str | None, str], list[str]] = defaultdict(list)
-    for label in labels:
-        config = next((name for name in configs if label.startswith(name)), "")
-        found = _LABEL.match(label[len(config):]) if config else None
-        if found is None:  # not a label of judge's shape: show it as it is
-            runners.setdefault((label, None, ""), [])
-            continue
-        runners[(config, found["setting"], found["why"] or "")] += [found["runner"]] if found["runner"] else []
+    for result in results:
+        runners[(result.config, result.setting, _why(result))] += [result.runner.upper()] if result.runner else []
     words = reference_words()
     out = []
     for (config, setting, why), on in runners.items():
-        why = _LINK.sub(lambda found: LINK_WORDS[found[1]], why, count=1)
         who = words.get(config) or (f"your drafter ({config.removeprefix('user:')})" if config.startswith("user:") else config)
         if on:
             who += f" on the {' and '.join(on)} runner{'s' if len(on) > 1 else ''}"

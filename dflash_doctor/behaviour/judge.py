@@ -4,9 +4,10 @@ disagree (partial); a runner that refuses the drafter does not run it."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 
-from ..model import ABSENT, PARTIAL, PRESENT, BehaviourAnswer, Observation
+from ..model import ABSENT, PARTIAL, PRESENT, BehaviourAnswer, ConfigResult, Observation
 from ..rules import Behaviour
 
 ACCEPTS = "runner-accepts"
@@ -14,39 +15,39 @@ ACCEPTS = "runner-accepts"
 
 def judge(behaviour: Behaviour, observations: tuple[Observation, ...], subjects: tuple[str, ...], guards: tuple[str, ...]) -> BehaviourAnswer:
     """``subjects`` decide the verdict; a broken ``guard`` makes a present verdict partial."""
-    results: dict[tuple[str, ...], bool] = {}
-    failures: dict[tuple[str, ...], str] = {}
+    results: dict[tuple[str, str | None, str | None], ConfigResult] = {}
     for config in (*subjects, *guards):
         mine = [item for item in observations if item.config == config]
         outcome = _configuration(behaviour, config, mine, config in guards)
         if isinstance(outcome, str):
             return BehaviourAnswer(behaviour.question, None, outcome, observations=observations)
-        for key, (works, why) in outcome.items():
-            collapsed = _alternative_key(behaviour, key)
-            results[collapsed] = results.get(collapsed, True) and works
-            if not works:
-                failures.setdefault(collapsed, why)
-    subject_keys = [key for key in results if key[0] in subjects]
-    if not subject_keys:
+        for result in outcome:
+            key = _alternative_key(behaviour, result)
+            known = results.get(key)
+            if known is None or (known.works and not result.works):  # every collapsed value must work: the first failure stands
+                results[key] = dataclasses.replace(result, runner=key[1], setting=key[2])
+    subject_results = {result.works for key, result in results.items() if key[0] in subjects}
+    if not subject_results:
         return BehaviourAnswer(behaviour.question, None, "no runner of this tree runs any reference drafter", observations=observations)
-    works = tuple(_label(key) for key in results if results[key])
-    fails = tuple(f"{_label(key)}: {failures[key]}" for key in results if not results[key])
-    subject_results = {results[key] for key in subject_keys}
-    broken_guards = [key for key in results if key[0] in guards and not results[key]]
+    broken_guards = [result for key, result in results.items() if key[0] in guards and not result.works]
     if subject_results == {True}:
         status = PARTIAL if broken_guards else PRESENT
     elif subject_results == {False}:
         status = ABSENT
     else:
         status = PARTIAL
-    reason = "" if status == PRESENT else f"fails for {'; '.join(fails)}" + (f"; works for {', '.join(works)}" if works else "")
-    return BehaviourAnswer(behaviour.question, status, reason, works, fails, observations)
+    answer = BehaviourAnswer(behaviour.question, status, "", tuple(results.values()), observations)
+    if status == PRESENT:
+        return answer
+    reason = f"fails for {'; '.join(result.label() for result in answer.fails)}"
+    works = ", ".join(result.label() for result in answer.works)
+    return dataclasses.replace(answer, reason=reason + (f"; works for {works}" if works else ""))
 
 
 def _configuration(behaviour: Behaviour, config: str, observations: list[Observation], guard: bool):
-    """{(config, runner, setting): (works, why not)} for one drafter config, or
-    the reason it cannot be told. A guard no runner accepts is not judged: the
-    fix cannot break a drafter the tree does not run."""
+    """How one drafter config fares on each runner and setting, or the reason it
+    cannot be told. A guard no runner accepts is not judged: the fix cannot break
+    a drafter the tree does not run."""
     if not observations:
         return f"{config} was not observed"
     accepts = {item.runner: item for item in observations if item.part == ACCEPTS}
@@ -59,14 +60,14 @@ def _configuration(behaviour: Behaviour, config: str, observations: list[Observa
     running = {runner for runner, item in accepts.items() if item.ok is not False}
     if accepts and not running:
         if ACCEPTS in behaviour.chain and not guard:
-            refusal = "; ".join(f"{item.runner.upper()}: {item.note}" for item in accepts.values())
-            return {(config, "-", "-"): (False, f"no runner accepts it ({refusal})")}
-        return {}
-    links: dict[tuple[str, str, str], list[Observation]] = defaultdict(list)
+            refusals = tuple((item.runner or "-", item.note) for item in accepts.values())
+            return [ConfigResult(config, None, None, False, refusals=refusals)]
+        return []
+    links: dict[tuple[str | None, str], list[Observation]] = defaultdict(list)
     for item in observations:
         if item.part in behaviour.chain and item.part != ACCEPTS and (item.runner is None or item.runner in running):
-            links[(config, item.runner or "-", item.setting)].append(item)
-    outcome = {}
+            links[(item.runner, item.setting)].append(item)
+    outcome = []
     for key, items in links.items():
         missing = {item.part for item in items}
         open_ = [item for item in items if item.ok is None]
@@ -78,10 +79,11 @@ def _configuration(behaviour: Behaviour, config: str, observations: list[Observa
         absent_links = [part for part in behaviour.chain if part != ACCEPTS and part not in missing]
         if absent_links:
             return f"{config}: no observation of {', '.join(absent_links)}"
-        outcome[key] = (not broken, _why(broken[0]) if broken else "")
-    by_setting: dict[str, set[bool]] = defaultdict(set)
-    for (_, _, setting), (works, _) in outcome.items():
-        by_setting[setting].add(works)
+        runner, setting = key
+        outcome.append(ConfigResult(config, runner, setting, not broken, broken[0] if broken else None))
+    by_setting: dict[str | None, set[bool]] = defaultdict(set)
+    for result in outcome:
+        by_setting[result.setting].add(result.works)
     if unknown and any(len(results) > 1 for results in by_setting.values()):
         item = unknown[0]
         return (f"whether the {item.runner.upper()} runner accepts {config} is not known ({item.note}), "
@@ -89,22 +91,10 @@ def _configuration(behaviour: Behaviour, config: str, observations: list[Observa
     return outcome
 
 
-def _why(item: Observation) -> str:
-    layer = f" layer {item.layer}" if item.layer is not None else ""
-    return f"{item.part}{layer} is {item.observed!r}, needs {item.expected!r}" + (f" ({item.note})" if item.note else "")
-
-
-def _alternative_key(behaviour: Behaviour, key: tuple[str, str, str]) -> tuple[str, ...]:
-    """Dimensions that are not alternatives collapse: every value must work."""
-    config, runner, setting = key
+def _alternative_key(behaviour: Behaviour, result: ConfigResult) -> tuple[str, str | None, str | None]:
+    """Dimensions that are not alternatives collapse (None): every value must work."""
     return (
-        config,
-        runner if "runner" in behaviour.alternatives else "-",
-        setting if "setting" in behaviour.alternatives else "-",
+        result.config,
+        result.runner if "runner" in behaviour.alternatives else None,
+        result.setting if "setting" in behaviour.alternatives else None,
     )
-
-
-def _label(key: tuple[str, ...]) -> str:
-    config, runner, setting = key
-    label = config if runner == "-" else f"{config} on the {runner.upper()} runner"
-    return label if setting == "-" else f"{label} ({setting})"
