@@ -6,7 +6,8 @@ behaviour switched off (the structure-only check: the target's tree is given
 no place to run code); and each ``--previous`` engine, a ``git worktree`` of
 that revision (default: main) in a temporary directory run with the same
 interpreter. Measured side by side in one run, each a fresh process,
-interleaved, median of N runs:
+interleaved, median of N runs; beside them the floor, the interpreter starting
+with nothing to do (its site-packages' .pth files run at every start):
 
     python benchmarks/bench_check.py [--runs 7] [--release 0.33.0] [--previous main [--previous REV]]
 
@@ -89,8 +90,10 @@ def _measure(args, root: Path, files: list[str], repo: Path, previous: dict[str,
         timed(check, runs[f"{name}, cache on "][1], scratch)  # fill the results cache and the OS page cache
     structure = "this engine, structure only, cache off"
     runs[structure] = ([sys.executable, "-c", STRUCTURE_ONLY, *options], runs["this engine, cache off"][1])
-    samples: dict[str, list[tuple[float, float]]] = {"baseline": [], **{name: [] for name in runs}}
+    floor = [sys.executable, "-c", "pass"]  # this interpreter's start-up with its site-packages (.pth files run)
+    samples: dict[str, list[tuple[float, float]]] = {"baseline": [], "floor": [], **{name: [] for name in runs}}
     for _ in range(args.runs):  # interleaved, so that machine noise hits all of them alike
+        samples["floor"].append(timed(floor, runs["this engine, cache off"][1], scratch))
         samples["baseline"].append(timed(baseline, runs["this engine, cache off"][1], scratch))
         for name, (command, env) in runs.items():
             samples[name].append(timed(command, env, scratch))
@@ -98,6 +101,7 @@ def _measure(args, root: Path, files: list[str], repo: Path, previous: dict[str,
     for index, what in enumerate(("wall time", "CPU time (user + system, child processes included)")):
         median = {name: statistics.median(values[index] for values in samples[name]) for name in samples}
         print(f" {what}:")
+        print(f"  floor (python -c pass, the same interpreter and site-packages): {median['floor']:.3f} s")
         print(f"  baseline (libcst parse of those files, one process): {median['baseline']:.3f} s")
         for name in runs:
             ratios = [f"{median[name] / median['baseline']:.2f}x baseline"]
