@@ -19,6 +19,7 @@ from ..draft.config import SPECULATORS, DraftConfig, draft_layer_count
 from ..draft.sandbox import Call, Outcome, SandboxError
 from ..source import SourceTree, Symbol
 from .computed import RUNNER_FILES, RUNNERS, SPEC_CONFIG, SPECULATORS_ALGOS, Computed, Runner, RunnerSupport
+from .by_name import run_by_name
 from .definitions import ExtractError, Place, parsed_or_none
 from .hf_config import HfSource, hf_views
 from .interpret import failure, interpret
@@ -97,11 +98,9 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = san
                 continue
             call = with_spec(call, spec, spec_body, spec_attrs, f"hf{index}", count)
             calls.append(Call(f"{index}|{call.id}", call.expr, call.bind))
-    globals_ = {name: sandbox.gap(label) for name, label in builder.gaps.items()}
-    globals_["logger"] = sandbox.noop("logger")
-    globals_["os"] = sandbox.unset_env("os")
+    fixed = {"logger": sandbox.noop("logger"), "os": sandbox.unset_env("os")}
     try:
-        outcomes = run(builder.chunks, calls, data, globals_) if calls else {}
+        outcomes = run_by_name(builder, run, calls, data, fixed) if calls else {}
     except SandboxError as exc:
         return tuple(_nothing(draft, str(exc)) for draft in drafts)
     answers = []

@@ -33,21 +33,25 @@ from .definitions import (
 
 PROPERTY_DECORATORS = {"property", "cached_property"}
 STDLIB_FACTORY = "_stdlib"  # the harness's curated standard-library modules
-STDLIB_MODULES = frozenset({"operator", "functools", "math", "typing"})
+STDLIB_MODULES = frozenset({"operator", "functools", "math", "typing", "importlib", "inspect"})
 
 
 def stdlib_binding(node: ast.stmt, name: str) -> str | None:
     """``import operator`` / ``from functools import reduce``: the expression that
     binds ``name`` from the harness's curated module; None for any other binding."""
     if isinstance(node, ast.Import):
-        alias = next((a for a in node.names if (a.asname or a.name) == name), None)
-        if alias is not None and alias.name in STDLIB_MODULES:
-            return f"{STDLIB_FACTORY}({alias.name!r})"
+        # ``import importlib.util`` binds ``importlib``
+        alias = next((a for a in node.names if (a.asname or a.name.split(".")[0]) == name), None)
+        module = None if alias is None else alias.name if alias.asname else alias.name.split(".")[0]
+        if module in STDLIB_MODULES:
+            return f"{STDLIB_FACTORY}({module!r})"
     if isinstance(node, ast.ImportFrom) and not node.level and node.module in STDLIB_MODULES:
         alias = next((a for a in node.names if (a.asname or a.name) == name), None)
         if alias is not None:
             return f"{STDLIB_FACTORY}({node.module!r}).{alias.name}"
     return None
+
+
 KEPT_DECORATORS = {"staticmethod", "classmethod"}
 MAX_DEPTH = 12
 
@@ -68,6 +72,7 @@ class ProgramBuilder:
         self.gaps: dict[str, str] = {}  # free name -> label of the gap bound to it
         self.omitted: dict[str, str] = {}  # "Class.method" -> why it was left out
         self._origins: dict[str, str] = {}  # program name -> "file:qualname"
+        self.copying_classes = 0  # while > 0, a class reached by name is copied as a class (by_name.py)
 
     # -- module-level definitions -------------------------------------------
 
@@ -107,6 +112,22 @@ class ProgramBuilder:
         self._resolve_free_names(parsed, file, free_names(definition), depth)
         self.chunks.append(Chunk(node.name, ast.unparse(definition)))
 
+    def add_chunk(self, name: str, source: str) -> None:
+        self.chunks.append(Chunk(name, source))
+
+    def resolve_name(self, parsed, file: str, name: str) -> None:
+        """Copy what ``name`` is bound to at the top of ``file`` (or leave a gap under it)."""
+        self._resolve(parsed, file, name, 0)
+
+    def resolve_free(self, parsed, file: str, names: set[str]) -> None:
+        self._resolve_free_names(parsed, file, names, 0)
+
+    def method_source(self, owner: Symbol, method: ast.FunctionDef) -> tuple[str, set[str]]:
+        return self._method(owner, method)
+
+    def claim(self, name: str, origin: str) -> bool:
+        return self._claim(name, origin)
+
     def _claim(self, name: str, origin: str) -> bool:
         """True when ``name`` is already defined from the same place."""
         if name in self.provided or name in self.gaps:
@@ -128,6 +149,10 @@ class ProgramBuilder:
         if depth > MAX_DEPTH:
             raise ExtractError(f"the definitions {name!r} depends on go deeper than {MAX_DEPTH} levels")
         bindings = list(top_level_bindings(parsed.tree, name))
+        if len(bindings) > 1 and not any(conditional for _, conditional in bindings) and len(
+                {stdlib_binding(node, name) for node, _ in bindings} - {None}) == 1 and all(
+                stdlib_binding(node, name) for node, _ in bindings):
+            bindings = bindings[:1]  # ``import importlib.util`` and ``import importlib.metadata``: the same module
         if len(bindings) != 1:
             self._gap(name, f"{name} ({file})")
             return
@@ -151,6 +176,10 @@ class ProgramBuilder:
                 self.chunks.append(Chunk(name, f"{name} = {stdlib_binding(node, name)}"))
         elif isinstance(node, ast.ImportFrom):
             self._follow_import(node, name, file, depth)
+        elif isinstance(node, ast.ClassDef) and self.copying_classes:
+            from .by_name import class_copy  # by_name builds on this module
+
+            class_copy(self, Symbol(file, node.name, node, parsed))
         elif isinstance(node, ast.ClassDef) and self.classes and not imported:
             self.constructor(Symbol(file, node.name, node, parsed))
         else:

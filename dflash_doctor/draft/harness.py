@@ -13,6 +13,8 @@ fresh globals; the boundary goes up once, when the first request has arrived:
     answer   {"id": the request's, "results": {id: outcome}}
     outcome  {"value": json} | {"error": {"type", "message"}} | {"gap": str}
              | {"missing_key": str} | {"timeout": true}
+             | {"gap": str, "needs": [module, name or null]}   a definition of the
+                                      tree looked up by its module's name, not sent yet
 
 The program holds functions taken out of a vLLM tree. It runs with a small
 set of builtins (no open, no eval, no real import) under CPU, memory and file
@@ -39,6 +41,9 @@ past it. Stubs are described by ``spec``:
                              a permissive stand-in for a name outside the extracted code
     {"$records": true}       a function taking the calls recorded so far
     {"$module_class": true}  ``f(name, body)``: a class with that body on a Module base
+    {"$tree_modules": {module: {name: program name | null} | null}, "package": name}
+                             what was sent of the tree's modules (importlib.import_module)
+    {"$omitted": true}       ``f(why)``: a class attribute whose reading is a gap
 
 A gap is raised as a BaseException, so no ``except Exception`` in the
 inspected code can swallow it and take another path.
@@ -57,7 +62,7 @@ import sys
 SAFE_BUILTIN_NAMES = (
     "abs all any bool callable dict divmod enumerate filter float frozenset getattr hasattr "
     "int isinstance issubclass iter len list map max min next range repr reversed round set "
-    "setattr slice sorted str sum tuple zip property staticmethod classmethod object "
+    "setattr slice sorted str sum tuple type zip property staticmethod classmethod object "
     "Exception ValueError TypeError KeyError IndexError AttributeError NotImplementedError "
     "RuntimeError AssertionError ZeroDivisionError StopIteration LookupError ArithmeticError"
 ).split()
@@ -74,6 +79,72 @@ class ProbeGap(BaseException):
 
 
 RAISED = []  # the gaps raised during the current call
+
+
+class NeedsDefinition(ProbeGap):
+    """The code looked up a module of the tree (``name`` None) or a name in it by the
+    module's name (``importlib.import_module``) that the parent has not sent yet: the
+    parent adds it and runs the call again."""
+
+    def __init__(self, module, name=None):
+        ProbeGap.__init__(self, "%s%s, looked up by name" % (module, "" if name is None else "." + name))
+        self.needs = [module, name]
+
+
+# What the parent has sent of the tree's modules: module -> {name: program name, or None
+# when the module does not define it}, or None when there is no such module.
+TREE_MODULES = {}
+TREE_PACKAGE = [None]
+NAMESPACE = [None]  # the current request's globals (a module's names are program names)
+
+
+class TreeModule:
+    """A module of the tree, imported by its name: each name read from it is the
+    copied definition the parent sent."""
+
+    def __init__(self, name):
+        object.__setattr__(self, "_name", name)
+
+    def __getattr__(self, attr):
+        module = object.__getattribute__(self, "_name")
+        if attr.startswith("__"):
+            raise ProbeGap("%s.%s (a dunder of a module)" % (module, attr))
+        entries = TREE_MODULES.get(module) or {}
+        if attr not in entries:
+            raise NeedsDefinition(module, attr)
+        if entries[attr] is None:
+            raise AttributeError("module %r has no attribute %r" % (module, attr))
+        return NAMESPACE[0][entries[attr]]
+
+
+def import_module(name, package=None):
+    """``importlib.import_module`` for modules of the tree (anything else is a gap)."""
+    if package is not None or not isinstance(name, str) or name.startswith("."):
+        raise ProbeGap("a relative import by name")
+    if TREE_PACKAGE[0] is None or name.split(".")[0] != TREE_PACKAGE[0]:
+        raise ProbeGap("the module %s, imported by name" % name)
+    if name not in TREE_MODULES:
+        raise NeedsDefinition(name)
+    if TREE_MODULES[name] is None:
+        raise ModuleNotFoundError("No module named %r" % name)
+    return TreeModule(name)
+
+
+def omitted(why):
+    """A class attribute that could not be copied: reading it is a gap."""
+    class Omitted(object):
+        def __get__(self, instance, owner=None):
+            raise ProbeGap(why)
+    return Omitted()
+
+
+def signature_of(inspect):
+    def signature(function):
+        """``inspect.signature`` of copied code; of anything else, a gap."""
+        if isinstance(function, (Gap, StandIn)):
+            raise ProbeGap("the signature of %r" % (function,))
+        return inspect.signature(function)
+    return signature
 
 # Branches an unknown value decides: the call is run once per way the branches can go
 # (False first), and answers only when every way gives the same outcome.
@@ -221,6 +292,7 @@ def _stdlib_modules():
     functions; anything else of these modules is a gap. No attribute reaches
     beyond its value (attrgetter and methodcaller refuse dunders)."""
     import functools
+    import inspect
     import math
     import operator
 
@@ -239,6 +311,8 @@ def _stdlib_modules():
     for decorator in ("cache", "lru_cache", "wraps"):
         object.__setattr__(modules["functools"], decorator, _identity_decorator)
     modules["typing"] = Obj("typing", {"cast": lambda kind, value: value, "TYPE_CHECKING": False}, True)
+    modules["importlib"] = Obj("importlib", {"import_module": import_module}, True)
+    modules["inspect"] = Obj("inspect", {"signature": signature_of(inspect)}, True)
     return modules
 
 
@@ -423,6 +497,9 @@ def disguised(real, serve, arity=None):
         def __delattr__(self, name):
             delattr(real, _plain_name(name))
 
+    kind = type(real)  # builtin_function_or_method, or type for ``type`` itself
+    builtin_function_or_method.__name__ = kind.__name__
+    builtin_function_or_method.__qualname__ = kind.__qualname__
     served = builtin_function_or_method()
     served.__dict__.update((name, getattr(real, name)) for name in ("__name__", "__qualname__", "__doc__"))
     return served
@@ -468,6 +545,13 @@ def build(spec, data, namespace):
         return NoOp()
     if "$standin" in spec:
         return StandIn(spec["$standin"], build(spec.get("assume", {}), data, namespace), tuple(spec.get("record", ())))
+    if "$tree_modules" in spec:
+        TREE_MODULES.clear()
+        TREE_MODULES.update(spec["$tree_modules"])
+        TREE_PACKAGE[0] = spec.get("package")
+        return None
+    if "$omitted" in spec:
+        return omitted
     if "$container" in spec:
         return container(spec["$container"])
     if "$records" in spec:
@@ -492,6 +576,9 @@ def to_json(value, depth=0):
         return {str(key): to_json(item, depth + 1) for key, item in value.items()}
     if isinstance(value, Constructed):
         return {"$constructed": object.__getattribute__(value, "path")}
+    qualified = getattr(type(value), "_qualified_name", None)  # an instance of a class copied by name
+    if isinstance(qualified, str):
+        return {"$constructed": qualified}
     if isinstance(value, Gap):
         raise ProbeGap(object.__getattribute__(value, "_label"))
     return {"$repr": type(value).__name__}
@@ -501,6 +588,9 @@ def type_check(real):
     """``isinstance``/``issubclass`` against a class outside the extracted code (a
     stand-in): its answer is not known, so it decides a branch (explored both ways)."""
     def check(value, classes):
+        if isinstance(value, Gap):
+            raise ProbeGap(object.__getattribute__(value, "_label"))
+        classes = tuple(SERVED_CLASSES.get(id(c), c) for c in classes) if type(classes) is tuple else SERVED_CLASSES.get(id(classes), classes)
         unknown = [c for c in (classes if type(classes) is tuple else (classes,)) if isinstance(c, StandIn)]
         if not unknown:
             return real(value, classes)
@@ -509,6 +599,13 @@ def type_check(real):
             return True
         return decide("%s(%s, %s)" % (real.__name__, summary_text(value), object.__getattribute__(unknown[0], "_path")))
     return check
+
+
+def type_of(value):
+    """``type(value)``: of a value running the code cannot know, not known either."""
+    if isinstance(value, (Gap, StandIn)):
+        raise ProbeGap("the type of %s" % summary_text(value))
+    return type(value)
 
 
 def summary_text(value):
@@ -523,14 +620,21 @@ def real_builtin(name):
     return __builtins__[name] if isinstance(__builtins__, dict) else getattr(__builtins__, name)
 
 
+SERVED_CLASSES = {}  # id of a served built-in that is a class (type) -> the class, for type checks
+
+
 def exposed_builtins():
     """What the tree's code gets as its built-ins."""
     builtins = {name: real_builtin(name) for name in SAFE_BUILTIN_NAMES}
+    served_type = disguised(type, type_of, (1, 1))
+    SERVED_CLASSES[id(served_type)] = type
     builtins.update(
         __import__=disguised(real_builtin("__import__"), fake_import),
         getattr=disguised(getattr, safe_getattr, (2, 3)),
         hasattr=disguised(hasattr, safe_hasattr, (2, 2)),
         setattr=disguised(setattr, safe_setattr, (3, 3)),
+        type=served_type,
+        __build_class__=real_builtin("__build_class__"),  # class statements of copied classes (no metaclass keyword)
         isinstance=disguised(isinstance, type_check(isinstance), (2, 2)),
         issubclass=disguised(issubclass, type_check(issubclass), (2, 2)),
     )
@@ -546,6 +650,9 @@ def announce(request, step):
 def serve(request):
     """The answer to one request, run in fresh globals."""
     namespace = {"__builtins__": exposed_builtins(), "__name__": "probed", "_stdlib": stdlib}
+    NAMESPACE[0] = namespace
+    TREE_MODULES.clear()
+    TREE_PACKAGE[0] = None
     take_records()
     COMPILED.clear()
     DATA_TEXT.clear()
@@ -598,6 +705,9 @@ def explore(call, namespace, data, timeout, begin):
         for index in range(forced, len(taken)):
             pending.append([choice for _, choice in taken[:index]] + [True])
         labels.extend(label for label, _ in taken if label not in labels)
+    needing = [outcome for outcome in outcomes if "needs" in outcome]
+    if needing:
+        return needing[0]
     if all(outcome == outcomes[0] for outcome in outcomes):
         return outcomes[0]
     timed_out = [outcome for outcome in outcomes if "timeout" in outcome]
@@ -632,6 +742,9 @@ def run_once(call, namespace, data, timeout):
     if RAISED and "gap" not in outcome and "timeout" not in outcome:
         label = RAISED[0].args[0] if RAISED[0].args else "?"
         outcome = {"gap": "%s (caught by the tree's own code, which then went on)" % label}
+    needed = [gap.needs for gap in RAISED if isinstance(gap, NeedsDefinition)]
+    if needed and "timeout" not in outcome:  # the run is incomplete until the parent sends it
+        outcome = {"gap": outcome.get("gap", "?"), "needs": needed[0]}
     return outcome
 
 

@@ -71,6 +71,7 @@ class Outcome:
     gap: str | None = None
     missing_key: str | None = None
     timeout: bool = False
+    needs: tuple[str, str | None] | None = None  # a definition looked up by its module's name, not sent yet
 
     @property
     def ok(self) -> bool:
@@ -260,5 +261,10 @@ def _outcome(raw: dict[str, Any]) -> Outcome:
     texts = (error.get("type"), error.get("message", ""), raw.get("gap"), raw.get("missing_key"))
     if not all(text is None or isinstance(text, str) for text in texts):
         raise TypeError("an outcome field that is not a string")
+    needs = raw.get("needs")
+    if needs is not None and not (isinstance(needs, list) and len(needs) == 2 and isinstance(needs[0], str)
+                                  and (needs[1] is None or isinstance(needs[1], str))):
+        raise TypeError("a needs field of another shape")
     return Outcome(value=raw.get("value"), error_type=texts[0], error_message=texts[1], gap=texts[2],
-                   missing_key=texts[3], timeout=raw.get("timeout") is True)
+                   missing_key=texts[3], timeout=raw.get("timeout") is True,
+                   needs=None if needs is None else (needs[0], needs[1]))

@@ -1,0 +1,149 @@
+"""Definitions the tree's code looks up by their module's name (a registry of
+qualified names resolved with ``importlib.import_module``): sent to the child when
+it asks, classes copied as classes with their in-tree bases. Trees written here."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dflash_doctor.behaviour.by_name import run_by_name
+from dflash_doctor.behaviour.program import ProgramBuilder
+from dflash_doctor.draft import sandbox
+from dflash_doctor.draft.session import Call, Outcome
+from dflash_doctor.source import DirectoryTree
+
+REGISTRY = """
+    import importlib.metadata
+    import importlib.util
+
+    _PKG = "vllm.kinds"
+
+
+    def _builtin(module, name):
+        return f"{_PKG}.{module}.{name}"
+
+
+    _BY_METHOD = {"dflash": _builtin("dflash", "DFlashKind"), "eagle": _builtin("eagle", "EagleKind"),
+                  "gone": "vllm.kinds.nowhere.Kind", "typo": _builtin("dflash", "DflashKind")}
+
+
+    def resolve(qualname):
+        module_name, name = qualname.rsplit(".", 1)
+        return getattr(importlib.import_module(module_name), name)
+
+
+    def build(method):
+        kind = resolve(_BY_METHOD[method])
+        if not (isinstance(kind, type) and issubclass(kind, resolve("vllm.kinds.base.Kind"))):
+            raise TypeError("not a kind")
+        return resolve(kind.builds)("config")
+"""
+BASE = """
+    from typing import ClassVar
+
+    from torch import zeros
+
+
+    class Kind:
+        builds: ClassVar[str | None] = None
+        window: int = 0
+
+        @classmethod
+        def describe(cls):
+            return cls.builds
+
+        def unknown_here(self):
+            return zeros(1)
+"""
+DFLASH = """
+    from typing import final
+
+    from vllm.kinds.base import Kind
+
+
+    @final
+    class DFlashKind(Kind):
+        builds = "vllm.kinds.dflash.DFlashProposer"
+        window = 2048
+
+
+    class DFlashProposer:
+        def __init__(self, config, device=None):
+            self.config = config
+"""
+EAGLE = """
+    from vllm.kinds.base import Kind
+
+
+    class EagleKind(Kind):
+        builds = "vllm.kinds.eagle.EagleProposer"
+
+
+    class EagleProposer:
+        def __init__(self, config):
+            self.config = config
+"""
+
+
+def tree_of(root: Path, files: dict[str, str]) -> DirectoryTree:
+    for relpath, source in files.items():
+        path = root / relpath
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(source), encoding="utf-8")
+    return DirectoryTree(root, None)
+
+
+@pytest.fixture
+def registry_tree(tmp_path: Path) -> DirectoryTree:
+    return tree_of(tmp_path, {"vllm/__init__.py": "", "vllm/registry.py": REGISTRY, "vllm/kinds/__init__.py": "",
+                              "vllm/kinds/base.py": BASE, "vllm/kinds/dflash.py": DFLASH, "vllm/kinds/eagle.py": EAGLE})
+
+
+def ask(tree: DirectoryTree, *expressions: str) -> list[Outcome]:
+    builder = ProgramBuilder(tree, ())
+    parsed = tree.parsed("vllm/registry.py")
+    for name in ("build", "resolve", "_BY_METHOD"):
+        builder.resolve_name(parsed, "vllm/registry.py", name)
+    calls = [Call(f"c{index}", expression) for index, expression in enumerate(expressions)]
+    outcomes = run_by_name(builder, sandbox.run, calls, {}, {})
+    return [outcomes[call.id] for call in calls]
+
+
+def test_a_registry_of_qualified_names_is_followed_into_the_classes_it_names(registry_tree: DirectoryTree) -> None:
+    dflash, eagle, described, window = ask(
+        registry_tree, "build('dflash')", "build('eagle')", "resolve(_BY_METHOD['dflash']).describe()",
+        "resolve(_BY_METHOD['dflash']).window")
+    assert dflash.ok and dflash.value == {"$constructed": "vllm.kinds.dflash.DFlashProposer"}, dflash
+    assert eagle.ok and eagle.value == {"$constructed": "vllm.kinds.eagle.EagleProposer"}, eagle
+    assert described.ok and described.value == "vllm.kinds.dflash.DFlashProposer"  # a classmethod of the in-tree base
+    assert window.ok and window.value == 2048  # the subclass's own attribute over the base's
+
+
+def test_what_python_would_raise_for_a_missing_module_or_name_is_raised(registry_tree: DirectoryTree) -> None:
+    gone, typo = ask(registry_tree, "build('gone')", "build('typo')")
+    assert gone.error_type == "ModuleNotFoundError", gone
+    assert typo.error_type == "AttributeError" and "DflashKind" in typo.error_message, typo
+
+
+def test_a_method_that_reaches_outside_the_tree_is_a_gap_only_when_called(registry_tree: DirectoryTree) -> None:
+    called, not_called = ask(registry_tree, "resolve(_BY_METHOD['dflash'])().unknown_here()",
+                             "resolve(_BY_METHOD['dflash']).builds")
+    assert called.gap and not called.ok, called
+    assert not_called.ok
+
+
+def test_a_module_outside_the_tree_imported_by_name_is_a_gap(registry_tree: DirectoryTree) -> None:
+    (outside,) = ask(registry_tree, "resolve('torch.nn.Linear')")
+    assert outside.gap and "torch.nn" in outside.gap
+
+
+def test_a_class_decorator_behaviour_cannot_reproduce_leaves_that_class_a_gap(tmp_path: Path) -> None:
+    tree = tree_of(tmp_path, {"vllm/__init__.py": "", "vllm/registry.py": REGISTRY, "vllm/kinds/__init__.py": "",
+                              "vllm/kinds/base.py": BASE,
+                              "vllm/kinds/dflash.py": "from vllm.kinds.base import Kind\nfrom somewhere import register\n\n\n"
+                                                      "@register\nclass DFlashKind(Kind):\n    builds = 'x.y'\n"})
+    (outcome,) = ask(tree, "build('dflash')")
+    assert outcome.gap and "register" in outcome.gap, outcome
