@@ -6,11 +6,12 @@ of ``a if True else b``), the right operand an ``and``/``or`` never evaluates
 (``False and x``), the body of a loop over an empty literal, and every
 statement after one that never falls through (``return``, ``raise``,
 ``continue``, ``break``, an ``if`` whose every branch ends, a ``try`` whose
-body and handlers all end, ``while True:`` without its own ``break``).
+body and handlers all end, ``while True:`` without its own ``break``), and a
+function defined inside another, undecorated, whose name is never used again.
 ``__debug__`` is true as Python runs without ``-O``. A name is a constant only
 when ``constants`` says so (``module_constants``: ``TYPE_CHECKING`` imported from
-``typing`` and never bound otherwise); a function that is never called is not
-told apart.
+``typing`` and never bound otherwise); whether another module calls a function is not
+asked.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ _COMPARE: dict[type, Callable[[object, object], object]] = {
     cst.Is: operator.is_, cst.IsNot: operator.is_not,
 }
 _ENDS = (cst.Return, cst.Raise, cst.Continue, cst.Break)
+_BY_NAME = ("locals", "vars", "eval", "exec")  # ways to reach a local function without its name
 
 
 def dead_nodes(tree: cst.CSTNode, constants: Mapping[str, object] | None = None) -> set[int]:
@@ -104,12 +106,40 @@ def _dead_parts(node: cst.CSTNode, known: Mapping[str, object]) -> Iterator[cst.
             yield node.body
         elif truth is True and node.orelse is not None:
             yield node.orelse
+    elif isinstance(node, cst.FunctionDef):
+        yield from _never_called(node)
     elif isinstance(node, cst.For) and _truth(node.iter, known) is False:
         yield node.body
     elif isinstance(node, cst.BooleanOperation):
         truth = _truth(node.left, known)
         if (truth is False and isinstance(node.operator, cst.And)) or (truth is True and isinstance(node.operator, cst.Or)):
             yield node.right
+
+
+def _never_called(function: cst.FunctionDef) -> Iterator[cst.FunctionDef]:
+    """Functions defined in ``function`` (undecorated) whose name nothing else in it
+    mentions: nothing can call them (unless the code reaches its locals by name)."""
+    nested: list[cst.FunctionDef] = []
+    stack: list[cst.CSTNode] = [function.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.FunctionDef):
+            if not node.decorators:
+                nested.append(node)
+        elif not isinstance(node, (cst.ClassDef, cst.Lambda)):
+            stack.extend(children(node))
+    if not nested:
+        return
+    mentions: dict[str, int] = {}
+    stack = [function]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Name):
+            mentions[node.value] = mentions.get(node.value, 0) + 1
+        stack.extend(children(node))
+    if any(name in mentions for name in _BY_NAME):
+        return
+    yield from (node for node in nested if mentions[node.name.value] == 1)  # its own name only
 
 
 def _after_end(body: Sequence[cst.CSTNode], known: Mapping[str, object]) -> Iterator[cst.CSTNode]:

@@ -46,6 +46,8 @@ DEAD_CASES = {
     "right of a false and": "False and ran.append('dead')\nran.append('live')",
     "right of a true or": "(1 or ran.append('dead')) and ran.append('live')",
     "nested dead inside live": "if x:\n    ran.append('live')\n    if ():\n        ran.append('dead')",
+    "a nested function nothing calls":
+        "def helper():\n    ran.append('dead')\nran.append('live')",
 }
 LIVE_CASES = {
     "an unknown test": "if x:\n    ran.append('live')",
@@ -59,6 +61,11 @@ LIVE_CASES = {
     "a comparison with an unknown side": "if x == 1 or x != 1:\n    ran.append('live')",
     "a loop over a starred tuple": "for item in (*[1],):\n    ran.append('live')",
     "a bare TYPE_CHECKING nothing vouches for": "if TYPE_CHECKING:\n    ran.append('live')",
+    "a nested function called": "def helper():\n    ran.append('live')\nif x:\n    helper()",
+    "a nested function handed on": "def helper():\n    ran.append('live')\nlist(map(lambda f: f(), [helper]))",
+    "a nested function a decorator may call":
+        "def call(function):\n    function()\n    return function\n@call\ndef helper():\n    ran.append('live')",
+    "a nested function reached through locals()": "def helper():\n    ran.append('live')\nlocals()['helper']()",
 }
 
 
