@@ -34,20 +34,36 @@ _COMPARE: dict[type, Callable[[object, object], object]] = {
     cst.Is: operator.is_, cst.IsNot: operator.is_not,
 }
 _ENDS = (cst.Return, cst.Raise, cst.Continue, cst.Break)
-_BY_NAME = ("locals", "vars", "eval", "exec")  # ways to reach a local function without its name
+_BLOCKS = (cst.Module, cst.IndentedBlock, cst.SimpleStatementLine, cst.SimpleStatementSuite)  # sequences of statements
+_DECIDING = frozenset({*_BLOCKS, cst.If, cst.IfExp, cst.While, cst.For, cst.BooleanOperation})  # may hold dead parts
+_BY_NAME = ("locals", "vars", "eval", "exec")  # ways to reach a function without its name
 
 
 def dead_nodes(tree: cst.CSTNode, constants: Mapping[str, object] | None = None) -> set[int]:
     """``id()`` of every node of ``tree`` that lies in code that never runs."""
     known = {**_KEYWORDS, **(constants or {})}
     dead: set[int] = set()
+    mentions: dict[str, int] = {}  # names used in live code (a function's own name once)
+    functions: list[cst.FunctionDef] = []
+    outside = {id(item) for item in tree.body} if isinstance(tree, cst.Module) else set()  # not in a function
     stack = [tree]
     while stack:
         node = stack.pop()
-        cut = list(_dead_parts(node, known))
-        for part in cut:
-            dead |= subtree_ids(part)
+        kind = type(node)  # exact types: isinstance on libcst's abstract bases is slow
+        if kind is cst.Name:
+            mentions[node.value] = mentions.get(node.value, 0) + 1
+        elif kind is cst.FunctionDef:
+            functions.append(node)
+        elif kind is cst.ClassDef:
+            outside.update(id(item) for item in node.body.body)  # its methods
+        elif kind in _DECIDING:
+            for part in _dead_parts(node, known):
+                dead |= subtree_ids(part)
         stack.extend(child for child in children(node) if id(child) not in dead)
+    if not any(name in mentions for name in _BY_NAME):
+        for function in functions:  # defined in a function, undecorated, its own name its only mention
+            if id(function) not in outside and not function.decorators and mentions[function.name.value] == 1:
+                dead |= subtree_ids(function)
     return dead
 
 
@@ -97,17 +113,14 @@ def _bound_names(node: ast.AST) -> Iterator[str]:
 
 def _dead_parts(node: cst.CSTNode, known: Mapping[str, object]) -> Iterator[cst.CSTNode]:
     """The parts of ``node`` itself that never run (its children, not deeper)."""
-    body = getattr(node, "body", None)
-    if isinstance(body, Sequence) and not isinstance(body, str):
-        yield from _after_end(body, known)
-    if isinstance(node, (cst.If, cst.IfExp, cst.While)):  # a true loop test never lets its else run
+    if isinstance(node, _BLOCKS):
+        yield from _after_end(node.body, known)
+    elif isinstance(node, (cst.If, cst.IfExp, cst.While)):  # a true loop test never lets its else run
         truth = _truth(node.test, known)
         if truth is False:
             yield node.body
         elif truth is True and node.orelse is not None:
             yield node.orelse
-    elif isinstance(node, cst.FunctionDef):
-        yield from _never_called(node)
     elif isinstance(node, cst.For) and _truth(node.iter, known) is False:
         yield node.body
     elif isinstance(node, cst.BooleanOperation):
@@ -116,34 +129,8 @@ def _dead_parts(node: cst.CSTNode, known: Mapping[str, object]) -> Iterator[cst.
             yield node.right
 
 
-def _never_called(function: cst.FunctionDef) -> Iterator[cst.FunctionDef]:
-    """Functions defined in ``function`` (undecorated) whose name nothing else in it
-    mentions: nothing can call them (unless the code reaches its locals by name)."""
-    nested: list[cst.FunctionDef] = []
-    stack: list[cst.CSTNode] = [function.body]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, cst.FunctionDef):
-            if not node.decorators:
-                nested.append(node)
-        elif not isinstance(node, (cst.ClassDef, cst.Lambda)):
-            stack.extend(children(node))
-    if not nested:
-        return
-    mentions: dict[str, int] = {}
-    stack = [function]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, cst.Name):
-            mentions[node.value] = mentions.get(node.value, 0) + 1
-        stack.extend(children(node))
-    if any(name in mentions for name in _BY_NAME):
-        return
-    yield from (node for node in nested if mentions[node.name.value] == 1)  # its own name only
-
-
 def _after_end(body: Sequence[cst.CSTNode], known: Mapping[str, object]) -> Iterator[cst.CSTNode]:
-    for index, statement in enumerate(body):
+    for index, statement in enumerate(body[:-1]):  # the last one has nothing after it
         if _ends(statement, known):
             yield from body[index + 1:]
             return
