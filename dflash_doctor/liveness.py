@@ -44,8 +44,7 @@ def dead_nodes(tree: cst.CSTNode, constants: Mapping[str, object] | None = None)
     known = {**_KEYWORDS, **(constants or {})}
     dead: set[int] = set()
     mentions: dict[str, int] = {}  # names used in live code (a function's own name once)
-    functions: list[cst.FunctionDef] = []
-    outside = {id(item) for item in tree.body} if isinstance(tree, cst.Module) else set()  # not in a function
+    nested: list[cst.FunctionDef] = []  # undecorated functions defined in a function's own body
     stack = [tree]
     while stack:
         node = stack.pop()
@@ -53,16 +52,14 @@ def dead_nodes(tree: cst.CSTNode, constants: Mapping[str, object] | None = None)
         if kind is cst.Name:
             mentions[node.value] = mentions.get(node.value, 0) + 1
         elif kind is cst.FunctionDef:
-            functions.append(node)
-        elif kind is cst.ClassDef:
-            outside.update(id(item) for item in node.body.body)  # its methods
+            nested += [item for item in node.body.body if type(item) is cst.FunctionDef and not item.decorators]
         elif kind in _DECIDING:
             for part in _dead_parts(node, known):
                 dead |= subtree_ids(part)
         stack.extend(child for child in children(node) if id(child) not in dead)
     if not any(name in mentions for name in _BY_NAME):
-        for function in functions:  # defined in a function, undecorated, its own name its only mention
-            if id(function) not in outside and not function.decorators and mentions[function.name.value] == 1:
+        for function in nested:
+            if mentions.get(function.name.value, 0) <= 1:  # its own name only: nothing can call it
                 dead |= subtree_ids(function)
     return dead
 

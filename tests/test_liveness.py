@@ -180,3 +180,13 @@ def test_the_check_reads_a_dead_form_as_not_there_and_says_so(tmp_path: Path):
     assert [item.form for item in backoff] == [UNRECOGNISED, DEAD]
     dead_line = scheduler.splitlines().index("            if self.use_eagle and not self.spec.use_dflash():") + 1
     assert backoff[1].line == dead_line and "backoff-exempts-dflash" in backoff[1].note
+
+
+def test_the_function_read_and_functions_outside_a_function_are_live():
+    """Only a function defined in another one's body can be told never called: the anchored
+    function itself (the tree, or a statement of the module read) and a module's own are live."""
+    function = cst.parse_statement("def f(x):\n    def unused():\n        return 1\n    return 2\n")
+    dead = dead_nodes(function)
+    assert id(function) not in dead and id(function.body.body[0]) in dead
+    module = cst.parse_module("def f(x):\n    return 1\n\n\nif x:\n    def g():\n        return 2\n")
+    assert not dead_nodes(module)
