@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from .liveness import dead_nodes, module_constants
 from .model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, Evidence, FixResult
 from .patterns import Match, NodeIndex, subtree_ids
 from .rebinding import rebound_at, rebound_in
@@ -18,6 +19,7 @@ from .source import SourceError, SourceTree, Symbol, locate
 
 REBOUND = "rebound"  # evidence form: the anchored definition is replaced later in its module
 UNRECOGNISED = "unrecognised"  # evidence form: code at an anchor that no form of the rule matches
+DEAD = "dead-code"  # evidence form: a form found only in code that never runs (not counted)
 
 # What to do to get an answer, by why a fix is unknown (never an upgrade: nothing says one is needed).
 UNREADABLE = "A file this fix reads cannot be read as Python (the reason names it): restore it or reinstall vLLM, then check again."
@@ -41,32 +43,51 @@ class FormHit:
     matches: tuple[Match, ...]  # empty for a form decided by ``unless`` alone
 
 
-def match_forms(forms: list[Form], module: cst.CSTNode) -> list[FormHit]:
-    """Forms matching this code, in rule order.
+def match_forms(forms: list[Form], module: cst.CSTNode, constants: Mapping[str, object] | None = None) -> list[FormHit]:
+    """Forms matching the code of ``module`` that runs, in rule order (see ``read_forms``)."""
+    return read_forms(forms, module, constants)[0]
+
+
+def read_forms(forms: list[Form], module: cst.CSTNode,
+               constants: Mapping[str, object] | None = None) -> tuple[list[FormHit], list[FormHit]]:
+    """Forms matching the code that runs, in rule order, and the forms found only in
+    code that never runs (``liveness``: ``constants`` are names known without running).
 
     A match that lies inside code an earlier form already claimed is dropped:
     the comprehension that shifts the ids also contains the raw read.
     """
     hits: list[FormHit] = []
+    unread: list[FormHit] = []
     claimed: set[int] = set()
-    module = NodeIndex(module)
+    index = NodeIndex(module)
+    dead: set[int] | None = None
+
+    def live(found: Match) -> bool:
+        nonlocal dead
+        if dead is None:
+            dead = dead_nodes(module, constants)
+        return id(found.node) not in dead
+
     for form in forms:
-        if any(next(pattern.find(module), None) is not None for pattern in form.unless):
+        if any(live(found) for pattern in form.unless for found in pattern.find(index)):
             continue
         if not form.patterns:
             hits.append(FormHit(form, ()))
             continue
-        matches = [
+        found_all = [
             found
             for pattern in form.patterns
-            for found in pattern.find(module)
+            for found in pattern.find(index)
             if id(found.node) not in claimed and _where_holds(form, found)
         ]
+        matches = [found for found in found_all if live(found)]
         if matches:
             hits.append(FormHit(form, tuple(matches)))
             for found in matches:
                 claimed.update(subtree_ids(found.node))
-    return hits
+        elif found_all:
+            unread.append(FormHit(form, tuple(found_all)))
+    return hits, unread
 
 
 def _where_holds(form: Form, found: Match) -> bool:
@@ -88,16 +109,25 @@ class SiteResult:
 
 def evaluate_site(rule: Rule, anchor: Anchor, symbol: Symbol) -> SiteResult:
     module, offset = symbol.cst()
-    hits = match_forms(rule.forms_for(anchor.id), module)
-    if not hits:
-        note = "no known form of this fix matches this code"
-        return SiteResult(frozenset(), (Evidence(symbol.file, symbol.line, symbol.qualname, UNRECOGNISED, note),))
+    constants = module_constants(symbol.parsed.tree) if _names(symbol.node, "TYPE_CHECKING") else {}
+    hits, unread = read_forms(rule.forms_for(anchor.id), module, constants)
     lines = _line_finder(symbol, module, offset)
     evidence = []
+    if not hits:
+        note = "no known form of this fix matches this code" + (" where it runs" if unread else "")
+        evidence.append(Evidence(symbol.file, symbol.line, symbol.qualname, UNRECOGNISED, note))
     for hit in hits:
         for line in sorted({lines(found.node) for found in hit.matches}) or [symbol.line]:
             evidence.append(Evidence(symbol.file, line, symbol.qualname, hit.form.id, hit.form.description))
+    for hit in unread:
+        note = f"not counted, this code never runs: {hit.form.description} ({hit.form.id})"
+        evidence.extend(Evidence(symbol.file, line, symbol.qualname, DEAD, note)
+                        for line in sorted({lines(found.node) for found in hit.matches}))
     return SiteResult(frozenset(hit.form.verdict for hit in hits), tuple(evidence))
+
+
+def _names(node: ast.AST, name: str) -> bool:
+    return any(isinstance(item, ast.Name) and item.id == name for item in ast.walk(node))
 
 
 def _line_finder(symbol: Symbol, module: cst.Module, offset: int):

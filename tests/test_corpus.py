@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 from conftest import rule_files
-from corpus import Replace, cache_drop, layer_offset, rename_within, swa_config
+from corpus import Dead, Replace, cache_drop, layer_offset, rename_within, swa_config
 from corpus.summary import CorpusSummary, outcome
 
 from dflash_doctor.check import run_check
+from dflash_doctor.engine import DEAD
 from dflash_doctor.rulefile import load_rules
 from dflash_doctor.targets.path import PathTarget
 from dflash_doctor.targets.release import release_tree
@@ -26,6 +27,8 @@ pytestmark = pytest.mark.release
 
 EDITS = layer_offset.EDITS + swa_config.EDITS + swa_config.WITH_DRAFT_CONFIG + cache_drop.EDITS
 DRAFTERS = Path(__file__).parent / "corpus" / "drafters"
+# Edits that put code that never runs beside live code (issue 19 item 2).
+DEAD_CODE = tuple(edit for edit in EDITS if any(isinstance(change, Dead) for change in edit.changes))
 
 # Beyond the files the rules read: what makes a tree a tree, and what running
 # the tree's own DFlash code (config, runners, scheduler, drafter) reaches.
@@ -160,6 +163,34 @@ def test_causality_is_observed_not_judged(edit, base_tree, rules_by_fix, tmp_pat
     assert changed and all(after[key][0] != after[key][1] for key in changed), changed
 
 
+@pytest.mark.parametrize("edit", [
+    *DEAD_CODE,
+    *(pytest.param(edit, marks=pytest.mark.xfail(strict=True, reason="behaviour/handed.py reads the dead construction"))
+      for edit in cache_drop.BEHAVIOUR_READS_DEAD),
+], ids=[edit.id for edit in DEAD_CODE + cache_drop.BEHAVIOUR_READS_DEAD])
+def test_code_that_never_runs_changes_nothing(edit, base_tree, rules_by_fix, tmp_path):
+    """The edit reads exactly as it does without its dead code (``Dead``: Python compiles it
+    to nothing): the verdict, who decided it, the structure's own verdict and the forms it
+    cites; the dead copy is cited only as dead code."""
+    rules = (rules_by_fix[edit.fix],)
+
+    def check(applied, name: str):
+        tree = tmp_path / name
+        shutil.copytree(base_tree(edit.base), tree)
+        if applied is not None:
+            applied.apply(tree)
+        (fix,) = run_check(PathTarget(tree), rules).fixes
+        return fix
+
+    def reading(fix) -> tuple:
+        cited = sorted({(item.file, item.symbol, item.form) for item in fix.evidence if item.form != DEAD})
+        return fix.status, fix.decided_by, fix.structure_status, cited
+
+    dead, live = check(edit, "with-dead-code"), check(edit.live, "live-only")
+    assert reading(dead) == reading(live), (dead.reason, live.reason)
+    assert any(item.form == DEAD for item in dead.evidence), dead.evidence
+
+
 def test_corpus_has_the_size_issue_11_asks_for():
     """Per fix: at least 15 preserving rewrites, 15 breaking edits and 5 added fixes."""
     for fix in ("layer-offset", "swa-config", "cache-drop"):
@@ -174,6 +205,13 @@ def test_an_edit_that_does_not_match_exactly_is_refused():
     with pytest.raises(AssertionError, match="found 0 times"):
         Replace("f.py", "y = 1", "y = 2").apply(twice)
     assert Replace("f.py", "x = 1", "x = 2", count=2).apply(twice) == "x = 2\nx = 2\n"
+
+
+def test_dead_code_that_python_would_run_is_refused():
+    source = "def f(y):\n    x = 1\n    return x\n"
+    assert "if False:\n        x = 2\n" in Dead("f.py", "    x = 1\n", "    if False:\n        x = 2\n", "        x = 2\n").apply(source)
+    with pytest.raises(AssertionError, match="of the dead copy are compiled to run"):
+        Dead("f.py", "    x = 1\n", "    if y:\n        x = 2\n", "        x = 2\n").apply(source)
 
 
 def test_a_rename_keeps_string_literals_and_stays_in_its_span():

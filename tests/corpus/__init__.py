@@ -9,9 +9,11 @@ stated number of times, or a function over the source)."""
 from __future__ import annotations
 
 import dataclasses
+import dis
 import re
 from collections.abc import Callable
 from pathlib import Path
+from types import CodeType
 
 KINDS = ("preserve", "break", "add")
 
@@ -34,6 +36,38 @@ class Replace:
 
 
 @dataclasses.dataclass(frozen=True)
+class Dead:
+    """Put ``code`` right after the unique text ``after`` in ``file``: code that never runs
+    (its lines from ``copy`` on sit under a constant-false test or after a ``return``).
+    Python is asked: the compiled file holds no line of ``copy``."""
+
+    file: str
+    after: str
+    code: str
+    copy: str  # the part of ``code`` that never runs
+
+    def apply(self, text: str) -> str:
+        edited = Replace(self.file, self.after, self.after + self.code).apply(text)
+        assert self.code.count(self.copy) == 1, f"{self.file}: the dead copy is not in the code put in"
+        start = edited.index(self.after + self.code) + len(self.after) + self.code.index(self.copy)
+        first = edited.count("\n", 0, start) + 1
+        dead = set(range(first, first + self.copy.count("\n")))
+        ran = _compiled_lines(compile(edited, self.file, "exec"))
+        assert not dead & ran, f"{self.file}: lines {sorted(dead & ran)} of the dead copy are compiled to run"
+        return edited
+
+
+def _compiled_lines(code: CodeType) -> set[int]:
+    """Every line the code object would run, with the code objects its bytecode loads
+    (a comprehension under ``if False:`` is compiled, but nothing loads it)."""
+    lines = {line for _, _, line in code.co_lines() if line is not None}
+    for instruction in dis.get_instructions(code):
+        if instruction.opname == "LOAD_CONST" and isinstance(instruction.argval, CodeType):
+            lines |= _compiled_lines(instruction.argval)
+    return lines
+
+
+@dataclasses.dataclass(frozen=True)
 class Transform:
     """A function over the source of ``file``, for edits a find/replace cannot say."""
 
@@ -51,7 +85,7 @@ class Edit:
     base: str  # the release whose tree is edited
     kind: str  # preserve | break | add
     why: str  # what the edit does and why it keeps, breaks or adds the fix
-    changes: tuple[Replace | Transform, ...]
+    changes: tuple[Replace | Transform | Dead, ...]
     draft_config: str | None = None  # a file in tests/corpus/drafters/, checked as the user's --draft-config
 
     def __post_init__(self) -> None:
@@ -61,6 +95,13 @@ class Edit:
     @property
     def id(self) -> str:
         return f"{self.fix}/{self.kind}/{self.name}"
+
+    @property
+    def live(self) -> Edit | None:
+        """The edit without its code that never runs (None: it is all dead code), for an edit
+        with some; the check must read both alike."""
+        changes = tuple(change for change in self.changes if not isinstance(change, Dead))
+        return dataclasses.replace(self, changes=changes) if changes else None
 
     @property
     def files(self) -> tuple[str, ...]:

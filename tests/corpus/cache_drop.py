@@ -2,7 +2,7 @@
 manager (nor the hybrid Mamba chunking) to drop the last matched prefix-cache
 block; the chain is predicate -> scheduler -> KV cache manager."""
 
-from . import Replace, edits
+from . import Dead, Replace, edits
 
 SPEC = "vllm/config/speculative.py"
 SCHED = "vllm/v1/core/sched/scheduler.py"
@@ -14,6 +14,17 @@ SCHED_ASSIGN = "            self.use_eagle_block_drop = speculative_config.use_e
 SCHED_KW = "            use_eagle=self.use_eagle_block_drop,\n"
 MANAGER = "        self.kv_cache_manager = KVCacheManager(\n"
 MAMBA = "            request.num_tokens,\n            block_size,\n            self.use_eagle_block_drop,\n"
+MAMBA_CALL_END = "            num_hash_lookahead_tokens=self.num_hash_lookahead_tokens,\n        )\n"
+NEEDS_DOC_END = '        alone, so only EAGLE/EAGLE3/MTP require the trailing-block drop.\n        """\n'
+# Code that never runs (corpus.Dead): a copy of one form beside live code of another.
+DEAD_BACKOFF = ("            if self.use_eagle:\n"
+                "                last_cache_position = max(last_cache_position - block_size, 0)\n")
+DEAD_BACKOFF_EXEMPT = ("            if self.use_eagle and not self.vllm_config.speculative_config.use_dflash():\n"
+                       "                last_cache_position = max(last_cache_position - block_size, 0)\n")
+DEAD_MANAGER_EXEMPT = ("            self.kv_cache_manager = KVCacheManager(\n"
+                       "                kv_cache_config=kv_cache_config,\n"
+                       "                use_eagle=self.use_eagle and not self.vllm_config.speculative_config.use_dflash(),\n"
+                       "            )\n")
 # 0.30.0 / 0.32.0: the opt-out flag only, DFlash still drops by default.
 OPT_OUT = "        return self.use_eagle() and not self.disable_eagle_block_drop\n"
 
@@ -177,6 +188,20 @@ EDITS = edits(
     ("predicate-not-called", "0.33.0", "break",
      "the scheduler takes the truth of the bound method, not its result: always drop.",
      scheduler(SCHED_ASSIGN, "            self.use_eagle_block_drop = bool(speculative_config.use_eagle_block_drop)\n")),
+    # --- code that never runs beside live code (issue 19 item 2) ----------------
+    ("dead-backoff-use-eagle", "0.33.0", "preserve",
+     "the old back-off on use_eagle kept under `if False:` beside the live one on the block-drop bit.",
+     Dead(SCHED, MAMBA + MAMBA_CALL_END, "        if False:  # before the block-drop predicate\n" + DEAD_BACKOFF,
+          DEAD_BACKOFF)),
+    ("dead-backoff-exempts-dflash", "0.33.0", "break",
+     "the back-off hands use_eagle to the checkpoint position; a DFlash exemption sits under `while 0:`.",
+     scheduler(MAMBA, "            request.num_tokens,\n            block_size,\n            self.use_eagle,\n"),
+     Dead(SCHED, "            self.use_eagle,\n" + MAMBA_CALL_END,
+          "        while 0:  # DFlash exempt, some day\n" + DEAD_BACKOFF_EXEMPT, DEAD_BACKOFF_EXEMPT)),
+    ("dead-exemption", "0.33.0", "break",
+     "needs_eagle_block_drop returns use_eagle(); the exemption sits under `if 0:` before it.",
+     needs("        return self.use_eagle()\n"),
+     Dead(SPEC, NEEDS_DOC_END, "        if 0:\n    " + NEEDS, "    " + NEEDS)),
     # --- the exemption added, in other styles, to trees with the opt-out flag only -------
     ("add-method-compare", "0.30.0", "add",
      "0.30.0 use_eagle_block_drop exempts method 'dflash' by name.",
@@ -206,4 +231,15 @@ EDITS = edits(
              '        elif self.method == "dflash":\n'
              "            return False\n"
              "        return self.use_eagle()\n")),
+)
+
+# Dead code that behaviour still reads (behaviour/handed.py folds the last KVCacheManager
+# construction it finds, dead or not): asserted apart, as known failures.
+BEHAVIOUR_READS_DEAD = edits(
+    "cache-drop",
+    ("dead-manager-exempts-dflash", "0.33.0", "break",
+     "KVCacheManager is handed bool(use_eagle); a DFlash-exempt construction sits under `if False:` before it.",
+     scheduler(SCHED_KW, "            use_eagle=bool(self.use_eagle),\n"),
+     Dead(SCHED, "        self.hash_block_size = hash_block_size\n",
+          "        if False:  # the DFlash exemption, off\n" + DEAD_MANAGER_EXEMPT, DEAD_MANAGER_EXEMPT)),
 )

@@ -2,7 +2,7 @@
 every resolver the DFlash path reaches; speculators ids (already capture ids,
 handed over as ``eagle_aux_hidden_state_layer_ids``) stay as they are."""
 
-from . import Replace, Transform, edits, rename_within
+from . import Dead, Replace, Transform, edits, rename_within
 
 V1 = "vllm/v1/worker/gpu_model_runner.py"
 V2 = "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py"
@@ -17,6 +17,8 @@ V2_SHIFT = """            layer_ids = [i + 1 for i in (dflash_config.get("target
 """
 V1_GUARD = "            if dflash_config and isinstance(dflash_config, dict):\n                # Add 1"
 V2_DEF = "def get_eagle3_aux_layers_from_config("
+V2_RAW = '            layer_ids = dflash_config.get("target_layer_ids")\n'
+
 V1_DEF = "    def _get_eagle3_aux_layers_from_config(self)"
 # 0.20.1 reads the ids raw (before PR #40727).
 V1_RAW = '                layer_ids = dflash_config.get("target_layer_ids")\n'
@@ -140,7 +142,14 @@ EDITS = edits(
         '                    layer_ids.append(tap + 1)\n'),
      v2_module("CAPTURE_OFFSET = 1\n"),
      v2('            layer_ids = [i + CAPTURE_OFFSET for i in (dflash_config.get("target_layer_ids") or [])]\n')),
+    ("dead-raw-read", "0.33.0", "preserve",
+     "V2 keeps the pre-#40727 raw read under `if False:` after the shift.",
+     Dead(V2, V2_SHIFT, "            if False:  # before PR #40727\n    " + V2_RAW, "    " + V2_RAW)),
     # --- semantics-breaking edits ---------------------------------------------
+    ("dead-shift", "0.33.0", "break",
+     "V2 reads the ids raw; the +1 shift sits under `if False:` after the raw read.",
+     v2(V2_RAW),
+     Dead(V2, V2_RAW, "            if False:  # shift to capture ids\n    " + V2_SHIFT, "    " + V2_SHIFT)),
     ("v2-raw", "0.33.0", "break",
      "V2 reads the ids raw: every tap one layer early on the V2 runner.",
      v2('            layer_ids = dflash_config.get("target_layer_ids")\n')),

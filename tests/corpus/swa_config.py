@@ -4,8 +4,9 @@ drafter config (``layer_types`` / ``sliding_window``, or ``dflash_config.use_swa
 config -> resolver -> decoder layer -> attention."""
 
 import dataclasses
+import textwrap
 
-from . import Replace, Transform, edits, replace_span
+from . import Dead, Replace, Transform, edits, replace_span
 
 QD = "vllm/model_executor/models/qwen3_dflash.py"
 
@@ -41,6 +42,7 @@ MIXED = """        if (
             and not get_current_vllm_config().use_v2_model_runner
         ):
 """
+DEAD_MIXED = textwrap.indent(MIXED, "    ") + "                pass\n"
 USE_SWA = '    use_swa = dflash_config.get("use_swa", False)\n'
 CAUSAL_BODY = """    is_causal = getattr(config, "is_causal", None)
     if is_causal is not None:
@@ -336,6 +338,16 @@ EDITS = edits(
     ("mixed-always-refused", "0.33.0", "break",
      "mixed sliding/full drafters refused on every runner (the V2 condition is gone).",
      qd(MIXED, "        if 0 < num_sliding < len(layer_types):\n")),
+    ("dead-mixed-v2-check", "0.33.0", "break",
+     "mixed drafters refused on every runner; the V2 condition sits under `if False:` beside the refusal.",
+     qd(MIXED, "        if 0 < num_sliding < len(layer_types):\n"),
+     Dead(QD, "        any_sliding = num_sliding > 0\n", "        if False:  # V2 takes mixed drafters\n" + DEAD_MIXED,
+          DEAD_MIXED)),
+    ("dead-attention-without-window", "0.33.0", "preserve",
+     "an Attention built without a window sits after the live one, under `if False:`.",
+     Dead(QD, ATTN_CALL, "        if False:  # before per-layer windows\n"
+          "            self.attn = Attention(self.num_heads, self.head_dim, self.scaling)\n",
+          "            self.attn = Attention(self.num_heads, self.head_dim, self.scaling)\n")),
     ("mixed-check-inverted", "0.33.0", "break",
      "the runner condition turned around: mixed drafters refused on V2, accepted on V1.",
      qd(MIXED, """        if (
