@@ -1,4 +1,4 @@
-"""Read-only access to a vLLM tree: files, symbol location, parse caches.
+"""Read-only access to an engine's tree (vLLM's): files, symbol location, parse caches.
 
 Location is cheap (stdlib ``ast`` over the few files the rules name, one
 byte scan of the package when a symbol moved); libcst parses only the
