@@ -150,8 +150,9 @@ def test_a_collector_answer_for_an_unknown_package_is_a_clear_error() -> None:
 
 
 def test_a_path_target_of_the_toy_engine_resolves_its_tree(site: Path) -> None:
-    resolved = PathTarget(site / "toyengine", engine=TOY).resolve()
-    assert (resolved.tree.root, resolved.tree.engine, resolved.tree.package) == (site, TOY, "toyengine")
+    tree = PathTarget(site / "toyengine", engine=TOY).resolve().tree
+    assert isinstance(tree, DirectoryTree)
+    assert (tree.root, tree.engine, tree.package, tree.dist_info) == (site, TOY, "toyengine", site / "toyengine_npu-2.0.0+npu3.dist-info")
     with pytest.raises(ToolError, match="no toyengine package under"):
         PathTarget(site / "toyengine_npu-2.0.0+npu3.dist-info", engine=TOY).resolve()
 
