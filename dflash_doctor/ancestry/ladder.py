@@ -253,7 +253,7 @@ def commit_from_target(target) -> tuple[str, str]:
         return resolved.build_commit
     if not provenance.commit:
         distribution = provenance.distribution
-        if distribution is not None and not distribution.is_vllm:  # its own version is no tag of vLLM's
+        if distribution is not None and provenance.vendor:  # its own version is no tag of vLLM's
             raise ToolError(f"the target records no build commit ({distribution.name} {distribution.version}, a vendor "
                             "build or fork of vLLM): give --commit SHA, the vLLM commit it is built from")
         if provenance.version:

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..draft import sandbox
 from ..draft.sandbox import Call, Outcome, SandboxError
+from ..engines import Engine
 from ..rules import Construct
 from ..source import SourceError, SourceTree
 from .computed import REFUSALS, RUNNERS, Runner
@@ -47,10 +48,11 @@ class Indices:
 
 def construct_layers(
     tree: SourceTree, construct: Construct, hf_configs: list[dict | None], run: Runner, follow: tuple[str, ...],
-    platform: str = "cuda",
+    platform: str,
 ) -> list[dict[str, Built]]:
     """For each drafter's hf_config (None: not available), per runner, what its layers
-    were built with, on ``platform``. Imports are followed only into ``follow`` (the rule's files)."""
+    were built with, on ``platform`` (one of the tree's engine's). Imports are followed
+    only into ``follow`` (the rule's files)."""
     try:
         builder = ProgramBuilder(tree, PROVIDED, classes=True, follow=follow)
         layer = Locator(tree, [], [(construct.file, construct.layer)]).one(construct.file, construct.layer)
@@ -62,7 +64,7 @@ def construct_layers(
     except (ExtractError, SourceError) as exc:
         return [{runner: Built(None, str(exc)) for runner in RUNNERS} for _ in hf_configs]
     record = (construct.recorded,)
-    assume = _assumed(construct, platform)
+    assume = _assumed(construct, platform, tree.engine)
     globals_: dict[str, Any] = {gap: {"$standin": gap, "assume": assume, "record": record} for gap in builder.gaps}
     globals_.update(_module_class={"$module_class": True}, _records={"$records": True}, logger=sandbox.noop("logger"))
     causal = "layer"
@@ -114,7 +116,7 @@ def _model_indices(tree: SourceTree, construct: Construct, layer, data: dict, ru
     except (ExtractError, SourceError) as exc:
         return {key: Indices(None, f"building {construct.model}: {exc}") for key in keys}
     record = (construct.layer,)
-    assume = _assumed(construct, platform)
+    assume = _assumed(construct, platform, tree.engine)
     globals_: dict[str, Any] = {gap: {"$standin": gap, "assume": assume, "record": record} for gap in builder.gaps}
     globals_.update(_module_class={"$module_class": True}, _records={"$records": True}, logger=sandbox.noop("logger"))
     globals_[construct.layer] = {"$standin": construct.layer, "assume": assume, "record": record}
@@ -139,12 +141,10 @@ def _model_indices(tree: SourceTree, construct: Construct, layer, data: dict, ru
     return {key: _received(outcomes.get(key), signature, wanted, construct, data[f"hf{key.split('|')[0]}"]) for key in keys}
 
 
-PLATFORMS = ("cuda", "rocm", "cpu", "tpu", "xpu")
-
-
-def _assumed(construct: Construct, platform: str) -> dict[str, Any]:
-    """The rule's assumptions, and the platform stand-in answering for ``platform``."""
-    told = {f"{construct.platform}.is_{name}()": name == platform for name in PLATFORMS} if construct.platform else {}
+def _assumed(construct: Construct, platform: str, engine: Engine) -> dict[str, Any]:
+    """The rule's assumptions, the containers it declares, and the platform stand-in
+    answering for ``platform`` among the engine's."""
+    told = {f"{construct.platform}.is_{kind.name}()": kind.name == platform for kind in engine.platforms} if construct.platform else {}
     containers = {path: {"$container": path} for path in construct.containers}
     return {**told, **containers, **dict(construct.assume)}
 

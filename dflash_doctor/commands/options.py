@@ -101,11 +101,12 @@ def choose_targets(
     if remote:
         if not hosts:
             raise ToolError(f"no hosts in {hosts_file}")
+        from ..engines import VLLM
         from ..targets.probing import probe_request
         from ..targets.ssh import SshOptions, SshTarget
 
         options = SshOptions(python=python or "python3", **ssh)
-        request = probe_request(rules)
+        request = probe_request(rules, VLLM)
         targets = [(host, SshTarget(host, options, request)) for host in hosts]
         return targets, len(hosts) > 1 or hosts_file is not None
     if from_probe is not None:

@@ -179,10 +179,11 @@ def _installed_target(path: Optional[Path], python: Optional[str], release: Opti
         return choose_target(path, python, None)
     if path is not None:
         raise ToolError("give one target, not --host and --path")
+    from ..engines import VLLM
     from ..targets.probing import probe_request
     from ..targets.ssh import SshOptions, SshTarget
 
-    return SshTarget(host, SshOptions(python=python or "python3", **ssh), probe_request(rules))
+    return SshTarget(host, SshOptions(python=python or "python3", **ssh), probe_request(rules, VLLM))
 
 
 def _refuse_image(image: Optional[str]) -> None:

@@ -15,10 +15,11 @@ def probe_script(only: Optional[list[str]] = OnlyOption) -> int:
     """
     import json
 
+    from ..engines import VLLM
     from ..rulefile import select
     from ..targets.probing import probe_request, probe_source
 
-    request = json.dumps(probe_request(select(only)), sort_keys=True)
+    request = json.dumps(probe_request(select(only), VLLM), sort_keys=True)
     source = probe_source().replace('REQUEST = {"files": [], "anchors": []}', f"REQUEST = {request}", 1)
     typer.echo("#!/usr/bin/env python3", nl=True)
     typer.echo(source, nl=False)

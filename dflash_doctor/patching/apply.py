@@ -58,7 +58,7 @@ def apply_changes(files: TreeFiles, changes: tuple[FileChange, ...], tool_versio
 
 def _real_paths(files: TreeFiles, relpaths: list[str]) -> dict[str, str]:
     """Where each file is written: its real path (a symlinked file is written
-    at its target, inside the tree's vllm/); two names of one file are refused."""
+    at its target, inside the tree's package); two names of one file are refused."""
     reals = {relpath: files.real(relpath) for relpath in relpaths}
     if len(set(reals.values())) < len(reals):
         raise ToolError(f"two of {', '.join(sorted(reals))} are the same file (symlinks); nothing was changed")
@@ -185,7 +185,7 @@ def _unused(state: State, backup: str) -> bool:
 @contextlib.contextmanager
 def _locked_state(files: TreeFiles, writing: list[str]) -> Iterator[tuple[State, FileStat]]:
     """The manifest under the lock, and how state files are created (the
-    owner of the directory that holds vllm/). Temp files an interrupted run
+    owner of the directory that holds the package). Temp files an interrupted run
     left beside the files about to be written are removed first. When
     nothing stays patched, the state directory is removed again, so a
     restored tree is the tree it was."""

@@ -1,11 +1,11 @@
 """File operations of patch and restore, behind one small interface.
 
-Every path is relative to the tree root (the directory that holds ``vllm/``)
-and is reached from the root without following a symlink: a planted link
-(``.dflash-doctor``, ``backups``, a directory on the way) is refused, never
-written through. A target file that is itself a symlink is written at its
+Every path is relative to the tree root (the directory that holds the engine's
+package, ``vllm/``) and is reached from the root without following a symlink: a
+planted link (``.dflash-doctor``, ``backups``, a directory on the way) is refused,
+never written through. A target file that is itself a symlink is written at its
 real path, found with ``real``, and only when that lies inside the tree's
-``vllm/``. Every read is bounded by a ``Cap``. ``LocalFiles`` holds the root
+package. Every read is bounded by a ``Cap``. ``LocalFiles`` holds the root
 open from the start, so nothing is reached by name once the tree is opened;
 ``sftp_files.SftpFiles`` does what SFTP allows (re-checks with ``lstat``).
 """
@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
+from ..engines import VLLM
 from ..model import ToolError
 from .beneath import DIR_FLAGS, WalkError, open_dir
 from .caps import LIST_CAP, Cap
@@ -61,26 +62,27 @@ def parts_of(relpath: str) -> list[str]:
 
 
 class LinkRefused(ToolError):
-    """A path that is a symlink, or leads out of the tree's ``vllm/``: never used."""
+    """A path that is a symlink, or leads out of the tree's package: never used."""
 
 
 def symlink_refusal(relpath: str, location: str) -> LinkRefused:
     return LinkRefused(f"{relpath} in {location} is a symlink: patch and restore never write through one; nothing was changed")
 
 
-def outside_refusal(relpath: str, location: str, real: str) -> LinkRefused:
+def outside_refusal(relpath: str, location: str, real: str, package: str) -> LinkRefused:
     return LinkRefused(
-        f"{relpath} in {location} links to {real}, outside the tree's vllm/: "
+        f"{relpath} in {location} links to {real}, outside the tree's {package}/: "
         "patch and restore never write outside the tree; nothing was changed"
     )
 
 
 class TreeFiles(Protocol):
     location: str  # shown in messages
+    package: str  # the engine's package under the root: the only place written
 
     def real(self, relpath: str) -> str:
         """The path of the file ``relpath`` names once its symlinks are
-        resolved, relative to the root; ToolError when that is outside ``vllm/``."""
+        resolved, relative to the root; ToolError when that is outside ``package``."""
 
     def read(self, relpath: str, cap: Cap) -> bytes | None:
         """The regular file's bytes, None if it does not exist; raises ToolError
@@ -120,8 +122,9 @@ class LocalFiles:
     and each directory, once opened, is kept, so the directory a file's bytes
     were checked in is the one its new bytes are renamed into."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, package: str = VLLM.package) -> None:
         self.location = str(root)
+        self.package = package
         self.root = Path(os.path.realpath(root))
         try:
             fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -192,7 +195,7 @@ class LocalFiles:
                 continue
             if part == "..":
                 if not done:
-                    raise outside_refusal(relpath, self.location, posixpath.normpath("/".join([str(self.root), part, *pending])))
+                    raise outside_refusal(relpath, self.location, posixpath.normpath("/".join([str(self.root), part, *pending])), self.package)
                 done.pop()
                 continue
             try:
@@ -213,13 +216,13 @@ class LocalFiles:
             if target.startswith("/"):
                 inside = os.path.relpath(target, self.root) if target.startswith(f"{self.root}/") else None
                 if inside is None:
-                    raise outside_refusal(relpath, self.location, posixpath.normpath("/".join([target, *pending])))
+                    raise outside_refusal(relpath, self.location, posixpath.normpath("/".join([target, *pending])), self.package)
                 done, pending = [], [*inside.split("/"), *pending]
             else:
                 pending = [*target.split("/"), *pending]
         inside = "/".join(done)
-        if inside != "vllm" and not inside.startswith("vllm/"):
-            raise outside_refusal(relpath, self.location, str(self.root / inside) if inside else str(self.root))
+        if inside != self.package and not inside.startswith(self.package + "/"):
+            raise outside_refusal(relpath, self.location, str(self.root / inside) if inside else str(self.root), self.package)
         return inside
 
     def read(self, relpath: str, cap: Cap) -> bytes | None:

@@ -15,7 +15,7 @@ resolve (``realpath``) to the real path it had when the files were opened
 and keep the owner and mode it had (a root swapped for a link, or a link
 put on the way above it, is refused), every directory on the way is
 ``lstat``-ed from the root and a symlink is refused, a symlinked target file
-is written at the real path the server resolves (inside ``vllm/`` only),
+is written at the real path the server resolves (inside the package only),
 and files are created exclusively, so a planted link at the final name is
 never followed. What stays possible is written in docs/security.md: a swap
 within the one round trip between the check and the step, and a swap of
@@ -38,6 +38,7 @@ import shlex
 import stat
 from collections.abc import Iterator
 
+from ..engines import VLLM
 from ..model import ToolError
 from .caps import LIST_CAP, Cap
 from .files import DIRECTORY, FILE, SYMLINK, TEMP_SUFFIX, FileStat, kind_of, outside_refusal, parts_of, symlink_refusal
@@ -67,9 +68,10 @@ LOCK_TIMEOUT = 60.0
 class SftpFiles:
     """A tree on the host at the other end of ``client`` (an open paramiko SSHClient)."""
 
-    def __init__(self, client, root: str, python: str, location: str) -> None:
+    def __init__(self, client, root: str, python: str, location: str, package: str = VLLM.package) -> None:
         import paramiko
 
+        self.package = package
         self.client = client
         self.root = root
         self.python = python
@@ -131,8 +133,8 @@ class SftpFiles:
         except self._failures as exc:
             raise ToolError(f"cannot resolve {relpath}: {_reason(exc)}") from None
         inside = posixpath.relpath(real, self.real_root)
-        if inside != "vllm" and not inside.startswith("vllm/"):
-            raise outside_refusal(relpath, self.location, real)
+        if inside != self.package and not inside.startswith(self.package + "/"):
+            raise outside_refusal(relpath, self.location, real, self.package)
         return inside
 
     def read(self, relpath: str, cap: Cap) -> bytes | None:

@@ -1,6 +1,6 @@
 """What dflash-doctor patched in a tree, kept beside the package.
 
-``.dflash-doctor/`` sits next to ``vllm/`` (a name Python can never import;
+``.dflash-doctor/`` sits next to the engine's package (``vllm/``; a name Python can never import;
 the remote probe collects the manifest too, so ssh checks are marked):
 ``manifest.json`` records each patched file with the sha256 of its original
 and patched bytes and which fix, form and tool version did it; ``backups/``
@@ -93,16 +93,16 @@ def backup_path(relpath: str, sha256_before: str) -> str:
 State = dict[str, PatchedFile]
 
 
-def parse_state(text: str) -> State:
+def parse_state(text: str, package: str) -> State:
     """Raises ValueError when the manifest is not one this tool wrote: every
-    entry names a ``.py`` file under ``vllm/`` by a plain relative path, and
+    entry names a ``.py`` file under ``package`` (``vllm/``) by a plain relative path, and
     every field has the type and shape this tool writes."""
     data = json.loads(text)
     if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("files"), dict):
         raise ValueError(f"not a {SCHEMA} manifest")
     state: State = {}
     for relpath, entry in data["files"].items():
-        state[relpath] = _entry(relpath, entry)
+        state[relpath] = _entry(relpath, entry, package)
     return state
 
 
@@ -110,10 +110,10 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 _PATCH_FIELDS = tuple(field.name for field in dataclasses.fields(AppliedPatch))
 
 
-def _entry(relpath: str, entry: Any) -> PatchedFile:
+def _entry(relpath: str, entry: Any, package: str) -> PatchedFile:
     parts = relpath.split("/")
-    if parts[0] != "vllm" or not relpath.endswith(".py") or any(part in ("", ".", "..") for part in parts) or "\x00" in relpath:
-        raise ValueError(f"entry {relpath!r} is not a .py file under vllm/")
+    if parts[0] != package or not relpath.endswith(".py") or any(part in ("", ".", "..") for part in parts) or "\x00" in relpath:
+        raise ValueError(f"entry {relpath!r} is not a .py file under {package}/")
     if not isinstance(entry, dict):
         raise ValueError(f"entry {relpath!r}: not an object")
     for field in ("sha256_before", "sha256_after"):
@@ -134,7 +134,7 @@ def read_state(files: TreeFiles) -> State:
     if data is None:
         return {}
     try:
-        return parse_state(data.decode("utf-8"))
+        return parse_state(data.decode("utf-8"), files.package)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ToolError(f"{MANIFEST} in {files.location} cannot be read ({exc}); nothing was changed") from None
 
@@ -168,7 +168,7 @@ def mark_local_patches(report: CheckReport, tree: SourceTree) -> CheckReport:
     ``local_patches`` section. Trees without a manifest are left as they are."""
     try:
         data = tree.read(MANIFEST)
-        state = parse_state(data.decode("utf-8")) if data else {}
+        state = parse_state(data.decode("utf-8"), tree.package) if data else {}
     except (SourceError, ValueError, UnicodeDecodeError, RecursionError):
         return report
     if not state:

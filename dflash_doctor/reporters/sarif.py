@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..engines import Engine
 from ..model import PRESENT, UNKNOWN, CheckReport, Evidence, FixResult
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
-ROOT_ID = "VLLM_ROOT"
+ROOT_ID = "VLLM_ROOT"  # the published base id of every engine's tree root (dashboards key on it)
 FINGERPRINT = "dflashDoctorFix/v1"
 
 
@@ -55,7 +56,7 @@ class SarifReporter:
         return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": [self._run(report, rules) for report in reports]}
 
     def _run(self, report: CheckReport, rules: dict) -> dict[str, Any]:
-        descriptors = [_descriptor(fix, rules.get(fix.id)) for fix in report.fixes]
+        descriptors = [_descriptor(fix, rules.get(fix.id), report.vllm.engine) for fix in report.fixes]
         results = [
             self._result(report, fix, index, rules.get(fix.id))
             for index, fix in enumerate(report.fixes)
@@ -78,7 +79,7 @@ class SarifReporter:
             "results": results,
             "properties": {
                 "target": report.target.to_json(),
-                "vllm": report.vllm.to_json(),
+                report.vllm.engine.report_key: report.vllm.to_json(),
                 "strict": report.strict,
                 **({"summary": report.summary.to_json()} if report.summary is not None else {}),
             },
@@ -92,7 +93,7 @@ class SarifReporter:
             "kind": "fail",
             "level": _level(report, fix),
             "message": {"text": _message(fix)},
-            "locations": [_location(item) for item in deciding] or [_anchor_location(rule)],
+            "locations": [_location(item) for item in deciding] or [_anchor_location(rule, report.vllm.engine)],
             "partialFingerprints": {FINGERPRINT: _fingerprint(report, fix)},
             "properties": {"status": fix.status, "prs": list(fix.prs)},
         }
@@ -109,13 +110,13 @@ def _level(report: CheckReport, fix: FixResult) -> str:
     return "warning" if fix.status == UNKNOWN and not report.strict else "error"
 
 
-def _descriptor(fix: FixResult, rule) -> dict[str, Any]:
+def _descriptor(fix: FixResult, rule, engine: Engine) -> dict[str, Any]:
     descriptor: dict[str, Any] = {
         "id": fix.id,
         "name": "".join(part.capitalize() for part in fix.id.split("-")),
         "shortDescription": {"text": fix.title},
         "defaultConfiguration": {"level": "error"},
-        "properties": {"tags": ["vllm", "dflash"]},
+        "properties": {"tags": [engine.name, "dflash"]},
     }
     if rule is None:  # a report from an older rule set: the result still carries its remedy
         return descriptor
@@ -162,9 +163,9 @@ def _location(item: Evidence) -> dict[str, Any]:
     }
 
 
-def _anchor_location(rule) -> dict[str, Any]:
-    """No evidence (e.g. the file is missing): the file the rule reads first."""
-    uri = rule.anchors[0].file if rule is not None else "vllm/__init__.py"
+def _anchor_location(rule, engine: Engine) -> dict[str, Any]:
+    """No evidence (e.g. the file is missing): the file the rule reads first, else the package's ``__init__.py``."""
+    uri = rule.anchors[0].file if rule is not None else f"{engine.package}/__init__.py"
     return {"physicalLocation": {"artifactLocation": {"uri": uri, "uriBaseId": ROOT_ID}}}
 
 

@@ -28,7 +28,6 @@ from .layout import OUTDENT, Line, Token, render, width_of, words, wrap
 STYLES = {PRESENT: "bold green", ABSENT: "bold red", PARTIAL: "bold yellow", NOT_APPLICABLE: "bold red", UNKNOWN: "bold magenta"}
 LABEL = "dim"
 GAP = "   "  # between evidence locations sharing a line
-PLATFORM_NAMES = {"cuda": "CUDA", "rocm": "ROCm", "cpu": "CPU", "tpu": "TPU", "xpu": "XPU"}
 
 
 def _verdict(fix: FixResult) -> str:
@@ -36,36 +35,39 @@ def _verdict(fix: FixResult) -> str:
 
 
 def _header(report: CheckReport, width: int | None) -> list[Line]:
-    vllm, target = report.vllm, report.target
-    tokens: list[Token] = [("vLLM", "bold"), (clean(vllm.version) if vllm.version else "(unknown version)", "bold")]
-    if vllm.distribution and not vllm.distribution.is_vllm:
-        tokens = _distribution(vllm)
-    if vllm.commit:
-        tokens += [("commit", ""), (clean(vllm.commit), "")] + words(f"(from {clean(vllm.commit_source)})")
+    provenance, target = report.vllm, report.target
+    engine = provenance.engine
+    tokens: list[Token] = [(engine.display, "bold"), (clean(provenance.version) if provenance.version else "(unknown version)", "bold")]
+    if provenance.vendor:
+        tokens = _distribution(provenance)
+    if provenance.commit:
+        tokens += [("commit", ""), (clean(provenance.commit), "")] + words(f"(from {clean(provenance.commit_source)})")
     tokens += [("at", ""), (clean(target.location), ""), (f"({clean(target.kind)});", "")]
-    if vllm.platform.told_by != "default":  # CUDA, unless the distribution says otherwise
-        told = {"distribution": "its distribution name", "version": "its version label"}[vllm.platform.told_by]
-        tokens += words(f"built for {PLATFORM_NAMES[vllm.platform.name]} (told by {told}") + [(clean(vllm.platform.evidence) + ");", "")]
-    if vllm.modified_files is None:
+    if provenance.platform.told_by != "default":  # the engine's default (CUDA), unless the distribution says otherwise
+        told = {"distribution": "its distribution name", "version": "its version label"}[provenance.platform.told_by]
+        built = engine.platform_display(provenance.platform.name)
+        tokens += words(f"built for {built} (told by {told}") + [(clean(provenance.platform.evidence) + ");", "")]
+    if provenance.modified_files is None:
         tokens += words("no RECORD to compare against")
-    elif vllm.modified_files:
-        names = [clean(name) for name in vllm.modified_files]
+    elif provenance.modified_files:
+        names = [clean(name) for name in provenance.modified_files]
         tokens += words("locally modified:") + [(name + ",", "") for name in names[:-1]] + [(names[-1], "")]
     else:
         tokens += words("inspected files match RECORD")
     return wrap(tokens, width, [], 2)
 
 
-def _distribution(vllm: Provenance) -> list[Token]:
-    """A vendor build or fork named as itself, with its own version, and the vLLM it is based on."""
-    name, version = clean(vllm.distribution.name), vllm.distribution.version
+def _distribution(provenance: Provenance) -> list[Token]:
+    """A vendor build or fork named as itself, with its own version, and the engine's release it is based on."""
+    engine = provenance.engine
+    name, version = clean(provenance.distribution.name), provenance.distribution.version
     tokens: list[Token] = [(name, "bold"), (clean(version) if version else "(unknown version)", "bold")]
-    based = vllm.based_on
+    based = provenance.based_on
     if based and based.releases:
         nearest = " or ".join(clean(release) for release in based.releases)
-        return tokens + words(f"(a distribution of vLLM, based on vLLM {nearest}: nearest by file digests, "
+        return tokens + words(f"(a distribution of {engine.display}, based on {engine.display} {nearest}: nearest by file digests, "
                               f"{based.files_equal} of {based.files_compared} files equal)")
-    return tokens + words("(a distribution of vLLM)")
+    return tokens + words(f"(a distribution of {engine.display})")
 
 
 def _field(label: str, tokens: list[Token], width: int | None, column: int) -> list[Line]:

@@ -1,4 +1,4 @@
-"""Targets: where the vLLM tree to check lives. One file per kind."""
+"""Targets: where the engine's tree to check lives (vLLM's, today). One file per kind."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def local(tree: DirectoryTree, info: TargetInfo) -> ResolvedTarget:
         return ResolvedTarget(tree, info, behaviour=_child_session, no_files=(
             f"it is in dflash-doctor's read-only release cache ({releases}), a download cache, not an installation: "
             "patch a copy of it, or an installed vLLM"))
-    return ResolvedTarget(tree, info, behaviour=_child_session, files=functools.partial(LocalFiles, tree.root))
+    return ResolvedTarget(tree, info, behaviour=_child_session, files=functools.partial(LocalFiles, tree.root, tree.package))
 
 
 def _child_session() -> contextlib.AbstractContextManager:

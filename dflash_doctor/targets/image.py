@@ -1,6 +1,6 @@
 """A container image, read from a registry, an OCI layout or a docker archive.
 
-The image's vLLM files land in the user cache (or a scratch directory that
+The image's engine files (vLLM's) land in the user cache (or a scratch directory that
 lives as long as the target when caches are off); the check then reads them
 like any directory tree. The code is the image's, not the operator's.
 """
@@ -11,6 +11,7 @@ import dataclasses
 import tempfile
 from pathlib import Path
 
+from ..engines import VLLM, Engine
 from ..model import TargetInfo
 from ..paths import cache_dir, caches_disabled
 from ..provenance import find_dist_info
@@ -31,9 +32,10 @@ class ImageOptions:
 
 
 class ImageTarget:
-    def __init__(self, reference: str, options: ImageOptions) -> None:
+    def __init__(self, reference: str, options: ImageOptions, engine: Engine = VLLM) -> None:
         self.reference = reference
         self.options = options
+        self.engine = engine
         self._scratch: tempfile.TemporaryDirectory | None = None
 
     def resolve(self) -> ResolvedTarget:
@@ -41,7 +43,7 @@ class ImageTarget:
 
         source = open_source(self.reference, self.options.insecure, self.options.timeout)
         try:
-            tree = image_tree(source, self.options.platform, self._images_dir(), self.options.progress)
+            tree = image_tree(source, self.options.platform, self._images_dir(), self.engine, self.options.progress)
         finally:
             source.close()
         details = (
@@ -55,7 +57,7 @@ class ImageTarget:
         commit = dict(tree.labels).get(REVISION_LABEL)
         # The image's code runs only in the isolated child, like any tree on this machine.
         info = TargetInfo("image", tree.reference, details, name=f"{tree.reference}@{tree.digest}")
-        resolved = local(DirectoryTree(tree.root, find_dist_info(tree.root)), info)
+        resolved = local(DirectoryTree(tree.root, find_dist_info(tree.root, self.engine.package), self.engine), info)
         return dataclasses.replace(resolved, build_commit=(commit, f"{REVISION_LABEL} label") if commit else None,
                                    files=None, no_files=READ_ONLY)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from ..engines import VLLM, Engine
 from ..model import TargetInfo, ToolError
 from ..provenance import find_dist_info
 from ..source import DirectoryTree
@@ -16,15 +17,16 @@ PROBE_TIMEOUT_S = 60
 
 
 class InterpreterTarget:
-    def __init__(self, python: str) -> None:
+    def __init__(self, python: str, engine: Engine = VLLM) -> None:
         self.python = python
+        self.engine = engine
 
     def resolve(self) -> ResolvedTarget:
         who = f"interpreter {self.python}"
         try:
             proc = subprocess.run(
                 # -I -S: none of the environment's .pth files or sitecustomize runs (probe.add_site_dirs).
-                [self.python, "-I", "-S", "-", "locate"],
+                [self.python, "-I", "-S", "-", "locate", self.engine.package],
                 input=probe_source(),
                 capture_output=True,
                 text=True,
@@ -48,7 +50,7 @@ class InterpreterTarget:
         if not answer.get("package_dir"):
             raise ToolError(f"{who}: the probe answer names no package directory")
         package_dir = Path(answer["package_dir"])
-        root = package_root(package_dir)
-        dist_info = Path(answer["dist_info"]) if answer.get("dist_info") else find_dist_info(root)
+        root = package_root(package_dir, self.engine)
+        dist_info = Path(answer["dist_info"]) if answer.get("dist_info") else find_dist_info(root, self.engine.package)
         details = (("python", str(answer.get("python") or self.python)),)
-        return local(DirectoryTree(root, dist_info), TargetInfo("python", str(root), details, directory=True))
+        return local(DirectoryTree(root, dist_info, self.engine), TargetInfo("python", str(root), details, directory=True))

@@ -1,18 +1,19 @@
-"""A vLLM tree on this machine: site-packages, a source checkout, or vllm/ itself."""
+"""An engine's tree on this machine: site-packages, a source checkout, or the package itself (vllm/)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+from ..engines import VLLM, Engine
 from ..model import TargetInfo, ToolError
 from ..provenance import find_dist_info
 from ..source import DirectoryTree
 from . import ResolvedTarget, local
 
 
-def package_root(path: Path) -> Path:
-    """The directory that holds ``vllm/``; raises ToolError with the reason."""
+def package_root(path: Path, engine: Engine) -> Path:
+    """The directory that holds the engine's package (``vllm/``); raises ToolError with the reason."""
     try:
         resolved = path.resolve(strict=True)
     except FileNotFoundError:
@@ -23,20 +24,22 @@ def package_root(path: Path) -> Path:
         raise ToolError(f"not a directory: {path}")
     if not os.access(resolved, os.R_OK | os.X_OK):
         raise ToolError(f"cannot read directory: {path}")
-    if (resolved / "vllm" / "__init__.py").is_file():
+    package = engine.package
+    if (resolved / package / "__init__.py").is_file():
         return resolved
-    if resolved.name == "vllm" and (resolved / "__init__.py").is_file():
+    if resolved.name == package and (resolved / "__init__.py").is_file():
         return resolved.parent
-    raise ToolError(f"no vllm package under {path} (give site-packages, a source checkout, or the vllm directory)")
+    raise ToolError(f"no {package} package under {path} (give site-packages, a source checkout, or the {package} directory)")
 
 
 class PathTarget:
-    def __init__(self, path: Path, kind: str = "path", details: tuple[tuple[str, str], ...] = ()) -> None:
+    def __init__(self, path: Path, kind: str = "path", details: tuple[tuple[str, str], ...] = (), engine: Engine = VLLM) -> None:
         self.path = path
         self.kind = kind
         self.details = details
+        self.engine = engine
 
     def resolve(self) -> ResolvedTarget:
-        root = package_root(self.path)
+        root = package_root(self.path, self.engine)
         info = TargetInfo(self.kind, str(root), self.details, directory=True)
-        return local(DirectoryTree(root, find_dist_info(root)), info)
+        return local(DirectoryTree(root, find_dist_info(root, self.engine.package), self.engine), info)

@@ -13,6 +13,7 @@ import stat
 import zlib
 from pathlib import Path
 
+from ..engines import VLLM, Engine
 from ..model import ToolError
 from ..probe import MARKER
 from ..rules import Rule
@@ -33,6 +34,7 @@ _FIELDS = {
     "python_version": (_TEXT, None),
     "host": (_TEXT, None),
     "root": (_TEXT, None),
+    "package": (_TEXT, None),
     "package_dir": (_TEXT, None),
     "version": (_MAYBE_TEXT, None),
     "dist_info": (_MAYBE_TEXT, None),
@@ -48,9 +50,9 @@ def probe_source() -> str:
     return Path(__file__).resolve().parent.parent.joinpath("probe.py").read_text(encoding="utf-8")
 
 
-def probe_request(rules: tuple[Rule, ...]) -> dict:
-    """The files the rules read, the transformers files beside them that build the
-    reference drafters' configs, and the anchors the probe must search for if moved."""
+def probe_request(rules: tuple[Rule, ...], engine: Engine = VLLM) -> dict:
+    """The engine's package, the files the rules read, the transformers files beside them that
+    build the reference drafters' configs, and the anchors the probe must search for if moved."""
     from ..behaviour.reference import reference_configs
     from ..behaviour.transformers import collected_files
 
@@ -60,7 +62,7 @@ def probe_request(rules: tuple[Rule, ...]) -> dict:
     files |= set(collected_files(str(d.data["model_type"]) for _, d in reference_configs() if isinstance(d.data.get("model_type"), str)))
     anchors = {(a.file, search_name(a.symbol)) for rule in rules for a in rule.anchors if not a.optional}
     anchors |= {(rule.applies.file, search_name(rule.applies.symbol)) for rule in rules}
-    return {"files": sorted(files | {"vllm/_version.py"}), "anchors": sorted(map(list, anchors))}
+    return {"package": engine.package, "files": sorted(files | {engine.version_file}), "anchors": sorted(map(list, anchors))}
 
 
 def encode_request(request: dict) -> str:

@@ -6,6 +6,7 @@ import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..engines import VLLM, Engine, of_package
 from ..model import TargetInfo, ToolError
 from ..source import SourceError, SourceTree
 from . import ResolvedTarget
@@ -15,8 +16,9 @@ from .probing import parse_probe_output, read_probe_file
 class SnapshotTree(SourceTree):
     """The files the probe sent; anything it did not send cannot be judged."""
 
-    def __init__(self, answer: dict) -> None:
+    def __init__(self, answer: dict, engine: Engine = VLLM) -> None:
         super().__init__()
+        self.engine = engine
         self.root = answer.get("root", "")
         self._files: dict[str, str | None] = answer.get("files", {})
         self._sha256: dict[str, str] = answer.get("sha256", {})
@@ -53,9 +55,13 @@ def snapshot_target(answer: dict, kind: str, who: str, details: tuple[tuple[str,
         raise ToolError(f"{who}: {answer['error']}")
     if "files" not in answer:
         raise ToolError(f"{who}: the probe answer has no files (was it made with `dflash-doctor probe-script`?)")
+    try:  # the package the request named; an answer from before answers named it is vLLM's
+        engine = of_package(answer["package"]) if "package" in answer else VLLM
+    except LookupError as exc:
+        raise ToolError(f"{who}: {exc}") from None
     host = answer.get("host") or who
     info = TargetInfo(kind, f"{host}:{answer.get('root', '')}", (("host", host), ("python", answer.get("python") or ""), *details))
-    return ResolvedTarget(SnapshotTree(answer), info)
+    return ResolvedTarget(SnapshotTree(answer, engine), info)
 
 
 class ProbeFileTarget:
