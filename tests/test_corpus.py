@@ -163,11 +163,7 @@ def test_causality_is_observed_not_judged(edit, base_tree, rules_by_fix, tmp_pat
     assert changed and all(after[key][0] != after[key][1] for key in changed), changed
 
 
-@pytest.mark.parametrize("edit", [
-    *DEAD_CODE,
-    *(pytest.param(edit, marks=pytest.mark.xfail(strict=True, reason="behaviour/handed.py reads the dead construction"))
-      for edit in cache_drop.BEHAVIOUR_READS_DEAD),
-], ids=[edit.id for edit in DEAD_CODE + cache_drop.BEHAVIOUR_READS_DEAD])
+@pytest.mark.parametrize("edit", DEAD_CODE, ids=[edit.id for edit in DEAD_CODE])
 def test_code_that_never_runs_changes_nothing(edit, base_tree, rules_by_fix, tmp_path):
     """The edit reads exactly as it does without its dead code (``Dead``: Python compiles it
     to nothing): the verdict, who decided it, the structure's own verdict and the forms it

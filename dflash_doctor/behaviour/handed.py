@@ -39,7 +39,7 @@ def handed(scheduler: Symbol) -> Handed:
     constructor = scheduler.node
     if not isinstance(constructor, ast.FunctionDef):
         raise ExtractError(f"{scheduler.qualname} in {scheduler.file} is not a function")
-    call = _manager_call(constructor)
+    call = _manager_call(scheduler, constructor)
     if call is None:
         raise ExtractError(f"{scheduler.qualname} builds no {MANAGER}")
     values = _handed_values(call)
@@ -53,9 +53,37 @@ def handed(scheduler: Symbol) -> Handed:
     return Handed(expression, tuple(sorted(folder.attributes)), shown)
 
 
-def _manager_call(function: ast.FunctionDef) -> ast.Call | None:
-    calls = [node for node in ast.walk(function) if isinstance(node, ast.Call) and _callee(node.func) == MANAGER]
-    return calls[-1] if calls else None
+def _manager_call(scheduler: Symbol, function: ast.FunctionDef) -> ast.Call | None:
+    """The last construction of the manager in code that runs (liveness.py: a
+    construction under ``if False:`` or after a ``return`` is never what it is handed)."""
+    calls = sorted((node for node in ast.walk(function) if isinstance(node, ast.Call) and _callee(node.func) == MANAGER),
+                   key=lambda node: (node.lineno, node.col_offset))
+    live = [call for call, alive in zip(calls, _alive(scheduler, len(calls)), strict=True) if alive]
+    return live[-1] if live else None
+
+
+def _alive(scheduler: Symbol, count: int) -> list[bool]:
+    """For each of the ``count`` manager constructions in source order, whether it lies in live code."""
+    import libcst as cst  # only when behaviour plans the scheduler (a cold check, which parses with it anyway)
+
+    from ..liveness import dead_nodes, module_constants
+    from ..patterns import children
+
+    module, _ = scheduler.cst()
+    dead = dead_nodes(module, module_constants(scheduler.parsed.tree))
+    found: list[bool] = []
+    stack: list[cst.CSTNode] = [module]
+    while stack:  # depth first, in source order
+        node = stack.pop()
+        func = node.func if isinstance(node, cst.Call) else None
+        name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else None
+        if name == MANAGER:
+            found.append(id(node) not in dead)
+        stack.extend(reversed(list(children(node))))
+    if len(found) != count:
+        raise ExtractError(f"{scheduler.qualname} in {scheduler.file}: the constructions of {MANAGER} could not be told apart")
+    return found
+
 
 
 def _handed_values(call: ast.Call) -> dict[str, ast.expr]:

@@ -233,9 +233,9 @@ EDITS = edits(
              "        return self.use_eagle()\n")),
 )
 
-# Dead code that behaviour still reads (behaviour/handed.py folds the last KVCacheManager
-# construction it finds, dead or not): asserted apart, as known failures.
-BEHAVIOUR_READS_DEAD = edits(
+# Dead code on the route behaviour reads: the manager construction the scheduler hands its flag
+# to (behaviour/handed.py folds the last live one).
+EDITS += edits(
     "cache-drop",
     ("dead-manager-exempts-dflash", "0.33.0", "break",
      "KVCacheManager is handed bool(use_eagle); a DFlash-exempt construction sits under `if False:` before it.",
