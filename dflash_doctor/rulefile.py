@@ -187,7 +187,7 @@ def _construct(raw: Any, where: str) -> Construct | None:
     if not isinstance(raw, dict) or not isinstance(raw.get("signature"), dict) or not isinstance(raw.get("assume", {}), dict):
         raise ToolError(f"{where} must be a table with a signature table")
     _known_keys(raw, ("file", "layer", "index_parameters", "recorded", "signature", "window", "causal", "assume", "model",
-                      "platform", "containers"), where)
+                      "platform", "containers", "unset"), where)
     signature = raw["signature"]
     return Construct(
         file=_require(raw, "file", where), layer=_require(raw, "layer", where),
@@ -196,6 +196,7 @@ def _construct(raw: Any, where: str) -> Construct | None:
         window=_require(raw, "window", where), causal=_require(raw, "causal", where),
         assume=tuple(sorted(raw.get("assume", {}).items())), model=_optional_name(raw, "model", where),
         platform=_optional_name(raw, "platform", where), containers=_strings(raw, "containers", where),
+        unset=_strings(raw, "unset", where),
     )
 
 

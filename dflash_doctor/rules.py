@@ -196,7 +196,9 @@ class Construct:
     read the index each layer really receives. ``platform``: the stand-in whose
     ``is_<platform>()`` tells the platform; its branches are taken for the
     platform the target is built for. ``containers``: stand-ins that build a container
-    (``nn.ModuleList``): called with one iterable, they hold its items in order."""
+    (``nn.ModuleList``): called with one iterable, they hold its items in order.
+    ``unset``: stand-ins that are None in the deployment the question is about
+    (``*.quant_config``: that attribute of whatever it is read from)."""
 
     file: str
     layer: str
@@ -210,6 +212,7 @@ class Construct:
     model: str | None = None
     platform: str | None = None
     containers: tuple[str, ...] = ()
+    unset: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,6 +4,7 @@ it asks, classes copied as classes with their in-tree bases. Trees written here.
 
 from __future__ import annotations
 
+import hashlib
 import textwrap
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from dflash_doctor.behaviour.by_name import run_by_name
 from dflash_doctor.behaviour.program import ProgramBuilder
 from dflash_doctor.draft import sandbox
 from dflash_doctor.draft.session import Call, Outcome
-from dflash_doctor.source import DirectoryTree
+from dflash_doctor.source import DirectoryTree, SourceTree
 
 REGISTRY = """
     import importlib.metadata
@@ -102,7 +103,7 @@ def registry_tree(tmp_path: Path) -> DirectoryTree:
                               "vllm/kinds/base.py": BASE, "vllm/kinds/dflash.py": DFLASH, "vllm/kinds/eagle.py": EAGLE})
 
 
-def ask(tree: DirectoryTree, *expressions: str) -> list[Outcome]:
+def ask(tree: SourceTree, *expressions: str) -> list[Outcome]:
     builder = ProgramBuilder(tree, ())
     parsed = tree.parsed("vllm/registry.py")
     for name in ("build", "resolve", "_BY_METHOD"):
@@ -147,3 +148,34 @@ def test_a_class_decorator_behaviour_cannot_reproduce_leaves_that_class_a_gap(tm
                                                       "@register\nclass DFlashKind(Kind):\n    builds = 'x.y'\n"})
     (outcome,) = ask(tree, "build('dflash')")
     assert outcome.gap and "register" in outcome.gap, outcome
+
+
+def test_a_base_from_outside_the_tree_knows_nothing_and_markers_change_nothing(tmp_path: Path) -> None:
+    """A class whose base comes from outside the copied code (torch) is still a class:
+    what its own body defines is known; anything else may be the foreign base's."""
+    model = ("from abc import ABC, abstractmethod\nfrom typing import final\n\nfrom torch import nn\n\n"
+             "from vllm.kinds.base import Kind\n\n\n"
+             "class Model(nn.Module, ABC):\n    declares = Kind\n\n    @final\n    def size(self):\n        return 3\n\n"
+             "    @abstractmethod\n    def forward(self):\n        ...\n")
+    tree = tree_of(tmp_path, {"vllm/__init__.py": "", "vllm/registry.py": REGISTRY, "vllm/kinds/__init__.py": "",
+                              "vllm/kinds/base.py": BASE, "vllm/model.py": model})
+    declared, sized, unknown, missing = ask(tree, "resolve('vllm.model.Model').declares.describe()",
+                                            "resolve('vllm.model.Model').size(None)",
+                                            "resolve('vllm.model.Model').parameters",
+                                            "getattr(resolve('vllm.model.Model'), 'speculator', None)")
+    assert declared.ok and declared.value is None, declared  # Kind.builds, through the in-tree class it names
+    assert sized.ok and sized.value == 3, sized
+    assert unknown.gap and "outside the copied code" in unknown.gap, unknown
+    assert missing.gap, missing  # not None: nn.Module might define it
+
+
+def test_a_module_the_collector_did_not_send_is_not_an_absent_one() -> None:
+    """A collected tree (ssh, a probe file) holds only what was sent: a module it lacks is
+    a gap, never ModuleNotFoundError."""
+    from dflash_doctor.targets.snapshot import SnapshotTree
+
+    files = {"vllm/__init__.py": "", "vllm/registry.py": textwrap.dedent(REGISTRY)}
+    answer = {"root": "/srv/site-packages", "files": files,
+              "sha256": {relpath: hashlib.sha256(text.encode("latin-1")).hexdigest() for relpath, text in files.items()}}
+    (outcome,) = ask(SnapshotTree(answer), "build('dflash')")
+    assert outcome.gap and "not collected" in outcome.gap, outcome

@@ -159,21 +159,41 @@ def test_a_plugin_that_patches_the_scheduler_leaves_its_fix_unknown(mini_tree, m
 
 @pytest.mark.release
 def test_the_newest_release_is_judged_on_the_runner_it_has(release, monkeypatch):
-    """0.34.0: no V1 runner; layer-offset and cache-drop present by behaviour on V2.
-    swa-config needs to know whether V2 accepts a mixed drafter, which runs through
-    a registry of speculator configs resolved by qualified name (not followed yet):
-    unknown with that reason, never a guess."""
+    """0.34.0: no V1 runner; every fix present by behaviour on V2. Whether V2 accepts a
+    mixed drafter runs through its registry of speculator configs resolved by
+    qualified name, the drafter model's declared config and the speculator class it names."""
     monkeypatch.setenv("DFLASH_DOCTOR_NO_CACHE", "1")
     tree = release("0.34.0")
     assert not (tree / V1_RUNNER).exists()
     fixes = verdicts(tree)
-    for fix_id in ("layer-offset", "cache-drop"):
+    for fix_id in ("layer-offset", "cache-drop", "swa-config"):
         assert (fixes[fix_id].status, fixes[fix_id].decided_by) == ("present", "behaviour"), fixes[fix_id].reason
     assert {item.runner for item in fixes["layer-offset"].behaviour.observations} == {"v2"}
-    swa = fixes["swa-config"]
-    assert swa.status in ("present", "unknown")
-    if swa.status == "unknown":
-        assert "whether the V2 runner accepts" in swa.reason
+    accepts = [item for item in fixes["swa-config"].behaviour.observations if item.part == "runner-accepts"]
+    assert accepts and all(item.ok and "Speculator (vllm.v1.worker.gpu.spec_decode.dflash" in item.note for item in accepts), accepts
+    # the drafter with only sliding, non-causal layers declares DFlash2 (its architecture's model class)
+    assert any("DFlash2Speculator" in item.note for item in accepts if item.config == "sliding-noncausal")
+
+
+@pytest.mark.release
+def test_a_registry_entry_pointing_dflash_at_eagle_is_followed(tmp_path, release, monkeypatch):
+    """0.34.0 with the registry of speculator configs mapping method "dflash" to EAGLE's
+    config: the drafter's declared DFlash config is no subclass of it, so EAGLE's config
+    is used and the V2 runner builds the EAGLE speculator for a DFlash drafter: the
+    drafter runs without its windows, swa-config is broken by behaviour."""
+    import shutil
+
+    monkeypatch.setenv("DFLASH_DOCTOR_NO_CACHE", "1")
+    tree = tmp_path / "tree"
+    shutil.copytree(release("0.34.0"), tree, ignore=shutil.ignore_patterns("*.so", "*.pyc"))
+    registry = tree / "vllm/v1/worker/gpu/spec_decode/speculator_config.py"
+    edit(registry, '    "dflash": _builtin("dflash.config", "DFlashSpeculatorConfig"),\n',
+         '    "dflash": _builtin("eagle.config", "EagleSpeculatorConfig"),\n')
+    compile(registry.read_text(encoding="utf-8"), str(registry), "exec")
+    fix = verdicts(tree)["swa-config"]
+    assert fix.status in ("absent", "partial") and fix.decided_by == "behaviour", fix.reason
+    accepts = [item for item in fix.behaviour.observations if item.part == "runner-accepts" and item.ok is False]
+    assert accepts and "Eagle" in accepts[0].note, fix.behaviour.observations
 
 
 SHIFT_033 = '            layer_ids = [i + 1 for i in (dflash_config.get("target_layer_ids") or [])]\n'

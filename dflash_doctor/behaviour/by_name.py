@@ -7,7 +7,8 @@ each name it reads from it; the parent answers from the tree, copying the
 definition like any other (a class is copied as a class, its in-tree bases and
 attributes with it), and the call runs again. ``ByName.table`` is what the
 child has been told: module -> {name: program name, or None when the module does
-not define it}; a module mapped to None does not exist.
+not define it}; a module mapped to None does not exist, one mapped to a string
+could not be read (a file the collector did not send): importing it is a gap.
 """
 
 from __future__ import annotations
@@ -19,15 +20,17 @@ from typing import TYPE_CHECKING, Any
 from ..draft import sandbox
 from ..draft.session import Call, Outcome
 from ..source import SourceError, Symbol
-from .definitions import ExtractError, names_in, neutral_decorator, refuse_dunders, top_level_bindings
+from .definitions import ExtractError, marker_decorator, names_in, neutral_decorator, refuse_dunders, top_level_bindings
 
 if TYPE_CHECKING:
     from .computed import Runner
     from .program import ProgramBuilder
 
 # How many times a call runs again for definitions it looked up by name.
-MAX_ROUNDS = 6
+MAX_ROUNDS = 16
 OMITTED = "_omitted"  # the child's descriptor for a class attribute that could not be copied
+FOREIGN = "_foreign_base"  # the child's base class for a base from outside the tree
+META = "_copied_meta"  # the child's metaclass of copied classes
 
 
 class ByName:
@@ -35,7 +38,7 @@ class ByName:
 
     def __init__(self, builder: ProgramBuilder) -> None:
         self.builder = builder
-        self.table: dict[str, dict[str, str | None] | None] = {}
+        self.table: dict[str, dict[str, str | None] | str | None] = {}
         self._gaps = 0
 
     def answer(self, module: str, name: str | None) -> bool:
@@ -44,10 +47,13 @@ class ByName:
         if name is None:
             if module in self.table:
                 return False
-            self.table[module] = {} if _module_file(self.builder, module) is not None else None
+            try:
+                self.table[module] = {} if _module_file(self.builder, module) is not None else None
+            except SourceError as exc:  # a file the collector did not send is not an absent one
+                self.table[module] = f"the module {module}: {exc}"
             return True
         entries = self.table.get(module)
-        if entries is None or name in entries:
+        if not isinstance(entries, dict) or name in entries:
             return False
         entries[name] = self._definition(module, name)
         return True
@@ -89,6 +95,8 @@ def run_by_name(builder: ProgramBuilder, run: Runner, calls: list[Call], data: d
         globals_.update(fixed)
         globals_["_tree_modules"] = {"$tree_modules": names.table, "package": builder.tree.package}
         globals_[OMITTED] = {"$omitted": True}
+        globals_[FOREIGN] = {"$foreign_base": True}
+        globals_[META] = {"$copied_meta": True}
         outcomes.update(run(builder.chunks, pending, data, globals_))
         answered = [names.answer(*outcomes[call.id].needs) for call in pending if outcomes[call.id].needs]  # type: ignore[misc]
         if not any(answered):
@@ -101,11 +109,8 @@ def _module_file(builder: ProgramBuilder, module: str) -> tuple[str, Any] | None
     if module.split(".")[0] != builder.tree.package:
         return None
     base = module.replace(".", "/")
-    for candidate in (f"{base}.py", f"{base}/__init__.py"):
-        try:
-            parsed = builder.tree.parsed(candidate)
-        except SourceError:
-            return None
+    for candidate in (f"{base}.py", f"{base}/__init__.py"):  # SourceError: it could not be read
+        parsed = builder.tree.parsed(candidate)
         if parsed is not None:
             return candidate, parsed
     return None
@@ -132,16 +137,21 @@ def class_copy(builder: ProgramBuilder, symbol: Symbol) -> str:
     if builder.claim(node.name, f"{symbol.file}:{symbol.qualname}"):
         return node.name
     for decorator in node.decorator_list:
-        if not neutral_decorator(symbol.parsed.tree, decorator) and not _typing_marker(symbol.parsed.tree, decorator):
+        if not neutral_decorator(symbol.parsed.tree, decorator) and not marker_decorator(symbol.parsed.tree, decorator):
             raise ExtractError(f"{where} is decorated with @{ast.unparse(decorator)}, which behaviour cannot reproduce")
     if node.keywords:
         raise ExtractError(f"{where} is built with {ast.unparse(node.keywords[0])}, which behaviour cannot reproduce")
+    bases = []
     for base in node.bases:
         refuse_dunders(base, where)
         builder.resolve_free(symbol.parsed, symbol.file, names_in(base))
+        text = ast.unparse(base)
+        # a base from outside the tree (torch's nn.Module) knows nothing: what the copied classes
+        # do not define may be its own, so reading it is a gap
+        bases.append(f"{FOREIGN}({text!r})" if names_in(base) & set(builder.gaps) else text)
     lines = [_statement(builder, symbol, statement) for statement in node.body]
     body = "\n".join(line for line in lines if line) or "pass"
-    bases = ", ".join(ast.unparse(base) for base in node.bases)
+    bases = ", ".join([*bases, f"metaclass={META}"])
     dotted = f"{module_name(symbol.file)}.{symbol.qualname}"
     builder.add_chunk(node.name, f"class {node.name}({bases}):\n{textwrap.indent(body, '    ')}\n"
                                  f"{node.name}._qualified_name = {dotted!r}\n")
@@ -174,6 +184,10 @@ def _statement(builder: ProgramBuilder, owner: Symbol, statement: ast.stmt) -> s
         except ExtractError as exc:
             return "\n".join(f"{target.id} = {OMITTED}({str(exc)!r})" for target in statement.targets)  # type: ignore[attr-defined]
         builder.resolve_free(owner.parsed, owner.file, names_in(statement.value))
+        unknown = sorted(names_in(statement.value) & set(builder.gaps))
+        if unknown:  # reading it is a gap, not the class's definition
+            why = f"{owner.qualname}.{ast.unparse(statement.targets[0])} reads {builder.gaps[unknown[0]]}"
+            return "\n".join(f"{target.id} = {OMITTED}({why!r})" for target in statement.targets)  # type: ignore[attr-defined]
         return ast.unparse(statement)
     if isinstance(statement, ast.Pass):
         return ""
@@ -181,16 +195,3 @@ def _statement(builder: ProgramBuilder, owner: Symbol, statement: ast.stmt) -> s
         return f"{statement.name} = {OMITTED}({f'the nested class {statement.name} is not copied'!r})"
     raise ExtractError(f"{owner.qualname} in {owner.file} has a class-body statement behaviour does not copy "
                        f"(line {statement.lineno})")
-
-
-TYPING_MARKERS = ("final", "runtime_checkable", "type_check_only")
-
-
-def _typing_marker(module: ast.Module, decorator: ast.expr) -> bool:
-    """``@final`` from typing: a marker for type checkers that changes nothing at run time."""
-    if isinstance(decorator, ast.Attribute):
-        return decorator.attr in TYPING_MARKERS and getattr(decorator.value, "id", None) == "typing"
-    if not isinstance(decorator, ast.Name) or decorator.id not in TYPING_MARKERS:
-        return False
-    bindings = list(top_level_bindings(module, decorator.id))
-    return len(bindings) == 1 and isinstance(bindings[0][0], ast.ImportFrom) and bindings[0][0].module in ("typing", "typing_extensions")

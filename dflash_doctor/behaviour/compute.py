@@ -20,6 +20,7 @@ from ..draft.sandbox import Call, Outcome, SandboxError
 from ..source import SourceTree, Symbol
 from .computed import RUNNER_FILES, RUNNERS, SPEC_CONFIG, SPECULATORS_ALGOS, Computed, Runner, RunnerSupport
 from .by_name import run_by_name
+from .declared import plan_declared
 from .definitions import ExtractError, Place, parsed_or_none
 from .hf_config import HfSource, hf_views
 from .interpret import failure, interpret
@@ -54,6 +55,7 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = san
             hfs[position] = (view.data, hf[1], view.source)
     builder = ProgramBuilder(tree, PROVIDED)
     plan, spec_symbol = plan_calls(tree, builder)
+    declared = plan_declared(tree, builder)  # the class body of the drafter's model config, where it declares a speculator
     failed = None
     if not plan.runners:
         failed = f"this tree has none of vLLM's model runners ({', '.join(RUNNER_FILES.values())})"
@@ -82,12 +84,11 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = san
         count = draft_layer_count(hf_data)
         if count is None and "layers" not in mine.reasons:
             mine.reasons["layers"] = "the drafter config has no usable num_hidden_layers"
+        model_config = {"hf_config": sandbox.config_object("hf_config", f"hf{index}"), "architectures": _architectures(hf_data)}
         spec_attrs: dict[str, Any] = {
             "method": "dflash",
-            "draft_model_config": sandbox.strict_object(
-                "draft_model_config", hf_config=sandbox.config_object("hf_config", f"hf{index}"),
-                architectures=_architectures(hf_data),
-            ),
+            "draft_model_config": sandbox.strict_object("draft_model_config", **model_config) if declared is None
+            else sandbox.class_instance("draft_model_config", declared, **model_config),
         }
         block = draft.block_size
         if isinstance(block, int) and not isinstance(block, bool) and block > 1:

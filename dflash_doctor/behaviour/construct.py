@@ -146,7 +146,8 @@ def _assumed(construct: Construct, platform: str, engine: Engine) -> dict[str, A
     answering for ``platform`` among the engine's."""
     told = {f"{construct.platform}.is_{kind.name}()": kind.name == platform for kind in engine.platforms} if construct.platform else {}
     containers = {path: {"$container": path} for path in construct.containers}
-    return {**told, **containers, **dict(construct.assume)}
+    unset = dict.fromkeys(construct.unset)
+    return {**told, **containers, **unset, **dict(construct.assume)}
 
 
 def _model_keywords(node: ast.ClassDef, construct: Construct) -> str:

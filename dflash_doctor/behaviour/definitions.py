@@ -258,6 +258,24 @@ def absolute_module(node: ast.ImportFrom, file: str) -> str | None:
 MEMOISING = frozenset({"cache", "lru_cache"})  # functools decorators: same values, remembered
 
 
+# Decorators that mark a definition for type checkers or abstract base classes and
+# change nothing a call computes, by the module they are imported from.
+MARKERS = {"final": ("typing", "typing_extensions"), "override": ("typing", "typing_extensions"),
+           "runtime_checkable": ("typing", "typing_extensions"), "type_check_only": ("typing", "typing_extensions"),
+           "abstractmethod": ("abc",)}
+
+
+def marker_decorator(module: ast.Module, decorator: ast.expr) -> bool:
+    """``@final``, ``@typing.final``, ``@abstractmethod``: imported from where MARKERS says."""
+    if isinstance(decorator, ast.Attribute):
+        return getattr(decorator.value, "id", None) in MARKERS.get(decorator.attr, ())
+    if not isinstance(decorator, ast.Name) or decorator.id not in MARKERS:
+        return False
+    bindings = list(top_level_bindings(module, decorator.id))
+    return (len(bindings) == 1 and isinstance(bindings[0][0], ast.ImportFrom)
+            and bindings[0][0].module in MARKERS[decorator.id] and not bindings[0][1])
+
+
 def neutral_decorator(module: ast.Module, decorator: ast.expr) -> bool:
     """A registration decorator of the same module that hands the function back
     unchanged (``def register(name): def deco(fn): ...; return fn; return deco``),

@@ -22,6 +22,7 @@ from .definitions import (
     base_init,
     free_names,
     is_static,
+    marker_decorator,
     names_in,
     neutral_decorator,
     option_default,
@@ -33,7 +34,7 @@ from .definitions import (
 
 PROPERTY_DECORATORS = {"property", "cached_property"}
 STDLIB_FACTORY = "_stdlib"  # the harness's curated standard-library modules
-STDLIB_MODULES = frozenset({"operator", "functools", "math", "typing", "importlib", "inspect"})
+STDLIB_MODULES = frozenset({"operator", "functools", "math", "typing", "collections.abc", "importlib", "inspect", "abc"})
 
 
 def stdlib_binding(node: ast.stmt, name: str) -> str | None:
@@ -73,6 +74,7 @@ class ProgramBuilder:
         self.omitted: dict[str, str] = {}  # "Class.method" -> why it was left out
         self._origins: dict[str, str] = {}  # program name -> "file:qualname"
         self.copying_classes = 0  # while > 0, a class reached by name is copied as a class (by_name.py)
+        self._gap_origins: dict[str, str] = {}  # gap name -> "file:name" of the class it stands for
 
     # -- module-level definitions -------------------------------------------
 
@@ -130,6 +132,8 @@ class ProgramBuilder:
 
     def _claim(self, name: str, origin: str) -> bool:
         """True when ``name`` is already defined from the same place."""
+        if name in self.gaps and self.copying_classes and self._gap_origins.get(name) == origin:
+            del self.gaps[name]  # the class that was a gap is copied now: what Python has under that name
         if name in self.provided or name in self.gaps:
             raise ExtractError(f"{origin} would shadow the name {name!r} that another copied definition reads")
         known = self._origins.get(name)
@@ -179,11 +183,18 @@ class ProgramBuilder:
         elif isinstance(node, ast.ClassDef) and self.copying_classes:
             from .by_name import class_copy  # by_name builds on this module
 
-            class_copy(self, Symbol(file, node.name, node, parsed))
+            kept = (len(self.chunks), dict(self._origins), dict(self.gaps), dict(self.omitted))
+            try:
+                class_copy(self, Symbol(file, node.name, node, parsed))
+            except ExtractError as exc:  # a class that cannot be copied is a gap (a base of it: a foreign one)
+                del self.chunks[kept[0]:]
+                self._origins, self.gaps, self.omitted = kept[1], kept[2], kept[3]
+                self._gap(name, f"{name} ({file}): {exc}")
         elif isinstance(node, ast.ClassDef) and self.classes and not imported:
             self.constructor(Symbol(file, node.name, node, parsed))
         else:
-            self._gap(name, f"{name} ({file})")
+            # a class left a gap may be copied later by name (by_name.py): the same definition
+            self._gap(name, f"{name} ({file})", f"{file}:{name}" if isinstance(node, ast.ClassDef) else None)
 
     def _follow_import(self, node: ast.ImportFrom, name: str, file: str, depth: int) -> None:
         alias = next(a for a in node.names if (a.asname or a.name) == name)
@@ -219,9 +230,11 @@ class ProgramBuilder:
             self._origins, self.gaps, self.omitted = kept[1], kept[2], kept[3]
             self._gap(name, label)
 
-    def _gap(self, name: str, label: str) -> None:
+    def _gap(self, name: str, label: str, origin: str | None = None) -> None:
         if name in self.gaps:
             return
+        if origin is not None:
+            self._gap_origins[name] = origin
         if name in self._origins:
             raise ExtractError(f"{label} would be a gap, but another copied definition is named {name!r}")
         self.gaps.setdefault(name, label)
@@ -309,6 +322,8 @@ class ProgramBuilder:
                 wrap = "property"
             elif name in KEPT_DECORATORS:
                 kept.append(ast.Name(id=name, ctx=ast.Load()))
+            elif marker_decorator(owner.parsed.tree, decorator):
+                continue  # @final, @abstractmethod: nothing a call computes changes
             else:
                 raise ExtractError(f"{where} is decorated with @{ast.unparse(decorator)}, which behaviour cannot reproduce")
         definition.decorator_list = kept

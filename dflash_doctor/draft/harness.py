@@ -44,6 +44,8 @@ past it. Stubs are described by ``spec``:
     {"$tree_modules": {module: {name: program name | null} | null}, "package": name}
                              what was sent of the tree's modules (importlib.import_module)
     {"$omitted": true}       ``f(why)``: a class attribute whose reading is a gap
+    {"$foreign_base": true}  ``f(label)``: a base class from outside the copied code
+    {"$copied_meta": true}   the metaclass of classes copied by name (CopiedMeta)
 
 A gap is raised as a BaseException, so no ``except Exception`` in the
 inspected code can swallow it and take another path.
@@ -58,6 +60,7 @@ import itertools
 import json
 import signal
 import sys
+from abc import ABCMeta
 
 SAFE_BUILTIN_NAMES = (
     "abs all any bool callable dict divmod enumerate filter float frozenset getattr hasattr "
@@ -92,7 +95,8 @@ class NeedsDefinition(ProbeGap):
 
 
 # What the parent has sent of the tree's modules: module -> {name: program name, or None
-# when the module does not define it}, or None when there is no such module.
+# when the module does not define it}, None when there is no such module, or why it
+# could not be read.
 TREE_MODULES = {}
 TREE_PACKAGE = [None]
 NAMESPACE = [None]  # the current request's globals (a module's names are program names)
@@ -127,6 +131,8 @@ def import_module(name, package=None):
         raise NeedsDefinition(name)
     if TREE_MODULES[name] is None:
         raise ModuleNotFoundError("No module named %r" % name)
+    if isinstance(TREE_MODULES[name], str):  # it could not be read (not sent by the collector)
+        raise ProbeGap(TREE_MODULES[name])
     return TreeModule(name)
 
 
@@ -197,6 +203,51 @@ def _gap_truth(self):
     return decide(object.__getattribute__(self, "_label"))
 
 
+class CopiedMeta(ABCMeta):
+    """The class of a class copied from the tree by name. Building one runs its
+    ``__init__``; where that reads what running the code cannot know, the result is
+    the record of which class was built (as for a class imported inside the code),
+    which can be returned but not used."""
+
+    def __call__(cls, *args, **kwargs):
+        raised = len(RAISED)
+        try:
+            return ABCMeta.__call__(cls, *args, **kwargs)
+        except ProbeGap:
+            del RAISED[raised:]  # the constructor's own unknowns: the answer is the class built
+            return Constructed(cls.__dict__.get("_qualified_name") or cls.__name__)
+
+
+class ForeignMeta(CopiedMeta):
+    """The class of a base from outside the copied code: an attribute that the copied
+    classes of its subclasses do not define may be the foreign base's, so it is a gap."""
+
+    def __getattr__(cls, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise ProbeGap("%s.%s (perhaps from its base %s, outside the copied code)" % (cls.__name__, name, cls._foreign))
+
+
+def foreign_base(label):
+    """A base class from outside the copied code (``nn.Module``): it knows nothing."""
+    class Foreign(metaclass=ForeignMeta):
+        _foreign = label
+
+        def __init__(self, *args, **kwargs):
+            raise ProbeGap("constructing %s, whose __init__ may be %s's" % (type(self).__name__, label))
+
+        def __getattr__(self, name):
+            if name.startswith("__"):
+                raise AttributeError(name)
+            raise ProbeGap("%s.%s (perhaps from %s, outside the copied code)" % (type(self).__name__, name, self._foreign))
+    return Foreign
+
+
+def foreign_bases(label):
+    """``__mro_entries__`` of a gap or stand-in used as a base class."""
+    return lambda self, bases: (foreign_base(label(self)),)
+
+
 for _name in (
     "__call__ __iter__ __len__ __eq__ __ne__ __lt__ __le__ __gt__ __ge__ __hash__ "
     "__contains__ __getitem__ __index__ __int__ __float__ __str__ __format__ __repr__ "
@@ -205,6 +256,7 @@ for _name in (
 ).split():
     setattr(Gap, _name, _raise_gap)
 Gap.__bool__ = _gap_truth
+Gap.__mro_entries__ = foreign_bases(lambda gap: object.__getattribute__(gap, "_label"))
 
 
 class Obj:
@@ -291,8 +343,11 @@ def _stdlib_modules():
     """Pure parts of the standard library tree code may use, built from the real
     functions; anything else of these modules is a gap. No attribute reaches
     beyond its value (attrgetter and methodcaller refuse dunders)."""
+    import collections.abc as collections_abc
     import functools
     import inspect
+    import typing
+    from abc import ABC, abstractmethod
     import math
     import operator
 
@@ -310,8 +365,19 @@ def _stdlib_modules():
     object.__setattr__(modules["operator"], "methodcaller", lambda name, *a, **k: operator.methodcaller(_plain_name(name), *a, **k))
     for decorator in ("cache", "lru_cache", "wraps"):
         object.__setattr__(modules["functools"], decorator, _identity_decorator)
-    modules["typing"] = Obj("typing", {"cast": lambda kind, value: value, "TYPE_CHECKING": False}, True)
+    # typing's and collections.abc's names as they are: pure (no evaluation of the strings they hold)
+    names["typing"] = (typing, "Any Callable ClassVar Final Generic Literal Optional Protocol TypeVar Union Type List Dict "
+                               "Tuple Set FrozenSet Sequence Mapping Iterable Iterator NamedTuple get_args get_origin "
+                               "overload final runtime_checkable")
+    names["collections.abc"] = (collections_abc, "Callable Collection Container Generator Hashable Iterable Iterator Mapping "
+                                                 "MutableMapping MutableSequence MutableSet Sequence Set Sized")
+    for module_name in ("typing", "collections.abc"):
+        module, members = names[module_name]
+        modules[module_name] = Obj(module_name, {member: getattr(module, member) for member in members.split()}, True)
+    object.__setattr__(modules["typing"], "cast", lambda kind, value: value)
+    object.__setattr__(modules["typing"], "TYPE_CHECKING", False)
     modules["importlib"] = Obj("importlib", {"import_module": import_module}, True)
+    modules["abc"] = Obj("abc", {"ABC": ABC, "ABCMeta": ABCMeta, "abstractmethod": abstractmethod}, True)
     modules["inspect"] = Obj("inspect", {"signature": signature_of(inspect)}, True)
     return modules
 
@@ -361,6 +427,9 @@ class StandIn:
         assume = object.__getattribute__(self, "_assume")
         if path in assume:
             return assume[path]
+        for key, value in assume.items():  # "*.quant_config": that attribute of whatever it is read from
+            if key.startswith("*.") and path.endswith(key[1:]):
+                return value
         return StandIn(path, assume, object.__getattribute__(self, "_record"))
 
     def __getattr__(self, name):
@@ -410,6 +479,7 @@ def _stand_in_op(symbol):
 for _name in "__iter__ __len__ __index__ __int__ __float__ __hash__ __contains__ __enter__".split():
     setattr(StandIn, _name, _stand_in_gap)
 StandIn.__bool__ = lambda self: decide("%s (a stand-in)" % object.__getattribute__(self, "_path"))
+StandIn.__mro_entries__ = foreign_bases(lambda stand_in: object.__getattribute__(stand_in, "_path"))
 for _name, _symbol in (("add", "+"), ("sub", "-"), ("mul", "*"), ("truediv", "/"), ("floordiv", "//"), ("mod", "%"),
                        ("pow", "**"), ("and", "&"), ("or", "|")):
     setattr(StandIn, "__%s__" % _name, _stand_in_op(_symbol))
@@ -552,6 +622,10 @@ def build(spec, data, namespace):
         return None
     if "$omitted" in spec:
         return omitted
+    if "$foreign_base" in spec:
+        return foreign_base
+    if "$copied_meta" in spec:
+        return CopiedMeta
     if "$container" in spec:
         return container(spec["$container"])
     if "$records" in spec:
@@ -591,14 +665,41 @@ def type_check(real):
         if isinstance(value, Gap):
             raise ProbeGap(object.__getattribute__(value, "_label"))
         classes = tuple(SERVED_CLASSES.get(id(c), c) for c in classes) if type(classes) is tuple else SERVED_CLASSES.get(id(classes), classes)
+        named = [c for c in (classes if type(classes) is tuple else (classes,)) if isinstance(c, ImportedName)]
+        if named:
+            return _by_qualified_name(real, value, classes, named)
         unknown = [c for c in (classes if type(classes) is tuple else (classes,)) if isinstance(c, StandIn)]
         if not unknown:
             return real(value, classes)
+        if value is None and real is isinstance:  # None is an instance of no class from outside (but object)
+            return real(value, tuple(c for c in (classes if type(classes) is tuple else ()) if not isinstance(c, StandIn)))
         known = tuple(c for c in (classes if type(classes) is tuple else ()) if not isinstance(c, StandIn))
         if known and real(value, known):
             return True
         return decide("%s(%s, %s)" % (real.__name__, summary_text(value), object.__getattribute__(unknown[0], "_path")))
     return check
+
+
+def _by_qualified_name(real, value, classes, named):
+    """A type check against a class imported inside the code (known only by its qualified
+    name): the copied classes' own names decide; a base from outside leaves it unknown."""
+    if isinstance(value, Constructed):
+        raise ProbeGap(object.__getattribute__(value, "_label"))
+    kind = value if real is issubclass else type(value)
+    if not isinstance(kind, type):
+        raise ProbeGap("%s(%s, %s)" % (real.__name__, summary_text(value), object.__getattribute__(named[0], "path")))
+    wanted = set(object.__getattribute__(c, "path") for c in named)
+    if any(klass.__dict__.get("_qualified_name") in wanted for klass in kind.__mro__):
+        return True
+    others = tuple(c for c in (classes if type(classes) is tuple else ()) if not isinstance(c, ImportedName))
+    if others and real(value, others):
+        return True
+    # decisive only when every class it derives from is a copied one or the standard library's
+    if any("_foreign" in klass.__dict__ or ("_qualified_name" not in klass.__dict__ and klass.__module__ not in ("builtins", "abc"))
+           for klass in kind.__mro__):
+        raise ProbeGap("%s(%s, %s): a base from outside the copied code" % (
+            real.__name__, kind.__name__, object.__getattribute__(named[0], "path")))
+    return False
 
 
 def type_of(value):
