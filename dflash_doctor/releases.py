@@ -26,12 +26,21 @@ from typing import Any
 
 from . import __version__
 from .check import run_check
-from .model import EXIT_ERROR, EXIT_OK, PRESENT, UNKNOWN, BottomLine, ToolError, exit_code_for
+from .model import (
+    EXIT_ERROR,
+    EXIT_OK,
+    PRESENT,
+    UNKNOWN,
+    BottomLine,
+    ToolError,
+    exit_code_for,
+)
 from .paths import cache_dir, caches_disabled, is_offline, write_atomically
 from .reporters.layout import OUTDENT, Line, render, width_of, words, wrap
 from .reporters.table import LABEL, STYLES
 from .rules import Rule
-from .targets.release import COMPLETE, RELEASE, UNREACHABLE_HINT, ReleaseTarget, canonical_release, unreachable_index
+from .targets.pip_index import UNREACHABLE_HINT, unreachable_index
+from .targets.release import COMPLETE, RELEASE, ReleaseTarget, canonical_release
 from .terminal import clean
 
 # The first vLLM release with a DFlash code path: older ones are not-applicable for every fix.
@@ -168,7 +177,10 @@ def index_releases() -> list[str]:
             if line.startswith("Available versions:"):
                 versions = [v.strip() for v in line.split(":", 1)[1].split(",")]
                 return sorted((v for v in versions if RELEASE.fullmatch(v)), key=version_key)
-        unreachable = unreachable_index(log)
+        try:
+            unreachable = unreachable_index(log.read_text(encoding="utf-8", errors="replace")[:4 << 20])
+        except OSError:
+            unreachable = None
     if unreachable:
         raise ToolError(f"{unreachable}: {UNREACHABLE_HINT}")
     errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR")]
