@@ -1,8 +1,8 @@
 """The release matrix: vLLM releases × fixes, each cell the verdict of a real check.
 
 Releases come from the package index (``pip index versions vllm``); each one
-is checked on its wheel (``release_tree``: downloaded once, ``.py`` files and
-dist-info kept). The report of every release is cached in
+is checked on its wheel (``release_tree``: fetched once, ``.py`` files and
+dist-info kept), ``JOBS`` releases at a time. The report of every release is cached in
 ``<cache>/matrix/``, keyed by release, rules content and tool version, so a
 second run checks nothing. With ``--offline`` the matrix covers the releases
 already in the cache, and says so; an index that does not answer is an error.
@@ -12,7 +12,9 @@ recommendation (``present_from``, the bottom line).
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import json
@@ -20,7 +22,7 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,7 @@ from .terminal import clean
 # The first vLLM release with a DFlash code path: older ones are not-applicable for every fix.
 DEFAULT_FROM = "0.20.0"
 INDEX_TIMEOUT_S = 20
+JOBS = 4  # releases fetched and checked at once
 _SUFFIX_RANK = {".dev": 0, "a": 1, "b": 2, "rc": 3, "": 4, ".post": 5}
 
 
@@ -229,10 +232,6 @@ def _row_path(release: str, digest: str) -> Path:
     return cache_dir() / "matrix" / f"{release}-{digest[:16]}-{__version__}.json"
 
 
-def is_downloaded(release: str) -> bool:
-    return (cache_dir() / "releases" / release / COMPLETE).is_file()
-
-
 def release_row(release: str, rules: tuple[Rule, ...], digest: str) -> Row:
     """One release's verdicts: from the matrix cache, else by checking its wheel."""
     use_cache = not caches_disabled()
@@ -256,6 +255,19 @@ def release_row(release: str, rules: tuple[Rule, ...], digest: str) -> Row:
         except (OSError, ToolError):
             pass  # a cache that cannot be written only costs time
     return _row(release, report, cached=False)
+
+
+def release_rows(releases: list[str], rules: tuple[Rule, ...], digest: str, update: Callable[..., None]) -> list[Row]:
+    """``release_row`` of each release, ``JOBS`` at a time (their downloads, and their checks), in the order given;
+    ``update(completed=...)`` as each is done. Each runs in a copy of this context: a progress bar shown here
+    shows theirs below it."""
+    done = 0
+    with concurrent.futures.ThreadPoolExecutor(JOBS) as pool:
+        futures = [pool.submit(contextvars.copy_context().run, release_row, release, rules, digest) for release in releases]
+        for _ in concurrent.futures.as_completed(futures):
+            done += 1
+            update(completed=done)
+    return [future.result() for future in futures]
 
 
 def _row(release: str, report: dict[str, Any], cached: bool) -> Row:

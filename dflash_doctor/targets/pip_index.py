@@ -113,5 +113,7 @@ def unreachable_index(text: str) -> str | None:
     if found is None:
         return None
     url, why = found.groups()
-    cause = re.search(r">[:,] '?([^'\"]+)", why)  # urllib3 wraps the cause: "...Error('<conn object>: <cause>')"
+    # urllib3 wraps the cause: "...(Caused by NewConnectionError('<conn object>: <cause>'))", or
+    # "(Caused by SSLError(SSLCertVerificationError(1, '<cause>')))".
+    cause = re.search(r">[:,] '?([^'\"]+)", why) or re.search(r"Caused by .*'([^']+)'\)+$", why)
     return f"the package index {url} cannot be reached ({(cause.group(1) if cause else why).strip()[:200]})"

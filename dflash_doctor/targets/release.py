@@ -45,9 +45,9 @@ _FULL: list[bool] = []
 
 
 @contextlib.contextmanager
-def full_wheels() -> Iterator[None]:
-    """Within it a wheel is downloaded whole and checked against the index's sha256 (``--full-wheel``)."""
-    _FULL.append(True)
+def full_wheels(on: bool = True) -> Iterator[None]:
+    """Within it (when ``on``) a wheel is downloaded whole and checked against the index's sha256 (``--full-wheel``)."""
+    _FULL.append(on)
     try:
         yield
     finally:
@@ -55,7 +55,7 @@ def full_wheels() -> Iterator[None]:
 
 
 def full_wheel() -> bool:
-    return bool(_FULL)
+    return any(_FULL)
 
 
 def canonical_release(version: str) -> str:
