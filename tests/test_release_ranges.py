@@ -14,13 +14,13 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from conftest import assert_error, run_cli, statuses
+from nginx_index import NginxIndex, build_wheel, self_signed
+from test_releases_matrix import unreachable_index_env
+
 from dflash_doctor.behaviour.transformers import requires
 from dflash_doctor.paths import cache_dir
 from dflash_doctor.targets.release import transformers_tree
-from nginx_index import NginxIndex, build_wheel, self_signed
-from test_releases_matrix import unreachable_index_env
 
 VERSION = "0.33.0"
 WHEEL = f"vllm-{VERSION}-py3-none-any.whl"

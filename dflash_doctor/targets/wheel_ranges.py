@@ -28,7 +28,7 @@ from typing import Protocol
 from ..model import ToolError
 
 TAIL = 64 * 1024  # the end of the wheel asked for first: the end of central directory, often the directory itself
-GAP = 256 * 1024  # bytes between two wanted members fetched along rather than asked for apart
+GAP = 64 * 1024  # bytes between two wanted members fetched along rather than asked for apart
 SPAN = 4 << 20  # at most this much in one request, so that several are in flight
 JOBS = 4  # requests in flight
 MAX_DIRECTORY = 64 << 20
@@ -220,33 +220,35 @@ def extract(source: Source, wanted: Callable[[str], bool], tree: Path, wheel: st
     if len(text) != record_member.size or len(text) > MAX_RECORD:
         raise ToolError(f"{wheel}: its RECORD is not the size the directory says")
     record = read_record(text, wheel)
-    _write(tree, record_member.name, text)
+    made: set[Path] = set()
+    _write(tree, record_member.name, text, made)
     context = contextvars.copy_context()  # the progress bar shown, in each worker
     with concurrent.futures.ThreadPoolExecutor(JOBS) as pool:
-        fetched = [pool.submit(context.copy().run, _fetch_span, source, span, record, wheel) for span in planned]
+        fetched = [pool.submit(context.copy().run, _fetch_span, source, span, record, wheel, tree, made) for span in planned]
         try:
             for future in concurrent.futures.as_completed(fetched):
-                for name, content in future.result():
-                    _write(tree, name, content)
+                future.result()
         finally:
             for future in fetched:
                 future.cancel()
     return len(chosen) + 1
 
 
-def _fetch_span(source: Source, span: tuple[int, int, list[Member]], record: Record, wheel: str) -> list[tuple[str, bytes]]:
-    """The members of one span, each checked against the RECORD."""
+def _fetch_span(source: Source, span: tuple[int, int, list[Member]], record: Record, wheel: str, tree: Path,
+                made: set[Path]) -> None:
+    """Fetch one span and write its members, each checked against the RECORD before it is written."""
     start, end, group = span
     data = source.read(start, end)
-    checked = []
     for member in group:
         content = unpack(member, data, start, wheel)
         verify(member, content, record, wheel)
-        checked.append((member.name, content))
-    return checked
+        _write(tree, member.name, content, made)
 
 
-def _write(tree: Path, name: str, content: bytes) -> None:
+def _write(tree: Path, name: str, content: bytes, made: set[Path]) -> None:
     path = tree / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(content)
+    if path.parent not in made:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        made.add(path.parent)
+    with open(path, "wb") as handle:
+        handle.write(content)
