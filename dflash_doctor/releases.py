@@ -22,6 +22,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -259,13 +260,24 @@ def release_row(release: str, rules: tuple[Rule, ...], digest: str) -> Row:
 
 def release_rows(releases: list[str], rules: tuple[Rule, ...], digest: str, update: Callable[..., None]) -> list[Row]:
     """``release_row`` of each release, ``JOBS`` at a time (their downloads, and their checks), in the order given;
-    ``update(completed=...)`` as each is done. Each runs in a copy of this context: a progress bar shown here
-    shows theirs below it."""
-    done = 0
+    ``update`` says how many are done and which are being checked. Each runs in a copy of this context: a
+    progress bar shown here shows theirs below it."""
+    running: list[str] = []
+    lock = threading.Lock()
+
+    def one(release: str) -> Row:
+        with lock:
+            running.append(release)
+            update(description=f"vllm {', '.join(running)}")
+        try:
+            return release_row(release, rules, digest)
+        finally:
+            with lock:
+                running.remove(release)
+
     with concurrent.futures.ThreadPoolExecutor(JOBS) as pool:
-        futures = [pool.submit(contextvars.copy_context().run, release_row, release, rules, digest) for release in releases]
-        for _ in concurrent.futures.as_completed(futures):
-            done += 1
+        futures = [pool.submit(contextvars.copy_context().run, one, release) for release in releases]
+        for done, _ in enumerate(concurrent.futures.as_completed(futures), 1):
             update(completed=done)
     return [future.result() for future in futures]
 

@@ -101,7 +101,7 @@ pid {root}/nginx.pid;
 error_log {root}/error.log;
 events {{ worker_connections 128; }}
 http {{
-    log_format counted '$request_method $uri $status $body_bytes_sent';
+    log_format counted '$request_method $uri $status $body_bytes_sent $msec $request_time';
     access_log {self.log} counted;
     client_body_temp_path {temp}/body; proxy_temp_path {temp}/proxy; fastcgi_temp_path {temp}/fastcgi;
     uwsgi_temp_path {temp}/uwsgi; scgi_temp_path {temp}/scgi;
@@ -128,7 +128,7 @@ http {{
         return sum(int(line.split()[3]) for line in self.requests())
 
     def requests(self) -> list[str]:
-        """The access log's lines for files: method, path, status, bytes sent."""
+        """The access log's lines for files: method, path, status, bytes sent, time it ended, seconds it took."""
         if not self.log.exists():
             return []
         return [line for line in self.log.read_text().splitlines() if line.split()[1].startswith("/files/")]

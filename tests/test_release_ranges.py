@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -117,7 +119,7 @@ def test_a_server_that_ignores_ranges_gets_the_full_download(tmp_path, index, sm
     proc = run_cli("check", "--release", VERSION, "--only", "layer-offset", "--format", "json",
                    env=pip_env(tmp_path / "cache", PIP_INDEX_URL=server.url))
     assert proc.stdout, proc.stderr
-    assert [line.split()[2:] for line in server.requests()] == [["200", str(small_wheel.stat().st_size)]]
+    assert [line.split()[2:4] for line in server.requests()] == [["200", str(small_wheel.stat().st_size)]]
     assert {k: v for k, v in kept(fetched(tmp_path / "cache")).items() if k != ".complete"} == wheel_members(small_wheel)
 
 
@@ -196,6 +198,48 @@ def test_basic_auth_credentials_as_pip_takes_them(tmp_path, index, small_wheel, 
     answers = [line.split()[2] for line in server.requests()]
     assert answers and set(answers) <= {"206", "401"} and "206" in answers
     assert "s3cret" not in proc.stderr + proc.stdout
+
+
+# ------------------------------------------------------------ several at once: releases, and concurrent checks
+
+
+def test_two_processes_fetching_one_release_leave_one_tree(tmp_path, index, small_wheel):
+    server = index([small_wheel], rate="200k")  # each fetch takes a while: the two overlap
+    cache = tmp_path / "cache"
+    env = pip_env(cache, PIP_INDEX_URL=server.url)
+    command = [sys.executable, "-m", "dflash_doctor", "check", "--release", VERSION, "--only", "layer-offset", "--format", "json"]
+    procs = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    answers = [proc.communicate(timeout=300) for proc in procs]
+    for proc, (out, err) in zip(procs, answers):
+        assert proc.returncode in (0, 1, 2) and json.loads(out)["target"]["location"].endswith(f"releases/{VERSION}"), err
+    assert os.listdir(cache / "releases") == [VERSION] and list((cache / "tmp").iterdir()) == []
+    assert {k: v for k, v in kept(fetched(cache)).items() if k != ".complete"} == wheel_members(small_wheel)
+    assert [line.split()[3] for line in server.requests()].count("65536") == 2  # each read the wheel's tail: both fetched
+
+
+def test_releases_fetches_several_releases_at_once(tmp_path, index, release):
+    versions = ["0.32.0", "0.33.0", "0.34.0"]
+    wheels = []
+    for version in versions:
+        tree = release(version)
+        transformers_tree(requires((tree / f"vllm-{version}.dist-info" / "METADATA").read_text(encoding="utf-8")))
+        wheels.append(build_wheel(tmp_path / f"vllm-{version}-py3-none-any.whl", tree, version, only=FEW))
+    server = index(wheels, rate="50k")  # a few seconds a release
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "transformers").symlink_to(cache_dir() / "transformers")
+    proc = run_cli("releases", "--from", versions[0], "--to", versions[-1], "--format", "json",
+                   env=pip_env(cache, PIP_INDEX_URL=server.url))
+    assert proc.stdout, proc.stderr
+    assert [row["release"] for row in json.loads(proc.stdout)["releases"]] == versions
+    assert sorted(os.listdir(cache / "releases")) == versions
+    spans = {}  # each wheel's first request start and last request end, as nginx logged them
+    for line in server.requests():
+        _, path, _, _, ended, took = line.split()
+        start, end = spans.get(path, (float("inf"), 0.0))
+        spans[path] = (min(start, float(ended) - float(took)), max(end, float(ended)))
+    assert len(spans) == 3
+    assert max(start for start, _ in spans.values()) < min(end for _, end in spans.values()), spans  # all three at once
 
 
 # ------------------------------------------------------------ a real downloaded wheel, when one is at hand

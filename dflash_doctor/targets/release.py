@@ -194,6 +194,7 @@ def _fetch(project: str, requirement: str, kept: tuple[str, ...], staging: Path,
         if not whole and located.url.startswith(("http://", "https://")):
             opened = open_wheel(located, update, deadline)
             if isinstance(opened, RangeSource):
+                update(description=f"{project} {located.filename.split('-')[1]}: fetching the files kept (range requests)")
                 fetched = len(opened.tail)
                 extract(opened, wanted, tree, located.filename, lambda total: update(total=fetched + total))
                 return tree, located.filename
