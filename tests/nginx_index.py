@@ -32,13 +32,14 @@ def record_digest(data: bytes) -> str:
 
 
 def build_wheel(path: Path, tree: Path, version: str, only: Iterable[str] | None = None, blobs: int = 0,
-                altered: str | None = None) -> Path:
+                altered: str | None = None, extra: dict[str, bytes] | None = None) -> Path:
     """A wheel at ``path`` of the ``vllm/**.py`` files (or ``only`` those) and the dist-info of the release
     ``tree``, its RECORD rewritten to the bytes written, plus ``blobs`` MB of incompressible ``.so`` members
-    spread among them; ``altered`` names a member whose bytes then differ from its RECORD line."""
+    spread among them and the ``extra`` members; ``altered`` names a member whose bytes then differ from its
+    RECORD line."""
     dist_info = f"vllm-{version}.dist-info"
     names = sorted(str(p.relative_to(tree)) for p in tree.glob("vllm/**/*.py")) if only is None else list(only)
-    files = {name: (tree / name).read_bytes() for name in names}
+    files = {name: (tree / name).read_bytes() for name in names} | (extra or {})
     for source in sorted((tree / dist_info).rglob("*")):
         if source.is_file() and source.name != "RECORD":
             files[source.relative_to(tree).as_posix()] = source.read_bytes()

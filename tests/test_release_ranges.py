@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import assert_error, run_cli, statuses
+from measure import run_measured
 from nginx_index import NginxIndex, build_wheel, self_signed
 from test_releases_matrix import unreachable_index_env
 
@@ -135,6 +136,34 @@ def test_a_member_unlike_its_record_line_is_refused_and_nothing_is_cached(tmp_pa
     assert_error(proc, f"vllm/config/speculative.py in {WHEEL} does not match the wheel's RECORD")
     assert "refused, nothing cached" in proc.stderr
     assert server.requests()  # it was fetched, and refused
+    assert not (cache / "releases").exists() and list((cache / "tmp").iterdir()) == []
+
+
+def lie_about_size(wheel: Path, name: str, size: int) -> None:
+    """Make the zip's local and central headers say ``name`` unpacks to ``size`` bytes."""
+    with zipfile.ZipFile(wheel) as archive:
+        local = archive.getinfo(name).header_offset
+    data = bytearray(wheel.read_bytes())
+    central = data.rfind(name.encode()) - 46  # the central entry's fixed part precedes its name
+    assert data[central:central + 4] == b"PK\x01\x02" and data[local:local + 4] == b"PK\x03\x04"
+    data[central + 24:central + 28] = data[local + 22:local + 26] = size.to_bytes(4, "little")
+    wheel.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("lie", [False, True], ids=["announced", "hidden"])
+def test_a_decompression_bomb_is_refused_in_bounded_memory(tmp_path, index, real_tree, lie):
+    """200 MB of one byte, deflated to 0.2 MB, as a .py member: announced, it is over the cap; hidden behind
+    a size of 1,000 in the zip headers, at most 1,001 bytes are inflated and they do not match the RECORD."""
+    wheel = build_wheel(tmp_path / WHEEL, real_tree, VERSION, only=FEW, extra={"vllm/bomb.py": b"#" * (200 << 20)})
+    if lie:
+        lie_about_size(wheel, "vllm/bomb.py", 1000)
+    assert wheel.stat().st_size < 2 << 20
+    server = index([wheel])
+    cache = tmp_path / "cache"
+    proc = run_measured("check", "--release", VERSION, env=pip_env(cache, PIP_INDEX_URL=server.url))
+    assert proc.returncode == 3 and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert ("does not match the wheel's RECORD" if lie else "more than 64 MiB") in proc.stderr and "vllm/bomb.py" in proc.stderr
+    assert proc.peak_rss < 150 << 20, proc.peak_rss  # far below the 200 MB a full inflate would take
     assert not (cache / "releases").exists() and list((cache / "tmp").iterdir()) == []
 
 

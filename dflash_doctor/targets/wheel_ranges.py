@@ -32,7 +32,7 @@ GAP = 64 * 1024  # bytes between two wanted members fetched along rather than as
 SPAN = 4 << 20  # at most this much in one request, so that several are in flight
 JOBS = 4  # requests in flight
 MAX_DIRECTORY = 64 << 20
-MAX_RECORD = 64 << 20
+MAX_MEMBER = 64 << 20  # a kept member (or the RECORD), packed or unpacked (vLLM's largest .py is under 1 MB): memory stays bounded
 HASHES = ("sha256", "sha384", "sha512")  # what a RECORD line may name (PEP 376 / the wheel spec: not md5 or sha1)
 
 _EOCD = struct.Struct("<4s4H2LH")
@@ -40,6 +40,7 @@ _EOCD64_LOCATOR = struct.Struct("<4sLQL")
 _EOCD64 = struct.Struct("<4sQ2H2L4Q")
 _CENTRAL = struct.Struct("<4s4B4HL2L5H2L")
 _LOCAL = struct.Struct("<4s2B4HL2L2H")
+_LOCAL_MOST = _LOCAL.size + 2 * 0xFFFF + 24  # a local header with the longest name and extra, and a data descriptor
 
 
 class Source(Protocol):
@@ -116,7 +117,8 @@ def _entries(directory: bytes, count: int, end: int, wheel: str) -> list[Member]
         at = start + name_length + extra_length + comment_length
     found.sort(key=lambda entry: entry[1])
     ends = [entry[1] for entry in found[1:]] + [end]
-    return [Member(name, offset, stop, compressed, size, method)
+    # A member ends where the next begins, or sooner: bytes no member claims are never fetched.
+    return [Member(name, offset, min(stop, offset + _LOCAL_MOST + compressed), compressed, size, method)
             for (name, offset, compressed, size, method), stop in zip(found, ends)]
 
 
@@ -213,11 +215,15 @@ def extract(source: Source, wanted: Callable[[str], bool], tree: Path, wheel: st
     if len(records) != 1:
         raise ToolError(f"{wheel} has {'no' if not records else 'more than one'} .dist-info/RECORD: not a wheel")
     chosen = [member for member in every if member is not records[0] and wanted(member.name)]
+    for member in [*chosen, *records]:
+        if max(member.size, member.compressed) > MAX_MEMBER:
+            raise ToolError(f"{member.name} in {wheel} is {max(member.size, member.compressed)} bytes, more than "
+                            f"{MAX_MEMBER >> 20} MiB: refused, nothing cached")
     planned = spans(chosen)
     announce(records[0].end - records[0].offset + sum(end - start for start, end, _ in planned))
     (record_member,) = records
     text = unpack(record_member, source.read(record_member.offset, record_member.end), record_member.offset, wheel)
-    if len(text) != record_member.size or len(text) > MAX_RECORD:
+    if len(text) != record_member.size:
         raise ToolError(f"{wheel}: its RECORD is not the size the directory says")
     record = read_record(text, wheel)
     made: set[Path] = set()
