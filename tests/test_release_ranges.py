@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -19,6 +20,7 @@ import pytest
 from conftest import assert_error, run_cli, statuses
 from measure import run_measured
 from nginx_index import NginxIndex, build_wheel, self_signed
+from test_release_download import on_a_terminal
 from test_releases_matrix import unreachable_index_env
 
 from dflash_doctor.behaviour.transformers import requires
@@ -227,6 +229,18 @@ def test_basic_auth_credentials_as_pip_takes_them(tmp_path, index, small_wheel, 
     answers = [line.split()[2] for line in server.requests()]
     assert answers and set(answers) <= {"206", "401"} and "206" in answers
     assert "s3cret" not in proc.stderr + proc.stdout
+
+
+@pytest.mark.skipif(shutil.which("script") is None, reason="needs script(1) for a pty")
+def test_a_terminal_shows_the_bytes_of_the_parts_fetched(tmp_path, index, small_wheel):
+    server = index([small_wheel], rate="30k")  # the parts take a few seconds
+    shown = on_a_terminal(["check", "--release", VERSION, "--only", "layer-offset"],
+                          pip_env(tmp_path / "cache", PIP_INDEX_URL=server.url))
+    assert f"vllm {VERSION}: fetching the files kept (range requests)" in shown
+    total = server.file_bytes()
+    assert f"/{total / 1000:.1f} kB" in shown, (total, shown[-3000:])  # done of the total the parts take
+    assert "MB" not in shown  # never the size of the wheel
+    assert only_ranges(server)
 
 
 # ------------------------------------------------------------ several at once: releases, and concurrent checks

@@ -20,7 +20,7 @@ from ..model import ToolError
 from .pip_index import Located
 from .wheel_ranges import TAIL
 
-CHUNK = 256 * 1024
+CHUNK = 64 * 1024  # a read blocks until it has this much: the progress bar moves by it
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
 # The bytes as stored: a range of an encoded body would be a range of other bytes.
 _IDENTITY = {"Accept-Encoding": "identity"}
@@ -38,6 +38,9 @@ class RangeSource:
     tail: bytes
     update: Advance
     deadline: float
+
+    def fetched(self, start: int, end: int) -> int:
+        return max(0, min(end, self.size - len(self.tail)) - start)
 
     def read(self, start: int, end: int) -> bytes:
         tail_start = self.size - len(self.tail)

@@ -44,11 +44,14 @@ _LOCAL_MOST = _LOCAL.size + 2 * 0xFFFF + 24  # a local header with the longest n
 
 
 class Source(Protocol):
-    """The bytes of a wheel: ``size`` of them, ``read(start, end)`` any range."""
+    """The bytes of a wheel: ``size`` of them, ``read(start, end)`` any range, ``fetched(start, end)`` the
+    bytes such a read moves over the network."""
 
     size: int
 
     def read(self, start: int, end: int) -> bytes: ...
+
+    def fetched(self, start: int, end: int) -> int: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +66,9 @@ class FileSource:
     def read(self, start: int, end: int) -> bytes:
         with open(self.path, "rb") as handle:
             return os.pread(handle.fileno(), end - start, start)
+
+    def fetched(self, start: int, end: int) -> int:
+        return 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,7 +215,7 @@ def verify(member: Member, content: bytes, record: Record, wheel: str) -> None:
 def extract(source: Source, wanted: Callable[[str], bool], tree: Path, wheel: str,
             announce: Callable[[int], None] = lambda total: None) -> int:
     """Write the wanted members of the wheel (and its dist-info's RECORD) into ``tree``, each checked against
-    the RECORD first; ``announce`` is told how many bytes the members' spans take. The number of members."""
+    the RECORD first; ``announce`` is told how many bytes fetching them moves. The number of members."""
     every = [member for member in members(source, wheel) if safe(member.name)]
     records = [m for m in every if m.name.count("/") == 1 and m.name.endswith(".dist-info/RECORD")]
     if len(records) != 1:
@@ -220,7 +226,7 @@ def extract(source: Source, wanted: Callable[[str], bool], tree: Path, wheel: st
             raise ToolError(f"{member.name} in {wheel} is {max(member.size, member.compressed)} bytes, more than "
                             f"{MAX_MEMBER >> 20} MiB: refused, nothing cached")
     planned = spans(chosen)
-    announce(records[0].end - records[0].offset + sum(end - start for start, end, _ in planned))
+    announce(sum(source.fetched(start, end) for start, end, _ in [(records[0].offset, records[0].end, []), *planned]))
     (record_member,) = records
     text = unpack(record_member, source.read(record_member.offset, record_member.end), record_member.offset, wheel)
     if len(text) != record_member.size:
