@@ -194,6 +194,14 @@ def test_the_index_comes_from_pip_configuration(tmp_path, index, small_wheel, wh
     assert only_ranges(server) and (fetched(cache) / "vllm/config/speculative.py").is_file()
 
 
+def test_a_pip_configuration_pip_cannot_read_is_one_line(tmp_path):
+    cache = tmp_path / "cache"
+    env = {**pip_env(cache), "PIP_CONFIG_FILE": str(write_pip_conf(tmp_path / "pip.conf", retries="many"))}
+    proc = run_cli("check", "--release", VERSION, env=env)
+    assert_error(proc, "pip cannot read its configuration: ")
+    assert "invalid integer value: 'many'" in proc.stderr and proc.stdout == "" and not (cache / "releases").exists()
+
+
 def test_a_certificate_from_pip_conf_is_used(tmp_path, index, small_wheel):
     cert, key = self_signed(tmp_path)
     server = index([small_wheel], tls=(cert, key))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import logging
 import re
 import threading
@@ -56,11 +57,20 @@ def locate(project: str, requirement: str) -> Located:
         specifier = Requirement(requirement).specifier
     except InvalidRequirement:
         raise ToolError(f"not a requirement pip can read: {requirement!r}") from None
-    command: Any = create_command("download")
-    options, _ = command.parse_args(["--no-deps", "--only-binary", ":all:", "--no-cache-dir", "--no-input",
-                                     "--disable-pip-version-check"])
-    session = command._build_session(options)
-    finder = command._build_package_finder(options, session)
+    said = io.StringIO()
+    try:
+        command: Any = create_command("download")
+        # What pip says of a configuration it cannot read (on either stream) is the error's reason.
+        with _LOCK, contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+            options, _ = command.parse_args(["--no-deps", "--only-binary", ":all:", "--no-cache-dir", "--no-input",
+                                             "--disable-pip-version-check"])
+        session = command._build_session(options)
+        finder = command._build_package_finder(options, session)
+    except SystemExit:
+        lines = [line for line in said.getvalue().splitlines() if line.strip() and not line.startswith("Usage")]
+        raise ToolError(f"pip cannot read its configuration: {lines[-1].strip() if lines else 'no reason given'}") from None
+    except (AttributeError, TypeError) as exc:  # a pip whose internals differ from those of pip 21 to 25
+        raise ToolError(f"this pip cannot be asked which wheel to fetch ({exc}); {UNREACHABLE_HINT}") from None
     with _pip_log() as log:
         best = finder.find_best_candidate(project, specifier).best_candidate
     if best is None:
