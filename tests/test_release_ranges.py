@@ -169,6 +169,29 @@ def test_a_decompression_bomb_is_refused_in_bounded_memory(tmp_path, index, real
     assert not (cache / "releases").exists() and list((cache / "tmp").iterdir()) == []
 
 
+def test_names_that_climb_out_are_skipped_and_a_name_clash_is_one_line(tmp_path, index, real_tree):
+    climbing = {"vllm/../../escaped.py": b"x = 1\n", "/tmp/absolute.py": b"x = 2\n", "vllm/./dot.py": b"x = 3\n"}
+    (tmp_path / "climb").mkdir()
+    wheel = build_wheel(tmp_path / "climb" / WHEEL, real_tree, VERSION, only=FEW, extra=climbing)
+    server = index([wheel])
+    cache = tmp_path / "cache"
+    proc = run_cli("check", "--release", VERSION, "--only", "layer-offset", "--format", "json",
+                   env=pip_env(cache, PIP_INDEX_URL=server.url))
+    assert proc.stdout, proc.stderr
+    assert not (cache / "escaped.py").exists() and not (cache / "releases" / "escaped.py").exists()
+    assert not Path("/tmp/absolute.py").exists() and not (fetched(cache) / "vllm" / "dot.py").exists()
+    assert {k: v for k, v in kept(fetched(cache)).items() if k != ".complete"} == {
+        k: v for k, v in wheel_members(wheel).items() if k not in climbing}
+
+    clash = build_wheel(tmp_path / WHEEL, real_tree, VERSION, only=FEW,
+                        extra={"vllm/clash.py": b"a = 1\n", "vllm/clash.py/inner.py": b"b = 2\n"})
+    server = index([clash])
+    cache = tmp_path / "cache2"
+    proc = run_cli("check", "--release", VERSION, env=pip_env(cache, PIP_INDEX_URL=server.url))
+    assert_error(proc, f"cannot write vllm/clash.py/inner.py of {WHEEL} into the cache")
+    assert not (cache / "releases").exists() and list((cache / "tmp").iterdir()) == []
+
+
 # ------------------------------------------------------------ the user's pip configuration
 
 

@@ -75,7 +75,7 @@ class FileSource:
 class Member:
     name: str
     offset: int  # of its local header
-    end: int  # where the next member, or the central directory, starts
+    end: int  # where the next member (or the central directory) starts, or sooner where its bytes must end
     compressed: int
     size: int
     method: int
@@ -122,6 +122,8 @@ def _entries(directory: bytes, count: int, end: int, wheel: str) -> list[Member]
         found.append((name, offset, compressed, size, method))
         at = start + name_length + extra_length + comment_length
     found.sort(key=lambda entry: entry[1])
+    if found and found[-1][1] >= end:
+        raise ToolError(f"{wheel} is not a zip archive (a member starts past its central directory)")
     ends = [entry[1] for entry in found[1:]] + [end]
     # A member ends where the next begins, or sooner: bytes no member claims are never fetched.
     return [Member(name, offset, min(stop, offset + _LOCAL_MOST + compressed), compressed, size, method)
@@ -134,7 +136,7 @@ def _zip64(extra: bytes, size: int, compressed: int, offset: int) -> tuple[int, 
     while at + 4 <= len(extra):
         kind, length = struct.unpack_from("<2H", extra, at)
         if kind == 1:
-            values = iter(struct.unpack_from(f"<{length // 8}Q", extra, at + 4))
+            values = iter(struct.unpack_from(f"<{min(length, len(extra) - at - 4) // 8}Q", extra, at + 4))
             size = next(values, size) if size == 0xFFFFFFFF else size
             compressed = next(values, compressed) if compressed == 0xFFFFFFFF else compressed
             offset = next(values, offset) if offset == 0xFFFFFFFF else offset
@@ -233,7 +235,7 @@ def extract(source: Source, wanted: Callable[[str], bool], tree: Path, wheel: st
         raise ToolError(f"{wheel}: its RECORD is not the size the directory says")
     record = read_record(text, wheel)
     made: set[Path] = set()
-    _write(tree, record_member.name, text, made)
+    _write(tree, record_member.name, text, made, wheel)
     context = contextvars.copy_context()  # the progress bar shown, in each worker
     with concurrent.futures.ThreadPoolExecutor(JOBS) as pool:
         fetched = [pool.submit(context.copy().run, _fetch_span, source, span, record, wheel, tree, made) for span in planned]
@@ -254,13 +256,16 @@ def _fetch_span(source: Source, span: tuple[int, int, list[Member]], record: Rec
     for member in group:
         content = unpack(member, data, start, wheel)
         verify(member, content, record, wheel)
-        _write(tree, member.name, content, made)
+        _write(tree, member.name, content, made, wheel)
 
 
-def _write(tree: Path, name: str, content: bytes, made: set[Path]) -> None:
+def _write(tree: Path, name: str, content: bytes, made: set[Path], wheel: str) -> None:
     path = tree / name
-    if path.parent not in made:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        made.add(path.parent)
-    with open(path, "wb") as handle:
-        handle.write(content)
+    try:
+        if path.parent not in made:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            made.add(path.parent)
+        with open(path, "wb") as handle:
+            handle.write(content)
+    except OSError as exc:  # a name that is also a directory's, or a full disk
+        raise ToolError(f"cannot write {name} of {wheel} into the cache: {exc.strerror or exc}") from None
