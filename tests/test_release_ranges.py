@@ -316,6 +316,19 @@ def test_releases_fetches_several_releases_at_once(tmp_path, index, release):
     assert max(start for start, _ in spans.values()) < min(end for _, end in spans.values()), spans  # all three at once
 
 
+def test_releases_full_wheel_downloads_each_wheel_whole(tmp_path, index, small_wheel, real_tree):
+    transformers_tree(requires((real_tree / f"vllm-{VERSION}.dist-info" / "METADATA").read_text(encoding="utf-8")))
+    server = index([small_wheel])
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "transformers").symlink_to(cache_dir() / "transformers")
+    proc = run_cli("releases", "--from", VERSION, "--to", VERSION, "--full-wheel", "--format", "json",
+                   env=pip_env(cache, PIP_INDEX_URL=server.url))
+    assert proc.stdout, proc.stderr
+    assert [line.split()[2:4] for line in server.requests()] == [["200", str(small_wheel.stat().st_size)]]
+    assert os.listdir(cache / "releases") == [VERSION]
+
+
 # ------------------------------------------------------------ a real downloaded wheel, when one is at hand
 
 
