@@ -183,13 +183,13 @@ def _fetch(project: str, requirement: str, kept: tuple[str, ...], staging: Path,
     and the wheel's file name (first checked by ``named``). Read by range requests where the server honours
     them, else downloaded whole (``--full-wheel``, a ``file://`` index, a server that ignores ranges)."""
     located = locate(project, requirement)
-    named(located.filename)
     tree, whole = staging / "tree", full_wheel()
-    if whole and located.sha256 is None:
-        raise ToolError(f"the package index states no sha256 for {located.filename}, so --full-wheel cannot check it")
     deadline = time.monotonic() + DOWNLOAD_TIMEOUT_S
     wanted = functools.partial(_wanted, kept)
     try:
+        named(located.filename)
+        if whole and located.sha256 is None:
+            raise ToolError(f"the package index states no sha256 for {located.filename}, so --full-wheel cannot check it")
         response = None
         if not whole and located.url.startswith(("http://", "https://")):
             opened = open_wheel(located, update, deadline)
@@ -199,7 +199,7 @@ def _fetch(project: str, requirement: str, kept: tuple[str, ...], staging: Path,
                 extract(opened, wanted, tree, located.filename, lambda total: update(total=fetched + total))
                 return tree, located.filename
             response = opened
-        wheel = download(located, staging / located.filename, update, deadline, response)
+        wheel = download(located, staging / "wheel.whl", update, deadline, response)  # never a name the index chose
         update(description=f"{located.filename}: extracting the kept files")
         extract(FileSource.of(wheel), wanted, tree, located.filename)
     finally:
