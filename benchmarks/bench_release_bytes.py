@@ -15,11 +15,16 @@ transformers the release needs:
 The bytes are those of the fetch, as nginx counts them.
 
     python benchmarks/bench_release_bytes.py --wheel vllm-0.34.0-cp38-abi3-manylinux_2_28_x86_64.whl [--runs 2]
+
+``--plan FROM TO`` instead asks the index pip is configured with, for each
+release in the range, what a range read would move (reading only each wheel's
+tail and central directory): what ``releases`` fetches from an empty cache.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import subprocess
@@ -47,11 +52,37 @@ def run(command: list[str], cache: Path, url: str) -> float:
     env.update(DFLASH_DOCTOR_CACHE=str(cache), PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL=url,
                PIP_CACHE_DIR=str(cache / "pip-cache"))
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, *command], env=env, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, *command], env=env, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - start
     if proc.returncode not in (0, 1, 2):
         raise SystemExit(f"{command} failed: {proc.stderr[-500:]}")
     return seconds
+
+
+def plan_on_index(first: str, last: str) -> None:
+    """For each release from ``first`` to ``last`` on the index pip is configured with: the wheel's size and the
+    bytes a range read of it moves (its tail, central directory, RECORD and the spans of the members kept),
+    reading only the tail and the central directory."""
+    from dflash_doctor.releases import in_range, index_releases
+    from dflash_doctor.targets.pip_index import locate
+    from dflash_doctor.targets.release import VLLM_KEPT, is_kept
+    from dflash_doctor.targets.wheel_http import RangeSource, open_wheel
+    from dflash_doctor.targets.wheel_ranges import members, spans
+
+    wanted = functools.partial(is_kept, VLLM_KEPT)
+    whole = moved = 0
+    for version in in_range(index_releases(), first, last):
+        located = locate("vllm", f"vllm=={version}")
+        read: list[int] = []  # the bytes of the tail and the central directory, as they arrive
+        opened = open_wheel(located, lambda read=read, **fields: read.append(fields.get("advance", 0)), time.monotonic() + 600)
+        if not isinstance(opened, RangeSource):
+            raise SystemExit(f"{located.shown} does not honour range requests")
+        kept = [member for member in members(opened, located.filename) if wanted(member.name)]  # the RECORD too
+        size = sum(read) + sum(opened.fetched(start, end) for start, end, _ in spans(kept))
+        whole, moved = whole + opened.size, moved + size
+        print(f"{version:>8}: wheel {opened.size / 1e6:6.1f} MB, range read {size / 1e6:5.1f} MB ({size / opened.size:5.1%})")
+        located.session.close()
+    print(f"   total: wheels {whole / 1e9:.2f} GB, range reads {moved / 1e6:.0f} MB ({moved / whole:.1%})")
 
 
 def main() -> None:
@@ -61,7 +92,12 @@ def main() -> None:
     parser.add_argument("--size-mb", type=int, default=239, help="the built wheel's size (0.34.0's is 239 MB)")
     parser.add_argument("--rate", default="50m", help="nginx limit_rate (bytes per second per connection)")
     parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--plan", nargs=2, metavar=("FROM", "TO"),
+                        help="instead: what range reads would move for each release on the configured index")
     args = parser.parse_args()
+    if args.plan:
+        plan_on_index(*args.plan)
+        return
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
         if args.wheel is not None:

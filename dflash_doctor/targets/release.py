@@ -40,6 +40,7 @@ from .wheel_ranges import FileSource, extract
 RELEASE = re.compile(r"\d+(\.\d+){1,3}((a|b|rc|\.post|\.dev)\d+)?")
 DOWNLOAD_TIMEOUT_S = 1800
 COMPLETE = ".complete"
+VLLM_KEPT = ("vllm/**.py",)  # of a vLLM wheel, besides its dist-info
 
 _FULL: list[bool] = []
 
@@ -83,7 +84,7 @@ def release_tree(version: str) -> Path:
             raise ToolError(f"vLLM release {version} is not in the cache, and --offline fetches nothing")
         with _staging() as staging:
             with progress(f"vllm {version}: downloading the wheel", transfer=True) as update:
-                tree, _ = _fetch("vllm", f"vllm=={version}", ("vllm/**.py",), staging, update,
+                tree, _ = _fetch("vllm", f"vllm=={version}", VLLM_KEPT, staging, update,
                                  functools.partial(_same_release, version))
             return _publish(tree, dest, version)
 
@@ -185,7 +186,7 @@ def _fetch(project: str, requirement: str, kept: tuple[str, ...], staging: Path,
     located = locate(project, requirement)
     tree, whole = staging / "tree", full_wheel()
     deadline = time.monotonic() + DOWNLOAD_TIMEOUT_S
-    wanted = functools.partial(_wanted, kept)
+    wanted = functools.partial(is_kept, kept)
     try:
         named(located.filename)
         if whole and located.sha256 is None:
@@ -207,7 +208,7 @@ def _fetch(project: str, requirement: str, kept: tuple[str, ...], staging: Path,
     return tree, located.filename
 
 
-def _wanted(kept: tuple[str, ...], name: str) -> bool:
+def is_kept(kept: tuple[str, ...], name: str) -> bool:
     """A file matching a pattern of ``kept``, or of the dist-info (``*`` stays
     within a directory, ``**`` crosses them)."""
     return any(_matches(name, pattern) for pattern in kept) or name.split("/", 1)[0].endswith(".dist-info")
