@@ -29,15 +29,7 @@ from typing import Any
 
 from . import __version__
 from .check import run_check
-from .model import (
-    EXIT_ERROR,
-    EXIT_OK,
-    PRESENT,
-    UNKNOWN,
-    BottomLine,
-    ToolError,
-    exit_code_for,
-)
+from .model import EXIT_ERROR, EXIT_OK, PRESENT, UNKNOWN, BottomLine, ToolError, exit_code_for
 from .paths import cache_dir, caches_disabled, is_offline, write_atomically
 from .reporters.layout import OUTDENT, Line, render, width_of, words, wrap
 from .reporters.table import LABEL, STYLES

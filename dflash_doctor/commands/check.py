@@ -31,10 +31,11 @@ from .options import (
     RegistryTimeoutOption,
     ReleaseOption,
     SshConfigOption,
+    ssh_options,
     choose_targets,
     image_options,
-    ssh_options,
 )
+
 
 # --format's choices: the reporter registry's names.
 Format = Enum("Format", [(name, name) for name in FORMATS], type=str)

@@ -31,15 +31,7 @@ def releases(
     cache; a release that could not be checked).
     """
     from ..paths import offline as offline_mode
-    from ..releases import (
-        Matrix,
-        plan,
-        release_rows,
-        render_markdown,
-        render_plain,
-        render_terminal,
-        rules_digest,
-    )
+    from ..releases import Matrix, plan, release_rows, render_markdown, render_plain, render_terminal, rules_digest
     from ..rulefile import load_rules
     from ..targets.release import full_wheels
     from ..terminal import columns, progress
