@@ -1,8 +1,8 @@
 """The release matrix: vLLM releases × fixes, each cell the verdict of a real check.
 
 Releases come from the package index (``pip index versions vllm``); each one
-is checked on its wheel (``release_tree``: downloaded once, ``.py`` files and
-dist-info kept). The report of every release is cached in
+is checked on its wheel (``release_tree``: fetched once, ``.py`` files and
+dist-info kept), ``JOBS`` releases at a time. The report of every release is cached in
 ``<cache>/matrix/``, keyed by release, rules content and tool version, so a
 second run checks nothing. With ``--offline`` the matrix covers the releases
 already in the cache, and says so; an index that does not answer is an error.
@@ -12,7 +12,9 @@ recommendation (``present_from``, the bottom line).
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import json
@@ -20,7 +22,8 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +34,14 @@ from .paths import cache_dir, caches_disabled, is_offline, write_atomically
 from .reporters.layout import OUTDENT, Line, render, width_of, words, wrap
 from .reporters.table import LABEL, STYLES
 from .rules import Rule
-from .targets.release import COMPLETE, RELEASE, UNREACHABLE_HINT, ReleaseTarget, canonical_release, unreachable_index
+from .targets.pip_index import UNREACHABLE_HINT, unreachable_index
+from .targets.release import COMPLETE, RELEASE, ReleaseTarget, canonical_release
 from .terminal import clean
 
 # The first vLLM release with a DFlash code path: older ones are not-applicable for every fix.
 DEFAULT_FROM = "0.20.0"
 INDEX_TIMEOUT_S = 20
+JOBS = 4  # releases fetched and checked at once
 _SUFFIX_RANK = {".dev": 0, "a": 1, "b": 2, "rc": 3, "": 4, ".post": 5}
 
 
@@ -168,7 +173,10 @@ def index_releases() -> list[str]:
             if line.startswith("Available versions:"):
                 versions = [v.strip() for v in line.split(":", 1)[1].split(",")]
                 return sorted((v for v in versions if RELEASE.fullmatch(v)), key=version_key)
-        unreachable = unreachable_index(log)
+        try:
+            unreachable = unreachable_index(log.read_text(encoding="utf-8", errors="replace")[:4 << 20])
+        except OSError:
+            unreachable = None
     if unreachable:
         raise ToolError(f"{unreachable}: {UNREACHABLE_HINT}")
     errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR")]
@@ -217,10 +225,6 @@ def _row_path(release: str, digest: str) -> Path:
     return cache_dir() / "matrix" / f"{release}-{digest[:16]}-{__version__}.json"
 
 
-def is_downloaded(release: str) -> bool:
-    return (cache_dir() / "releases" / release / COMPLETE).is_file()
-
-
 def release_row(release: str, rules: tuple[Rule, ...], digest: str) -> Row:
     """One release's verdicts: from the matrix cache, else by checking its wheel."""
     use_cache = not caches_disabled()
@@ -244,6 +248,30 @@ def release_row(release: str, rules: tuple[Rule, ...], digest: str) -> Row:
         except (OSError, ToolError):
             pass  # a cache that cannot be written only costs time
     return _row(release, report, cached=False)
+
+
+def release_rows(releases: list[str], rules: tuple[Rule, ...], digest: str, update: Callable[..., None]) -> list[Row]:
+    """``release_row`` of each release, ``JOBS`` at a time (their downloads, and their checks), in the order given;
+    ``update`` says how many are done and which are being checked. Each runs in a copy of this context: a
+    progress bar shown here shows theirs below it."""
+    running: list[str] = []
+    lock = threading.Lock()
+
+    def one(release: str) -> Row:
+        with lock:
+            running.append(release)
+            update(description=f"vllm {', '.join(running)}")
+        try:
+            return release_row(release, rules, digest)
+        finally:
+            with lock:
+                running.remove(release)
+
+    with concurrent.futures.ThreadPoolExecutor(JOBS) as pool:
+        futures = [pool.submit(contextvars.copy_context().run, one, release) for release in releases]
+        for done, _ in enumerate(concurrent.futures.as_completed(futures), 1):
+            update(completed=done)
+    return [future.result() for future in futures]
 
 
 def _row(release: str, report: dict[str, Any], cached: bool) -> Row:

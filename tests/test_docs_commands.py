@@ -49,7 +49,7 @@ NEEDS = [
     ({"ansible-playbook"}, "needs an inventory of GPU hosts"),
     ({"./gate.sh"}, "needs GPU_HOST; tests/test_docs.py::test_shell_gate_step runs docs/ci/gate.sh"),
 ]
-NEEDS_INDEX = "asks the package index and downloads every release missing from the cache (5.7 GB from an empty one)"
+NEEDS_INDEX = "asks the package index and fetches every release missing from the cache (182 MB by range requests from an empty one)"
 NEEDS_TERMINAL = "asks for confirmation on a terminal"
 
 # Exit codes the docs state for a command; any other command may exit 0, 1 or 2 (never 3).

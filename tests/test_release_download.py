@@ -8,6 +8,7 @@ no configuration but the index URL, and every cache is under tmp_path.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
@@ -40,13 +41,19 @@ def build_wheel(version: str = VERSION) -> bytes:
         f"vllm-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n".encode(),
         f"vllm-{version}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
-    record = "".join(f"{name},,\n" for name in files) + f"vllm-{version}.dist-info/RECORD,,\n"
+    record = "".join(f"{name},sha256={digest(data)},{len(data)}\n" for name, data in files.items())
+    record += f"vllm-{version}.dist-info/RECORD,,\n"
     files[f"vllm-{version}.dist-info/RECORD"] = record.encode()
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
         for name, data in files.items():
             archive.writestr(name, data)
     return buffer.getvalue()
+
+
+def digest(data: bytes) -> str:
+    """A RECORD's digest: urlsafe base64 of the sha256, without padding."""
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
 
 
 class Index:

@@ -15,6 +15,7 @@ from .options import (
     AcceptNewHostKeyOption,
     ConnectTimeoutOption,
     FromProbeOption,
+    FullWheelOption,
     HostOption,
     HostsFileOption,
     IdentityOption,
@@ -84,6 +85,7 @@ def check(
     path: Optional[Path] = PathOption,
     python: Optional[str] = PythonOption,
     release: Optional[str] = ReleaseOption,
+    full_wheel: bool = FullWheelOption,
     only: Optional[list[str]] = OnlyOption,
     format: Format = typer.Option(Format["table"], "--format", help="Report on standard output (or in the bare --output path)."),
     output: Optional[list[str]] = typer.Option(
@@ -121,6 +123,7 @@ def check(
     from ..paths import write_atomically
     from ..reporters import reporter
     from ..rulefile import load_rules, select
+    from ..targets.release import full_wheels
     from ..waivers import apply_waivers, load_waivers, waiver_summary
 
     for_this_process()  # the command ends the process: no collector pass over the trees between its checks
@@ -162,7 +165,8 @@ def check(
         render = lambda name, terminal: reporter(name).render_fleet(outcomes, terminal)  # noqa: E731
         reports, code = [o.report for o in outcomes if o.report], fleet_exit_code(outcomes)
     else:
-        report = finish(run_check(targets[0][1], rules, **drafter))
+        with full_wheels(full_wheel):  # the release's wheel, and the transformers wheel its behaviour fetches
+            report = finish(run_check(targets[0][1], rules, **drafter))
         render = lambda name, terminal: reporter(name).render(report, terminal)  # noqa: E731
         reports, code = [report], report.exit_code
     rendered = [(file, render(name, False)) for name, file in outputs]

@@ -15,7 +15,8 @@ MAX_HOSTS_FILE_BYTES = 1024 * 1024
 
 PathOption = typer.Option(None, "--path", help="site-packages, a source checkout, or the vllm directory.")
 PythonOption = typer.Option(None, "--python", help="Interpreter whose environment holds vllm (never imported).")
-ReleaseOption = typer.Option(None, "--release", help="A released wheel, e.g. 0.20.1 (downloaded once into the cache).")
+ReleaseOption = typer.Option(None, "--release", help="A released wheel, e.g. 0.20.1 (its .py files fetched once into the cache: by range requests where the index allows).")
+FullWheelOption = typer.Option(False, "--full-wheel", help="Download each wheel whole and check it against the sha256 the index states (instead of reading only the members needed, checked against the wheel's RECORD).")
 OnlyOption = typer.Option(None, "--only", help="Only this fix id (repeatable).")
 HostOption = typer.Option(None, "--host", help="host, user@host or host:port, or an ~/.ssh/config alias (repeatable); --python is then the remote interpreter.")
 SingleHostOption = typer.Option(None, "--host", help="host, user@host or host:port, or an ~/.ssh/config alias; --python is then the remote interpreter.")

@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from ..terminal import clean
+from .options import FullWheelOption
 
 
 class MatrixFormat(str, Enum):
@@ -21,16 +22,18 @@ def releases(
     last: Optional[str] = typer.Option(None, "--to", help="Newest release in the matrix (default: the newest on the index)."),
     format: MatrixFormat = typer.Option(MatrixFormat.table, "--format", help="table, json or markdown."),
     offline: bool = typer.Option(False, "--offline", help="Do not ask the package index: only releases already in the cache (without it, an index that cannot be reached is an error)."),
+    full_wheel: bool = FullWheelOption,
 ) -> int:
-    """Check every release: the release x fix matrix. Each real wheel is checked; the first release
-    with each fix is named.
+    """Check every release: the release x fix matrix. Each real wheel is checked (four at a time); the first
+    release with each fix is named.
 
     Exit: 0 the matrix was computed, 3 it could not be (the package index cannot be reached: --offline uses the
     cache; a release that could not be checked).
     """
-    from ..releases import Matrix, is_downloaded, plan, release_row, render_markdown, render_plain, render_terminal, rules_digest
     from ..paths import offline as offline_mode
+    from ..releases import Matrix, plan, release_rows, render_markdown, render_plain, render_terminal, rules_digest
     from ..rulefile import load_rules
+    from ..targets.release import full_wheels
     from ..terminal import columns, progress
 
     rules = load_rules()
@@ -38,11 +41,9 @@ def releases(
     versions, note = plan(first, last, offline, digest)
     if note != "package index":
         print(f"dflash-doctor: releases from the {note}", file=sys.stderr)
-    rows = []
-    with progress("releases", total=len(versions)) as update, (offline_mode() if offline else contextlib.nullcontext()):
-        for done, version in enumerate(versions):
-            update(completed=done, description=f"vllm {version}" + ("" if is_downloaded(version) else ": downloading the wheel"))
-            rows.append(release_row(version, rules, digest))
+    with progress("releases", total=len(versions)) as update, (offline_mode() if offline else contextlib.nullcontext()), \
+            full_wheels(full_wheel):
+        rows = release_rows(versions, rules, digest, update)
     matrix = Matrix(rules, tuple(rows), note, digest)
     if format is MatrixFormat.json:
         import json
