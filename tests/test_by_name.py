@@ -179,3 +179,20 @@ def test_a_module_the_collector_did_not_send_is_not_an_absent_one() -> None:
               "sha256": {relpath: hashlib.sha256(text.encode("latin-1")).hexdigest() for relpath, text in files.items()}}
     (outcome,) = ask(SnapshotTree(answer), "build('dflash')")
     assert outcome.gap and "not collected" in outcome.gap, outcome
+
+
+def test_a_class_only_named_on_the_route_sends_no_methods_until_one_is_reached(registry_tree: DirectoryTree) -> None:
+    """A class the route only names (a base, a class attribute) keeps its methods back;
+    reaching one sends the class's methods, and the call runs again."""
+    builder = ProgramBuilder(registry_tree, ())
+    parsed = registry_tree.parsed("vllm/registry.py")
+    for name in ("resolve", "_BY_METHOD"):
+        builder.resolve_name(parsed, "vllm/registry.py", name)
+    (window,) = run_by_name(builder, sandbox.run, [Call("window", "resolve(_BY_METHOD['dflash']).window")], {}, {}).values()
+    assert window.value == 2048
+    kind = next(chunk.source for chunk in builder.chunks if chunk.name == "Kind")
+    assert "_lazy_method('vllm.kinds.base', 'Kind.describe')" in kind and "def describe" not in kind
+    (described,) = run_by_name(builder, sandbox.run, [Call("described", "resolve(_BY_METHOD['dflash']).describe()")], {}, {}).values()
+    assert described.value == "vllm.kinds.dflash.DFlashProposer"
+    kind = next(chunk.source for chunk in builder.chunks if chunk.name == "Kind")
+    assert "def describe" in kind and "def unknown_here" in kind  # reached: the class's methods are sent

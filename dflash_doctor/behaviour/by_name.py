@@ -31,6 +31,7 @@ MAX_ROUNDS = 16
 OMITTED = "_omitted"  # the child's descriptor for a class attribute that could not be copied
 FOREIGN = "_foreign_base"  # the child's base class for a base from outside the tree
 META = "_copied_meta"  # the child's metaclass of copied classes
+LAZY = "_lazy_method"  # the child's placeholder for a method not sent yet
 
 
 class ByName:
@@ -52,10 +53,34 @@ class ByName:
             except SourceError as exc:  # a file the collector did not send is not an absent one
                 self.table[module] = f"the module {module}: {exc}"
             return True
+        if "." in name:  # a method of a copied class was reached: the class gets its methods
+            return self._methods(module, name.split(".", 1)[0])
         entries = self.table.get(module)
         if not isinstance(entries, dict) or name in entries:
             return False
         entries[name] = self._definition(module, name)
+        return True
+
+    def _methods(self, module: str, class_name: str) -> bool:
+        builder = self.builder
+        found = _module_file(builder, module)
+        if found is None:
+            return False
+        file, parsed = found
+        origin = f"{file}:{class_name}"
+        if origin in builder.full_classes:
+            return False
+        bindings = list(top_level_bindings(parsed.tree, class_name))
+        if len(bindings) != 1 or not isinstance(bindings[0][0], ast.ClassDef):
+            return False
+        builder.full_classes.add(origin)
+        builder.copying_classes += 1
+        try:
+            class_copy(builder, Symbol(file, class_name, bindings[0][0], parsed), rebuild=True)
+        except ExtractError:
+            return False  # it was copied before: the same copy stands, its methods stay gaps
+        finally:
+            builder.copying_classes -= 1
         return True
 
     def _definition(self, module: str, name: str) -> str | None:
@@ -97,6 +122,7 @@ def run_by_name(builder: ProgramBuilder, run: Runner, calls: list[Call], data: d
         globals_[OMITTED] = {"$omitted": True}
         globals_[FOREIGN] = {"$foreign_base": True}
         globals_[META] = {"$copied_meta": True}
+        globals_[LAZY] = {"$lazy_method": True}
         outcomes.update(run(builder.chunks, pending, data, globals_))
         answered = [names.answer(*outcomes[call.id].needs) for call in pending if outcomes[call.id].needs]  # type: ignore[misc]
         if not any(answered):
@@ -125,16 +151,20 @@ def _may_define_more(module: ast.Module) -> bool:
     )
 
 
-def class_copy(builder: ProgramBuilder, symbol: Symbol) -> str:
+def class_copy(builder: ProgramBuilder, symbol: Symbol, rebuild: bool = False) -> str:
     """Copy a module-level class as a class: its bases (in-tree ones copied too),
-    class attributes and methods. A method or attribute that cannot be copied is a
-    gap when it is read; the class itself is refused for a decorator or metaclass
-    behaviour cannot reproduce, or a body statement of another kind."""
+    class attributes, dunder methods, and its other methods once one of them is
+    reached (until then each is a placeholder that asks for them: most classes a
+    route passes through are only named). A method or attribute that cannot be
+    copied is a gap when it is read; the class itself is refused for a decorator or
+    metaclass behaviour cannot reproduce, or a body statement of another kind.
+    ``rebuild``: the class was copied before; its copy is replaced, with its methods."""
     node = symbol.node
     if not isinstance(node, ast.ClassDef):
         raise ExtractError(f"{symbol.qualname} in {symbol.file} is not a class")
     where = f"{node.name} in {symbol.file}"
-    if builder.claim(node.name, f"{symbol.file}:{symbol.qualname}"):
+    origin = f"{symbol.file}:{symbol.qualname}"
+    if builder.claim(node.name, origin) and not rebuild:
         return node.name
     for decorator in node.decorator_list:
         if not neutral_decorator(symbol.parsed.tree, decorator) and not marker_decorator(symbol.parsed.tree, decorator):
@@ -149,13 +179,18 @@ def class_copy(builder: ProgramBuilder, symbol: Symbol) -> str:
         # a base from outside the tree (torch's nn.Module) knows nothing: what the copied classes
         # do not define may be its own, so reading it is a gap
         bases.append(f"{FOREIGN}({text!r})" if names_in(base) & set(builder.gaps) else text)
-    lines = [_statement(builder, symbol, statement) for statement in node.body]
+    full = origin in builder.full_classes
+    lines = [_statement(builder, symbol, statement, full) for statement in node.body]
     body = "\n".join(line for line in lines if line) or "pass"
     bases = ", ".join([*bases, f"metaclass={META}"])
     dotted = f"{module_name(symbol.file)}.{symbol.qualname}"
     builder.add_chunk(node.name, f"class {node.name}({bases}):\n{textwrap.indent(body, '    ')}\n"
-                                 f"{node.name}._qualified_name = {dotted!r}\n")
+                                 f"{node.name}._qualified_name = {dotted!r}\n", replace=rebuild)
     return node.name
+
+
+def _is_dunder(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__")
 
 
 def module_name(file: str) -> str:
@@ -163,11 +198,13 @@ def module_name(file: str) -> str:
     return file.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
 
 
-def _statement(builder: ProgramBuilder, owner: Symbol, statement: ast.stmt) -> str:
+def _statement(builder: ProgramBuilder, owner: Symbol, statement: ast.stmt, full: bool) -> str:
     if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
         return ""  # a docstring
     if isinstance(statement, ast.AsyncFunctionDef):
         return f"{statement.name} = {OMITTED}({f'{statement.name} is a coroutine function, which behaviour does not run'!r})"
+    if isinstance(statement, ast.FunctionDef) and not full and not _is_dunder(statement.name):
+        return f"{statement.name} = {LAZY}({module_name(owner.file)!r}, {f'{owner.qualname}.{statement.name}'!r})"
     if isinstance(statement, ast.FunctionDef):
         try:
             source, _ = builder.method_source(owner, statement)

@@ -101,7 +101,11 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = san
             calls.append(Call(f"{index}|{call.id}", call.expr, call.bind))
     fixed = {"logger": sandbox.noop("logger"), "os": sandbox.unset_env("os")}
     try:
-        outcomes = run_by_name(builder, run, calls, data, fixed) if calls else {}
+        if run is sandbox.run:  # the rounds of definitions looked up by name share one child here
+            with sandbox.session() as one:
+                outcomes = run_by_name(builder, one, calls, data, fixed) if calls else {}
+        else:
+            outcomes = run_by_name(builder, run, calls, data, fixed) if calls else {}
     except SandboxError as exc:
         return tuple(_nothing(draft, str(exc)) for draft in drafts)
     answers = []

@@ -75,6 +75,7 @@ class ProgramBuilder:
         self._origins: dict[str, str] = {}  # program name -> "file:qualname"
         self.copying_classes = 0  # while > 0, a class reached by name is copied as a class (by_name.py)
         self._gap_origins: dict[str, str] = {}  # gap name -> "file:name" of the class it stands for
+        self.full_classes: set[str] = set()  # "file:name" of copied classes whose methods were asked for
 
     # -- module-level definitions -------------------------------------------
 
@@ -114,7 +115,13 @@ class ProgramBuilder:
         self._resolve_free_names(parsed, file, free_names(definition), depth)
         self.chunks.append(Chunk(node.name, ast.unparse(definition)))
 
-    def add_chunk(self, name: str, source: str) -> None:
+    def add_chunk(self, name: str, source: str, replace: bool = False) -> None:
+        """Add a definition; ``replace``: in place of the one of that name (a class copied again, whole)."""
+        if replace:
+            for index, chunk in enumerate(self.chunks):
+                if chunk.name == name:
+                    self.chunks[index] = Chunk(name, source)
+                    return
         self.chunks.append(Chunk(name, source))
 
     def resolve_name(self, parsed, file: str, name: str) -> None:

@@ -46,6 +46,7 @@ past it. Stubs are described by ``spec``:
     {"$omitted": true}       ``f(why)``: a class attribute whose reading is a gap
     {"$foreign_base": true}  ``f(label)``: a base class from outside the copied code
     {"$copied_meta": true}   the metaclass of classes copied by name (CopiedMeta)
+    {"$lazy_method": true}   ``f(module, "Class.method")``: a method not sent yet
 
 A gap is raised as a BaseException, so no ``except Exception`` in the
 inspected code can swallow it and take another path.
@@ -134,6 +135,17 @@ def import_module(name, package=None):
     if isinstance(TREE_MODULES[name], str):  # it could not be read (not sent by the collector)
         raise ProbeGap(TREE_MODULES[name])
     return TreeModule(name)
+
+
+def lazy_method(module, qualname):
+    """A method of a copied class that the parent has not sent: reaching it asks for the class's methods."""
+    class Lazy(object):
+        def __get__(self, instance, owner=None):
+            raise NeedsDefinition(module, qualname)
+
+        def __call__(self, *args, **kwargs):
+            raise NeedsDefinition(module, qualname)
+    return Lazy()
 
 
 def omitted(why):
@@ -626,6 +638,8 @@ def build(spec, data, namespace):
         return foreign_base
     if "$copied_meta" in spec:
         return CopiedMeta
+    if "$lazy_method" in spec:
+        return lazy_method
     if "$container" in spec:
         return container(spec["$container"])
     if "$records" in spec:
