@@ -22,9 +22,12 @@ written is skipped, never an error.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sys
+import threading
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -68,17 +71,38 @@ def judged_fixes(resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftC
     files = sorted({relpath for rule in rules for relpath in rule.files})
     where = f"behaviour on {tree.python or 'this machine'}" if resolved.behaviour is not None else f"structure only: {resolved.no_behaviour}"
     key = None if caches_disabled() or user is not None else _key(tree, rules, files, where, _references())
-    if key is not None:
+    if key is None:
+        return _judged(resolved, rules, user, None)
+    with _one_at_a_time(key):
         tree.stamping = True  # a stamp before the first search, should checking a candidate make it
         fixes = _hit(key, tree)
         if fixes is not None:
             return fixes, None
+        return _judged(resolved, rules, user, key)
+
+
+def _judged(resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftConfig | None, key: str | None) -> tuple[tuple[FixResult, ...], Computed | None]:
+    """A fresh evaluation, kept under ``key`` (None: not kept)."""
     from .verdicts import judge  # warm check: verdicts pulls in every behaviour module, which a cache hit never needs
 
     fixes, probes, steady = judge(resolved, rules, user)
     if key is not None and steady and not is_offline():  # offline: what could not be fetched is not the tree's answer
-        _store(key, tree, fixes)
+        _store(key, resolved.tree, fixes)
     return fixes, probes
+
+
+_keys_lock = threading.Lock()
+_key_locks: dict[str, threading.Lock] = {}
+
+
+@contextlib.contextmanager
+def _one_at_a_time(key: str) -> Iterator[None]:
+    """Checks in this process under one key take turns (a fleet's hosts with the same
+    files): the first evaluates, the others then find its answer a hit."""
+    with _keys_lock:
+        lock = _key_locks.setdefault(key, threading.Lock())
+    with lock:
+        yield
 
 
 def _hit(key: str, tree: SourceTree) -> tuple[FixResult, ...] | None:
