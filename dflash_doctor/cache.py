@@ -12,7 +12,11 @@ reads the same on every one of them, so a hit is the answer a fresh
 evaluation would give, whichever files behaviour followed. A hit re-reads and
 re-digests those files, and repeats a search unless no file of the package
 changed by its metadata (``stamp.py``), but needs no parse, no libcst import
-and no child process. Unknown answers are kept like
+and no child process. A remote tree's states are the digests its collector
+computed on the host (``targets/snapshot.py``), so an ssh check's hit needs
+neither the files' bytes nor the host's behaviour child; checks in one process
+under one key take turns (a fleet's hosts with the same files and interpreter:
+the first one's answer is the others' hit). Unknown answers are kept like
 the others; an evaluation whose behaviour child failed or timed out is not (its
 answer depends on the machine's load, not on the files), nor one made offline
 (what could not be fetched then is not the tree's answer).

@@ -131,3 +131,17 @@ def test_a_fleet_of_hosts_with_the_same_files_starts_one_behaviour_child(tmp_pat
         assert {entry["target"]["host"] for entry in document["hosts"]} == {f"127.0.0.1:{s.port}" for s in fleet.servers}
     finally:
         fleet.stop()
+
+
+@pytest.mark.parametrize("command, answered", [("true", True), ("false", False)])
+def test_an_ssh_config_match_exec_still_runs_its_command(host, tmp_path, command, answered):
+    """paramiko is imported without ``invoke`` (a tenth of a cached check) only when the
+    ssh config has no ``Match exec``: with one, its command still decides."""
+    config = tmp_path / "exec-config"
+    config.write_text(f'Match exec "{command}"\n  HostName 127.0.0.1\n  Port {host.servers[0].port}\n')
+    args = [*host.args[:host.args.index("--ssh-config")], "--ssh-config", str(config), "--connect-timeout", "5"]
+    proc = run_cli("check", "--host", "gpu", *args, "--format", "json", env=host.env)
+    if answered:
+        assert json.loads(proc.stdout)["target"]["host"] == "gpu", proc.stderr
+    else:
+        assert proc.returncode == 3 and "gpu" in proc.stderr and "Traceback" not in proc.stderr
