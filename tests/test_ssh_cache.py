@@ -142,6 +142,7 @@ def test_an_ssh_config_match_exec_still_runs_its_command(host, tmp_path, command
     args = [*host.args[:host.args.index("--ssh-config")], "--ssh-config", str(config), "--connect-timeout", "5"]
     proc = run_cli("check", "--host", "gpu", *args, "--format", "json", env=host.env)
     if answered:
-        assert json.loads(proc.stdout)["target"]["host"] == "gpu", proc.stderr
+        assert proc.stdout, proc.stderr
+        assert json.loads(proc.stdout)["target"]["host"] == "gpu"
     else:
         assert proc.returncode == 3 and "gpu" in proc.stderr and "Traceback" not in proc.stderr

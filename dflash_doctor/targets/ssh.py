@@ -156,15 +156,23 @@ def _paramiko(config: str):
     """paramiko, imported without ``invoke`` when the ssh config has no ``Match exec``:
     paramiko imports it only to run those, and it costs more than the rest of
     paramiko (0.14 s of 0.29 s, a tenth of a check the results cache answers)."""
+    runs = MATCH_EXEC.search(config) is not None
     with _IMPORTING:
-        if "paramiko" not in sys.modules and "invoke" not in sys.modules and not MATCH_EXEC.search(config):
+        if "paramiko" not in sys.modules and "invoke" not in sys.modules and not runs:
             sys.modules["invoke"] = None  # type: ignore[assignment]  # its import fails at once; paramiko runs without it
             try:
                 import paramiko
             finally:
                 del sys.modules["invoke"]
-    import paramiko
+        import paramiko
 
+        if runs and paramiko.config.invoke is None:  # imported without it for an earlier config of this process
+            try:
+                import invoke
+            except ImportError:
+                pass  # not installed: paramiko says so, as it always did
+            else:
+                paramiko.config.invoke = invoke
     return paramiko
 
 
