@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ main()
 
 
 @pytest.fixture
-def layout(tmp_path, mini_tree):
+def layout(tmp_path: Path, mini_tree: Callable[..., Path]) -> Path:
     """Images ``a`` and ``b``: different bases (so different digests), the same vLLM files."""
     tree = tree_files(mini_tree("0.33.0"))
     out = tmp_path / "oci"
@@ -50,14 +51,14 @@ def check(tmp_path: Path, *references: str) -> tuple[int, dict, int]:
     return proc.returncode, json.loads(proc.stdout), proc.stderr.count("CHILD\n")
 
 
-def test_the_second_check_of_an_image_starts_no_child(tmp_path, layout):
+def test_the_second_check_of_an_image_starts_no_child(tmp_path: Path, layout: Path) -> None:
     code, first, children = check(tmp_path, f"oci:{layout}:a")
     assert children == 1
     again, second, children = check(tmp_path, f"oci:{layout}:a")
     assert (again, second["fixes"], children) == (code, first["fixes"], 0)
 
 
-def test_images_with_the_same_vllm_files_checked_together_start_one_child(tmp_path, layout):
+def test_images_with_the_same_vllm_files_checked_together_start_one_child(tmp_path: Path, layout: Path) -> None:
     code, fleet, children = check(tmp_path, f"oci:{layout}:a", f"oci:{layout}:b")
     assert code == 0 and children == 1
     a, b = (entry["fixes"] for entry in fleet["hosts"])

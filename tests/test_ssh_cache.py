@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,7 @@ class Host:
 
 
 @pytest.fixture
-def host(tmp_path, mini_tree):
+def host(tmp_path: Path, mini_tree: Callable[..., Path]) -> Iterator[Host]:
     made = Host(tmp_path, mini_tree("0.33.0"), keygen(tmp_path / "user"))
     yield made
     made.stop()
@@ -74,7 +75,7 @@ def verdicts(report: dict) -> tuple:
     return report["fixes"], report["vllm"], report["summary"]
 
 
-def test_the_second_check_of_an_unchanged_host_starts_nothing_but_the_collector(host):
+def test_the_second_check_of_an_unchanged_host_starts_nothing_but_the_collector(host: Host) -> None:
     code, first = host.check()
     assert CHILD in host.started()  # the first check ran behaviour on the host
     again, second = host.check()
@@ -85,7 +86,7 @@ def test_the_second_check_of_an_unchanged_host_starts_nothing_but_the_collector(
     assert second["target"]["bytes_received"] < first["target"]["bytes_received"] / 4
 
 
-def test_a_one_byte_edit_on_the_host_with_the_mtime_put_back_is_seen(host):
+def test_a_one_byte_edit_on_the_host_with_the_mtime_put_back_is_seen(host: Host) -> None:
     assert host.check()[0] == 0
     resolver = host.tree / RESOLVERS[0]
     before = resolver.stat()
@@ -105,7 +106,7 @@ def test_a_one_byte_edit_on_the_host_with_the_mtime_put_back_is_seen(host):
     assert (again, verdicts(kept)) == (code, verdicts(cached)) and host.started() == [COLLECTOR]  # the edited tree's answer is kept
 
 
-def test_a_file_deleted_on_the_host_is_seen(host):
+def test_a_file_deleted_on_the_host_is_seen(host: Host) -> None:
     assert host.check()[0] == 0
     (host.tree / RESOLVERS[1]).unlink()
     host.started()
@@ -119,7 +120,7 @@ def test_a_file_deleted_on_the_host_is_seen(host):
     assert (again, verdicts(kept)) == (code, verdicts(cached)) and host.started() == [COLLECTOR]
 
 
-def test_a_fleet_of_hosts_with_the_same_files_starts_one_behaviour_child(tmp_path, mini_tree):
+def test_a_fleet_of_hosts_with_the_same_files_starts_one_behaviour_child(tmp_path: Path, mini_tree: Callable[..., Path]) -> None:
     fleet = Host(tmp_path, mini_tree("0.33.0"), keygen(tmp_path / "user"), servers=4)
     try:
         code, document = fleet.check(fleet=True)
@@ -134,7 +135,7 @@ def test_a_fleet_of_hosts_with_the_same_files_starts_one_behaviour_child(tmp_pat
 
 
 @pytest.mark.parametrize("command, answered", [("true", True), ("false", False)])
-def test_an_ssh_config_match_exec_still_runs_its_command(host, tmp_path, command, answered):
+def test_an_ssh_config_match_exec_still_runs_its_command(host: Host, tmp_path: Path, command: str, answered: bool) -> None:
     """paramiko is imported without ``invoke`` (a tenth of a cached check) only when the
     ssh config has no ``Match exec``: with one, its command still decides."""
     config = tmp_path / "exec-config"
