@@ -12,7 +12,11 @@ reads the same on every one of them, so a hit is the answer a fresh
 evaluation would give, whichever files behaviour followed. A hit re-reads and
 re-digests those files, and repeats a search unless no file of the package
 changed by its metadata (``stamp.py``), but needs no parse, no libcst import
-and no child process. Unknown answers are kept like
+and no child process. A remote tree's states are the digests its collector
+computed on the host (``targets/snapshot.py``), so an ssh check's hit needs
+neither the files' bytes nor the host's behaviour child; checks in one process
+under one key take turns (a fleet's hosts with the same files and interpreter:
+the first one's answer is the others' hit). Unknown answers are kept like
 the others; an evaluation whose behaviour child failed or timed out is not (its
 answer depends on the machine's load, not on the files), nor one made offline
 (what could not be fetched then is not the tree's answer).
@@ -22,9 +26,12 @@ written is skipped, never an error.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sys
+import threading
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -68,17 +75,38 @@ def judged_fixes(resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftC
     files = sorted({relpath for rule in rules for relpath in rule.files})
     where = f"behaviour on {tree.python or 'this machine'}" if resolved.behaviour is not None else f"structure only: {resolved.no_behaviour}"
     key = None if caches_disabled() or user is not None else _key(tree, rules, files, where, _references())
-    if key is not None:
+    if key is None:
+        return _judged(resolved, rules, user, None)
+    with _one_at_a_time(key):
         tree.stamping = True  # a stamp before the first search, should checking a candidate make it
         fixes = _hit(key, tree)
         if fixes is not None:
             return fixes, None
+        return _judged(resolved, rules, user, key)
+
+
+def _judged(resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftConfig | None, key: str | None) -> tuple[tuple[FixResult, ...], Computed | None]:
+    """A fresh evaluation, kept under ``key`` (None: not kept)."""
     from .verdicts import judge  # warm check: verdicts pulls in every behaviour module, which a cache hit never needs
 
     fixes, probes, steady = judge(resolved, rules, user)
     if key is not None and steady and not is_offline():  # offline: what could not be fetched is not the tree's answer
-        _store(key, tree, fixes)
+        _store(key, resolved.tree, fixes)
     return fixes, probes
+
+
+_keys_lock = threading.Lock()
+_key_locks: dict[str, threading.Lock] = {}
+
+
+@contextlib.contextmanager
+def _one_at_a_time(key: str) -> Iterator[None]:
+    """Checks in this process under one key take turns (a fleet's hosts with the same
+    files): the first evaluates, the others then find its answer a hit."""
+    with _keys_lock:
+        lock = _key_locks.setdefault(key, threading.Lock())
+    with lock:
+        yield
 
 
 def _hit(key: str, tree: SourceTree) -> tuple[FixResult, ...] | None:

@@ -8,7 +8,12 @@ site hook prints before it cannot be mistaken for the answer.
 - ``locate PACKAGE``: where the package and its dist-info are (for local interpreters).
 - ``collect REQUEST``: also the bytes of the files the rules read, the files
   that define symbols that moved, and the dist-info texts, as zlib-compressed
-  JSON (for ssh, and for ``dflash-doctor probe-script``).
+  JSON (for ``dflash-doctor probe-script``, and for ssh outside a held connection).
+- ``stage REQUEST``: ``collect``'s answer in two parts from one run (for ssh):
+  first without the files' bytes (their sha256 says what they hold, enough for
+  the results cache to answer), then, only when the client writes ``contents``
+  on standard input, the bytes that were hashed. The source itself comes on
+  standard input too, after its length (``STAGE_BOOT``).
 
 It must run on any Python 3.6+ a server has: no imports from dflash_doctor, no
 f-strings, nothing newer. dflash_doctor imports ``scan_definitions`` from here
@@ -36,6 +41,11 @@ DIST_INFO_FILES = ("METADATA", "RECORD", "direct_url.json")
 # What `dflash-doctor patch` wrote beside the package (dflash_doctor.patching.state).
 PATCH_STATE_DIR = ".dflash-doctor"
 PATCH_MANIFEST = PATCH_STATE_DIR + "/manifest.json"
+# Sent in ``stage``'s first part: what a report reads even when the results cache answers.
+REPORT_FILES = ("vllm/_version.py", PATCH_MANIFEST)
+# What ``python -c`` runs for ``stage``: the source read from standard input after its length,
+# leaving standard input open for the client's word.
+STAGE_BOOT = "import sys; exec(compile(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())), 'probe.py', 'exec'))"
 
 
 def definition_pattern(names):
@@ -375,23 +385,50 @@ def encode(answer):
     return base64.b64encode(zlib.compress(json.dumps(answer).encode("utf-8"), 6)).decode("ascii")
 
 
+def split_answer(answer):
+    """(``answer`` without the bytes of the files, the bytes held back): absences and the
+    ``REPORT_FILES`` stay, every present file keeps its sha256."""
+    files = answer.get("files", {})
+    held = dict((relpath, text) for relpath, text in files.items() if text is not None and relpath not in REPORT_FILES)
+    first = dict(answer)
+    first["files"] = dict((relpath, text) for relpath, text in files.items() if relpath not in held)
+    return first, held
+
+
+def respond(payload):
+    sys.stdout.write("\n" + MARKER + payload + "\n")
+    sys.stdout.flush()
+
+
+def stage(request, deadline):
+    """``collect`` in two parts; the second only when asked for (see the module's docstring)."""
+    first, held = split_answer(collect(request))
+    respond(encode(first))
+    if deadline and hasattr(signal, "alarm"):
+        signal.alarm(deadline)  # the client's word, and the bytes, within a deadline of their own
+    if held and sys.stdin.buffer.readline().strip() == b"contents":
+        respond(encode({"files": held}))
+
+
 def main(argv):
     mode = argv[1] if len(argv) > 1 else "collect"
     try:
         if mode == "locate":
             payload = json.dumps(locate(argv[2]))
-        elif mode == "collect":
+        elif mode in ("collect", "stage"):
             request = json.loads(base64.b64decode(argv[2]).decode("utf-8")) if len(argv) > 2 else REQUEST
-            if request.get("deadline") and hasattr(signal, "alarm"):
+            deadline = int(request.get("deadline") or 0)
+            if deadline and hasattr(signal, "alarm"):
                 # ssh sends the client's deadline: the probe ends by itself when the client gives up.
-                signal.alarm(int(request["deadline"]))
+                signal.alarm(deadline)
+            if mode == "stage":
+                return stage(request, deadline)
             payload = encode(collect(request))
         else:
             payload = json.dumps({"error": "unknown probe mode %r" % mode})
     except Exception as exc:  # noqa: BLE001 - the answer must always come back as one line
         payload = json.dumps({"error": "probe failed: %s: %s" % (type(exc).__name__, exc)})
-    sys.stdout.write("\n" + MARKER + payload + "\n")
-    sys.stdout.flush()
+    respond(payload)
 
 
 # ``dflash-doctor probe-script`` fills this with the rules' request.

@@ -134,9 +134,11 @@ def check(
     # One image on a terminal shows a bar per layer; a fleet shows its own progress.
     image_opts = image_options(platform, insecure_registry, registry_timeout, progress=sys.stderr.isatty() and len(image or []) == 1)
     targets, fleet = choose_targets(path, python, release, host, hosts_file, from_probe, ssh, rules, image, image_opts)
-    if host or hosts_file:
+    if fleet and (host or hosts_file):
         import threading
 
+        # Hosts the results cache cannot answer need the engine: imported while the others' round trips
+        # go on (one host's check that the cache answers never imports it: not warmed up for one host).
         # Not a daemon: a daemon thread still importing at interpreter exit can abort the process.
         threading.Thread(target=_warm_up, args=(rules,)).start()
     if target_config is not None and draft_config is None:

@@ -65,6 +65,17 @@ def probe_request(rules: tuple[Rule, ...], engine: Engine = VLLM) -> dict:
     return {"package": engine.package, "files": sorted(files | {engine.version_file}), "anchors": sorted(map(list, anchors))}
 
 
+def answered(output: bytes) -> bool:
+    """Whether ``output`` holds a whole marked line (a staged collector's first part)."""
+    at = output.rfind(MARKER.encode())
+    return at >= 0 and b"\n" in output[at:]
+
+
+def held_back(answer: dict) -> set[str]:
+    """The files a staged collector hashed but has not sent yet."""
+    return set(answer.get("sha256", {})) - set(answer.get("files", {}))
+
+
 def encode_request(request: dict) -> str:
     return base64.b64encode(json.dumps(request).encode()).decode("ascii")
 

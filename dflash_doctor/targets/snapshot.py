@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from ..engines import VLLM, Engine, of_package
 from ..model import TargetInfo, ToolError
 from ..source import SourceError, SourceTree
 from . import ResolvedTarget
-from .probing import parse_probe_output, read_probe_file
+from .probing import held_back, parse_probe_output, read_probe_file
+
+Contents = Callable[[], Mapping[str, str | None]]
 
 
 class SnapshotTree(SourceTree):
-    """The files the probe sent; anything it did not send cannot be judged."""
+    """The files the probe sent; anything it did not send cannot be judged.
 
-    def __init__(self, answer: dict, engine: Engine = VLLM) -> None:
+    A staged answer (ssh) holds back the bytes of most files and gives their
+    sha256, computed on the host: the tree's ``state`` is known from those alone,
+    so the results cache can answer without the bytes. ``contents`` fetches them
+    all at the first read that needs one, each then checked against its digest."""
+
+    def __init__(self, answer: dict, engine: Engine = VLLM, contents: Contents | None = None) -> None:
         super().__init__()
         self.engine = engine
         self.root = answer.get("root", "")
@@ -26,10 +33,15 @@ class SnapshotTree(SourceTree):
         self._search: dict[str, list[str]] = answer.get("search", {})
         self._dist_info: dict[str, str] = answer.get("dist_info_files", {})
         self.python = f"{answer.get('python') or ''} {answer.get('python_version') or ''}".strip()
+        self._held = held_back(answer) if contents is not None else set()  # elsewhere a digest without bytes is only a claim
+        self._contents = contents
 
     def read(self, relpath: str) -> bytes | None:
         if relpath in self._errors:
             raise SourceError(f"{relpath} {self._errors[relpath]}")
+        if relpath in self._held and self._contents is not None:
+            fetch, held, self._contents, self._held = self._contents, self._held, None, set()
+            self._files.update((path, text) for path, text in fetch().items() if path in held)
         if relpath not in self._files:
             raise SourceError(f"{relpath} was not collected by the probe")
         text = self._files[relpath]
@@ -43,6 +55,11 @@ class SnapshotTree(SourceTree):
     def sha256(self, relpath: str, data: bytes) -> str:
         return self._sha256[relpath]  # ``read`` checked the bytes against it
 
+    def digest(self, relpath: str) -> str | None:
+        if relpath in self._held and relpath not in self._errors:
+            return self._sha256[relpath]  # the host's, before the bytes came (they are checked against it when read)
+        return super().digest(relpath)
+
     def search(self, names: frozenset[str]) -> Mapping[str, list[str]]:
         return {name: list(self._search.get(name, [])) for name in names}
 
@@ -50,7 +67,8 @@ class SnapshotTree(SourceTree):
         return self._dist_info.get(name)
 
 
-def snapshot_target(answer: dict, kind: str, who: str, details: tuple[tuple[str, str], ...] = ()) -> ResolvedTarget:
+def snapshot_target(answer: dict, kind: str, who: str, details: tuple[tuple[str, str], ...] = (),
+                    contents: Contents | None = None) -> ResolvedTarget:
     if answer.get("error"):
         raise ToolError(f"{who}: {answer['error']}")
     if "files" not in answer:
@@ -61,7 +79,7 @@ def snapshot_target(answer: dict, kind: str, who: str, details: tuple[tuple[str,
         raise ToolError(f"{who}: {exc}") from None
     host = answer.get("host") or who
     info = TargetInfo(kind, f"{host}:{answer.get('root', '')}", (("host", host), ("python", answer.get("python") or ""), *details))
-    return ResolvedTarget(SnapshotTree(answer, engine), info)
+    return ResolvedTarget(SnapshotTree(answer, engine, contents), info)
 
 
 class ProbeFileTarget:

@@ -1,13 +1,17 @@
 """A vLLM tree on another machine, read over one ssh connection.
 
 One connection per host. The probe goes to the remote interpreter on stdin
-(``python - collect REQUEST``) and the files the rules need come back
-compressed on stdout. Inside ``connected()`` the tree's code also runs there:
-a second exec channel, opened with the connection so that its start-up
-overlaps the collection, runs ``sandbox.child_program()`` under the same
-lockdown as a local child and answers the check's behaviour requests in
-sequence (session.py), one round trip each; nothing from the remote machine
-runs on this one. Nothing is installed or written there.
+and the files the rules need come back compressed on stdout. Inside
+``connected()`` it answers in two parts on one run (``probe.py``'s ``stage``):
+first the sha256 of every file, computed on the host, which is all the results
+cache needs to answer the check; the bytes follow only when a check reads
+them (a miss). Only then does the tree's code run there too: a second exec
+channel, opened when the check first asks for behaviour (its start-up
+overlaps the fetch and the structure pass), runs ``sandbox.child_program()``
+under the same lockdown as a local child and answers the check's behaviour
+requests in sequence (session.py), one round trip each; nothing from the
+remote machine runs on this one. Outside ``connected()`` the probe answers
+whole at once (``python - collect REQUEST``). Nothing is installed or written there.
 Host keys are verified against known_hosts; an unknown key is refused unless
 ``accept_new_host_key`` (then recorded), a changed key is always refused.
 Keys and the agent are the only authentication.
@@ -15,29 +19,29 @@ Keys and the agent are the only authentication.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import dataclasses
 import functools
-import hashlib
 import logging
 import math
 import os
 import random
-import re
 import select
 import shlex
 import socket
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..draft import sandbox
 from ..draft.session import RUN_TIMEOUT_S, Session, Unstarted
-from ..model import ToolError
+from ..model import TargetInfo, ToolError
 from ..patching.sftp_files import SftpFiles
+from ..probe import STAGE_BOOT
 from . import ResolvedTarget
 from .channel import ChannelPipe, behaviour_lifetime
-from .probing import MAX_OUTPUT_BYTES, MIB, encode_request, parse_probe_output, probe_source
+from .hosts import HostKeyPolicy, HostSpec, SshOptions, fingerprint, parse_host
+from .probing import MAX_OUTPUT_BYTES, MIB, answered, encode_request, held_back, parse_probe_output, probe_source
 from .snapshot import snapshot_target
 
 # Most hops of a ProxyJump chain (OpenSSH has no limit; a loop would never end).
@@ -74,87 +78,6 @@ while True:
         break
 os._exit(os.WEXITSTATUS(_status) if os.WIFEXITED(_status) else 128 + os.WTERMSIG(_status))
 """
-HOST_SPEC = re.compile(r"^(?:(?P<user>[^@\s]+)@)?(?P<host>\[[^\]]+\]|[^:@\s]+)(?::(?P<port>\d{1,5}))?$")
-
-
-@dataclasses.dataclass(frozen=True)
-class SshOptions:
-    python: str = "python3"
-    identity: Path | None = None
-    known_hosts: Path | None = None  # default ~/.ssh/known_hosts
-    ssh_config: Path | None = None  # default ~/.ssh/config
-    connect_timeout: float = 10.0
-    probe_timeout: float = 60.0  # the collector's deadline; also bounds each behaviour request and the child's lifetime
-    accept_new_host_key: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class HostSpec:
-    """``[user@]host[:port]`` as given, resolved through ssh_config."""
-
-    given: str
-    hostname: str
-    port: int
-    user: str | None
-    identity_files: tuple[str, ...]
-    proxy_jump: str | None
-    proxy_command: str | None
-
-
-def fingerprint(key) -> str:
-    """OpenSSH's SHA256 fingerprint of a host key."""
-    digest = base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
-    return f"{key.get_name()} SHA256:{digest}"
-
-
-def parse_host(given: str, options: SshOptions) -> HostSpec:
-    import paramiko
-
-    found = HOST_SPEC.match(given.strip())
-    if not found:
-        raise ToolError(f"not a host: {given!r} (expected [user@]host[:port])")
-    alias = found["host"].strip("[]")
-    config_path = options.ssh_config or Path.home() / ".ssh" / "config"
-    config = paramiko.SSHConfig()
-    if config_path.is_file():
-        try:
-            config = paramiko.SSHConfig.from_path(str(config_path))
-        except (OSError, paramiko.ssh_exception.ConfigParseError) as exc:
-            raise ToolError(f"cannot read ssh config {config_path}: {exc}") from None
-    entry = config.lookup(alias)
-    port = int(found["port"] or entry.get("port", 22))
-    if not 0 < port < 65536:
-        raise ToolError(f"not a port: {port} in {given!r}")
-    return HostSpec(
-        given=given,
-        hostname=entry.get("hostname", alias),
-        port=port,
-        user=found["user"] or entry.get("user"),
-        identity_files=tuple(entry.get("identityfile", [])),
-        proxy_jump=entry.get("proxyjump"),
-        proxy_command=entry.get("proxycommand"),
-    )
-
-
-class _HostKeyPolicy:
-    """Refuse unknown keys naming the fingerprint, or record them on request."""
-
-    def __init__(self, accept_new: bool, known_hosts: Path) -> None:
-        self.accept_new = accept_new
-        self.known_hosts = known_hosts
-
-    def missing_host_key(self, client, hostname, key) -> None:
-        if not self.accept_new:
-            raise ToolError(
-                f"{hostname}: unknown host key {fingerprint(key)}; verify it and add it to {self.known_hosts}, "
-                "or pass --accept-new-host-key to trust it on first use"
-            )
-        client.get_host_keys().add(hostname, key.get_name(), key)
-        self.known_hosts.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with open(self.known_hosts, "a", encoding="utf-8") as handle:
-            handle.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
-
-
 class _Busy(ToolError):
     """The server turned the connection away before the handshake: worth another try."""
 
@@ -185,7 +108,8 @@ class SshTarget:
         self.bytes_received = 0
         self.connect_tries = 0  # of the last connection made
         self._open: tuple[HostSpec, object] | None = None
-        self._ready = None  # the behaviour session started with the connection, until a check takes it
+        self._staged: list = []  # collectors holding back bytes no check has asked for yet, closed with the connection
+        self._fetched = (0, 0)  # bytes sent and received for the held-back bytes the last check asked for
         self._jumps: list = []  # the ProxyJump clients the connection goes through, closed with it
 
     @contextlib.contextmanager
@@ -200,35 +124,33 @@ class SshTarget:
         client = self._connect(spec)
         self._open = (spec, client)
         try:
-            self._ready = self._start_session(spec, client)
             yield client
         finally:
             self._open = None
-            if self._ready is not None:
-                self._ready.close()
-                self._ready = None
+            while self._staged:
+                self._staged.pop().close()  # its collector reads the end of its input and exits
             self._close(client)
 
     def resolve(self) -> ResolvedTarget:
-        """The tree; inside ``connected()`` its behaviour runs on the host over
+        """The tree; inside ``connected()`` known first by the host's digests (the
+        bytes come when a check reads them) and its behaviour runs on the host over
         the open connection (outside, there is none to run it on: structure only)."""
+        who = f"{self.given}: {self.options.python}"
         if self._open is not None:
             spec, client = self._open
-            stdout = self._run_probe(client, spec)
+            answer, contents = self._run_probe(client, spec, who, staged=True)
         else:
             spec = parse_host(self.given, self.options)
             client = self._connect(spec)
             try:
-                stdout = self._run_probe(client, spec)
+                answer, contents = self._run_probe(client, spec, who, staged=False)
             finally:
                 self._close(client)
-        who = f"{self.given}: {self.options.python}"
-        answer = parse_probe_output(stdout, who)
         if answer.get("error"):
             raise ToolError(f"{who}: {answer['error']} ({NO_VLLM_HINT})")
         details = (("bytes_sent", self.bytes_sent), ("bytes_received", self.bytes_received),
                    ("connect_tries", self.connect_tries))
-        resolved = snapshot_target(answer, "ssh", who, details)
+        resolved = snapshot_target(answer, "ssh", who, details, contents)
         ran = (("behaviour", f"runs on {self.given}"),) if self._open is not None else ()
         info = dataclasses.replace(resolved.info, location=f"{self.given}:{answer.get('root', '')}", name=self.given,
                                    details=(("host", self.given), ("python", self.options.python), *ran, *details))
@@ -273,7 +195,7 @@ class SshTarget:
                 client.load_host_keys(str(known_hosts))
             except (OSError, paramiko.SSHException) as exc:
                 raise ToolError(f"cannot read known hosts {known_hosts}: {exc}") from None
-        client.set_missing_host_key_policy(_HostKeyPolicy(self.options.accept_new_host_key, known_hosts))
+        client.set_missing_host_key_policy(HostKeyPolicy(self.options.accept_new_host_key, known_hosts))
         identities = [str(self.options.identity)] if self.options.identity else [os.path.expanduser(p) for p in spec.identity_files]
         who = f"{spec.given}"
         try:
@@ -348,57 +270,96 @@ class SshTarget:
                   f"else {run}; fi")
         return f"sh -c {shlex.quote(script)}"
 
-    def _exec(self, client, command: str, payload: bytes, limit: float, cap: int) -> tuple[bytes, bytes, int]:
-        """Run ``command`` in a new exec channel fed ``payload``: its stdout (at
-        most ``cap`` bytes, else OverflowError), the tail of its stderr and its
-        exit status, within one deadline (else TimeoutError). The channel is
-        closed in every case."""
-        deadline = time.monotonic() + limit
-        channel = None
-        try:
-            channel = client.get_transport().open_session(timeout=limit)
-            channel.settimeout(limit)
-            channel.exec_command(command)
-            channel.sendall(payload)
-            channel.shutdown_write()
-            self.bytes_sent += len(command) + len(payload)
-            output, errors = self._drain(channel, deadline, cap)
-            if not channel.status_event.wait(max(0.0, deadline - time.monotonic())):
-                raise TimeoutError
-            return output, errors, channel.recv_exit_status()
-        except socket.timeout:
-            raise TimeoutError from None
-        finally:
-            if channel is not None:
-                channel.close()
-
-    def _run_probe(self, client, spec: HostSpec) -> str:
-        """The probe also sets its own alarm."""
-        import paramiko
-
+    def _run_probe(self, client, spec: HostSpec, who: str, staged: bool) -> tuple[dict, Callable[[], dict] | None]:
+        """The collector's answer, and how to fetch the bytes it held back (None
+        when it held none back). ``staged``: in two parts on one run (the first
+        without the bytes); else whole at once. The collector also sets its own alarm."""
         limit = self.options.probe_timeout
         seconds = math.ceil(limit) + 1
         request = encode_request({**self.request, "deadline": seconds})
-        command = self._remote_command(f"{shlex.quote(self.options.python)} - collect {request}", seconds)
+        python = shlex.quote(self.options.python)
+        source = probe_source().encode()
+        if staged:  # each part within ``seconds`` on the host
+            run, payload = f"{python} -c {shlex.quote(STAGE_BOOT)} stage {request}", b"%d\n%s" % (len(source), source)
+        else:
+            run, payload = f"{python} - collect {request}", source
+        command = self._remote_command(run, 2 * seconds if staged else seconds)
         self.bytes_sent = self.bytes_received = 0
+        self._fetched = (0, 0)
+        deadline = time.monotonic() + limit
+        channel = None
         try:
-            output, errors, status = self._exec(client, command, probe_source().encode(), limit, MAX_OUTPUT_BYTES)
-        except OverflowError:
-            raise ToolError(
-                f"{spec.given}: remote interpreter {self.options.python} printed more than "
-                f"{MAX_OUTPUT_BYTES // MIB} MiB: not a probe answer"
-            ) from None
-        except TimeoutError:
-            raise ToolError(f"{spec.given}: the probe did not finish within {limit:g} s (--probe-timeout)") from None
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise ToolError(f"{spec.given}: the probe could not run: {exc}") from None
+            with self._probe_errors(spec):
+                channel = client.get_transport().open_session(timeout=limit)
+                channel.settimeout(limit)
+                channel.exec_command(command)
+                channel.sendall(payload)
+                if not staged:
+                    channel.shutdown_write()  # ``python -`` runs its source once it has all of it
+                self.bytes_sent += len(command) + len(payload)
+                output, errors = self._drain(channel, deadline, MAX_OUTPUT_BYTES, answered if staged else None)
+                answer = parse_probe_output(output.decode("utf-8", "replace"), who) if answered(output) else None
+                if answer is not None and staged and held_back(answer):
+                    self._staged.append(channel)
+                    channel = None  # kept open until the bytes are asked for, or the connection closes
+                    return answer, functools.partial(self._contents, spec, who, self._staged[-1])
+                channel.shutdown_write()  # a collector holding nothing back reads the end of its input and exits
+                more, tail = self._drain(channel, deadline, MAX_OUTPUT_BYTES - len(output))
+                output, errors = output + more, (errors + tail)[-STDERR_TAIL_BYTES:]
+                if not channel.status_event.wait(max(0.0, deadline - time.monotonic())):
+                    raise TimeoutError
+                status = channel.recv_exit_status()
+        finally:
+            if channel is not None:
+                channel.close()
         text = output.decode("utf-8", "replace")
         if status != 0 and "DFLASH-DOCTOR-PROBE:" not in text:
             last = (errors.decode("utf-8", "replace").strip().splitlines() or [f"exit {status}"])[-1]
             if status == 127:
                 raise ToolError(f"{spec.given}: remote interpreter {self.options.python} not found ({last})")
             raise ToolError(f"{spec.given}: remote interpreter {self.options.python} failed (exit {status}): {last}")
-        return text
+        return parse_probe_output(text, who), None
+
+    def counted(self, info: TargetInfo) -> TargetInfo:
+        """``info`` at the end of a check: its byte counts include the held-back bytes it asked for."""
+        more = dict(zip(("bytes_sent", "bytes_received"), self._fetched))
+        return dataclasses.replace(info, details=tuple((k, v + more[k] if k in more else v) for k, v in info.details))
+
+    def _contents(self, spec: HostSpec, who: str, channel) -> dict:
+        """The bytes a staged collector held back: its second part, from the same run
+        that hashed them (so they are the bytes the digests were computed from)."""
+        received = self.bytes_received
+        try:
+            with self._probe_errors(spec):
+                channel.sendall(b"contents\n")
+                channel.shutdown_write()
+                output, _ = self._drain(channel, time.monotonic() + self.options.probe_timeout, MAX_OUTPUT_BYTES)
+        finally:
+            self._fetched = (len(b"contents\n"), self.bytes_received - received)
+            channel.close()
+            if channel in self._staged:
+                self._staged.remove(channel)
+        part = parse_probe_output(output.decode("utf-8", "replace"), who)
+        if part.get("error"):
+            raise ToolError(f"{who}: {part['error']}")
+        return part.get("files", {})
+
+    @contextlib.contextmanager
+    def _probe_errors(self, spec: HostSpec) -> Iterator[None]:
+        """What goes wrong talking to the collector, as one line."""
+        import paramiko
+
+        try:
+            yield
+        except OverflowError:
+            raise ToolError(
+                f"{spec.given}: remote interpreter {self.options.python} printed more than "
+                f"{MAX_OUTPUT_BYTES // MIB} MiB: not a probe answer"
+            ) from None
+        except (TimeoutError, socket.timeout):
+            raise ToolError(f"{spec.given}: the probe did not finish within {self.options.probe_timeout:g} s (--probe-timeout)") from None
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise ToolError(f"{spec.given}: the probe could not run: {exc}") from None
 
     def _start_session(self, spec: HostSpec, client):
         """The behaviour child on the host, booted and waiting for its first request
@@ -428,24 +389,22 @@ class SshTarget:
 
     @contextlib.contextmanager
     def _behaviour(self, connection: tuple[HostSpec, object]):
-        """One check's session on the host (``ResolvedTarget.behaviour``): the one
-        started with the connection, or for a later check on it a new one (a
-        check's tree code never runs in the child of another check)."""
+        """One check's session on the host (``ResolvedTarget.behaviour``), started
+        when the check first asks for it: a check the results cache answers starts
+        none, and a check's tree code never runs in the child of another check."""
         spec, client = connection
         if self._open is not connection:
             yield Unstarted(f"the connection to {spec.given} is closed").run
             return
-        session, self._ready = self._ready, None
-        if session is None:
-            session = self._start_session(spec, client)
+        session = self._start_session(spec, client)
         try:
             yield session.run
         finally:
             session.close()
 
-    def _drain(self, channel, deadline: float, cap: int) -> tuple[bytes, bytes]:
+    def _drain(self, channel, deadline: float, cap: int, until: Callable[[bytes], bool] | None = None) -> tuple[bytes, bytes]:
         """Standard output (at most ``cap`` bytes) and the tail of standard
-        error, until the remote side closes them or the deadline passes."""
+        error, until the remote side closes them, ``until(output)`` holds, or the deadline passes."""
         output, errors = bytearray(), bytearray()
         while True:
             if channel.recv_ready():
@@ -454,6 +413,8 @@ class SshTarget:
                 output += chunk
                 if len(output) > cap:
                     raise OverflowError
+                if until is not None and until(bytes(output)):
+                    break
             elif channel.recv_stderr_ready():
                 chunk = channel.recv_stderr(1 << 16)
                 self.bytes_received += len(chunk)
