@@ -21,7 +21,9 @@ def check_targets(
         except ToolError as exc:
             return HostOutcome(name, error=str(exc))
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    from .targets.jumps import JUMPS  # a bastion's connection serves every host behind it
+
+    with JUMPS.held(), ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = [pool.submit(one, name, target) for name, target in named_targets]
         if progress:
             from rich.progress import Progress

@@ -271,6 +271,25 @@ def test_ssh_config_alias_and_proxy_jump(server, client, remotes, keys):
     assert target.log_count("Connection from 127.0.0.1") == 1 and target.log_count("request exec") >= 2
 
 
+def test_a_fleet_behind_one_bastion_shares_one_connection_to_it(server, client, remotes, keys):
+    """Three hosts behind one jump host, checked together: one SSH connection to the jump
+    host carries them all (as ControlMaster would), so a bastion's MaxStartups is not
+    spent on them; each host still gets its own."""
+    jump, *targets = server("jump"), server("gpu0"), server("gpu1"), server("gpu2")
+    trust(client, jump, *targets)
+    config = client["home"] / ".ssh" / "config"
+    entries = [f"Host bastion\n  HostName 127.0.0.1\n  Port {jump.port}\n  User root\n  IdentityFile {keys['user']}\n"]
+    entries += [f"Host gpu{index}\n  HostName 127.0.0.1\n  Port {target.port}\n  User root\n  IdentityFile {keys['user']}\n"
+                "  ProxyJump bastion\n" for index, target in enumerate(targets)]
+    config.write_text("\n".join(entries))
+    args = [a for index in range(3) for a in ("--host", f"gpu{index}")]
+    proc = run_cli("check", *args, "--python", str(remotes["0.33.0"]), "--format", "json", "--jobs", "3", env=client["env"])
+    assert proc.returncode == 0, proc.stderr
+    assert [set(statuses(entry).values()) for entry in json.loads(proc.stdout)["hosts"]] == [{"present"}] * 3
+    assert jump.log_count("Connection from 127.0.0.1") == 1
+    assert all(target.log_count("Connection from 127.0.0.1") == 1 for target in targets)
+
+
 def test_probe_script_and_from_probe(server, client, remotes, tmp_path):
     script = run_cli("probe-script")
     assert script.returncode == 0 and script.stdout.startswith("#!/usr/bin/env python3")

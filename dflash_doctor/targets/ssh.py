@@ -32,6 +32,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from ..draft import sandbox
 from ..draft.session import RUN_TIMEOUT_S, Session, Unstarted
@@ -39,6 +40,7 @@ from ..model import TargetInfo, ToolError
 from ..patching.sftp_files import SftpFiles
 from ..probe import STAGE_BOOT
 from . import ResolvedTarget
+from .jumps import JUMPS
 from .channel import ChannelPipe, behaviour_lifetime
 from .hosts import HostKeyPolicy, HostSpec, SshOptions, fingerprint, parse_host
 from .probing import MAX_OUTPUT_BYTES, MIB, answered, encode_request, held_back, parse_probe_output, probe_source
@@ -161,10 +163,11 @@ class SshTarget:
         return dataclasses.replace(resolved, behaviour=functools.partial(self._behaviour, self._open), files=files)
 
     def _close(self, client) -> None:
-        """Close the connection, then the jump hosts it went through (their transport threads end)."""
+        """Close the connection, then let go of the jump hosts it went through (the last
+        check using one closes it: its transport thread ends)."""
         client.close()
         while self._jumps:
-            self._jumps.pop().close()
+            JUMPS.release(self._jumps.pop())
 
     def _connect(self, spec: HostSpec, chain: tuple[str, ...] = ()):
         """``chain``: the hosts that jump to this one, to refuse ProxyJump loops.
@@ -248,15 +251,19 @@ class SshTarget:
                 hops = " -> ".join((*chain, spec.proxy_jump))
                 raise ToolError(f"{chain[0]}: ProxyJump loop in the ssh config ({hops}); refusing")
             jump = SshTarget(spec.proxy_jump, self.options, self.request)
-            jump._jumps = self._jumps
-            jump_client = jump._connect(parse_host(spec.proxy_jump, self.options), chain)
+
+            def connect() -> tuple[Any, Callable[[], None]]:
+                client = jump._connect(parse_host(spec.proxy_jump, self.options), chain)
+                return client, lambda: jump._close(client)
+
+            # one connection to the jump host for every check of this process that goes through it
+            jump_client = JUMPS.acquire((spec.proxy_jump, self.options), connect)
             self._jumps.append(jump_client)
             try:
                 return jump_client.get_transport().open_channel(
                     "direct-tcpip", (spec.hostname, spec.port), ("127.0.0.1", 0), timeout=self.options.connect_timeout
                 )
             except (paramiko.SSHException, OSError) as exc:
-                jump_client.close()
                 raise ToolError(f"{spec.given}: jump host {spec.proxy_jump} cannot reach {spec.hostname}:{spec.port}: {exc}") from None
         return None
 
