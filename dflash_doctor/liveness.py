@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, cast
 
 import libcst as cst
 
@@ -28,7 +29,7 @@ from .source import literal_value
 _UNKNOWN = object()  # a value that is not known without running the code
 _KEYWORDS: dict[str, object] = {"True": True, "False": False, "None": None, "__debug__": True}
 _TYPING = ("typing", "typing_extensions")
-_COMPARE: dict[type, Callable[[object, object], object]] = {
+_COMPARE: dict[type, Callable[[Any, Any], object]] = {
     cst.Equal: operator.eq, cst.NotEqual: operator.ne, cst.LessThan: operator.lt,
     cst.LessThanEqual: operator.le, cst.GreaterThan: operator.gt, cst.GreaterThanEqual: operator.ge,
     cst.Is: operator.is_, cst.IsNot: operator.is_not,
@@ -50,9 +51,11 @@ def dead_nodes(tree: cst.CSTNode, constants: Mapping[str, object] | None = None)
         node = stack.pop()
         kind = type(node)  # exact types: isinstance on libcst's abstract bases is slow
         if kind is cst.Name:
-            mentions[node.value] = mentions.get(node.value, 0) + 1
+            name = cast(cst.Name, node).value
+            mentions[name] = mentions.get(name, 0) + 1
         elif kind is cst.FunctionDef:
-            nested += [item for item in node.body.body if type(item) is cst.FunctionDef and not item.decorators]
+            body = cast(cst.FunctionDef, node).body.body
+            nested += [cast(cst.FunctionDef, item) for item in body if type(item) is cst.FunctionDef and not cast(cst.FunctionDef, item).decorators]
         elif kind in _DECIDING:
             for part in _dead_parts(node, known):
                 dead |= subtree_ids(part)

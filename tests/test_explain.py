@@ -5,7 +5,6 @@ real release trees and real drafter configs."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET

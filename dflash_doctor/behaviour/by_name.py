@@ -182,9 +182,9 @@ def class_copy(builder: ProgramBuilder, symbol: Symbol, rebuild: bool = False) -
     full = origin in builder.full_classes
     lines = [_statement(builder, symbol, statement, full) for statement in node.body]
     body = "\n".join(line for line in lines if line) or "pass"
-    bases = ", ".join([*bases, f"metaclass={META}"])
+    header = ", ".join([*bases, f"metaclass={META}"])
     dotted = f"{module_name(symbol.file)}.{symbol.qualname}"
-    builder.add_chunk(node.name, f"class {node.name}({bases}):\n{textwrap.indent(body, '    ')}\n"
+    builder.add_chunk(node.name, f"class {node.name}({header}):\n{textwrap.indent(body, '    ')}\n"
                                  f"{node.name}._qualified_name = {dotted!r}\n", replace=rebuild)
     return node.name
 

@@ -797,7 +797,7 @@ def serve(request):
     results = {}
     for call in request["calls"]:
         step = next(steps)  # each run of the call announces this step again: the parent holds each run to the deadline
-        results[call["id"]] = explore(call, namespace, data, timeout, lambda: announce(request, step))
+        results[call["id"]] = explore(call, namespace, data, timeout, lambda step=step: announce(request, step))
     return {"id": request.get("id"), "results": results}
 
 

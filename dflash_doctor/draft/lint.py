@@ -104,7 +104,10 @@ def lint(config: DraftConfig, target: TargetLayers | None = None, hf: HfView | N
     """Every finding, most severe first; ``target`` comes from --target-config;
     ``hf``: the hf_config a checked vLLM builds from the file."""
     findings: list[Finding] = []
-    add = lambda severity, code, message, fix: findings.append(Finding(severity, code, message, fix))
+
+    def add(severity, code, message, fix):
+        findings.append(Finding(severity, code, message, fix))
+
     _lint_format(config, add)
     _lint_ids(config, target, add)
     _lint_layers(config, add, hf)

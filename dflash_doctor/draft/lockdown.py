@@ -167,7 +167,7 @@ def _set_limits(limits):
         try:
             resource.setrlimit(getattr(resource, name), (soft, hard))
         except (ValueError, OSError) as exc:
-            raise LockdownError("setrlimit(%s) failed: %s" % (name, exc))
+            raise LockdownError("setrlimit(%s) failed: %s" % (name, exc)) from None
 
 
 def lockdown(limits=None):

@@ -60,7 +60,7 @@ class Engine:
         return next((kind.display for kind in self.platforms if kind.name == name), name)
 
 
-from .vllm import VLLM  # each engine's file reads the interface above
+from .vllm import VLLM  # noqa: E402 - each engine's file reads the interface above
 
 ENGINES: Mapping[str, Engine] = {engine.name: engine for engine in (VLLM,)}
 

@@ -150,7 +150,7 @@ class ImageSource(abc.ABC):
     def open_blob(self, digest: str, size: int | None, what: str, progress=None) -> VerifiedStream:
         """A config or layer as a stream; its sha256 is checked as it is read."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a source with nothing to release keeps this
         """Release connections or files (a source is used by one image)."""
 
     def read_blob(self, digest: str, size: int | None, what: str, limit: int = MAX_MANIFEST_BYTES) -> bytes:

@@ -1,0 +1,18 @@
+"""The lint and type gate: ruff over the whole repository, mypy over the typed
+modules pyproject.toml lists (every new module joins them)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("tool", [["ruff", "check", "--no-cache", "."], ["mypy", "--no-incremental"]], ids=["ruff", "mypy"])
+def test_the_repository_passes(tool: list[str]) -> None:
+    proc = subprocess.run([sys.executable, "-m", *tool], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
