@@ -42,8 +42,8 @@ from dflash_doctor.paths import cache_dir
 from dflash_doctor.targets.release import release_tree, transformers_tree
 
 FETCH = "import sys; from dflash_doctor.targets.release import release_tree; release_tree(sys.argv[1])"
-FULL = ("import sys; from dflash_doctor.targets.release import full_wheels, release_tree\n"
-        "with full_wheels(): release_tree(sys.argv[1])")
+FULL = ("import sys; from dflash_doctor.paths import FULL_WHEEL; from dflash_doctor.targets.release import release_tree\n"
+        "with FULL_WHEEL.on(): release_tree(sys.argv[1])")
 
 
 def run(command: list[str], cache: Path, url: str) -> float:

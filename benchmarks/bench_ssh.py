@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from sshd import SshServer, client_env, keygen  # noqa: E402
+from sshd import client_env, loopback_host  # noqa: E402
 
 from bench_check import STRUCTURE_ONLY  # noqa: E402 - `check --path` with behaviour switched off
 
@@ -48,12 +48,7 @@ def main() -> None:
     root = release_tree(args.release)
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
-        key = keygen(work / "user")
-        server = SshServer(work / "sshd", key)
-        try:
-            subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(work / "venv")], check=True)
-            site = next((work / "venv").glob("lib/python3*/site-packages"))
-            (site / "vllm.pth").write_text(f"{root}\n")
+        with loopback_host(work, root) as (server, key):
             (work / "known_hosts").write_text(server.host_public_key_line)
             env = {**client_env(), "HOME": str(work), "DFLASH_DOCTOR_NO_CACHE": "1"}
             cli = [sys.executable, "-m", "dflash_doctor", "check", "--format", "json"]
@@ -77,8 +72,6 @@ def main() -> None:
                 samples["local structure"].append(timed(local_structure, env)[0])
             connections = server.log_count("Connection from") - before[0]
             execs = server.log_count("request exec") - before[1] - args.runs  # the baseline's probes
-        finally:
-            server.stop()
     local_s, ssh_s, bare_s, local_bare_s = (statistics.median(samples[k]) for k in ("local", "ssh", "structure", "local structure"))
     target = report["target"]
     print(f"vLLM {args.release}, {args.runs} runs each, median wall time, results cache off")

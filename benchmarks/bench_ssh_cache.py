@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from sshd import SshServer, client_env, keygen  # noqa: E402
+from sshd import client_env, loopback_host  # noqa: E402
 
 from dflash_doctor.targets.release import release_tree  # noqa: E402
 
@@ -76,12 +76,7 @@ def main() -> None:
     root = release_tree(args.release)
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(scratch)
-        key = keygen(work / "user")
-        server = SshServer(work / "sshd", key)
-        try:
-            subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(work / "venv")], check=True)
-            site = next((work / "venv").glob("lib/python3*/site-packages"))
-            (site / "vllm.pth").write_text(f"{root}\n")
+        with loopback_host(work, root) as (server, key):
             log = work / "invocations"
             python = work / "python"  # the host's interpreter, logging how it is started
             python.write_text(f'#!/bin/sh\nprintf "%s\\n" "$1" >> {log}\nexec {work / "venv/bin/python"} "$@"\n')
@@ -129,8 +124,6 @@ def main() -> None:
                 fleets[f"warm, --jobs {jobs}"] = fleet_run(fleet + ["--jobs", str(jobs)], warm_env, log) + (floor_s,)
             shutil.rmtree(cache)
             fleets["cold (cache empty), --jobs 16"] = fleet_run(fleet + ["--jobs", "16"], warm_env, log) + (None,)
-        finally:
-            server.stop()
     m = {name: statistics.median(values) for name, values in samples.items()}
     warm_floor, cold_floor = m["ssh true"] + m["warm path"], m["ssh true"] + m["cold path"]
     target = report["target"]

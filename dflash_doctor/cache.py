@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from .behaviour.reference import reference_dir
 from .model import FixResult, ToolError
-from .paths import cache_dir, caches_disabled, is_offline, write_atomically
+from .paths import cache_dir, OFFLINE, caches_disabled, write_atomically
 from .rules import Rule
 from .source import SourceTree
 
@@ -90,7 +90,7 @@ def _judged(resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftConfig
     from .verdicts import judge  # warm check: verdicts pulls in every behaviour module, which a cache hit never needs
 
     fixes, probes, steady = judge(resolved, rules, user)
-    if key is not None and steady and not is_offline():  # offline: what could not be fetched is not the tree's answer
+    if key is not None and steady and not OFFLINE:  # offline: what could not be fetched is not the tree's answer
         _store(key, resolved.tree, fixes)
     return fixes, probes
 

@@ -26,21 +26,27 @@ def caches_disabled() -> bool:
     return bool(os.environ.get("DFLASH_DOCTOR_NO_CACHE"))
 
 
-_OFFLINE: list[bool] = []
+class Switch:
+    """A process-wide setting, on within ``on()`` (nested uses stack): what a command's
+    option asks of code far below it, such as the wheel download."""
+
+    def __init__(self) -> None:
+        self._stack: list[bool] = []
+
+    @contextlib.contextmanager
+    def on(self, value: bool = True) -> Iterator[None]:
+        self._stack.append(value)
+        try:
+            yield
+        finally:
+            self._stack.pop()
+
+    def __bool__(self) -> bool:
+        return any(self._stack)
 
 
-@contextlib.contextmanager
-def offline() -> Iterator[None]:
-    """Within it nothing is fetched from the network: what the cache lacks is an error (``--offline``)."""
-    _OFFLINE.append(True)
-    try:
-        yield
-    finally:
-        _OFFLINE.pop()
-
-
-def is_offline() -> bool:
-    return bool(_OFFLINE)
+OFFLINE = Switch()  # --offline: nothing is fetched from the network; what the cache lacks is an error
+FULL_WHEEL = Switch()  # --full-wheel: a wheel is downloaded whole and checked against the index's sha256
 
 
 def read_file(path: Path, limit: int, what: str) -> bytes:

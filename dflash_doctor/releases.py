@@ -30,7 +30,7 @@ from typing import Any
 from . import __version__
 from .check import run_check
 from .model import EXIT_ERROR, EXIT_OK, PRESENT, UNKNOWN, BottomLine, ToolError, exit_code_for
-from .paths import cache_dir, caches_disabled, is_offline, write_atomically
+from .paths import cache_dir, OFFLINE, caches_disabled, write_atomically
 from .reporters.layout import OUTDENT, Line, render, width_of, words, wrap
 from .reporters.table import LABEL, STYLES
 from .rules import Rule
@@ -241,7 +241,7 @@ def release_row(release: str, rules: tuple[Rule, ...], digest: str) -> Row:
     except ToolError as exc:
         return Row(release, (), cached=False, error=str(exc))
     judged = all(fix["status"] != UNKNOWN for fix in report["fixes"])
-    if use_cache and (judged or not is_offline()):  # offline, an unknown may be what could not be fetched
+    if use_cache and (judged or not OFFLINE):  # offline, an unknown may be what could not be fetched
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(path, json.dumps(report))

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -75,3 +78,18 @@ class SshServer:
 def client_env() -> dict:
     """No agent: only the keys a test names."""
     return {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
+
+
+@contextlib.contextmanager
+def loopback_host(work: Path, root: Path) -> Iterator[tuple[SshServer, Path]]:
+    """An OpenSSH server on 127.0.0.1 whose ``work/venv`` Python sees the vLLM tree
+    ``root`` (a .pth file), and the user key it accepts; the server stops at the end."""
+    key = keygen(work / "user")
+    server = SshServer(work / "sshd", key)
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(work / "venv")], check=True)
+        site = next((work / "venv").glob("lib/python3*/site-packages"))
+        (site / "vllm.pth").write_text(f"{root}\n")
+        yield server, key
+    finally:
+        server.stop()

@@ -123,7 +123,7 @@ def check(
     from ..paths import write_atomically
     from ..reporters import reporter
     from ..rulefile import load_rules, select
-    from ..targets.release import full_wheels
+    from ..paths import FULL_WHEEL
     from ..waivers import apply_waivers, load_waivers, waiver_summary
 
     for_this_process()  # the command ends the process: no collector pass over the trees between its checks
@@ -167,7 +167,7 @@ def check(
         render = lambda name, terminal: reporter(name).render_fleet(outcomes, terminal)  # noqa: E731
         reports, code = [o.report for o in outcomes if o.report], fleet_exit_code(outcomes)
     else:
-        with full_wheels(full_wheel):  # the release's wheel, and the transformers wheel its behaviour fetches
+        with FULL_WHEEL.on(full_wheel):  # the release's wheel, and the transformers wheel its behaviour fetches
             report = finish(run_check(targets[0][1], rules, **drafter))
         render = lambda name, terminal: reporter(name).render(report, terminal)  # noqa: E731
         reports, code = [report], report.exit_code

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import contextlib
 import sys
 from enum import Enum
 from typing import Optional
@@ -30,10 +29,9 @@ def releases(
     Exit: 0 the matrix was computed, 3 it could not be (the package index cannot be reached: --offline uses the
     cache; a release that could not be checked).
     """
-    from ..paths import offline as offline_mode
+    from ..paths import FULL_WHEEL, OFFLINE
     from ..releases import Matrix, plan, release_rows, render_markdown, render_plain, render_terminal, rules_digest
     from ..rulefile import load_rules
-    from ..targets.release import full_wheels
     from ..terminal import columns, progress
 
     rules = load_rules()
@@ -41,8 +39,7 @@ def releases(
     versions, note = plan(first, last, offline, digest)
     if note != "package index":
         print(f"dflash-doctor: releases from the {note}", file=sys.stderr)
-    with progress("releases", total=len(versions)) as update, (offline_mode() if offline else contextlib.nullcontext()), \
-            full_wheels(full_wheel):
+    with progress("releases", total=len(versions)) as update, OFFLINE.on(offline), FULL_WHEEL.on(full_wheel):
         rows = release_rows(versions, rules, digest, update)
     matrix = Matrix(rules, tuple(rows), note, digest)
     if format is MatrixFormat.json:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..model import ToolError
-from ..paths import cache_dir, is_offline, write_atomically
+from ..paths import FULL_WHEEL, OFFLINE, cache_dir, write_atomically
 from ..terminal import progress
 from . import ResolvedTarget
 from .path import PathTarget
@@ -41,23 +41,6 @@ RELEASE = re.compile(r"\d+(\.\d+){1,3}((a|b|rc|\.post|\.dev)\d+)?")
 DOWNLOAD_TIMEOUT_S = 1800
 COMPLETE = ".complete"
 VLLM_KEPT = ("vllm/**.py",)  # of a vLLM wheel, besides its dist-info
-
-_FULL: list[bool] = []
-
-
-@contextlib.contextmanager
-def full_wheels(on: bool = True) -> Iterator[None]:
-    """Within it (when ``on``) a wheel is downloaded whole and checked against the index's sha256 (``--full-wheel``)."""
-    _FULL.append(on)
-    try:
-        yield
-    finally:
-        _FULL.pop()
-
-
-def full_wheel() -> bool:
-    return any(_FULL)
-
 
 def canonical_release(version: str) -> str:
     """The one spelling a release is checked and cached under: the tag form
@@ -80,7 +63,7 @@ def release_tree(version: str) -> Path:
     with _one_fetch(dest):
         if (dest / COMPLETE).is_file():
             return dest
-        if is_offline():
+        if OFFLINE:
             raise ToolError(f"vLLM release {version} is not in the cache, and --offline fetches nothing")
         with _staging() as staging:
             with progress(f"vllm {version}: downloading the wheel", transfer=True) as update:
@@ -114,7 +97,7 @@ def transformers_tree(requirement: str) -> tuple[Path, str]:
             version = pointer.read_text(encoding="utf-8").strip()
             if RELEASE.fullmatch(version) and (root / version / COMPLETE).is_file():
                 return root / version, version
-        if is_offline():
+        if OFFLINE:
             raise ToolError(f"no transformers satisfying {requirement!r} is in the cache, and --offline fetches nothing")
         with _staging() as staging:
             with progress(f"{requirement}: downloading the wheel", transfer=True) as update:
@@ -184,7 +167,7 @@ def _fetch(project: str, requirement: str, kept: tuple[str, ...], staging: Path,
     and the wheel's file name (first checked by ``named``). Read by range requests where the server honours
     them, else downloaded whole (``--full-wheel``, a ``file://`` index, a server that ignores ranges)."""
     located = locate(project, requirement)
-    tree, whole = staging / "tree", full_wheel()
+    tree, whole = staging / "tree", bool(FULL_WHEEL)
     deadline = time.monotonic() + DOWNLOAD_TIMEOUT_S
     wanted = functools.partial(is_kept, kept)
     try:
