@@ -471,3 +471,20 @@ def test_junit_escapes_control_and_bidi_characters_of_an_image_label(tmp_path, t
     root = assert_inert_xml(proc.stdout)
     label = root.find("testsuite/properties/property[@name='target.org.opencontainers.image.version']").get("value")
     assert label == "v1\\x1b]0;pwned\\x07\\x1b[2J\\x00\\x9b\\u202e\\u2066\\ufffe\\n\\x85fake line", label
+
+
+def test_a_plugin_installed_in_the_image_is_named_as_one_that_may_change_the_answer(trees, tmp_path):
+    """vLLM loads the general plugins every distribution in the image declares; the image's
+    entry points are kept (not the plugin's code), so each plugin is named in the reasons
+    rather than left unseen."""
+    files = {**tree_files(trees["0.33.0"]),
+             f"{SITE}/old_sched-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: old_sched\nVersion: 1.0\n",
+             f"{SITE}/old_sched-1.0.dist-info/entry_points.txt": b"[vllm.general_plugins]\nold_sched = old_sched:register\n",
+             f"{SITE}/old_sched.py": b"def register():\n    pass\n"}
+    out = tmp_path / "oci"
+    write_image(out, "plugged", [BASE, files])
+    code, report, stderr = image_check("--image", f"oci:{out}:plugged")
+    assert report is not None, stderr
+    reasons = [fix["reason"] or "" for fix in report["fixes"]]
+    assert all("plugin old_sched (vllm.general_plugins of old_sched) could not be read and may change this answer" in reason
+               for reason in reasons), reasons

