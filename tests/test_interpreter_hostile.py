@@ -46,15 +46,19 @@ def test_pythonpath_is_still_honoured(tmp_path, release):
 
 def test_a_setuptools_editable_install_is_found_without_running_its_finder(tmp_path, release):
     """The finder module and .pth written by setuptools' own editable_wheel code
-    (building a real editable wheel needs `wheel`, which is not installed here)."""
-    from setuptools.command.editable_wheel import _finder_template, _make_identifier
-
+    (building a real editable wheel needs `wheel`, which is not installed here). They are
+    written by a process of their own: setuptools refuses to load where the standard
+    library's distutils already is (pip, run in this process by release tests, loads it)."""
     python = hostile_venv(tmp_path / "venv", tmp_path / "marker")
     site = next((tmp_path / "venv").glob("lib/python3*/site-packages"))
     (site / "extra.pth").unlink()
     name = "__editable__.vllm-0.33.0.finder"
-    finder = _make_identifier(name)
-    (site / f"{finder}.py").write_text(_finder_template(name, {"vllm": str(release("0.33.0") / "vllm")}, {}))
+    written = subprocess.run([sys.executable, "-c", (
+        "import json, sys; from setuptools.command.editable_wheel import _finder_template, _make_identifier; "
+        "name, path = sys.argv[1:]; print(json.dumps([_make_identifier(name), _finder_template(name, {'vllm': path}, {})]))"),
+        name, str(release("0.33.0") / "vllm")], capture_output=True, text=True, check=True)
+    finder, source = json.loads(written.stdout)
+    (site / f"{finder}.py").write_text(source)
     (site / "__editable__.vllm-0.33.0.pth").write_text(f"import {finder}; {finder}.install()")
     assert "0.33.0" in subprocess.run([str(python), "-c", "import importlib.util as u; print(u.find_spec('vllm').origin)"],
                                       capture_output=True, text=True, check=True).stdout

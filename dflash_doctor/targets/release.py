@@ -168,6 +168,7 @@ def _fetch(project: str, requirement: str, kept: tuple[str, ...], staging: Path,
     them, else downloaded whole (``--full-wheel``, a ``file://`` index, a server that ignores ranges)."""
     located = locate(project, requirement)
     tree, whole = staging / "tree", bool(FULL_WHEEL)
+    label = f"{project} {located.filename.split('-')[1]}"  # what the bar says throughout: "vllm 0.34.0"
     deadline = time.monotonic() + DOWNLOAD_TIMEOUT_S
     wanted = functools.partial(is_kept, kept)
     try:
@@ -178,13 +179,13 @@ def _fetch(project: str, requirement: str, kept: tuple[str, ...], staging: Path,
         if not whole and located.url.startswith(("http://", "https://")):
             opened = open_wheel(located, update, deadline)
             if isinstance(opened, RangeSource):
-                update(description=f"{project} {located.filename.split('-')[1]}: fetching the files kept (range requests)")
+                update(description=f"{label}: fetching the files kept (range requests)")
                 fetched = len(opened.tail)
                 extract(opened, wanted, tree, located.filename, lambda total: update(total=fetched + total))
                 return tree, located.filename
             response = opened
         wheel = download(located, staging / "wheel.whl", update, deadline, response)  # never a name the index chose
-        update(description=f"{located.filename}: extracting the kept files")
+        update(description=f"{label}: extracting the kept files")
         extract(FileSource.of(wheel), wanted, tree, located.filename)
     finally:
         located.session.close()
