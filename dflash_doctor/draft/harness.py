@@ -522,6 +522,19 @@ COMPILED = {}  # class bodies by text
 DATA_TEXT = {}  # request data by name as JSON text: a deep copy is one json.loads
 
 
+PROGRAM_CODE = {}  # a program statement's code by its text, kept across the requests of one child
+
+
+def program_code(source):
+    """The statement compiled once per child: the rounds of a check (definitions looked up by
+    name) send the same program again with a few more definitions."""
+    if source not in PROGRAM_CODE:
+        if len(PROGRAM_CODE) > 4096:
+            PROGRAM_CODE.clear()
+        PROGRAM_CODE[source] = compile(source, "<program>", "exec")
+    return PROGRAM_CODE[source]
+
+
 def compiled(body):
     if body not in COMPILED:
         COMPILED[body] = compile(body, "<stub>", "exec")
@@ -785,7 +798,7 @@ def serve(request):
         why = None
         signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
-            exec(chunk["source"], namespace)
+            exec(program_code(chunk["source"]), namespace)
         except CallTimeout:
             why = "its definition did not finish within %g s" % timeout
         except BaseException as exc:  # noqa: B036 - any failure is reported, never raised
