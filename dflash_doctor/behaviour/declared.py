@@ -39,8 +39,10 @@ def plan_declared(tree: SourceTree, builder: ProgramBuilder) -> str | None:
     config), its definitions copied into ``builder``; None when the tree's ModelConfig
     has no such property (or the registry cannot be read: then reading it is a gap)."""
     try:
-        model_config = parsed_or_none(tree, MODEL_CONFIG[0])
-    except ExtractError:  # not sent by the collector: reading the property stays a gap
+        text = tree.data(MODEL_CONFIG[0])
+        # the file is long: parsed only where it names the property at all
+        model_config = parsed_or_none(tree, MODEL_CONFIG[0]) if text and f"def {DECLARED}(".encode() in text else None
+    except (SourceError, ExtractError):  # not sent by the collector: reading the property stays a gap
         return None
     classes = [] if model_config is None else [
         node for node in model_config.tree.body if isinstance(node, ast.ClassDef) and node.name == MODEL_CONFIG[1]]
