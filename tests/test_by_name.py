@@ -196,3 +196,15 @@ def test_a_class_only_named_on_the_route_sends_no_methods_until_one_is_reached(r
     assert described.value == "vllm.kinds.dflash.DFlashProposer"
     kind = next(chunk.source for chunk in builder.chunks if chunk.name == "Kind")
     assert "def describe" in kind and "def unknown_here" in kind  # reached: the class's methods are sent
+
+
+def test_a_constructor_that_reaches_a_method_not_sent_yet_runs_again_once_it_is(tmp_path: Path) -> None:
+    """Building a class copied by name runs its constructor; a method it calls is sent when
+    reached (the call runs again), so the instance is built, not left a record of its class."""
+    kinds = BASE.replace("        window: int = 0\n", "        window: int = 0\n\n        def __init__(self, spec):\n"
+                                                       "            self.spec = self.normalised(spec)\n\n"
+                                                       "        def normalised(self, spec):\n            return spec.upper()\n")
+    tree = tree_of(tmp_path, {"vllm/__init__.py": "", "vllm/registry.py": REGISTRY, "vllm/kinds/__init__.py": "",
+                              "vllm/kinds/base.py": kinds, "vllm/kinds/dflash.py": DFLASH})
+    (built,) = ask(tree, "resolve(_BY_METHOD['dflash'])('dflash').spec")
+    assert built.ok and built.value == "DFLASH", built

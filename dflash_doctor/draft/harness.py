@@ -225,6 +225,8 @@ class CopiedMeta(ABCMeta):
         raised = len(RAISED)
         try:
             return ABCMeta.__call__(cls, *args, **kwargs)
+        except NeedsDefinition:
+            raise  # a definition not sent yet: the parent sends it and the constructor runs again
         except ProbeGap:
             del RAISED[raised:]  # the constructor's own unknowns: the answer is the class built
             return Constructed(cls.__dict__.get("_qualified_name") or cls.__name__)
