@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import copy
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ..draft.sandbox import Chunk
 from ..source import SourceError, SourceTree, Symbol, parse_python
@@ -190,13 +190,8 @@ class ProgramBuilder:
         elif isinstance(node, ast.ClassDef) and self.copying_classes:
             from .by_name import class_copy  # by_name builds on this module
 
-            kept = (len(self.chunks), dict(self._origins), dict(self.gaps), dict(self.omitted))
-            try:
-                class_copy(self, Symbol(file, node.name, node, parsed))
-            except ExtractError as exc:  # a class that cannot be copied is a gap (a base of it: a foreign one)
-                del self.chunks[kept[0]:]
-                self._origins, self.gaps, self.omitted = kept[1], kept[2], kept[3]
-                self._gap(name, f"{name} ({file}): {exc}")
+            # a class that cannot be copied is a gap (as a base: a foreign one)
+            self._or_gap(lambda: class_copy(self, Symbol(file, node.name, node, parsed)), name, lambda exc: f"{name} ({file}): {exc}")
         elif isinstance(node, ast.ClassDef) and self.classes and not imported:
             self.constructor(Symbol(file, node.name, node, parsed))
         else:
@@ -229,13 +224,17 @@ class ProgramBuilder:
         if not self.classes:
             self._resolve(parsed, file, name, depth)
             return
+        self._or_gap(lambda: self._resolve(parsed, file, name, depth, imported=True), name, lambda _: label)
+
+    def _or_gap(self, copy: Callable[[], object], name: str, label: Callable[[ExtractError], str]) -> None:
+        """Run ``copy``; where it cannot be done, nothing it added stays and ``name`` is a gap."""
         kept = (len(self.chunks), dict(self._origins), dict(self.gaps), dict(self.omitted))
         try:
-            self._resolve(parsed, file, name, depth, imported=True)
-        except ExtractError:
+            copy()
+        except ExtractError as exc:
             del self.chunks[kept[0]:]
             self._origins, self.gaps, self.omitted = kept[1], kept[2], kept[3]
-            self._gap(name, label)
+            self._gap(name, label(exc))
 
     def _gap(self, name: str, label: str, origin: str | None = None) -> None:
         if name in self.gaps:
