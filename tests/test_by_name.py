@@ -208,3 +208,17 @@ def test_a_constructor_that_reaches_a_method_not_sent_yet_runs_again_once_it_is(
                               "vllm/kinds/base.py": kinds, "vllm/kinds/dflash.py": DFLASH})
     (built,) = ask(tree, "resolve(_BY_METHOD['dflash'])('dflash').spec")
     assert built.ok and built.value == "DFLASH", built
+
+
+def test_a_module_name_that_climbs_out_of_the_tree_reads_nothing_there(tmp_path: Path) -> None:
+    """The tree's code names the module: ``vllm.x/../../outside`` is no module (as in Python),
+    and the parent, asked for it all the same, reads no file outside the tree."""
+    tree = tree_of(tmp_path / "site", {"vllm/__init__.py": "", "vllm/registry.py": REGISTRY})
+    (tmp_path / "outside.py").write_text("SECRET = 'read outside the tree'\n")
+    (outcome,) = ask(tree, "resolve('vllm.x/../../outside.SECRET')")
+    assert outcome.error_type == "ModuleNotFoundError" and "read outside" not in str(outcome.value), outcome
+    from dflash_doctor.behaviour.by_name import ByName
+
+    names = ByName(ProgramBuilder(tree, ()))
+    assert not names.answer("vllm.x/../../outside", None) and not names.answer("vllm.x/../../outside", "SECRET")
+    assert names.table == {} and not any("SECRET" in chunk.source for chunk in names.builder.chunks)

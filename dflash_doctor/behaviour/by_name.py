@@ -44,7 +44,10 @@ class ByName:
 
     def answer(self, module: str, name: str | None) -> bool:
         """Add what the child asked for (``name`` None: the module itself); False when
-        it was answered before (asking again would not change the run)."""
+        it was answered before (asking again would not change the run). What the child
+        asks is the tree's code speaking: a name that is not dotted identifiers is refused."""
+        if not _dotted_identifiers(module) or (name is not None and not _dotted_identifiers(name)):
+            return False
         if name is None:
             if module in self.table:
                 return False
@@ -129,6 +132,11 @@ def run_by_name(builder: ProgramBuilder, run: Runner, calls: list[Call], data: d
             break
         pending = [call for call in pending if outcomes[call.id].needs]
     return outcomes
+
+
+def _dotted_identifiers(text: str) -> bool:
+    """``vllm.a.b``, ``Class.method``: never a path (``vllm.x/../../y``) into another directory."""
+    return bool(text) and len(text) <= 512 and all(part.isidentifier() for part in text.split("."))
 
 
 def _module_file(builder: ProgramBuilder, module: str) -> tuple[str, Any] | None:

@@ -126,6 +126,8 @@ def import_module(name, package=None):
     """``importlib.import_module`` for modules of the tree (anything else is a gap)."""
     if package is not None or not isinstance(name, str) or name.startswith("."):
         raise ProbeGap("a relative import by name")
+    if not all(part.isidentifier() for part in name.split(".")):
+        raise ModuleNotFoundError("No module named %r" % name)  # as Python: no module has such a name
     if TREE_PACKAGE[0] is None or name.split(".")[0] != TREE_PACKAGE[0]:
         raise ProbeGap("the module %s, imported by name" % name)
     if name not in TREE_MODULES:
