@@ -13,7 +13,7 @@ from typing import Any
 
 from .model import ABSENT, DECIDERS, PARTIAL, PRESENT, VERDICTS, ToolError
 from .rules import (
-    DIMENSIONS, FORM_VERDICTS, QUESTIONS, Affects, Anchor, Applies, Behaviour, Case, Construct, FixCase, Form, FormPatch,
+    DIMENSIONS, FORM_VERDICTS, QUESTIONS, Affects, Anchor, Applies, Behaviour, Case, Construct, FixCase, Form, FormPatch, Handing,
     Rewrite, Rule, rules_dir,
 )
 
@@ -158,7 +158,8 @@ def _behaviour(raw: Any, where: str, anchor_ids: set[str]) -> Behaviour | None:
     where = f"{where}: behaviour"
     if not isinstance(raw, dict):
         raise ToolError(f"{where} must be a table")
-    _known_keys(raw, ("question", "chain", "alternatives", "subjects", "guards", "files", "construct", "uncovered"), where)
+    _known_keys(raw, ("question", "chain", "alternatives", "subjects", "guards", "files", "construct", "uncovered", "resolvers",
+                      "handing"), where)
     question = _require(raw, "question", where)
     if question not in QUESTIONS:
         raise ToolError(f"{where}: question must be one of {', '.join(QUESTIONS)}")
@@ -178,7 +179,40 @@ def _behaviour(raw: Any, where: str, anchor_ids: set[str]) -> Behaviour | None:
         files=_strings(raw, "files", where),
         construct=_construct(raw.get("construct"), f"{where}.construct"),
         uncovered=_strings(raw, "uncovered", where, tuple(sorted(anchor_ids))),
+        resolvers=_resolvers(raw, question, where, anchor_ids),
+        handing=_handing(raw.get("handing"), question, f"{where}.handing", anchor_ids),
     )
+
+
+NEEDS = {"capture-ids": "resolvers", "block-drop": "handing"}  # what a question kind reads from its rule
+
+
+def _resolvers(raw: dict[str, Any], question: str, where: str, anchor_ids: set[str]) -> tuple[tuple[str, str], ...]:
+    value = raw.get("resolvers", {})
+    if not isinstance(value, dict) or not all(isinstance(k, str) and v in anchor_ids for k, v in value.items()):
+        raise ToolError(f"{where}: resolvers must map each runner to the id of an anchor")
+    if (NEEDS.get(question) == "resolvers") != bool(value):
+        raise ToolError(f"{where}: resolvers belong to a capture-ids question, which needs them")
+    return tuple(sorted(value.items()))
+
+
+def _handing(raw: Any, question: str, where: str, anchor_ids: set[str]) -> Handing | None:
+    if (NEEDS.get(question) == "handing") != (raw is not None):
+        raise ToolError(f"{where}: belongs to a block-drop question, which needs it")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ToolError(f"{where} must be a table")
+    _known_keys(raw, ("constructor", "callee", "keywords", "opt_out"), where)
+    constructor = _require(raw, "constructor", where)
+    if constructor not in anchor_ids:
+        raise ToolError(f"{where}: constructor must be the id of an anchor")
+    keywords = _strings(raw, "keywords", where)
+    callee, opt_out = _require(raw, "callee", where), raw.get("opt_out")
+    if not keywords or not all(name.isidentifier() for name in (callee, *keywords)) or not (
+            opt_out is None or (isinstance(opt_out, str) and opt_out.isidentifier())):
+        raise ToolError(f"{where}: callee, keywords and opt_out must be names (and keywords not empty)")
+    return Handing(constructor, callee, keywords, opt_out)
 
 
 def _construct(raw: Any, where: str) -> Construct | None:

@@ -181,6 +181,20 @@ class Behaviour:
     files: tuple[str, ...]
     construct: Construct | None = None
     uncovered: tuple[str, ...] = ()  # anchors whose code the question does not run: their forms still count
+    resolvers: tuple[tuple[str, str], ...] = ()  # capture-ids: runner -> the anchor of the resolver it calls
+    handing: Handing | None = None  # block-drop: what is handed on, and by which constructor
+
+
+@dataclasses.dataclass(frozen=True)
+class Handing:
+    """What the constructor at anchor ``constructor`` hands the construction of
+    ``callee`` through ``keywords`` (any of them true changes the block); ``opt_out``:
+    the speculative config's field that turns it off, where a tree has it."""
+
+    constructor: str
+    callee: str
+    keywords: tuple[str, ...]
+    opt_out: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,6 +16,7 @@ from conftest import check_json
 from registry import python_files, tree_files, write_image
 
 from dflash_doctor.behaviour.compute import compute
+from dflash_doctor.behaviour.run import questions_of
 from dflash_doctor.behaviour.transformers import requires
 from dflash_doctor.draft.config import load_draft_config
 from dflash_doctor.draft.sandbox import UNKNOWN_KEYS, Call, config_object, run
@@ -29,6 +30,8 @@ from dflash_doctor.targets.probing import (
 )
 from dflash_doctor.targets.release import transformers_tree
 from dflash_doctor.targets.snapshot import SnapshotTree
+
+ASKED = questions_of([rule for rule in load_rules() if rule.behaviour is not None])[0]  # every shipped rule's question
 
 HERE = Path(__file__).parent
 CONFIGS = sorted((HERE / "data" / "drafter-configs").glob("*.json")) + sorted((rules_dir() / "reference" / "drafters").glob("*.json"))
@@ -123,7 +126,7 @@ def test_the_collector_sends_the_hosts_own_transformers(mini_tree):
     proc = subprocess.run([sys.executable, "-S", "-", "collect", encode_request(probe_request(load_rules()))],
                           input=probe_source(), capture_output=True, text=True, env={"PYTHONPATH": str(site)}, timeout=120, check=True)
     tree = SnapshotTree(parse_probe_output(proc.stdout, "the collector"))
-    found = compute(tree, (load_draft_config(NO_FLAG), load_draft_config(FLAG)))
+    found = compute(tree, (load_draft_config(NO_FLAG), load_draft_config(FLAG)), ASKED)
     sources = [computed.hf_source for computed in found]
     assert [source.transformers for source in sources] == ["4.57.6", "4.57.6"]
     assert all(source.transformers_from.startswith("installed beside vllm on the host") for source in sources)

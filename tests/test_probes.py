@@ -10,6 +10,7 @@ import pytest
 from dflash_doctor.draft import draft_sections
 from dflash_doctor.draft.config import load_draft_config
 from dflash_doctor.behaviour.compute import compute
+from dflash_doctor.behaviour.run import questions_of
 from dflash_doctor.behaviour.definitions import ExtractError, Locator
 from dflash_doctor.behaviour.program import ProgramBuilder
 from dflash_doctor.draft.sandbox import Call, run
@@ -17,6 +18,8 @@ from dflash_doctor.provenance import find_dist_info
 from dflash_doctor.rulefile import load_rules
 from dflash_doctor.source import DirectoryTree
 from dflash_doctor.targets.path import PathTarget
+
+ASKED = questions_of([rule for rule in load_rules() if rule.behaviour is not None])[0]  # every shipped rule's question
 
 DRAFTERS = Path(__file__).parent / "data" / "drafters"
 QWEN36 = DRAFTERS / "qwen3.6-27b-dflash.json"  # 4 sliding + 1 full, window 2048, ids [1,16,31,46,61]
@@ -32,7 +35,7 @@ def probe(release, version: str, config: Path) -> dict:
     """What the release computes for ``config``; its dist-info names the transformers that builds the hf_config."""
     root = release(version)
     tree = DirectoryTree(root, find_dist_info(root))
-    return compute(tree, (load_draft_config(config),))[0].to_json()
+    return compute(tree, (load_draft_config(config),), ASKED)[0].to_json()
 
 
 def windows(report: dict) -> list:
@@ -137,7 +140,7 @@ def test_prefix_block_drop_per_release(release):
     assert probe(release, "0.20.1", QWEN3_8B)["drops_prefix_block"] is True
     opt_out = probe(release, "0.30.0", QWEN3_8B)
     assert opt_out["drops_prefix_block"] is True
-    assert opt_out["drops_prefix_block_with_disable_eagle_block_drop"] is False
+    assert opt_out["opt_out"] == "disable_eagle_block_drop" and opt_out["drops_prefix_block_with_opt_out"] is False
     fixed = probe(release, "0.33.0", QWEN3_8B)
     assert fixed["drops_prefix_block"] is False
     # what the scheduler hands the KV cache manager: the drop bit and the lookahead hashing
@@ -200,7 +203,7 @@ def test_shift_undone_after_the_comprehension_is_absent_by_behaviour(mini_tree, 
     assert "[1, 9, 17, 25, 33]" in after["layer-offset"].reason
     assert after["layer-offset"].behaviour.status == "absent"
     assert after["cache-drop"].status == before["cache-drop"]
-    assert sections["probes"].lines()[1].startswith("  !! vLLM captures aux layers [1, 9, 17, 25, 33]")
+    assert sections["probes"].lines()[1].startswith("  !! the tree captures aux layers [1, 9, 17, 25, 33]")
 
 
 def test_drop_predicate_changed_under_the_opt_out_flag_makes_cache_drop_unknown(mini_tree, release):
@@ -239,7 +242,7 @@ def test_resolver_reading_unknown_state_gives_unknown_layers_not_a_guess(mini_tr
          '    dflash_config = getattr(config, "dflash_config", None) or {}\n    layer_types = getattr(config, "layer_types", None)\n    use_swa',
          '    if get_tensor_model_parallel_world_size() > 1:\n        return None, False\n'
          '    dflash_config = getattr(config, "dflash_config", None) or {}\n    layer_types = getattr(config, "layer_types", None)\n    use_swa')
-    report = compute(PathTarget(tree).resolve().tree, (load_draft_config(QWEN3_8B),))[0].to_json()
+    report = compute(PathTarget(tree).resolve().tree, (load_draft_config(QWEN3_8B),), ASKED)[0].to_json()
     assert report["layers"] is None
     assert "get_tensor_model_parallel_world_size" in report["reason"]["layers"]
     assert report["aux_layer_ids"] == [2, 10, 18, 26, 34]  # the other probes still answer
@@ -253,7 +256,7 @@ def test_resolver_moved_to_another_file_is_still_run(mini_tree, release):
     end = text.index("    def reload_weights(", start)
     (tree / "vllm/v1/worker/aux_layers.py").write_text("class GPUModelRunner:\n" + text[start:end])
     runner.write_text(text[:start] + text[end:])
-    report = compute(PathTarget(tree).resolve().tree, (load_draft_config(QWEN36),))[0].to_json()
+    report = compute(PathTarget(tree).resolve().tree, (load_draft_config(QWEN36),), ASKED)[0].to_json()
     assert report["aux_layer_ids_by_runner"]["v1"] == [1, 16, 31, 46, 61]
     assert {"file": "vllm/v1/worker/aux_layers.py", "line": 2, "symbol": "GPUModelRunner._get_eagle3_aux_layers_from_config"} in report["evidence"]
 
@@ -262,7 +265,7 @@ def test_missing_files_give_reasons_not_guesses(mini_tree, release):
     tree = mini_tree("0.33.0")
     for relpath in ("vllm/envs.py", "vllm/v1/worker/gpu/spec_decode/__init__.py"):
         (tree / relpath).unlink()
-    report = compute(PathTarget(tree).resolve().tree, (load_draft_config(QWEN36),))[0].to_json()
+    report = compute(PathTarget(tree).resolve().tree, (load_draft_config(QWEN36),), ASKED)[0].to_json()
     assert report["runner_support"]["v2"]["supported"] is None
     assert report["default_runner"] is None and "default_runner" in report["reason"]
 

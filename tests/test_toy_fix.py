@@ -3,12 +3,14 @@ directory named by $DFLASH_DOCTOR_RULES), judged end to end on a real tree by
 the same engine, listed, tested and reported, with nothing in the package naming it."""
 
 import ast
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 from conftest import run_cli
 
+from dflash_doctor.engines import ENGINES
 from dflash_doctor.rulefile import load_rules
 
 TOY_ID = "toy-speculators-ids"
@@ -42,10 +44,24 @@ remedy = "Install a vLLM release with DFlash."
 
 [behaviour]
 question = "capture-ids"
+# the resolvers it asks, at anchors of its own
+resolvers = { v1 = "v1-resolver", v2 = "v2-resolver" }
 chain = ["resolver"]
 alternatives = ["runner"]
 subjects = ["speculators"]
 files = ["vllm/transformers_utils/configs/speculators/algos.py"]
+
+[[anchors]]
+id = "v1-resolver"
+file = "vllm/v1/worker/gpu_model_runner.py"
+symbol = "GPUModelRunner._get_eagle3_aux_layers_from_config"
+gone_with = "vllm/v1/worker/gpu_model_runner.py"
+
+[[anchors]]
+id = "v2-resolver"
+file = "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py"
+symbol = "get_eagle3_aux_layers_from_config"
+optional = true
 
 [[anchors]]
 id = "translation"
@@ -121,6 +137,41 @@ def test_no_module_of_the_engine_names_a_fix():
             continue
         named = [fix_id for fix_id in ids for text in _code_strings(path) if fix_id in text]
         assert not named, f"{path} names the fix {named[0]}"
+
+
+def _route_strings(value) -> set[str]:
+    """Every name and path an engine's route holds."""
+    if isinstance(value, str):
+        return {value}
+    if dataclasses.is_dataclass(value):
+        return set().union(*(_route_strings(getattr(value, field.name)) for field in dataclasses.fields(value)))
+    if isinstance(value, tuple):
+        return set().union(set(), *(_route_strings(item) for item in value))
+    return set()
+
+
+def test_the_behaviour_engine_names_no_engine_symbol():
+    """What behaviour runs is found through the engine's route and the rules' files:
+    no module of the behaviour engine (nor the child it runs) names a file, class,
+    function or variable of an engine, in code (docstrings aside)."""
+    package = Path(__file__).resolve().parent.parent / "dflash_doctor"
+    named = {string for engine in ENGINES.values() for string in _route_strings(engine.route)}
+    for rule in load_rules():
+        named |= {anchor.file for anchor in rule.anchors} | {part for anchor in rule.anchors for part in anchor.symbol.split(".")}
+        behaviour = rule.behaviour
+        if behaviour is not None and behaviour.handing is not None:
+            named |= {behaviour.handing.callee, *behaviour.handing.keywords, behaviour.handing.opt_out or ""}
+    # Python's own words, and the Hugging Face config's, which every engine shares
+    named -= {"", "method", "ValueError", "NotImplementedError", "__init__", "logger", "os", "hf_config", "architectures"}
+    modules = [*(package / "behaviour").glob("*.py"), package / "draft" / "sandbox.py", package / "draft" / "harness.py"]
+    found = {}
+    for path in modules:
+        strings = _code_strings(path)
+        mine = sorted(name for name in named if name in strings or any(name in text and "/" in name for text in strings))
+        mine += [text for text in strings for engine in ENGINES.values() if f"{engine.package}/" in text or f"{engine.package}." in text]
+        if mine:
+            found[path.name] = mine
+    assert not found
 
 
 def test_the_toy_fix_is_listed_and_its_cases_run(toy_rules):

@@ -3,9 +3,10 @@ once, run once for all configs (see ``computed`` for the questions).
 
 Stubs: the drafter's hf_config holds the file's keys (speculators configs go
 through the tree's own ``update_<type>`` translation first); a missing key
-raises AttributeError as on a real config. ``SpeculativeConfig`` and
-``VllmConfig`` carry the tree's own methods and literal field defaults; any
-other attribute (the target model, the deployment) is a gap.
+raises AttributeError as on a real config. The speculative and deployment
+configs (the engine's route names them) carry the tree's own methods and
+literal field defaults; any other attribute (the target model, the
+deployment) is a gap.
 """
 
 from __future__ import annotations
@@ -18,31 +19,33 @@ from ..draft import sandbox
 from ..draft.config import SPECULATORS, DraftConfig, draft_layer_count
 from ..draft.sandbox import Call, Outcome, SandboxError
 from ..source import SourceTree, Symbol
-from .computed import RUNNER_FILES, RUNNERS, SPEC_CONFIG, SPECULATORS_ALGOS, Computed, Runner, RunnerSupport
+from ..engines.route import Route
+from .computed import Computed, Runner, RunnerSupport
 from .by_name import run_by_name
 from .declared import plan_declared
 from .definitions import ExtractError, Place, parsed_or_none
 from .hf_config import HfSource, hf_views
 from .interpret import failure, interpret
-from .plan import Plan, plan_calls
+from .plan import Plan, Questions, plan_calls
 from .program import ProgramBuilder
 from .stubs import build_stubs, with_spec
-
-
-PROVIDED = ("get_current_vllm_config", "envs", "logger", "os")  # bound by the run, never copied
 
 
 class NotRegistered(ExtractError):
     """The tree has no loader for the drafter's format: it cannot run that drafter."""
 
 
-def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = sandbox.run) -> tuple[Computed, ...]:
+def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], questions: Questions, run: Runner = sandbox.run) -> tuple[Computed, ...]:
     """What the tree computes for every drafter config, planned once and run in one sandbox process
     (``run``: where the program runs, ``sandbox.run`` or a remote host's equivalent)."""
+    route = tree.engine.route
+    if route is None:
+        why = f"behaviour does not know how {tree.engine.display} hands a drafter to its model runners"
+        return tuple(_nothing(draft, why) for draft in drafts)
     hfs: list[tuple[dict[str, Any], Place | None] | tuple[dict[str, Any], Place | None, HfSource] | str | NotRegistered] = []
     for draft in drafts:
         try:
-            hfs.append(_hf_config(tree, draft, run))
+            hfs.append(_hf_config(tree, route, draft, run))
         except NotRegistered as exc:
             hfs.append(exc)
         except (ExtractError, SandboxError) as exc:
@@ -53,21 +56,23 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = san
         if isinstance(hf, tuple):
             view = next(views)
             hfs[position] = (view.data, hf[1], view.source)
-    builder = ProgramBuilder(tree, PROVIDED)
-    plan, spec_symbol = plan_calls(tree, builder)
-    declared = plan_declared(tree, builder)  # the class body of the drafter's model config, where it declares a speculator
+    builder = ProgramBuilder(tree, route.provided)
+    plan, spec_symbol = plan_calls(tree, builder, route, questions)
+    declared = plan_declared(tree, route, builder)  # the class body of the drafter's model config, where it declares a speculator
     failed = None
+    spec = route.speculative_config
     if not plan.runners:
-        failed = f"this tree has none of vLLM's model runners ({', '.join(RUNNER_FILES.values())})"
+        failed = f"this tree has none of {tree.engine.display}'s model runners ({', '.join(kind.marker for kind in route.runners)})"
     elif spec_symbol is None:
-        failed = plan.reasons.get("spec") or f"{SPEC_CONFIG[1]} not found in {SPEC_CONFIG[0]}"
+        failed = plan.reasons.get("spec") or f"{spec.symbol} not found in {spec.file}"
     else:
         try:
             spec_body = build_stubs(builder, spec_symbol, plan)
         except ExtractError as exc:
-            failed = f"{SPEC_CONFIG[1]} could not be stubbed: {exc}"
+            failed = f"{spec.symbol} could not be stubbed: {exc}"
     if failed:
-        return tuple(_nothing(draft, failed if isinstance(hf, tuple) else str(hf)) for draft, hf in zip(drafts, hfs))
+        runners = plan.runners or route.runner_names  # none in the tree: every runner says why
+        return tuple(_nothing(draft, failed if isinstance(hf, tuple) else str(hf), runners) for draft, hf in zip(drafts, hfs))
     plan.evidence.append(Place(spec_symbol.file, spec_symbol.qualname, spec_symbol.line))
     plans: list[Plan] = []  # one per drafter config: its own reasons and evidence
     calls: list[Call] = []
@@ -84,20 +89,22 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = san
         count = draft_layer_count(hf_data)
         if count is None and "layers" not in mine.reasons:
             mine.reasons["layers"] = "the drafter config has no usable num_hidden_layers"
-        model_config = {"hf_config": sandbox.config_object("hf_config", f"hf{index}"), "architectures": _architectures(hf_data)}
+        fields = route.fields
+        model_config = {fields.hf: sandbox.config_object("hf_config", f"hf{index}"),
+                        fields.architectures: _architectures(hf_data, fields.architectures)}
         spec_attrs: dict[str, Any] = {
-            "method": "dflash",
-            "draft_model_config": sandbox.strict_object("draft_model_config", **model_config) if declared is None
-            else sandbox.class_instance("draft_model_config", declared, **model_config),
+            fields.method: route.method,
+            fields.draft: sandbox.strict_object(fields.draft, **model_config) if declared is None
+            else sandbox.class_instance(fields.draft, declared, **model_config),
         }
         block = draft.block_size
         if isinstance(block, int) and not isinstance(block, bool) and block > 1:
-            spec_attrs["num_speculative_tokens"] = block - 1
-        spec = sandbox.class_instance(SPEC_CONFIG[1], spec_body, **spec_attrs)
+            spec_attrs[fields.tokens] = block - 1
+        instance = sandbox.class_instance(spec.name, spec_body, **spec_attrs)
         for call in plan.calls:
             if call.id.startswith("layers:") and count is None:
                 continue
-            call = with_spec(call, spec, spec_body, spec_attrs, f"hf{index}", count)
+            call = with_spec(plan, call, instance, spec_body, spec_attrs, f"hf{index}", count)
             calls.append(Call(f"{index}|{call.id}", call.expr, call.bind))
     fixed = {"logger": sandbox.noop("logger"), "os": sandbox.unset_env("os")}
     try:
@@ -107,15 +114,16 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = san
         else:
             outcomes = run_by_name(builder, run, calls, data, fixed) if calls else {}
     except SandboxError as exc:
-        return tuple(_nothing(draft, str(exc)) for draft in drafts)
+        return tuple(_nothing(draft, str(exc), plan.runners) for draft in drafts)
     answers = []
     for index, (draft, hf) in enumerate(zip(drafts, hfs)):
         if isinstance(hf, NotRegistered):  # no runner of this tree can load the drafter at all
             refused = RunnerSupport(False, str(hf))
-            answers.append(dataclasses.replace(_nothing(draft, str(hf)), runner_support=tuple((name, refused) for name in RUNNERS)))
+            answers.append(dataclasses.replace(_nothing(draft, str(hf), plan.runners),
+                                               runner_support=tuple((name, refused) for name in plan.runners)))
             continue
         if isinstance(hf, str):
-            answers.append(_nothing(draft, hf))
+            answers.append(_nothing(draft, hf, plan.runners))
             continue
         prefix = f"{index}|"
         mine = {call_id[len(prefix):]: outcome for call_id, outcome in outcomes.items() if call_id.startswith(prefix)}
@@ -124,40 +132,41 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: Runner = san
     return tuple(answers)
 
 
-def _architectures(hf_data: dict[str, Any]) -> Any:
+def _architectures(hf_data: dict[str, Any], field: str) -> Any:
     """The hf_config's architectures as the draft model config holds them; a value of
     another shape (the tree's translation can hand back anything) is a gap that names it."""
     value = hf_data.get("architectures") or []
     if isinstance(value, list) and all(isinstance(item, str) for item in value):
         return list(value)
-    return sandbox.gap(f"draft_model_config.architectures (the hf_config holds {str(value)[:60]!r}, not a list of names)")
+    return sandbox.gap(f"the drafter model config's {field} (the hf_config holds {str(value)[:60]!r}, not a list of names)")
 
 
-def _nothing(draft: DraftConfig, reason: str) -> Computed:
+def _nothing(draft: DraftConfig, reason: str, runners: tuple[str, ...] = ()) -> Computed:
     fields = ("aux_layer_ids", "layers", "runner", "drops_prefix_block")
     expected_layers = draft.expected_layers()
     return Computed(
         aux_layer_ids=None, expected_aux_layer_ids=draft.expected_aux_layer_ids(), aux_by_runner=(), layers=None,
         expected_layers=None if expected_layers is None else tuple(expected_layers), runner=None, default_runner=None,
         runner_support=(), drops_prefix_block=None, prefix_block_predicate=None, drops_prefix_block_when_disabled=None,
-        mismatches=(), reasons=tuple((field, reason) for field in fields), evidence=(),
+        mismatches=(), reasons=tuple((field, reason) for field in fields), evidence=(), runners=runners,
     )
 
 
-def _hf_config(tree: SourceTree, draft: DraftConfig, run: Runner) -> tuple[dict[str, Any], Place | None]:
-    """The drafter's keys vLLM hands its config class (speculators: the tree's translation)."""
+def _hf_config(tree: SourceTree, route: Route, draft: DraftConfig, run: Runner) -> tuple[dict[str, Any], Place | None]:
+    """The drafter's keys the engine hands its config class (speculators: the tree's translation)."""
     if draft.format != SPECULATORS:
         return dict(draft.data), None
     kind = draft.data.get("speculators_model_type")
-    parsed = parsed_or_none(tree, SPECULATORS_ALGOS)
+    translations = route.translations
+    parsed = parsed_or_none(tree, translations)
     updater = None
     for node in parsed.tree.body if parsed else ():
         if isinstance(node, ast.FunctionDef) and any(_registers(d, kind) for d in node.decorator_list):
             updater = node
     if updater is None:
-        raise NotRegistered(f"this vLLM registers no speculators translation for {kind!r} in {SPECULATORS_ALGOS}")
+        raise NotRegistered(f"this tree registers no speculators translation for {kind!r} in {translations}")
     builder = ProgramBuilder(tree, ())
-    symbol = Symbol(SPECULATORS_ALGOS, updater.name, updater, parsed)
+    symbol = Symbol(translations, updater.name, updater, parsed)
     name = builder.function(symbol)
     call = Call("translate", f"({name}(config_dict=config_dict, pre_trained_config=pre), pre)[1]",
                 (("config_dict", sandbox.data_ref("draft")), ("pre", sandbox.data_ref("layers"))))
@@ -166,8 +175,8 @@ def _hf_config(tree: SourceTree, draft: DraftConfig, run: Runner) -> tuple[dict[
     outcomes = run(builder.chunks, [call], {"draft": draft.data, "layers": layers if isinstance(layers, dict) else {}}, globals_)
     outcome = outcomes.get("translate", Outcome(gap="no answer"))
     if not outcome.ok or not isinstance(outcome.value, dict):
-        raise ExtractError(f"{updater.name} in {SPECULATORS_ALGOS} {failure(outcome)}")
-    return outcome.value, Place(SPECULATORS_ALGOS, updater.name, updater.lineno)
+        raise ExtractError(f"{updater.name} in {translations} {failure(outcome)}")
+    return outcome.value, Place(translations, updater.name, updater.lineno)
 
 
 def _registers(decorator: ast.expr, kind: Any) -> bool:

@@ -3,7 +3,7 @@ the sliding window and causality that reach each attention layer.
 
 The layer class and everything it reaches in the tree (the draft attention
 class, the per-layer resolver, pure helpers) are copied out; every other name
-(torch, vLLM layers, platform and parallel state) is a stand-in. Calls of the
+(torch, the engine's layers, platform and parallel state) is a stand-in. Calls of the
 recorded class (``Attention``) are recorded with their arguments, which are
 bound to its ``__init__`` parameters as Python would bind them, so a window
 handed by keyword, by position or through ``**kwargs`` reads the same.
@@ -18,13 +18,14 @@ from typing import Any
 from ..draft import sandbox
 from ..draft.sandbox import Call, Outcome, SandboxError
 from ..engines import Engine
+from ..engines.route import Route
 from ..rules import Construct
 from ..source import SourceError, SourceTree
-from .computed import REFUSALS, RUNNERS, Runner
+from .computed import Runner
 from .definitions import ExtractError, Locator
 from .program import ProgramBuilder
 
-PROVIDED = ("get_current_vllm_config", "_module_class", "_records", "logger")
+BOUND = ("_module_class", "_records", "logger")  # bound by the run, never copied (with the route's current config)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +34,7 @@ class Built:
 
     layers: tuple[tuple[Any, Any], ...] | None
     reason: str = ""
-    refused: bool = False  # building the layers raised one of vLLM's refusals
+    refused: bool = False  # building the layers raised one of the engine's refusals
     indices: Indices | None = None  # the rule names no model class
 
 
@@ -53,8 +54,12 @@ def construct_layers(
     """For each drafter's hf_config (None: not available), per runner, what its layers
     were built with, on ``platform`` (one of the tree's engine's). Imports are followed
     only into ``follow`` (the rule's files)."""
+    route = tree.engine.route
+    if route is None:
+        return [{} for _ in hf_configs]
+    runners = route.runner_names
     try:
-        builder = ProgramBuilder(tree, PROVIDED, classes=True, follow=follow)
+        builder = ProgramBuilder(tree, (*BOUND, route.current_config), classes=True, follow=follow)
         layer = Locator(tree, [], [(construct.file, construct.layer)]).one(construct.file, construct.layer)
         if layer is None:
             raise ExtractError(f"{construct.layer} not found in {construct.file}")
@@ -62,7 +67,7 @@ def construct_layers(
         keywords = _layer_keywords(layer.node, construct)
         parameters = _signature(tree, construct)
     except (ExtractError, SourceError) as exc:
-        return [{runner: Built(None, str(exc)) for runner in RUNNERS} for _ in hf_configs]
+        return [{runner: Built(None, str(exc)) for runner in runners} for _ in hf_configs]
     record = (construct.recorded,)
     assume = _assumed(construct, platform, tree.engine)
     globals_: dict[str, Any] = {gap: {"$standin": gap, "assume": assume, "record": record} for gap in builder.gaps}
@@ -77,42 +82,42 @@ def construct_layers(
         if not isinstance(count, int) or isinstance(count, bool) or not 0 < count <= 64:
             continue
         data[f"hf{index}"] = hf
-        for runner in RUNNERS:
-            current = sandbox.strict_object("VllmConfig", use_v2_model_runner=runner == "v2")
+        for runner in runners:
+            current = sandbox.strict_object(route.deployment_config.name, **{route.switch.property: runner == route.switch.on})
             config = {**sandbox.config_object("hf_config", f"hf{index}"), "loose": True}
             bind = [("config", config), ("layer_count", count),
-                    ("get_current_vllm_config", sandbox.returns(current))]
+                    (route.current_config, sandbox.returns(current))]
             bind += [(parameter, {"$standin": parameter, "assume": assume, "record": record}) for parameter in _stand_in_parameters(layer.node, construct)]
             calls.append(Call(f"{index}|{runner}", expr, tuple(bind)))
     try:
         outcomes = run(builder.chunks, calls, data, globals_) if calls else {}
     except SandboxError as exc:
-        return [{runner: Built(None, str(exc)) for runner in RUNNERS} for _ in hf_configs]
-    indices = _model_indices(tree, construct, layer, data, run, follow, platform) if construct.model else {}
+        return [{runner: Built(None, str(exc)) for runner in runners} for _ in hf_configs]
+    indices = _model_indices(tree, route, construct, layer, data, run, follow, platform) if construct.model else {}
     return [
         {
             runner: dataclasses.replace(
-                _read(outcomes.get(f"{index}|{runner}"), parameters, construct), indices=indices.get(f"{index}|{runner}")
+                _read(outcomes.get(f"{index}|{runner}"), parameters, construct, route), indices=indices.get(f"{index}|{runner}")
             )
-            for runner in RUNNERS
+            for runner in runners
         }
         for index in range(len(hf_configs))
     ]
 
 
-def _model_indices(tree: SourceTree, construct: Construct, layer, data: dict, run: Runner, follow: tuple[str, ...],
-                   platform: str) -> dict[str, Indices]:
+def _model_indices(tree: SourceTree, route: Route, construct: Construct, layer, data: dict, run: Runner,
+                   follow: tuple[str, ...], platform: str) -> dict[str, Indices]:
     """Construct the tree's model class (``construct.model``) for each drafter config,
     with the layer class a recorded stand-in, and bind each recorded layer call to the
     layer's ``__init__``: the index it received. Keys as the layer calls' ids."""
-    keys = [f"{name[2:]}|{runner}" for name in data for runner in RUNNERS]
+    keys = [f"{name[2:]}|{runner}" for name in data for runner in route.runner_names]
     try:
-        builder = ProgramBuilder(tree, (*PROVIDED, construct.layer), classes=True, follow=follow)
+        builder = ProgramBuilder(tree, (*BOUND, route.current_config, construct.layer), classes=True, follow=follow)
         model = Locator(tree, [], [(construct.file, construct.model)]).one(construct.file, construct.model)
         if model is None:
             raise ExtractError(f"{construct.model} not found in {construct.file}")
         name = builder.constructor(model)
-        arguments = _model_keywords(model.node, construct)
+        arguments = _model_keywords(model.node, construct, route.deployment_name)
     except (ExtractError, SourceError) as exc:
         return {key: Indices(None, f"building {construct.model}: {exc}") for key in keys}
     record = (construct.layer,)
@@ -124,13 +129,14 @@ def _model_indices(tree: SourceTree, construct: Construct, layer, data: dict, ru
     for key in keys:
         index, runner = key.split("|")
         config = {**sandbox.config_object("hf_config", f"hf{index}"), "loose": True}
-        # the drafter's config reaches the model as vllm_config.speculative_config.draft_model_config.hf_config
-        speculative = sandbox.strict_object("speculative_config", method="dflash", draft_model_config=sandbox.strict_object(
-            "draft_model_config", hf_config=config))
-        vllm_config = {"$standin": "vllm_config", "assume": {**assume, "vllm_config.speculative_config": speculative}, "record": record}
-        current = {"$standin": "get_current_vllm_config()", "record": record,
-                   "assume": {**assume, "get_current_vllm_config().use_v2_model_runner": runner == "v2"}}
-        bind = (("vllm_config", vllm_config), ("get_current_vllm_config", sandbox.returns(current)))
+        # the drafter's config reaches the model through the deployment config's speculative config
+        fields, holder = route.fields, route.deployment_name
+        speculative = sandbox.strict_object(fields.speculative, **{fields.method: route.method, fields.draft: sandbox.strict_object(
+            fields.draft, **{fields.hf: config})})
+        deployment = {"$standin": holder, "assume": {**assume, f"{holder}.{fields.speculative}": speculative}, "record": record}
+        current = {"$standin": f"{route.current_config}()", "record": record,
+                   "assume": {**assume, f"{route.current_config}().{route.switch.property}": runner == route.switch.on}}
+        bind = ((holder, deployment), (route.current_config, sandbox.returns(current)))
         calls.append(Call(key, f"(lambda model: _records())({name}({arguments}))", bind))
     try:
         outcomes = run(builder.chunks, calls, data, globals_)
@@ -150,14 +156,14 @@ def _assumed(construct: Construct, platform: str, engine: Engine) -> dict[str, A
     return {**told, **containers, **unset, **dict(construct.assume)}
 
 
-def _model_keywords(node: ast.ClassDef, construct: Construct) -> str:
-    """The model constructor's arguments: ``vllm_config``, a prefix, stand-ins for other required parameters."""
+def _model_keywords(node: ast.ClassDef, construct: Construct, deployment: str) -> str:
+    """The model constructor's arguments: the deployment config, a prefix, stand-ins for other required parameters."""
     init = _init(node, construct.file)
     names = [arg.arg for arg in _parameters(init)]
-    if "vllm_config" not in names:
-        raise ExtractError(f"{node.name}.__init__ takes no vllm_config")
-    parts = ["vllm_config=vllm_config"] + (["prefix='model'"] if "prefix" in names else [])
-    parts += [f"{name}=vllm_config.{name}" for name in _required(init) if name not in ("vllm_config", "prefix")]
+    if deployment not in names:
+        raise ExtractError(f"{node.name}.__init__ takes no {deployment}")
+    parts = [f"{deployment}={deployment}"] + (["prefix='model'"] if "prefix" in names else [])
+    parts += [f"{name}={deployment}.{name}" for name in _required(init) if name not in (deployment, "prefix")]
     return ", ".join(parts)
 
 
@@ -259,12 +265,12 @@ def _bind_signature(function: ast.FunctionDef, parameter: str | None) -> _Signat
     return _Signature(positional, keywords, arguments.kwarg is not None, value, known)
 
 
-def _read(outcome: Outcome | None, signature: _Signature, construct: Construct) -> Built:
+def _read(outcome: Outcome | None, signature: _Signature, construct: Construct, route: Route) -> Built:
     if outcome is None:
         return Built(None, "the drafter config has no usable num_hidden_layers")
     if not outcome.ok:
         why = outcome.unknowable or f"raises {outcome.error_type}: {outcome.error_message}"
-        return Built(None, f"building the draft layers {why}", refused=outcome.error_type in REFUSALS)
+        return Built(None, f"building the draft layers {why}", refused=outcome.error_type in route.refusals)
     value = outcome.value
     if not isinstance(value, list) or not all(isinstance(pair, list) and len(pair) == 2 and _records(pair[0]) is not None for pair in value):
         return Built(None, f"building the draft layers {WRONG_SHAPE}")

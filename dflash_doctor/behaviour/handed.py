@@ -1,12 +1,13 @@
-"""What the scheduler hands the KV cache manager about the last prefix-cache
-block, folded into one expression the child evaluates.
+"""What a constructor hands the construction of another class (the rule's
+``[behaviour.handing]``: the scheduler and the KV cache manager, about the last
+prefix-cache block), folded into one expression the child evaluates.
 
-The scheduler's constructor is read as Python runs it up to the manager's
-construction: every assignment to a local or to ``self.<name>`` that the
-handed values depend on, each under the ``if`` conditions it sits in, later
-ones over earlier ones. The expression reads the deployment only through
-``{vllm}`` (the VllmConfig the scheduler is given, with its tree's own
-properties); what that leaves unknown is explored both ways in the child.
+The constructor is read as Python runs it up to the callee's construction:
+every assignment to a local or to ``self.<name>`` that the handed values depend
+on, each under the ``if`` conditions it sits in, later ones over earlier ones.
+The expression reads the deployment only through ``{deployment}`` (the
+deployment config the constructor is given, with its tree's own properties);
+what that leaves unknown is explored both ways in the child.
 Anything else (a loop, a ``try``, a call with arguments) is a form behaviour
 does not follow: the question is then unknown, with the reason.
 """
@@ -17,17 +18,17 @@ import ast
 import dataclasses
 
 from ..source import Symbol
-from .computed import HANDED, MANAGER
+from ..rules import Handing
 from .definitions import ExtractError
 
-VLLM = "{vllm}"  # placeholder for the VllmConfig instance in the expression
+DEPLOYMENT = "{deployment}"  # placeholder for the deployment config in the expression
 COMPARISONS: dict[type, str] = {ast.Is: "is", ast.IsNot: "is not", ast.Eq: "==", ast.NotEq: "!="}
 
 
 @dataclasses.dataclass(frozen=True)
 class Handed:
-    """``expression`` is true when the manager is told to change the last block
-    (drop it, or hash it with lookahead tokens); ``attributes`` are the names it
+    """``expression`` is true when the callee is told to change what it is about
+    (any handed keyword true); ``attributes`` are the names it
     reads (the stubs must carry them); ``shown`` is what decides, for the report."""
 
     expression: str
@@ -35,35 +36,35 @@ class Handed:
     shown: str
 
 
-def handed(scheduler: Symbol) -> Handed:
-    constructor = scheduler.node
+def handed(symbol: Symbol, handing: Handing) -> Handed:
+    constructor = symbol.node
     if not isinstance(constructor, ast.FunctionDef):
-        raise ExtractError(f"{scheduler.qualname} in {scheduler.file} is not a function")
-    call = _manager_call(scheduler, constructor)
+        raise ExtractError(f"{symbol.qualname} in {symbol.file} is not a function")
+    call = _callee_call(symbol, constructor, handing.callee)
     if call is None:
-        raise ExtractError(f"{scheduler.qualname} builds no {MANAGER}")
-    values = _handed_values(call)
-    if HANDED[0] not in values:
-        raise ExtractError(f"{scheduler.qualname} hands no {HANDED[0]}= to {MANAGER}")
+        raise ExtractError(f"{symbol.qualname} builds no {handing.callee}")
+    values = _handed_values(call, handing.keywords)
+    if handing.keywords[0] not in values:
+        raise ExtractError(f"{symbol.qualname} hands no {handing.keywords[0]}= to {handing.callee}")
     first = constructor.args.args[1].arg if len(constructor.args.args) > 1 else None
-    folder = _Folder(scheduler.qualname, constructor, call.lineno, first)
-    parts = [folder.expression(values[name]) for name in HANDED if name in values]
+    folder = _Folder(symbol.qualname, handing.callee, constructor, call.lineno, first)
+    parts = [folder.expression(values[name]) for name in handing.keywords if name in values]
     expression = " or ".join(f"bool({part})" for part in parts)
-    shown = " or ".join(f"{name}={ast.unparse(values[name])}" for name in HANDED if name in values)
+    shown = " or ".join(f"{name}={ast.unparse(values[name])}" for name in handing.keywords if name in values)
     return Handed(expression, tuple(sorted(folder.attributes)), shown)
 
 
-def _manager_call(scheduler: Symbol, function: ast.FunctionDef) -> ast.Call | None:
-    """The last construction of the manager in code that runs (liveness.py: a
+def _callee_call(symbol: Symbol, function: ast.FunctionDef, callee: str) -> ast.Call | None:
+    """The last construction of the callee in code that runs (liveness.py: a
     construction under ``if False:`` or after a ``return`` is never what it is handed)."""
-    calls = sorted((node for node in ast.walk(function) if isinstance(node, ast.Call) and _callee(node.func) == MANAGER),
+    calls = sorted((node for node in ast.walk(function) if isinstance(node, ast.Call) and _callee(node.func) == callee),
                    key=lambda node: (node.lineno, node.col_offset))
-    live = [call for call, alive in zip(calls, _alive(scheduler, len(calls)), strict=True) if alive]
+    live = [call for call, alive in zip(calls, _alive(symbol, callee, len(calls)), strict=True) if alive]
     return live[-1] if live else None
 
 
-def _alive(scheduler: Symbol, count: int) -> list[bool]:
-    """For each of the ``count`` manager constructions in source order, whether it lies in live code."""
+def _alive(scheduler: Symbol, callee: str, count: int) -> list[bool]:
+    """For each of the ``count`` constructions of ``callee`` in source order, whether it lies in live code."""
     import libcst as cst  # only when behaviour plans the scheduler (a cold check, which parses with it anyway)
 
     from ..liveness import dead_nodes, module_constants
@@ -77,24 +78,23 @@ def _alive(scheduler: Symbol, count: int) -> list[bool]:
         node = stack.pop()
         func = node.func if isinstance(node, cst.Call) else None
         name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else None
-        if name == MANAGER:
+        if name == callee:
             found.append(id(node) not in dead)
         stack.extend(reversed(list(children(node))))
     if len(found) != count:
-        raise ExtractError(f"{scheduler.qualname} in {scheduler.file}: the constructions of {MANAGER} could not be told apart")
+        raise ExtractError(f"{scheduler.qualname} in {scheduler.file}: the constructions of {callee} could not be told apart")
     return found
 
 
-
-def _handed_values(call: ast.Call) -> dict[str, ast.expr]:
-    """The manager's keywords among HANDED, also through a ``**{...}`` dict literal."""
+def _handed_values(call: ast.Call, keywords: tuple[str, ...]) -> dict[str, ast.expr]:
+    """The callee's keywords among ``keywords``, also through a ``**{...}`` dict literal."""
     values: dict[str, ast.expr] = {}
     for keyword in call.keywords:
-        if keyword.arg in HANDED:
+        if keyword.arg in keywords:
             values[keyword.arg] = keyword.value
         elif keyword.arg is None and isinstance(keyword.value, ast.Dict):
             for key, value in zip(keyword.value.keys, keyword.value.values, strict=True):
-                if isinstance(key, ast.Constant) and key.value in HANDED:
+                if isinstance(key, ast.Constant) and key.value in keywords:
                     values[key.value] = value
     return values
 
@@ -110,9 +110,10 @@ class _Assignment:
 class _Folder:
     """Assignments of the constructor before ``line``, folded into expressions."""
 
-    def __init__(self, where: str, constructor: ast.FunctionDef, line: int, vllm_config: str | None) -> None:
+    def __init__(self, where: str, callee: str, constructor: ast.FunctionDef, line: int, deployment: str | None) -> None:
         self.where = where
-        self.vllm_config = vllm_config
+        self.callee = callee
+        self.deployment = deployment
         self.assignments: list[_Assignment] = []
         self.unfollowed: dict[str, int] = {}  # targets assigned where the order of execution is not followed
         self.attributes: set[str] = set()
@@ -137,8 +138,8 @@ class _Folder:
         if isinstance(node, ast.Constant) and isinstance(node.value, (bool, int, str, type(None))):
             return repr(node.value)
         if isinstance(node, ast.Name):
-            if node.id == self.vllm_config and not self._assigned(node.id, before):
-                return VLLM
+            if node.id == self.deployment and not self._assigned(node.id, before):
+                return DEPLOYMENT
             return self._fold(node.id, before)
         if isinstance(node, ast.Attribute):
             if isinstance(node.value, ast.Name) and node.value.id == "self":
@@ -162,7 +163,7 @@ class _Folder:
             for op, right in zip(node.ops, node.comparators, strict=True):
                 parts += [COMPARISONS[type(op)], self.expression(right, before)]
             return "(" + " ".join(parts) + ")"
-        raise ExtractError(f"{self.where} computes what it hands {MANAGER} with {ast.unparse(node)}, "
+        raise ExtractError(f"{self.where} computes what it hands {self.callee} with {ast.unparse(node)}, "
                            "a form behaviour does not follow")
 
     def _assigned(self, target: str, before: int | None) -> bool:

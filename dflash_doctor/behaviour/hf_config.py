@@ -44,8 +44,7 @@ BUILD = "_dd_config"
 PROVIDED = (BASE, "_module_class", "logger")
 BASE_NOTE = ("the base class (PreTrainedConfig) is stood in by the minimum it does that matters here: "
              "every keyword the class does not take becomes an attribute")
-SPECULATORS_NOTE = ("vLLM's own SpeculatorsConfig: the tree's translation of the speculators config, every key of "
-                    "which becomes an attribute")
+SPECULATORS_NOTE = "the engine's own class: the tree's translation of the speculators config, every key of which becomes an attribute"
 BASE_SOURCE = f"""def {BASE}(self, *args, **kwargs):
     for key, value in kwargs.items():
         setattr(self, key, value)
@@ -95,7 +94,7 @@ class HfView:
 
 def hf_views(tree: SourceTree, items: Sequence[tuple[DraftConfig, dict[str, Any]]], run: Runner) -> list[HfView]:
     """Each drafter's ``data`` (the file's keys; for speculators, the tree's translation)
-    as vLLM's config class builds it: one sandbox request per class."""
+    as the engine's config class builds it: one sandbox request per class."""
     transformers = transformers_for(tree)
     version, origin = (None, None) if isinstance(transformers, str) else (transformers.version, transformers.origin)
     views: dict[int, HfView] = {}
@@ -105,7 +104,8 @@ def hf_views(tree: SourceTree, items: Sequence[tuple[DraftConfig, dict[str, Any]
         plain = {key: value for key, value in data.items() if not key.startswith("__")}
         model_type = plain.get("model_type")
         if draft.format == SPECULATORS:
-            views[index] = HfView(plain, HfSource("speculators", "SpeculatorsConfig", version, origin, SPECULATORS_NOTE))
+            label = tree.engine.route.translations_label if tree.engine.route is not None else "speculators"
+            views[index] = HfView(plain, HfSource("speculators", label, version, origin, SPECULATORS_NOTE))
             continue
         if not isinstance(model_type, str):
             why = "the config has no model_type, so vLLM's loader (Transformers' AutoConfig) cannot tell which class builds it"

@@ -10,19 +10,8 @@ from typing import Any
 from ..draft.config import ZLAB, DraftConfig, int_list
 from ..draft.sandbox import Outcome
 from ..model import UNKNOWN
-from .computed import (
-    ENVS,
-    LAYER_RESOLVER,
-    OPT_OUT_FIELD,
-    REFUSALS,
-    RUNNER_ENV,
-    RUNNER_PROPERTY,
-    SCHEDULER,
-    SPECULATOR_FACTORY,
-    V1_REFUSALS,
-    Computed,
-    RunnerSupport,
-)
+from ..engines.route import RunnerKind
+from .computed import Computed, RunnerSupport
 from .plan import Plan
 from .program import ProgramBuilder
 
@@ -48,14 +37,10 @@ def interpret(plan: Plan, outcomes: dict[str, Outcome], builder: ProgramBuilder,
 
     # Runner support and choice: only the runners the tree has.
     runners = plan.runners
-    support: dict[str, RunnerSupport] = {}
     layer_results = {runner: outcome(f"layers:{runner}") for runner in runners}
-    if "v1" in runners:
-        support["v1"] = _v1_support(plan, outcome, layer_results["v1"])
-    if "v2" in runners:
-        support["v2"] = _v2_support(plan, outcome, layer_results["v2"])
+    support = {runner: _support(plan, plan.route.runner(runner), outcome, layer_results[runner]) for runner in runners}
     if len(runners) == 1:
-        default, default_why = runners[0], f"the {runners[0].upper()} runner is the only model runner this vLLM has"
+        default, default_why = runners[0], f"the {runners[0].upper()} runner is the only model runner this tree has"
     else:
         default, default_why = _default_runner(plan, outcome)
     runner, runner_why = _choose_runner(default, default_why, support)
@@ -64,9 +49,9 @@ def interpret(plan: Plan, outcomes: dict[str, Outcome], builder: ProgramBuilder,
     if runner is None:
         reasons["runner"] = runner_why
         if support and all(item.supported is False for item in support.values()):
-            mismatches.append(f"no runner of this vLLM accepts this drafter: {next(iter(support.values())).reason}")
+            mismatches.append(f"no runner of this tree accepts this drafter: {next(iter(support.values())).reason}")
     elif support[runner].supported is False:
-        mismatches.append(f"this vLLM runs the drafter on the {runner.upper()} runner ({runner_why}), which refuses it: {support[runner].reason}")
+        mismatches.append(f"this tree runs the drafter on the {runner.upper()} runner ({runner_why}), which refuses it: {support[runner].reason}")
 
     # Aux layer ids.
     aux_by_runner: dict[str, Any] = {}
@@ -84,13 +69,13 @@ def interpret(plan: Plan, outcomes: dict[str, Outcome], builder: ProgramBuilder,
     if aux_why:
         reasons["aux_layer_ids"] = aux_why
     if aux is None and runner and aux_by_runner.get(runner) is None:
-        reasons["aux_layer_ids"] = (f"the {runner.upper()} resolver returns None for this config: vLLM ignores the drafter's ids "
+        reasons["aux_layer_ids"] = (f"the {runner.upper()} resolver returns None for this config: the tree ignores the drafter's ids "
                                     "and captures the target model's default aux layers")
         mismatches.append(reasons["aux_layer_ids"])
     if aux is not None and expected_aux is not None and tuple(aux) != tuple(expected_aux):
         raw = draft.layer_ids
         detail = " (the raw target_layer_ids, without +1)" if draft.format == ZLAB and list(aux) == list(raw) else ""
-        mismatches.append(f"vLLM captures aux layers {list(aux)}{detail}, the drafter expects {list(expected_aux)}")
+        mismatches.append(f"the tree captures aux layers {list(aux)}{detail}, the drafter expects {list(expected_aux)}")
     if expected_aux is None:
         reasons["expected_aux_layer_ids"] = "the drafter config states no usable layer ids"
 
@@ -106,21 +91,21 @@ def interpret(plan: Plan, outcomes: dict[str, Outcome], builder: ProgramBuilder,
             by_runner[name] = UNKNOWN
     layers, layers_why = _pick(by_runner, runner, "per-layer attention")
     if layers is None:
-        reasons["layers"] = plan.reasons.get("layers") or layers_why or _layers_failure(layer_results, runner)
+        reasons["layers"] = plan.reasons.get("layers") or layers_why or _layers_failure(plan, layer_results, runner)
     elif expected_layers is not None:
         for (window, causal), wanted in zip(layers, expected_layers):
             index = wanted["index"]
             if window != wanted["sliding_window"] and not (wanted["sliding"] and wanted["sliding_window"] is None):
-                mismatches.append(f"draft layer {index}: vLLM uses sliding window {window}, the drafter was trained with {wanted['sliding_window']}")
+                mismatches.append(f"draft layer {index}: the tree uses sliding window {window}, the drafter was trained with {wanted['sliding_window']}")
             if wanted["causal"] is not None and causal != wanted["causal"]:
-                mismatches.append(f"draft layer {index}: vLLM runs it {'causal' if causal else 'non-causal'}, the drafter was trained {'causal' if wanted['causal'] else 'non-causal'}")
+                mismatches.append(f"draft layer {index}: the tree runs it {'causal' if causal else 'non-causal'}, the drafter was trained {'causal' if wanted['causal'] else 'non-causal'}")
 
     # Prefix-cache block drop.
     drops, drops_disabled = _prefix_block(plan, outcome, reasons)
     if drops:
-        hint = f"; {OPT_OUT_FIELD}: true turns it off" if drops_disabled is False else ""
-        mismatches.append("the scheduler tells the KV cache manager to drop (or hash with lookahead tokens) the last matched "
-                          f"prefix-cache block for method='dflash' ({_shown(plan)}){hint}")
+        hint = f"; {plan.opt_out}: true turns it off" if drops_disabled is False else ""
+        mismatches.append(f"{plan.constructor} hands on a change of the last matched prefix-cache block "
+                          f"for method={plan.route.method!r} ({_shown(plan)}){hint}")
 
     return Computed(
         aux_layer_ids=None if aux is None else tuple(aux),
@@ -137,7 +122,7 @@ def interpret(plan: Plan, outcomes: dict[str, Outcome], builder: ProgramBuilder,
         mismatches=tuple(mismatches),
         reasons=tuple(reasons.items()),
         evidence=tuple(dict.fromkeys(plan.evidence)),
-        has_opt_out=plan.has_opt_out,
+        opt_out=plan.opt_out,
         runners=runners,
     )
 
@@ -160,74 +145,79 @@ def _pick(by_runner: dict[str, Any], runner: str | None, what: str) -> tuple[Any
     if len(known) == 1 and len(by_runner) > 1:
         return None, f"only one runner's {what} could be computed and the runner is not known"
     if known:
-        return None, f"the V1 and V2 runners give different {what} and which runner runs is not known"
+        return None, f"the runners give different {what} and which runner runs is not known"
     return None, None
 
 
-def _layers_failure(results: dict[str, Outcome | None], runner: str | None) -> str:
+def _layers_failure(plan: Plan, results: dict[str, Outcome | None], runner: str | None) -> str:
     chosen = [results[runner]] if runner else [r for r in results.values() if r is not None]
     for result in chosen:
         if result is not None and not result.ok:
-            return f"{LAYER_RESOLVER[1]} {failure(result)}"
+            return f"{plan.route.layer_resolver.symbol} {failure(result)}"
     return "not computable"
 
 
-def _v1_support(plan: Plan, outcome, layers: Outcome | None) -> RunnerSupport:
+def _support(plan: Plan, kind: RunnerKind, outcome, layers: Outcome | None) -> RunnerSupport:
+    """Whether a runner accepts the drafter: the speculator its factory builds, a refusal
+    raised by the per-layer resolver, then its refusal list (each where it has one)."""
+    route = plan.route
+    resolver = route.layer_resolver.symbol
+    built: str | None = None
+    if kind.factory is not None:
+        factory = kind.factory.symbol
+        result = outcome(f"factory:{kind.name}")
+        if result is None:
+            return RunnerSupport(None, plan.reasons.get(f"factory:{kind.name}", "not computed"))
+        if result.error_type in route.refusals:
+            return RunnerSupport(False, f"{factory} raises {result.error_type}: {result.error_message}")
+        value = result.value.get("$constructed") if result.ok and isinstance(result.value, dict) else None
+        if not isinstance(value, str):  # the tree's code can hand back anything
+            return RunnerSupport(None, f"{factory} {failure(result)}" if not result.ok else f"{factory} builds no speculator class behaviour can name")
+        built = value
+        speculator = built.rsplit(".", 1)[-1]
+        if kind.foreign and f".{kind.foreign}." in f".{built}.":
+            return RunnerSupport(False, f"the {kind.name.upper()} runner builds {speculator} ({built}) for method={route.method!r}: "
+                                        f"it runs the drafter as {kind.foreign.upper()}, with no {route.method} speculator")
     unknown = []
     if layers is not None:
-        if layers.error_type in REFUSALS:
-            return RunnerSupport(False, f"{LAYER_RESOLVER[1]} raises {layers.error_type}: {layers.error_message}")
+        if layers.error_type in route.refusals:
+            return RunnerSupport(False, f"{resolver} raises {layers.error_type}: {layers.error_message}")
         if not layers.ok:
-            unknown.append(f"{LAYER_RESOLVER[1]} {failure(layers)}")
-    for check, message in plan.v1_refusals:
-        result = outcome(f"v1-refusal:{check}")
+            unknown.append(f"{resolver} {failure(layers)}")
+    for check, message in plan.refusal_checks.get(kind.name, []):
+        result = outcome(f"refusal:{kind.name}:{check}")
         if result is None:
-            unknown.append(f"{check} could not be stubbed: {plan.reasons.get(f'v1-refusal:{check}', '?')}")
+            unknown.append(f"{check} could not be stubbed: {plan.reasons.get(f'refusal:{kind.name}:{check}', '?')}")
         elif result.ok and result.value is True:
-            return RunnerSupport(False, f"VllmConfig.{V1_REFUSALS} lists {message!r} ({check}() is true for this drafter)")
+            return RunnerSupport(False, f"{route.deployment_config.symbol}.{kind.refusals} lists {message!r} ({check}() is true for this drafter)")
         elif not result.ok:
             unknown.append(f"{check} {failure(result)}")
     if unknown:
         return RunnerSupport(None, "; ".join(unknown))
-    return RunnerSupport(True, "no V1 refusal of this drafter in this tree")
-
-
-def _v2_support(plan: Plan, outcome, layers: Outcome | None) -> RunnerSupport:
-    result = outcome("runner:v2")
-    if result is None:
-        return RunnerSupport(None, plan.reasons.get("runner:v2", "not computed"))
-    if result.error_type == "NotImplementedError":
-        return RunnerSupport(False, f"{SPECULATOR_FACTORY[1]} raises NotImplementedError: {result.error_message}")
-    built = result.value.get("$constructed") if result.ok and isinstance(result.value, dict) else None
-    if not isinstance(built, str):  # the tree's code can hand back anything
-        return RunnerSupport(None, f"{SPECULATOR_FACTORY[1]} {failure(result)}" if not result.ok else f"{SPECULATOR_FACTORY[1]} builds no speculator class behaviour can name")
-    speculator = built.rsplit(".", 1)[-1]
-    if ".eagle." in f".{built}.":
-        return RunnerSupport(False, f"the V2 runner builds {speculator} ({built}) for method='dflash': it runs the drafter as EAGLE, with no DFlash speculator")
-    if layers is not None and layers.error_type in REFUSALS:
-        return RunnerSupport(False, f"{LAYER_RESOLVER[1]} raises {layers.error_type}: {layers.error_message}")
-    if layers is not None and not layers.ok:
-        return RunnerSupport(None, f"{LAYER_RESOLVER[1]} {failure(layers)}")
-    return RunnerSupport(True, f"the V2 runner builds {speculator} ({built})")
+    if built is not None:
+        return RunnerSupport(True, f"the {kind.name.upper()} runner builds {built.rsplit('.', 1)[-1]} ({built})")
+    return RunnerSupport(True, f"no {kind.name.upper()} refusal of this drafter in this tree")
 
 
 def _default_runner(plan: Plan, outcome) -> tuple[str | None, str]:
+    switch = plan.route.switch
+    prop = f"{plan.route.deployment_config.symbol}.{switch.property}"
     env = outcome("runner:env")
     if env is None or not env.ok or env.value not in (None, True, False):
         why = plan.reasons.get("runner:env") or (f"its default {failure(env)}" if env is not None else "not computed")
-        return None, f"the default of {RUNNER_ENV} is not known: {why}"
+        return None, f"the default of {switch.variable} is not known: {why}"
     if not plan.has_runner_property:
-        runner = "v2" if env.value else "v1"
-        return runner, f"{RUNNER_ENV} defaults to {env.value} in {ENVS} and nothing else chooses the runner"
+        runner = switch.on if env.value else switch.off
+        return runner, f"{switch.variable} defaults to {env.value} in {switch.env_file} and nothing else chooses the runner"
     result = outcome(f"runner:default:{env.value}")
     if result is None:
-        return None, plan.reasons.get("runner:default", "VllmConfig could not be stubbed")
+        return None, plan.reasons.get("runner:default", f"{plan.route.deployment_config.symbol} could not be stubbed")
     if result.ok and isinstance(result.value, bool):
-        runner = "v2" if result.value else "v1"
-        return runner, f"VllmConfig.{RUNNER_PROPERTY} is {result.value} for this drafter with {RUNNER_ENV} unset"
+        runner = switch.on if result.value else switch.off
+        return runner, f"{prop} is {result.value} for this drafter with {switch.variable} unset"
     if result.gap:
-        return None, f"with {RUNNER_ENV} unset, VllmConfig.{RUNNER_PROPERTY} reads {result.gap} before deciding: it depends on the target model and deployment"
-    return None, f"VllmConfig.{RUNNER_PROPERTY} {failure(result)}"
+        return None, f"with {switch.variable} unset, {prop} reads {result.gap} before deciding: it depends on the target model and deployment"
+    return None, f"{prop} {failure(result)}"
 
 
 def _choose_runner(default: str | None, default_why: str, support: dict[str, RunnerSupport]) -> tuple[str | None, str]:
@@ -240,7 +230,7 @@ def _choose_runner(default: str | None, default_why: str, support: dict[str, Run
     if len(accepted) == 2:
         return None, f"both runners accept this drafter; {default_why}"
     if len(refused) == 2:
-        return None, "no runner of this vLLM accepts this drafter"
+        return None, "no runner of this tree accepts this drafter"
     return None, f"{default_why}; and whether each runner accepts the drafter is not fully known"
 
 
@@ -250,11 +240,11 @@ def _prefix_block(plan: Plan, outcome, reasons: dict[str, str]) -> tuple[bool | 
         reasons["drops_prefix_block"] = plan.reasons.get("prefix") or plan.reasons.get("spec") or "not computed"
         return None, None
     if not result.ok or not isinstance(result.value, bool):
-        reasons["drops_prefix_block"] = f"what {SCHEDULER[1]} hands the KV cache manager ({_shown(plan)}) {failure(result)}"
+        reasons["drops_prefix_block"] = f"what {plan.constructor} hands on ({_shown(plan)}) {failure(result)}"
         return None, None
     drops = result.value
     disabled = None
-    if plan.has_opt_out:
+    if plan.opt_out:
         opted = outcome("prefix:opt-out")
         if opted is not None and opted.ok and isinstance(opted.value, bool):
             disabled = opted.value

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 
 from ..draft.config import DraftConfig
 from ..model import UNKNOWN, Observation
-from .computed import OPT_OUT_FIELD, Computed
+from .computed import Computed
 from .construct import Built, Indices
 
 Layers = dict[str, Built] | None  # per runner, when the rule builds the drafter's layers
@@ -35,7 +35,7 @@ def capture_ids(name: str, draft: DraftConfig, computed: Computed, built: Layers
             why = reasons.get(f"aux_layer_ids_by_runner.{runner}") or reasons.get("aux_layer_ids") or "the drafter states no usable layer ids"
             yield Observation(name, runner, DEFAULT, "resolver", None, _list(expected), None, None, why)
             continue
-        note = "" if value is not None else "the resolver returns None: vLLM ignores the drafter's ids"
+        note = "" if value is not None else "the resolver returns None: the tree ignores the drafter's ids"
         yield Observation(name, runner, DEFAULT, "resolver", None, list(expected), _list(value), value == tuple(expected), note)
 
 
@@ -85,11 +85,11 @@ def _layer_indices(name: str, runner: str, indices: Indices) -> Iterator[Observa
 
 def block_drop(name: str, draft: DraftConfig, computed: Computed, built: Layers) -> Iterator[Observation]:
     """Whether the KV cache manager is told to drop the last prefix-cache block for
-    method='dflash': by default, and with the opt-out flag where the tree has one."""
+    the method: by default, and with the opt-out flag where the tree has one."""
     why = dict(computed.reasons).get("drops_prefix_block", "")
     settings = [(DEFAULT, computed.drops_prefix_block)]
-    if computed.has_opt_out:
-        settings.append((OPT_OUT_FIELD, computed.drops_prefix_block_when_disabled))
+    if computed.opt_out:
+        settings.append((computed.opt_out, computed.drops_prefix_block_when_disabled))
     for setting, drops in settings:
         shown = computed.prefix_block_predicate or ""
         note = f"{shown}{'()' if shown.isidentifier() else ''} decides" if drops is not None else why or "not computable"

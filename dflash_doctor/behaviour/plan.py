@@ -1,42 +1,43 @@
 """Plan the calls that ask a tree what it computes: find each definition,
-copy it into the program, and note why a call cannot be made."""
+copy it into the program, and note why a call cannot be made.
+
+Where the definitions are is data: the engine's route (``engines/route.py``) for
+the objects every question runs on and the runners, the asked rules for what
+their questions call (``Questions``)."""
 
 from __future__ import annotations
 
 import ast
 import dataclasses
-from typing import Any
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ..draft import sandbox
 from ..draft.sandbox import Call
+from ..engines.route import Route, RunnerKind, Where
+from ..rules import Anchor, Handing
 from ..source import SourceError, SourceTree, Symbol
-from .computed import (
-    ENVS,
-    LAYER_RESOLVER,
-    OPT_OUT_FIELD,
-    OPTIONAL,
-    REQUIRED,
-    RUNNER_ENV,
-    RUNNER_FILES,
-    RUNNER_PROPERTY,
-    RUNNERS,
-    SCHEDULER,
-    SPEC_CONFIG,
-    SPECULATOR_FACTORY,
-    V1_REFUSALS,
-    V1_RESOLVER,
-    V2_RESOLVER,
-    VLLM_CONFIG,
-)
 from .definitions import ExtractError, Locator, Place, parsed_or_none
-from .handed import Handed, handed
+from .handed import DEPLOYMENT, Handed, handed
 from .program import ProgramBuilder
+
+T = TypeVar("T")
+
+@dataclasses.dataclass(frozen=True)
+class Questions:
+    """What the asked rules call beyond the route: the resolver each runner calls
+    (capture ids) and what a constructor hands on (the block drop)."""
+
+    resolvers: tuple[tuple[str, Anchor], ...] = ()
+    handing: Handing | None = None
+    constructor: Anchor | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class StubCall:
-    """A call on an instance of a class stub (a runner, VllmConfig): made once
-    the SpeculativeConfig stub it holds is known."""
+    """A call on an instance of a class stub (a runner, the deployment config): made
+    once the speculative config stub it holds is known."""
 
     id: str
     expr: str
@@ -45,7 +46,7 @@ class StubCall:
     entries: tuple[str, ...]
     reason_key: str
     bind: tuple[tuple[str, Any], ...] = ()
-    holds: str = "spec"  # which SpeculativeConfig the stub holds: "spec" or "spec_opted_out"
+    holds: str = "spec"  # which speculative config the stub holds: "spec" or "spec_opted_out"
     loose: bool = False  # an attribute the stub lacks is deployment state, explored both ways (else a gap)
 
 
@@ -53,46 +54,60 @@ class StubCall:
 class Plan:
     """Calls to make and what each needs; filled while the program is built."""
 
+    route: Route
+    runners: tuple[str, ...]
     calls: list[Call] = dataclasses.field(default_factory=list)
     stub_calls: list[StubCall] = dataclasses.field(default_factory=list)
     reasons: dict[str, str] = dataclasses.field(default_factory=dict)
     evidence: list[Place] = dataclasses.field(default_factory=list)
-    v1_refusals: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    refusal_checks: dict[str, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)  # runner -> (check, message)
     drop: Handed | None = None
-    has_opt_out: bool = False
+    constructor: str | None = None  # the qualified name of the constructor whose handing is asked
+    opt_out: str | None = None  # the opt-out field, where the tree's speculative config has it
     has_runner_property: bool = False
-    runners: tuple[str, ...] = RUNNERS
 
 
-def plan_calls(tree: SourceTree, builder: ProgramBuilder) -> tuple[Plan, Symbol | None]:
+def plan_calls(tree: SourceTree, builder: ProgramBuilder, route: Route, questions: Questions) -> tuple[Plan, Symbol | None]:
     """The calls for every question, their definitions copied into ``builder``; and
-    the tree's SpeculativeConfig (None: not found, the plan's reasons say why)."""
-    plan = Plan(runners=tree_runners(tree))
-    # the V1 resolver is looked for in the whole package wherever the tree has the V1 runner
-    required = (*REQUIRED, V1_RESOLVER) if "v1" in plan.runners else REQUIRED
-    locator = Locator(tree, required, [item for item in OPTIONAL if item not in required])
-    spec_symbol = _optional(plan, "spec", lambda: locator.one(*SPEC_CONFIG))
-    _plan_aux(locator, builder, plan)
+    the tree's speculative config (None: not found, the plan's reasons say why)."""
+    plan = Plan(route, tree_runners(tree, route))
+    resolvers = [(runner, anchor) for runner, anchor in questions.resolvers if runner in plan.runners]
+    wanted = [route.speculative_config, route.deployment_config, *(Where(a.file, a.symbol) for _, a in resolvers)]
+    if questions.constructor is not None:
+        wanted.append(Where(questions.constructor.file, questions.constructor.symbol))
+    optional = {(anchor.file, anchor.symbol) for _, anchor in resolvers if anchor.optional}
+    optional |= {(where.file, where.symbol) for where in (route.layer_resolver, *_factories(route))}
+    required = [(where.file, where.symbol) for where in wanted if (where.file, where.symbol) not in optional]
+    locator = Locator(tree, required, sorted(optional - set(required)))
+    spec_symbol = _optional(plan, "spec", lambda: locator.one(route.speculative_config.file, route.speculative_config.symbol))
+    _plan_aux(locator, builder, plan, dict(resolvers))
     _plan_layers(locator, builder, plan)
     _plan_runner(tree, locator, builder, plan)
-    _plan_prefix_block(locator, plan, spec_symbol)
+    if questions.handing is not None and questions.constructor is not None:
+        _plan_prefix_block(locator, plan, spec_symbol, questions.handing, questions.constructor)
+    else:
+        plan.reasons["prefix"] = "no asked rule asks what is handed on about the prefix-cache block"
     return plan, spec_symbol
 
 
-def tree_runners(tree: SourceTree) -> tuple[str, ...]:
+def tree_runners(tree: SourceTree, route: Route) -> tuple[str, ...]:
     """The model runners the tree has (a file it did not send counts as there)."""
     present = []
-    for runner in RUNNERS:
+    for kind in route.runners:
         try:
-            missing = tree.data(RUNNER_FILES[runner]) is None
+            missing = tree.data(kind.marker) is None
         except SourceError:
             missing = False
         if not missing:
-            present.append(runner)
+            present.append(kind.name)
     return tuple(present)
 
 
-def _optional(plan: Plan, key: str, find):
+def _factories(route: Route) -> list[Where]:
+    return [kind.factory for kind in route.runners if kind.factory is not None]
+
+
+def _optional(plan: Plan, key: str, find: Callable[[], T]) -> T | None:
     try:
         return find()
     except ExtractError as exc:
@@ -100,99 +115,126 @@ def _optional(plan: Plan, key: str, find):
         return None
 
 
-def _plan_aux(locator: Locator, builder: ProgramBuilder, plan: Plan) -> None:
-    if "v1" not in plan.runners:
-        plan.reasons["aux:v1"] = f"this vLLM has no V1 runner ({RUNNER_FILES['v1']} is not in the tree)"
-        v1 = None
-    else:
-        v1 = _optional(plan, "aux:v1", lambda: locator.one(*V1_RESOLVER))
-    owner = _optional(plan, "aux:v1", lambda: _owner(v1)) if v1 is not None else None
-    if owner is not None:
-        method = v1.qualname.rsplit(".", 1)[-1]
-        plan.stub_calls.append(StubCall("aux:v1", f"runner.{method}()", "runner", owner, (method,), "aux:v1"))
-        plan.evidence.append(Place(v1.file, v1.qualname, v1.line))
-    elif v1 is None:
-        plan.reasons.setdefault("aux:v1", f"{V1_RESOLVER[1]} not found in this tree")
-    v2 = _optional(plan, "aux:v2", lambda: locator.one(*V2_RESOLVER))
-    if v2 is not None and _add(builder, plan, "aux:v2", v2):
-        plan.calls.append(Call("aux:v2", f"{v2.node.name}(spec)"))
-    elif v2 is None:
-        plan.reasons.setdefault("aux:v2", f"{V2_RESOLVER[1]} not found in this tree")
+def _plan_aux(locator: Locator, builder: ProgramBuilder, plan: Plan, resolvers: dict[str, Anchor]) -> None:
+    """Each runner's resolver: a method runs on an instance of its class (the runner), a
+    function is called with the speculative config."""
+    for runner in plan.runners:
+        key = f"aux:{runner}"
+        anchor = resolvers.get(runner)
+        if anchor is None:
+            plan.reasons[key] = f"no asked rule names the {runner.upper()} runner's resolver"
+            continue
+        symbol = _optional(plan, key, functools.partial(locator.one, anchor.file, anchor.symbol))
+        if symbol is None:
+            plan.reasons.setdefault(key, f"{anchor.symbol} not found in this tree")
+        elif "." in symbol.qualname:
+            owner = _optional(plan, key, functools.partial(_owner, symbol))
+            if owner is not None:
+                method = symbol.qualname.rsplit(".", 1)[-1]
+                plan.stub_calls.append(StubCall(key, f"runner.{method}()", "runner", owner, (method,), key))
+                plan.evidence.append(Place(symbol.file, symbol.qualname, symbol.line))
+        elif _add(builder, plan, key, symbol):
+            plan.calls.append(Call(key, f"{_name(symbol)}(spec)"))
 
 
 def _plan_layers(locator: Locator, builder: ProgramBuilder, plan: Plan) -> None:
-    resolver = _optional(plan, "layers", lambda: locator.one(*LAYER_RESOLVER))
+    route = plan.route
+    where = route.layer_resolver
+    resolver = _optional(plan, "layers", lambda: locator.one(where.file, where.symbol))
     if resolver is None:
-        plan.reasons.setdefault("layers", f"this vLLM has no per-layer resolver ({LAYER_RESOLVER[1]} in {LAYER_RESOLVER[0]}); "
+        plan.reasons.setdefault("layers", f"this tree has no per-layer resolver ({where.symbol} in {where.file}); "
                                           "the verdict on its draft layers says what they do")
         return
     if not _add(builder, plan, "layers", resolver):
         return
     for runner in plan.runners:
-        current = sandbox.strict_object("VllmConfig", use_v2_model_runner=runner == "v2")
+        current = sandbox.strict_object(route.deployment_config.name, **{route.switch.property: runner == route.switch.on})
         plan.calls.append(Call(
-            f"layers:{runner}", f"[{resolver.node.name}(config, index) for index in range(layer_count)]",
-            (("config", sandbox.config_object("hf_config", "hf")), ("get_current_vllm_config", sandbox.returns(current))),
+            f"layers:{runner}", f"[{_name(resolver)}(config, index) for index in range(layer_count)]",
+            (("config", sandbox.config_object("hf_config", "hf")), (route.current_config, sandbox.returns(current))),
         ))
 
 
 def _plan_runner(tree: SourceTree, locator: Locator, builder: ProgramBuilder, plan: Plan) -> None:
-    parsed = _optional(plan, "runner:env", lambda: parsed_or_none(tree, ENVS))
-    lam = _env_lambda(parsed.tree) if parsed is not None else None
+    route = plan.route
+    switch = route.switch
+    parsed = _optional(plan, "runner:env", lambda: parsed_or_none(tree, switch.env_file))
+    lam = _env_lambda(parsed.tree, switch.variable) if parsed is not None else None
     if lam is None:
-        plan.reasons.setdefault("runner:env", f"no {RUNNER_ENV} entry in {ENVS}" if parsed is not None else f"{ENVS} is not in this tree")
+        plan.reasons.setdefault("runner:env", f"no {switch.variable} entry in {switch.env_file}" if parsed is not None
+                                else f"{switch.env_file} is not in this tree")
     else:
         try:
-            name = builder.expression_function(ENVS, "_default_" + RUNNER_ENV, lam.body)
+            name = builder.expression_function(switch.env_file, "_default_" + switch.variable, lam.body)
             plan.calls.append(Call("runner:env", f"{name}()"))
-            plan.evidence.append(Place(ENVS, f"environment_variables[{RUNNER_ENV!r}]", lam.lineno))
+            plan.evidence.append(Place(switch.env_file, f"environment_variables[{switch.variable!r}]", lam.lineno))
         except ExtractError as exc:
             plan.reasons["runner:env"] = str(exc)
-    vllm_config = _optional(plan, "runner:default", lambda: locator.one(*VLLM_CONFIG))
-    if vllm_config is not None and isinstance(vllm_config.node, ast.ClassDef):
-        methods = {s.name: s for s in vllm_config.node.body if isinstance(s, ast.FunctionDef)}
-        if RUNNER_PROPERTY in methods:
+    deployment = route.deployment_config
+    config = _optional(plan, "runner:default", lambda: locator.one(deployment.file, deployment.symbol))
+    if config is not None and isinstance(config.node, ast.ClassDef):
+        methods = {s.name: s for s in config.node.body if isinstance(s, ast.FunctionDef)}
+        if switch.property in methods:
             plan.has_runner_property = True
-            plan.evidence.append(Place(vllm_config.file, f"{vllm_config.qualname}.{RUNNER_PROPERTY}", methods[RUNNER_PROPERTY].lineno))
+            plan.evidence.append(Place(config.file, f"{config.qualname}.{switch.property}", methods[switch.property].lineno))
             for value in (None, False, True):
-                envs = sandbox.strict_object("envs", **{RUNNER_ENV: value})
-                plan.stub_calls.append(StubCall(f"runner:default:{value}", f"vllm_config.{RUNNER_PROPERTY}", "vllm_config",
-                                                 vllm_config, (RUNNER_PROPERTY,), "runner:default", (("envs", envs),)))
-        if V1_REFUSALS in methods:
-            plan.evidence.append(Place(vllm_config.file, f"{vllm_config.qualname}.{V1_REFUSALS}", methods[V1_REFUSALS].lineno))
-            for check, message in _refusal_checks(methods[V1_REFUSALS], set(methods)):
-                plan.v1_refusals.append((check, message))
-                plan.stub_calls.append(StubCall(f"v1-refusal:{check}", f"vllm_config.{check}()", "vllm_config",
-                                                 vllm_config, (check,), f"v1-refusal:{check}"))
-    factory = _optional(plan, "runner:v2", lambda: locator.one(*SPECULATOR_FACTORY))
+                module = sandbox.strict_object(switch.env_module, **{switch.variable: value})
+                plan.stub_calls.append(StubCall(f"runner:default:{value}", f"{route.deployment_name}.{switch.property}",
+                                                route.deployment_name, config, (switch.property,), "runner:default",
+                                                ((switch.env_module, module),)))
+        for kind in route.runners:
+            if kind.name in plan.runners and kind.refusals in methods:
+                _plan_refusals(plan, config, kind, methods)
+    for kind in route.runners:
+        if kind.name in plan.runners and kind.factory is not None:
+            _plan_factory(locator, builder, plan, kind, kind.factory)
+
+
+def _plan_refusals(plan: Plan, config: Symbol, kind: RunnerKind, methods: dict[str, ast.FunctionDef]) -> None:
+    assert kind.refusals is not None
+    plan.evidence.append(Place(config.file, f"{config.qualname}.{kind.refusals}", methods[kind.refusals].lineno))
+    checks = plan.refusal_checks.setdefault(kind.name, [])
+    for check, message in _refusal_checks(methods[kind.refusals], set(methods)):
+        checks.append((check, message))
+        key = f"refusal:{kind.name}:{check}"
+        plan.stub_calls.append(StubCall(key, f"{plan.route.deployment_name}.{check}()", plan.route.deployment_name,
+                                        config, (check,), key))
+
+
+def _plan_factory(locator: Locator, builder: ProgramBuilder, plan: Plan, kind: RunnerKind, where: Where) -> None:
+    key = f"factory:{kind.name}"
+    factory = _optional(plan, key, lambda: locator.one(where.file, where.symbol))
     if factory is None:
-        plan.reasons.setdefault("runner:v2", f"{SPECULATOR_FACTORY[1]} not found in {SPECULATOR_FACTORY[0]}: no V2 speculator to check")
-    elif _add(builder, plan, "runner:v2", factory):
-        extra = ", None" * max(0, _required_positional(factory.node) - 1)
-        plan.calls.append(Call("runner:v2", f"{factory.node.name}(vllm_config{extra})",
-                               (("vllm_config", {"$marker": "plain-vllm-config"}),)))
+        plan.reasons.setdefault(key, f"{where.symbol} not found in {where.file}: no {kind.name.upper()} speculator to check")
+    elif _add(builder, plan, key, factory):
+        extra = ", None" * max(0, _required_positional(factory.node) - 1) if isinstance(factory.node, ast.FunctionDef) else ""
+        name = plan.route.deployment_name
+        plan.calls.append(Call(key, f"{_name(factory)}({name}{extra})", ((name, {"$marker": "plain-deployment"}),)))
 
 
-def _plan_prefix_block(locator: Locator, plan: Plan, spec_symbol: Symbol | None) -> None:
-    scheduler = _optional(plan, "prefix", lambda: locator.one(*SCHEDULER))
-    vllm_config = _optional(plan, "prefix", lambda: locator.one(*VLLM_CONFIG))
-    if scheduler is None or vllm_config is None:
-        missing = SCHEDULER if scheduler is None else VLLM_CONFIG
-        plan.reasons.setdefault("prefix", f"{missing[1]} not found in {missing[0]}")
+def _plan_prefix_block(locator: Locator, plan: Plan, spec_symbol: Symbol | None, handing: Handing, anchor: Anchor) -> None:
+    deployment = plan.route.deployment_config
+    constructor = _optional(plan, "prefix", lambda: locator.one(anchor.file, anchor.symbol))
+    config = _optional(plan, "prefix", lambda: locator.one(deployment.file, deployment.symbol))
+    if constructor is None or config is None:
+        file, symbol = (anchor.file, anchor.symbol) if constructor is None else (deployment.file, deployment.symbol)
+        plan.reasons.setdefault("prefix", f"{symbol} not found in {file}")
         return
+    plan.constructor = constructor.qualname
     try:
-        plan.drop = handed(scheduler)
+        plan.drop = handed(constructor, handing)
     except ExtractError as exc:
         plan.reasons["prefix"] = str(exc)
         return
-    plan.evidence.append(Place(scheduler.file, scheduler.qualname, scheduler.line))
-    expression = plan.drop.expression.format(vllm="vllm_config")
-    plan.stub_calls.append(StubCall("prefix", expression, "vllm_config", vllm_config, plan.drop.attributes, "prefix", loose=True))
-    if spec_symbol is not None and any(
-        isinstance(s, ast.AnnAssign) and getattr(s.target, "id", None) == OPT_OUT_FIELD for s in spec_symbol.node.body
+    plan.evidence.append(Place(constructor.file, constructor.qualname, constructor.line))
+    name = plan.route.deployment_name
+    expression = plan.drop.expression.replace(DEPLOYMENT, name)
+    plan.stub_calls.append(StubCall("prefix", expression, name, config, plan.drop.attributes, "prefix", loose=True))
+    if handing.opt_out is not None and spec_symbol is not None and isinstance(spec_symbol.node, ast.ClassDef) and any(
+        isinstance(s, ast.AnnAssign) and getattr(s.target, "id", None) == handing.opt_out for s in spec_symbol.node.body
     ):
-        plan.has_opt_out = True
-        plan.stub_calls.append(StubCall("prefix:opt-out", expression, "vllm_config", vllm_config, plan.drop.attributes, "prefix",
+        plan.opt_out = handing.opt_out
+        plan.stub_calls.append(StubCall("prefix:opt-out", expression, name, config, plan.drop.attributes, "prefix",
                                         holds="spec_opted_out", loose=True))
 
 
@@ -206,6 +248,11 @@ def _add(builder: ProgramBuilder, plan: Plan, key: str, symbol: Symbol) -> bool:
     return True
 
 
+def _name(symbol: Symbol) -> str:
+    """The name code calls a copied definition by."""
+    return symbol.qualname.rsplit(".", 1)[-1]
+
+
 def _owner(method: Symbol) -> Symbol:
     class_name = method.qualname.rsplit(".", 1)[0]
     owner = method.parsed.symbols(class_name)
@@ -213,18 +260,19 @@ def _owner(method: Symbol) -> Symbol:
         raise ExtractError(f"the class of {method.qualname} cannot be told apart in {method.file}")
     return owner[0]
 
-def _env_lambda(module: ast.Module) -> ast.Lambda | None:
+
+def _env_lambda(module: ast.Module, variable: str) -> ast.Lambda | None:
     for statement in module.body:
         value = statement.value if isinstance(statement, (ast.Assign, ast.AnnAssign)) else None
         if isinstance(value, ast.Dict):
-            for key, item in zip(value.keys, value.values):
-                if isinstance(key, ast.Constant) and key.value == RUNNER_ENV and isinstance(item, ast.Lambda) and not item.args.args:
+            for key, item in zip(value.keys, value.values, strict=True):
+                if isinstance(key, ast.Constant) and key.value == variable and isinstance(item, ast.Lambda) and not item.args.args:
                     return item
     return None
 
 
 def _refusal_checks(function: ast.FunctionDef, methods: set[str]) -> list[tuple[str, str]]:
-    """``if self.<check>(): unsupported.append("...")`` in the V1 refusal list."""
+    """``if self.<check>(): unsupported.append("...")`` in a refusal list."""
     checks = []
     for node in ast.walk(function):
         if not isinstance(node, ast.If):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from ..draft.config import DraftConfig
 from ..model import PRESENT, BehaviourAnswer
@@ -14,6 +15,7 @@ from .computed import Computed, Runner
 from .construct import construct_layers
 from .judge import judge
 from .observe import QUESTION_KINDS
+from .plan import Questions
 from .reference import reference_configs
 
 
@@ -33,10 +35,14 @@ def answer_rules(
         configs.append((user_name(user), user))
     if not asked and user is None:
         return {}, None
-    probes = compute(tree, tuple(draft for _, draft in configs), run)
+    questions, unlike = questions_of(asked)
+    probes = compute(tree, tuple(draft for _, draft in configs), questions, run)
     platform = read_platform(tree)  # branches on the platform are taken for the one the target is built for
     answers = {}
     for rule in asked:
+        if rule.id in unlike:
+            answers[rule.id] = BehaviourAnswer(rule.behaviour.question, None, unlike[rule.id])
+            continue
         kind = QUESTION_KINDS[rule.behaviour.question]
         construct = rule.behaviour.construct
         built = (construct_layers(tree, construct, [found.hf_config for found in probes], run, rule.files, platform.name)
@@ -55,3 +61,30 @@ def answer_rules(
                 answer = dataclasses.replace(answer, reason=f"{answer.reason} (for {user_name(user)}: {mine.reason})".lstrip())
         answers[rule.id] = answer
     return answers, probes[-1] if user is not None else None
+
+
+def questions_of(asked: list[Rule]) -> tuple[Questions, dict[str, str]]:
+    """What the asked rules call, from the first rule of each kind to name it; and, by rule id,
+    why a rule that names other code for the same question is not answered (one program asks each once)."""
+    resolvers: dict[str, Any] = {}
+    handing: dict[str, Any] = {}
+    unlike: dict[str, str] = {}
+    for rule in asked:
+        behaviour = rule.behaviour
+        assert behaviour is not None
+        anchors = {anchor.id: anchor for anchor in rule.anchors}
+        mine: dict[str, Any] = {}
+        if behaviour.resolvers:
+            mine = {"resolvers": tuple((runner, anchors[anchor_id]) for runner, anchor_id in behaviour.resolvers)}
+        if behaviour.handing is not None:
+            mine = {"handing": behaviour.handing, "constructor": anchors[behaviour.handing.constructor]}
+        if not mine:
+            continue
+        first = resolvers if "resolvers" in mine else handing
+        if not first:
+            first.update(mine, rule=rule.id)
+        elif {key: value for key, value in first.items() if key != "rule"} != mine:
+            unlike[rule.id] = (f"rule {first['rule']} asks the {behaviour.question} question of other code "
+                               "(the program asks each question once)")
+    return Questions(resolvers=resolvers.get("resolvers", ()), handing=handing.get("handing"),
+                     constructor=handing.get("constructor")), unlike

@@ -1,19 +1,18 @@
 """Stubs the planned calls run on: class bodies copied from the tree, and the
-SpeculativeConfig each drafter config is asked about."""
+speculative config each drafter config is asked about."""
 
 from __future__ import annotations
 
 from ..draft import sandbox
 from ..draft.sandbox import Call
 from ..source import Symbol
-from .computed import OPT_OUT_FIELD, SPEC_CONFIG
 from .definitions import ExtractError, attribute_names
 from .plan import Plan
 from .program import ProgramBuilder
 
 
 def build_stubs(builder: ProgramBuilder, spec_symbol: Symbol, plan: Plan) -> str:
-    """Build the class stubs of the planned calls, then the SpeculativeConfig body
+    """Build the class stubs of the planned calls, then the speculative config's body
     with every method the program reads (until no new one is needed)."""
     bodies: dict[tuple[str, str, tuple[str, ...], bool], str] = {}
     for stub_call in plan.stub_calls:
@@ -42,17 +41,20 @@ def build_stubs(builder: ProgramBuilder, spec_symbol: Symbol, plan: Plan) -> str
         body = builder.class_body(spec_symbol, sorted(seen), option_defaults=True)
 
 
-def with_spec(call: Call, spec: dict, spec_body: str, spec_attrs: dict, hf_name: str, layer_count: int | None) -> Call:
+def with_spec(plan: Plan, call: Call, spec: dict, spec_body: str, spec_attrs: dict, hf_name: str, layer_count: int | None) -> Call:
     """Resolve the markers left in calls for one drafter config: every stub that
-    holds its SpeculativeConfig, and its hf_config under its own data name."""
-    opted_out = sandbox.class_instance(SPEC_CONFIG[1], spec_body, **spec_attrs, **{OPT_OUT_FIELD: True})
+    holds its speculative config, and its hf_config under its own data name."""
+    route = plan.route
+    opted = {plan.opt_out: True} if plan.opt_out else {}
+    opted_out = sandbox.class_instance(route.speculative_config.name, spec_body, **spec_attrs, **opted)
     bind = []
     for name, value in call.bind:
         if isinstance(value, dict) and value.get("$marker") == "class":
             held = opted_out if value.get("holds") == "spec_opted_out" else spec
-            value = sandbox.class_instance(value["label"], value["body"], loose=value.get("loose", False), speculative_config=held)
-        elif isinstance(value, dict) and value.get("$marker") == "plain-vllm-config":
-            value = sandbox.strict_object("VllmConfig", speculative_config=spec)
+            value = sandbox.class_instance(value["label"], value["body"], loose=value.get("loose", False),
+                                           **{route.fields.speculative: held})
+        elif isinstance(value, dict) and value.get("$marker") == "plain-deployment":
+            value = sandbox.strict_object(route.deployment_config.name, **{route.fields.speculative: spec})
         elif value == sandbox.config_object("hf_config", "hf"):
             value = sandbox.config_object("hf_config", hf_name)
         bind.append((name, value))

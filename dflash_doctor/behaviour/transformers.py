@@ -1,4 +1,4 @@
-"""Which transformers a vLLM tree loads drafter configs with, and which config
+"""Which transformers an engine's tree loads drafter configs with, and which config
 class it uses for a ``model_type`` (``hf_config.py`` runs that class's code).
 
 Where transformers comes from, first that applies:
@@ -12,8 +12,8 @@ Where transformers comes from, first that applies:
   the vLLM wheels are (``targets/release.py``): what ``pip install vllm==X`` gets.
   This is the case of ``--release``.
 
-The class: vLLM's own registry (``_CONFIG_REGISTRY`` in
-``vllm/transformers_utils/config.py``) first, as vLLM's loader does; else
+The class: the engine's own registry (the route's ``config_registry``: vLLM's
+``_CONFIG_REGISTRY``) first, as its loader does; else
 transformers' ``CONFIG_MAPPING_NAMES`` (model_type -> class name), in
 ``models/<module>/configuration_<module>.py``. Nothing is imported: the files are read.
 """
@@ -33,8 +33,6 @@ from ..provenance import find_dist_info
 from ..source import DirectoryTree, SourceError, SourceTree, Symbol
 from .definitions import absolute_module, parsed_or_none, top_level_bindings
 
-VLLM_REGISTRY = ("vllm/transformers_utils/config.py", "_CONFIG_REGISTRY")
-VLLM_CONFIGS = "vllm/transformers_utils/configs/__init__.py"
 AUTO_FILES = ("transformers/models/auto/configuration_auto.py", "transformers/models/auto/auto_mappings.py")
 MAPPING = "CONFIG_MAPPING_NAMES"
 SPECIAL = "SPECIAL_MODEL_TYPE_TO_MODULE_NAME"
@@ -73,15 +71,16 @@ def transformers_for(tree: SourceTree) -> Transformers | str:
 
 
 def _find(tree: SourceTree) -> Transformers | str:
+    engine, package = tree.engine.display, tree.engine.package
     if isinstance(tree, DirectoryTree) and (tree.root / "transformers" / "__init__.py").is_file():
         found: SourceTree = TransformersTree(tree.root, find_dist_info(tree.root, "transformers"))
-        return Transformers(found, _version(found), f"installed beside vllm in {tree.root}")
+        return Transformers(found, _version(found), f"installed beside {package} in {tree.root}")
     if not isinstance(tree, DirectoryTree) and _collected(tree, INIT):
         found = Collected(tree)
-        return Transformers(found, _version(found), f"installed beside vllm on the host, in {getattr(tree, 'root', '?')} (sent by the collector)")
+        return Transformers(found, _version(found), f"installed beside {package} on the host, in {getattr(tree, 'root', '?')} (sent by the collector)")
     requirement = requires(tree.dist_info_text("METADATA") or "") or _checkout_requirement(tree)
     if requirement is None:
-        return ("no transformers is installed beside this vLLM, and neither its dist-info (Requires-Dist) nor "
+        return (f"no transformers is installed beside this {engine}, and neither its dist-info (Requires-Dist) nor "
                 f"a source checkout's {CHECKOUT_REQUIREMENTS} states a transformers of version specifiers to fetch one by")
     # pip and the cache: only when needed
     from ..targets.release import transformers_tree
@@ -89,15 +88,15 @@ def _find(tree: SourceTree) -> Transformers | str:
     try:
         root, version = transformers_tree(requirement)
     except ToolError as exc:
-        return f"no transformers is installed beside this vLLM, and {requirement} could not be fetched: {exc}"
+        return f"no transformers is installed beside this {engine}, and {requirement} could not be fetched: {exc}"
     if not isinstance(tree, DirectoryTree):
-        beside = " (the collector does not send the host's own transformers: the one its vLLM requires stands in)"
+        beside = f" (the collector does not send the host's own transformers: the one its {engine} requires stands in)"
     elif _in_cache(tree, "images"):
-        beside = " (the image's own transformers is not extracted: the one its vLLM requires stands in)"
+        beside = f" (the image's own transformers is not extracted: the one its {engine} requires stands in)"
     else:
-        beside = "" if _in_cache(tree, "releases") else " (no transformers is installed beside this vLLM)"
+        beside = "" if _in_cache(tree, "releases") else f" (no transformers is installed beside this {engine})"
     return Transformers(TransformersTree(root, find_dist_info(root, "transformers")), version,
-                        f"fetched from the package index: the newest wheel satisfying this vLLM's "
+                        f"fetched from the package index: the newest wheel satisfying this {engine}'s "
                         f"requirement {requirement!r}{beside}")
 
 
@@ -197,12 +196,15 @@ def collected_files(model_types: Iterable[str]) -> list[str]:
 
 
 def config_class(tree: SourceTree, transformers: Transformers | str, model_type: str) -> tuple[SourceTree, Symbol] | str:
-    """The class vLLM builds this model_type's config with, and the tree holding it; or why not known."""
-    registered = _string_pairs(tree, VLLM_REGISTRY[0], VLLM_REGISTRY[1]).get(model_type) if _names(tree, VLLM_REGISTRY[0], model_type) else None
-    if registered is not None:
-        symbol = _vllm_class(tree, registered)
+    """The class the engine builds this model_type's config with, and the tree holding it; or why not known."""
+    route = tree.engine.route
+    registry = route.config_registry if route is not None else None
+    registered = (_string_pairs(tree, registry.file, registry.symbol).get(model_type)
+                  if registry is not None and _names(tree, registry.file, model_type) else None)
+    if registered is not None and route is not None:
+        symbol = _engine_class(tree, route.configs_package, registered)
         if isinstance(symbol, str):
-            return f"vLLM registers its own config class {registered} for model_type {model_type!r}, but {symbol}"
+            return f"{tree.engine.display} registers its own config class {registered} for model_type {model_type!r}, but {symbol}"
         return tree, symbol
     if isinstance(transformers, str):
         return transformers
@@ -234,18 +236,18 @@ def _top_class(tree: SourceTree, file: str, name: str) -> Symbol | str:
     return f"{name} is not defined at the top of {file}"
 
 
-def _vllm_class(tree: SourceTree, name: str) -> Symbol | str:
-    """A class of ``vllm.transformers_utils.configs`` by the name the registry gives it."""
+def _engine_class(tree: SourceTree, package: str, name: str) -> Symbol | str:
+    """A class of the engine's configs package by the name its registry gives it."""
     try:
-        parsed = parsed_or_none(tree, VLLM_CONFIGS)
+        parsed = parsed_or_none(tree, package)
     except ToolError as exc:
         return str(exc)
     for node, _ in top_level_bindings(parsed.tree, name) if parsed else ():
         if isinstance(node, ast.ImportFrom):
-            module = absolute_module(node, VLLM_CONFIGS)
+            module = absolute_module(node, package)
             if module:
                 return _top_class(tree, module.replace(".", "/") + ".py", name)
-    return f"{name} is not imported in {VLLM_CONFIGS}"
+    return f"{name} is not imported in {package}"
 
 
 _PAIRS: weakref.WeakKeyDictionary[SourceTree, dict[tuple[str, str], dict[str, str]]] = weakref.WeakKeyDictionary()

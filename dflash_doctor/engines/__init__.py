@@ -8,7 +8,8 @@ descriptor the target's tree carries (``SourceTree.engine``) and names no
 engine. The stdlib collector (``probe.py``) cannot import this package: it is
 sent the package name in its request.
 
-What each fix looks like in an engine's code is not here: that is the rules'.
+The route from a drafter's config to its model runner (``route.py``) is part of
+the descriptor; what each fix looks like in an engine's code is not: that is the rules'.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
+
+from .route import Route
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +46,7 @@ class Engine:
     platforms: tuple[PlatformKind, ...]
     default_platform: str  # what a build is for when nothing says otherwise
     report_key: str  # the JSON report's key for what the tree says about itself (its provenance)
+    route: Route | None = None  # the objects behaviour runs the tree's code on (None: behaviour cannot run it)
 
     def owns(self, relpath: str) -> bool:
         """Whether ``relpath`` (relative to the tree root) lies inside the engine's package."""
