@@ -69,7 +69,8 @@ def _with_uncovered(rule: Rule, structure: FixResult, answer: BehaviourAnswer) -
     """Links the question does not run (``uncovered`` anchors) are read from their forms:
     unrecognised code there leaves the answer open; their verdicts join the chain
     (the sentences of the forms that break it are returned too)."""
-    uncovered = [anchor for anchor in rule.anchors if anchor.id in rule.behaviour.uncovered]
+    covered_by = rule.behaviour.uncovered if rule.behaviour is not None else ()
+    uncovered = [anchor for anchor in rule.anchors if anchor.id in covered_by]
     forms = {form.id: form for form in rule.forms}
     verdicts = {answer.status}
     notes = []

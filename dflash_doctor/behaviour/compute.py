@@ -35,6 +35,15 @@ class NotRegistered(ExtractError):
     """The tree has no loader for the drafter's format: it cannot run that drafter."""
 
 
+@dataclasses.dataclass(frozen=True)
+class _Hf:
+    """A drafter's hf_config as the engine builds it, where its translation ran (speculators), and which class built it."""
+
+    data: dict[str, Any]
+    translation: Place | None
+    source: HfSource
+
+
 def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], questions: Questions, run: Runner = sandbox.run) -> tuple[Computed, ...]:
     """What the tree computes for every drafter config, planned once and run in one sandbox process
     (``run``: where the program runs, ``sandbox.run`` or a remote host's equivalent)."""
@@ -42,20 +51,23 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], questions: Questi
     if route is None:
         why = f"behaviour does not know how {tree.engine.display} hands a drafter to its model runners"
         return tuple(_nothing(draft, why) for draft in drafts)
-    hfs: list[tuple[dict[str, Any], Place | None] | tuple[dict[str, Any], Place | None, HfSource] | str | NotRegistered] = []
+    keys: list[tuple[dict[str, Any], Place | None] | str | NotRegistered] = []
     for draft in drafts:
         try:
-            hfs.append(_hf_config(tree, route, draft, run))
+            keys.append(_hf_config(tree, route, draft, run))
         except NotRegistered as exc:
-            hfs.append(exc)
+            keys.append(exc)
         except (ExtractError, SandboxError) as exc:
-            hfs.append(f"the drafter's hf_config could not be built: {exc}")
-    # the keys through the config class vLLM builds the hf_config with (hf_config.py), one request for all
-    views = iter(hf_views(tree, [(draft, hf[0]) for draft, hf in zip(drafts, hfs) if isinstance(hf, tuple)], run))
-    for position, hf in enumerate(hfs):
-        if isinstance(hf, tuple):
+            keys.append(f"the drafter's hf_config could not be built: {exc}")
+    # the keys through the config class the engine builds the hf_config with (hf_config.py), one request for all
+    views = iter(hf_views(tree, [(draft, item[0]) for draft, item in zip(drafts, keys) if isinstance(item, tuple)], run))
+    hfs: list[_Hf | str | NotRegistered] = []
+    for item in keys:
+        if isinstance(item, tuple):
             view = next(views)
-            hfs[position] = (view.data, hf[1], view.source)
+            hfs.append(_Hf(view.data, item[1], view.source))
+        else:
+            hfs.append(item)
     builder = ProgramBuilder(tree, route.provided)
     plan, spec_symbol = plan_calls(tree, builder, route, questions)
     declared = plan_declared(tree, route, builder)  # the class body of the drafter's model config, where it declares a speculator
@@ -72,19 +84,21 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], questions: Questi
             failed = f"{spec.symbol} could not be stubbed: {exc}"
     if failed:
         runners = plan.runners or route.runner_names  # none in the tree: every runner says why
-        return tuple(_nothing(draft, failed if isinstance(hf, tuple) else str(hf), runners) for draft, hf in zip(drafts, hfs))
+        return tuple(_nothing(draft, failed if isinstance(hf, _Hf) else str(hf), runners) for draft, hf in zip(drafts, hfs))
+    assert spec_symbol is not None
     plan.evidence.append(Place(spec_symbol.file, spec_symbol.qualname, spec_symbol.line))
     plans: list[Plan] = []  # one per drafter config: its own reasons and evidence
     calls: list[Call] = []
+    owners: dict[str, tuple[int, str]] = {}  # a call's id in the child -> (the drafter config's index, the plan's call id)
     data: dict[str, Any] = {}
     for index, (draft, hf) in enumerate(zip(drafts, hfs)):
         mine = dataclasses.replace(plan, reasons=dict(plan.reasons), evidence=list(plan.evidence))
         plans.append(mine)
-        if not isinstance(hf, tuple):
+        if not isinstance(hf, _Hf):
             continue
-        hf_data, translation_site, _ = hf
-        if translation_site:
-            mine.evidence.insert(0, translation_site)
+        hf_data = hf.data
+        if hf.translation is not None:
+            mine.evidence.insert(0, hf.translation)
         data[f"hf{index}"] = hf_data
         count = draft_layer_count(hf_data)
         if count is None and "layers" not in mine.reasons:
@@ -102,9 +116,10 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], questions: Questi
             spec_attrs[fields.tokens] = block - 1
         instance = sandbox.class_instance(spec.name, spec_body, **spec_attrs)
         for call in plan.calls:
-            if call.id.startswith("layers:") and count is None:
+            if call.id in plan.layer_calls and count is None:
                 continue
             call = with_spec(plan, call, instance, spec_body, spec_attrs, f"hf{index}", count)
+            owners[f"{index}|{call.id}"] = (index, call.id)
             calls.append(Call(f"{index}|{call.id}", call.expr, call.bind))
     fixed = {"logger": sandbox.noop("logger"), "os": sandbox.unset_env("os")}
     try:
@@ -125,10 +140,9 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], questions: Questi
         if isinstance(hf, str):
             answers.append(_nothing(draft, hf, plan.runners))
             continue
-        prefix = f"{index}|"
-        mine = {call_id[len(prefix):]: outcome for call_id, outcome in outcomes.items() if call_id.startswith(prefix)}
-        found = interpret(plans[index], mine, builder, draft, draft.expected_aux_layer_ids(), draft.expected_layers())
-        answers.append(dataclasses.replace(found, hf_config=hf[0], hf_source=hf[2]))
+        ours = {local: outcomes[call_id] for call_id, (owner, local) in owners.items() if owner == index and call_id in outcomes}
+        found = interpret(plans[index], ours, builder, draft, draft.expected_aux_layer_ids(), draft.expected_layers())
+        answers.append(dataclasses.replace(found, hf_config=hf.data, hf_source=hf.source))
     return tuple(answers)
 
 
@@ -182,7 +196,7 @@ def _hf_config(tree: SourceTree, route: Route, draft: DraftConfig, run: Runner) 
 def _registers(decorator: ast.expr, kind: Any) -> bool:
     return (
         isinstance(decorator, ast.Call)
-        and decorator.args
+        and bool(decorator.args)
         and isinstance(decorator.args[0], ast.Constant)
         and decorator.args[0].value == kind
     )

@@ -19,7 +19,7 @@ tree that code lives. Nothing is inferred from a version number.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..draft.sandbox import Call, Chunk, Outcome
@@ -67,9 +67,9 @@ class Computed:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "aux_layer_ids": _list(self.aux_layer_ids),
-            "expected_aux_layer_ids": _list(self.expected_aux_layer_ids),
-            "aux_layer_ids_by_runner": {name: _list(value) if value != UNKNOWN else UNKNOWN for name, value in self.aux_by_runner},
+            "aux_layer_ids": as_list(self.aux_layer_ids),
+            "expected_aux_layer_ids": as_list(self.expected_aux_layer_ids),
+            "aux_layer_ids_by_runner": {name: as_list(value) if value != UNKNOWN else UNKNOWN for name, value in self.aux_by_runner},
             "layers": None if self.layers is None else [
                 {"index": index, "sliding_window": window, "causal": causal} for index, (window, causal) in enumerate(self.layers)
             ],
@@ -89,5 +89,5 @@ class Computed:
         }
 
 
-def _list(value):
+def as_list(value: Iterable[Any] | None) -> list[Any] | None:
     return None if value is None else list(value)

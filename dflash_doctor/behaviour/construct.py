@@ -76,28 +76,29 @@ def construct_layers(
     for attribute in construct.causal.split("."):
         causal = f"getattr({causal}, {attribute!r}, None)"
     expr = f"[(lambda layer: [_records(), {causal}])({name}({keywords})) for index in range(layer_count)]"
-    calls, data = [], {}
+    calls, data, built = [], {}, {}
     for index, hf in enumerate(hf_configs):
         count = hf.get("num_hidden_layers") if hf else None
-        if not isinstance(count, int) or isinstance(count, bool) or not 0 < count <= 64:
+        if hf is None or not isinstance(count, int) or isinstance(count, bool) or not 0 < count <= 64:
             continue
         data[f"hf{index}"] = hf
+        built[index] = hf
         for runner in runners:
             current = sandbox.strict_object(route.deployment_config.name, **{route.switch.property: runner == route.switch.on})
             config = {**sandbox.config_object("hf_config", f"hf{index}"), "loose": True}
             bind = [("config", config), ("layer_count", count),
                     (route.current_config, sandbox.returns(current))]
             bind += [(parameter, {"$standin": parameter, "assume": assume, "record": record}) for parameter in _stand_in_parameters(layer.node, construct)]
-            calls.append(Call(f"{index}|{runner}", expr, tuple(bind)))
+            calls.append(Call(_call_id(index, runner), expr, tuple(bind)))
     try:
         outcomes = run(builder.chunks, calls, data, globals_) if calls else {}
     except SandboxError as exc:
         return [{runner: Built(None, str(exc)) for runner in runners} for _ in hf_configs]
-    indices = _model_indices(tree, route, construct, layer, data, run, follow, platform) if construct.model else {}
+    indices = _model_indices(tree, route, construct, layer, built, data, run, follow, platform) if construct.model else {}
     return [
         {
             runner: dataclasses.replace(
-                _read(outcomes.get(f"{index}|{runner}"), parameters, construct, route), indices=indices.get(f"{index}|{runner}")
+                _read(outcomes.get(_call_id(index, runner)), parameters, construct, route), indices=indices.get((index, runner))
             )
             for runner in runners
         }
@@ -105,12 +106,17 @@ def construct_layers(
     ]
 
 
-def _model_indices(tree: SourceTree, route: Route, construct: Construct, layer, data: dict, run: Runner,
-                   follow: tuple[str, ...], platform: str) -> dict[str, Indices]:
-    """Construct the tree's model class (``construct.model``) for each drafter config,
-    with the layer class a recorded stand-in, and bind each recorded layer call to the
-    layer's ``__init__``: the index it received. Keys as the layer calls' ids."""
-    keys = [f"{name[2:]}|{runner}" for name in data for runner in route.runner_names]
+def _call_id(index: int, runner: str) -> str:
+    """A call's id in the child: opaque there, made here from what it is for (never parsed back)."""
+    return f"{index}|{runner}"
+
+
+def _model_indices(tree: SourceTree, route: Route, construct: Construct, layer, hf_configs: dict[int, dict], data: dict,
+                   run: Runner, follow: tuple[str, ...], platform: str) -> dict[tuple[int, str], Indices]:
+    """Construct the tree's model class (``construct.model``) for each drafter config
+    (by its index), with the layer class a recorded stand-in, and bind each recorded
+    layer call to the layer's ``__init__``: the index it received. Keyed by (config, runner)."""
+    keys = [(index, runner) for index in hf_configs for runner in route.runner_names]
     try:
         builder = ProgramBuilder(tree, (*BOUND, route.current_config, construct.layer), classes=True, follow=follow)
         model = Locator(tree, [], [(construct.file, construct.model)]).one(construct.file, construct.model)
@@ -126,8 +132,7 @@ def _model_indices(tree: SourceTree, route: Route, construct: Construct, layer, 
     globals_.update(_module_class={"$module_class": True}, _records={"$records": True}, logger=sandbox.noop("logger"))
     globals_[construct.layer] = {"$standin": construct.layer, "assume": assume, "record": record}
     calls = []
-    for key in keys:
-        index, runner = key.split("|")
+    for index, runner in keys:
         config = {**sandbox.config_object("hf_config", f"hf{index}"), "loose": True}
         # the drafter's config reaches the model through the deployment config's speculative config
         fields, holder = route.fields, route.deployment_name
@@ -137,14 +142,15 @@ def _model_indices(tree: SourceTree, route: Route, construct: Construct, layer, 
         current = {"$standin": f"{route.current_config}()", "record": record,
                    "assume": {**assume, f"{route.current_config}().{route.switch.property}": runner == route.switch.on}}
         bind = ((holder, deployment), (route.current_config, sandbox.returns(current)))
-        calls.append(Call(key, f"(lambda model: _records())({name}({arguments}))", bind))
+        calls.append(Call(_call_id(index, runner), f"(lambda model: _records())({name}({arguments}))", bind))
     try:
         outcomes = run(builder.chunks, calls, data, globals_)
     except SandboxError as exc:
         return {key: Indices(None, f"building {construct.model}: {exc}") for key in keys}
     signature = _bind_signature(_init(layer.node, construct.file), None)
     wanted = [name for name in signature.keywords if name in construct.index_parameters]
-    return {key: _received(outcomes.get(key), signature, wanted, construct, data[f"hf{key.split('|')[0]}"]) for key in keys}
+    return {(index, runner): _received(outcomes.get(_call_id(index, runner)), signature, wanted, construct, hf_configs[index])
+            for index, runner in keys}
 
 
 def _assumed(construct: Construct, platform: str, engine: Engine) -> dict[str, Any]:

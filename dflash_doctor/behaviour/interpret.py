@@ -5,6 +5,7 @@ whether the scheduler drops the last prefix-cache block."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from ..draft.config import ZLAB, DraftConfig, int_list
@@ -24,8 +25,11 @@ def failure(outcome: Outcome) -> str:
     return f"raises {outcome.error_type}: {outcome.error_message}"
 
 
+Lookup = Callable[[str], "Outcome | None"]  # a call's outcome by the plan's id (None: not made)
+
+
 def interpret(plan: Plan, outcomes: dict[str, Outcome], builder: ProgramBuilder, draft: DraftConfig,
-              expected_aux, expected_layers) -> Computed:
+              expected_aux: tuple[int, ...] | None, expected_layers: list[dict[str, Any]] | None) -> Computed:
     reasons: dict[str, str] = {}
     mismatches: list[str] = []
 
@@ -40,7 +44,8 @@ def interpret(plan: Plan, outcomes: dict[str, Outcome], builder: ProgramBuilder,
     layer_results = {runner: outcome(f"layers:{runner}") for runner in runners}
     support = {runner: _support(plan, plan.route.runner(runner), outcome, layer_results[runner]) for runner in runners}
     if len(runners) == 1:
-        default, default_why = runners[0], f"the {runners[0].upper()} runner is the only model runner this tree has"
+        default: str | None = runners[0]
+        default_why = f"the {runners[0].upper()} runner is the only model runner this tree has"
     else:
         default, default_why = _default_runner(plan, outcome)
     runner, runner_why = _choose_runner(default, default_why, support)
@@ -127,7 +132,7 @@ def interpret(plan: Plan, outcomes: dict[str, Outcome], builder: ProgramBuilder,
     )
 
 
-def _layer_list(value) -> bool:
+def _layer_list(value: Any) -> bool:
     return isinstance(value, list) and all(
         isinstance(item, list) and len(item) == 2 and (item[0] is None or isinstance(item[0], int)) and isinstance(item[1], bool)
         for item in value
@@ -157,7 +162,7 @@ def _layers_failure(plan: Plan, results: dict[str, Outcome | None], runner: str 
     return "not computable"
 
 
-def _support(plan: Plan, kind: RunnerKind, outcome, layers: Outcome | None) -> RunnerSupport:
+def _support(plan: Plan, kind: RunnerKind, outcome: Lookup, layers: Outcome | None) -> RunnerSupport:
     """Whether a runner accepts the drafter: the speculator its factory builds, a refusal
     raised by the per-layer resolver, then its refusal list (each where it has one)."""
     route = plan.route
@@ -199,7 +204,7 @@ def _support(plan: Plan, kind: RunnerKind, outcome, layers: Outcome | None) -> R
     return RunnerSupport(True, f"no {kind.name.upper()} refusal of this drafter in this tree")
 
 
-def _default_runner(plan: Plan, outcome) -> tuple[str | None, str]:
+def _default_runner(plan: Plan, outcome: Lookup) -> tuple[str | None, str]:
     switch = plan.route.switch
     prop = f"{plan.route.deployment_config.symbol}.{switch.property}"
     env = outcome("runner:env")
@@ -234,7 +239,7 @@ def _choose_runner(default: str | None, default_why: str, support: dict[str, Run
     return None, f"{default_why}; and whether each runner accepts the drafter is not fully known"
 
 
-def _prefix_block(plan: Plan, outcome, reasons: dict[str, str]) -> tuple[bool | None, bool | None]:
+def _prefix_block(plan: Plan, outcome: Lookup, reasons: dict[str, str]) -> tuple[bool | None, bool | None]:
     result = outcome("prefix")
     if plan.drop is None or result is None:
         reasons["drops_prefix_block"] = plan.reasons.get("prefix") or plan.reasons.get("spec") or "not computed"
@@ -252,5 +257,5 @@ def _prefix_block(plan: Plan, outcome, reasons: dict[str, str]) -> tuple[bool | 
 
 
 def _shown(plan: Plan) -> str:
-    shown = plan.drop.shown
+    shown = plan.drop.shown if plan.drop is not None else ""
     return f"{shown}()" if shown.isidentifier() else shown

@@ -44,7 +44,7 @@ def judge(behaviour: Behaviour, observations: tuple[Observation, ...], subjects:
     return dataclasses.replace(answer, reason=reason + (f"; works for {works}" if works else ""))
 
 
-def _configuration(behaviour: Behaviour, config: str, observations: list[Observation], guard: bool):
+def _configuration(behaviour: Behaviour, config: str, observations: list[Observation], guard: bool) -> list[ConfigResult] | str:
     """How one drafter config fares on each runner and setting, or the reason it
     cannot be told. A guard no runner accepts is not judged: the fix cannot break
     a drafter the tree does not run."""
@@ -54,7 +54,7 @@ def _configuration(behaviour: Behaviour, config: str, observations: list[Observa
     unknown = [item for item in accepts.values() if item.ok is None]
     if unknown and ACCEPTS in behaviour.chain:
         item = unknown[0]
-        return f"whether the {item.runner.upper()} runner accepts {config} is not known: {item.note}"
+        return f"whether the {(item.runner or '-').upper()} runner accepts {config} is not known: {item.note}"
     # Where acceptance only chooses whose answers count, a runner that may run the
     # drafter counts; the runners must then agree, so the answer holds whichever runs.
     running = {runner for runner, item in accepts.items() if item.ok is not False}
@@ -86,7 +86,7 @@ def _configuration(behaviour: Behaviour, config: str, observations: list[Observa
         by_setting[result.setting].add(result.works)
     if unknown and any(len(results) > 1 for results in by_setting.values()):
         item = unknown[0]
-        return (f"whether the {item.runner.upper()} runner accepts {config} is not known ({item.note}), "
+        return (f"whether the {(item.runner or '-').upper()} runner accepts {config} is not known ({item.note}), "
                 "and the runners that may run it give different answers")
     return outcome
 

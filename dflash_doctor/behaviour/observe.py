@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 
 from ..draft.config import DraftConfig
 from ..model import UNKNOWN, Observation
-from .computed import Computed
+from .computed import Computed, as_list
 from .construct import Built, Indices
 
 Layers = dict[str, Built] | None  # per runner, when the rule builds the drafter's layers
@@ -33,10 +33,10 @@ def capture_ids(name: str, draft: DraftConfig, computed: Computed, built: Layers
         value = by_runner.get(runner, UNKNOWN)
         if value is UNKNOWN or expected is None:
             why = reasons.get(f"aux_layer_ids_by_runner.{runner}") or reasons.get("aux_layer_ids") or "the drafter states no usable layer ids"
-            yield Observation(name, runner, DEFAULT, "resolver", None, _list(expected), None, None, why)
+            yield Observation(name, runner, DEFAULT, "resolver", None, as_list(expected), None, None, why)
             continue
         note = "" if value is not None else "the resolver returns None: the tree ignores the drafter's ids"
-        yield Observation(name, runner, DEFAULT, "resolver", None, list(expected), _list(value), value == tuple(expected), note)
+        yield Observation(name, runner, DEFAULT, "resolver", None, list(expected), as_list(value), value == tuple(expected), note)
 
 
 UNSTATED_WINDOW = "the drafter's config marks this layer sliding but states no window"
@@ -102,6 +102,3 @@ QUESTION_KINDS: dict[str, Callable[[str, DraftConfig, Computed, Layers], Iterato
     "block-drop": block_drop,
 }
 
-
-def _list(value):
-    return None if value is None else list(value)

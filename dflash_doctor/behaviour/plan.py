@@ -57,6 +57,7 @@ class Plan:
     route: Route
     runners: tuple[str, ...]
     calls: list[Call] = dataclasses.field(default_factory=list)
+    layer_calls: set[str] = dataclasses.field(default_factory=set)  # the calls that need the drafter's layer count
     stub_calls: list[StubCall] = dataclasses.field(default_factory=list)
     reasons: dict[str, str] = dataclasses.field(default_factory=dict)
     evidence: list[Place] = dataclasses.field(default_factory=list)
@@ -149,6 +150,7 @@ def _plan_layers(locator: Locator, builder: ProgramBuilder, plan: Plan) -> None:
         return
     for runner in plan.runners:
         current = sandbox.strict_object(route.deployment_config.name, **{route.switch.property: runner == route.switch.on})
+        plan.layer_calls.add(f"layers:{runner}")
         plan.calls.append(Call(
             f"layers:{runner}", f"[{_name(resolver)}(config, index) for index in range(layer_count)]",
             (("config", sandbox.config_object("hf_config", "hf")), (route.current_config, sandbox.returns(current))),

@@ -40,19 +40,21 @@ def answer_rules(
     platform = read_platform(tree)  # branches on the platform are taken for the one the target is built for
     answers = {}
     for rule in asked:
+        behaviour = rule.behaviour
+        assert behaviour is not None
         if rule.id in unlike:
-            answers[rule.id] = BehaviourAnswer(rule.behaviour.question, None, unlike[rule.id])
+            answers[rule.id] = BehaviourAnswer(behaviour.question, None, unlike[rule.id])
             continue
-        kind = QUESTION_KINDS[rule.behaviour.question]
-        construct = rule.behaviour.construct
+        kind = QUESTION_KINDS[behaviour.question]
+        construct = behaviour.construct
         built = (construct_layers(tree, construct, [found.hf_config for found in probes], run, rule.files, platform.name)
                  if construct else [None] * len(probes))
         observations = tuple(
             item for (name, draft), found, layers in zip(configs, probes, built) for item in kind(name, draft, found, layers)
         )
-        answer = judge(rule.behaviour, observations, rule.behaviour.subjects, rule.behaviour.guards)
+        answer = judge(behaviour, observations, behaviour.subjects, behaviour.guards)
         if user is not None:
-            mine = judge(rule.behaviour, observations, (user_name(user),), ())
+            mine = judge(behaviour, observations, (user_name(user),), ())
             # A working drafter the defect cannot reach keeps the tree's answer (which then does not gate).
             unreachable = mine.status == PRESENT and rule.affects_drafter(user)[0] is False
             if mine.status is not None and not unreachable:

@@ -24,7 +24,7 @@ def build_stubs(builder: ProgramBuilder, spec_symbol: Symbol, plan: Plan) -> str
         except ExtractError as exc:
             plan.reasons[stub_call.reason_key] = str(exc)
             continue
-        holder = {"$marker": "class", "label": stub_call.owner.node.name, "body": bodies[key],
+        holder = {"$marker": "class", "label": stub_call.owner.qualname.rsplit(".", 1)[-1], "body": bodies[key],
                   "holds": stub_call.holds, "loose": stub_call.loose}
         plan.calls.append(Call(stub_call.id, stub_call.expr, ((stub_call.holder, holder), *stub_call.bind)))
     seen: set[str] = set()
@@ -59,6 +59,6 @@ def with_spec(plan: Plan, call: Call, spec: dict, spec_body: str, spec_attrs: di
             value = sandbox.config_object("hf_config", hf_name)
         bind.append((name, value))
     bind.append(("spec", spec))
-    if call.id.startswith("layers:"):
+    if call.id in plan.layer_calls:
         bind.append(("layer_count", layer_count))
     return Call(call.id, call.expr, tuple(bind))
