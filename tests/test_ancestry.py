@@ -73,7 +73,7 @@ def test_main_tip_contains_every_merged_pr_by_merge_commit(history):
 
 
 def test_section_for_the_check_report_is_the_ancestry_report(history):
-    from dflash_doctor.commands.check import with_ancestry
+    from dflash_doctor.api import with_ancestry
     from dflash_doctor.model import CheckReport, Provenance, TargetInfo
     from dflash_doctor.rulefile import load_rules
 

@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dflash_doctor.accept.metrics import SERIES, counts_between, counts_since_start, parse_exposition, Scrape
-from dflash_doctor.commands.options import read_hosts_file
+from dflash_doctor.targets.selection import read_hosts_file
 from dflash_doctor.draft.lint import lint_report
 from dflash_doctor.images.archive import ArchiveSource
 from dflash_doctor.images.layers import LayerIndex

@@ -38,7 +38,8 @@ def accept(
     Exit: 0 within the expected band (or no collapse without --drafter), 1 below it,
     2 too little data, 3 the endpoint could not be read.
     """
-    from ..accept import AcceptOptions, run_accept
+    from .. import api
+    from ..accept import AcceptOptions
     from ..accept.report import render
 
     options = AcceptOptions(
@@ -58,7 +59,7 @@ def accept(
         min_drafts=min_drafts,
         progress=sys.stderr.isatty(),
     )
-    report = run_accept(options)
+    report = api.accept(options)
     emit(render(report, format.value, terminal=output is None and sys.stdout.isatty()), output)
     return report.exit_code
 

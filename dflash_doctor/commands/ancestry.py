@@ -23,12 +23,9 @@ from .options import (
     SingleHostOption,
     SingleImageOption,
     SshConfigOption,
-    ssh_options,
-    choose_targets,
     emit,
-    image_options,
+    target_spec,
 )
-from ..model import ToolError
 
 
 class Format(str, Enum):
@@ -75,21 +72,14 @@ def ancestry(
     """
     import json
 
-    from ..ancestry import commit_from_target, judge, render
-    from ..rulefile import select
+    from .. import api
+    from ..ancestry import render
 
-    rules = select(only)
-    if commit is not None:
-        if path or python or release or host or image:
-            raise ToolError("give --commit or a target (--path/--python/--release/--host/--image), not both")
-        source = "--commit"
-    else:
-        ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, probe_timeout, accept_new_host_key)
-        image_opts = image_options(platform, insecure_registry, registry_timeout, progress=sys.stderr.isatty())
-        targets, _ = choose_targets(path, python, release, [host] if host else None, None, None, ssh, rules,
-                                    [image] if image else None, image_opts)
-        commit, source = commit_from_target(targets[0][1])
-    report = judge(repo, commit, source, rules=rules, prs=pr, main_ref=main_ref, remote=remote, fetch=fetch)
+    spec = target_spec(path, python, release, [host] if host else None, images=[image] if image else None, identity=identity,
+                       known_hosts=known_hosts, ssh_config=ssh_config, connect_timeout=connect_timeout,
+                       probe_timeout=probe_timeout, accept_new_host_key=accept_new_host_key, platform=platform,
+                       insecure_registry=insecure_registry, registry_timeout=registry_timeout, progress=sys.stderr.isatty())
+    report = api.ancestry(api.AncestryRequest(repo, commit, spec, tuple(only or ()), tuple(pr or ()), main_ref, remote, fetch))
     if format is Format.json:
         text = json.dumps(report.to_json(), indent=2) + "\n"
     else:

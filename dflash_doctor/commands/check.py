@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import dataclasses
 import sys
 from enum import Enum
 from pathlib import Path
@@ -8,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from ..model import BottomLine, ToolError
+from ..model import ToolError
 from ..reporters import FORMATS
 from ..terminal import clean
 from .options import (
@@ -31,9 +30,7 @@ from .options import (
     RegistryTimeoutOption,
     ReleaseOption,
     SshConfigOption,
-    ssh_options,
-    choose_targets,
-    image_options,
+    target_spec,
 )
 
 
@@ -69,16 +66,6 @@ def _warm_up(rules) -> None:
     from ..engine import warm_up
 
     warm_up(rules)
-
-
-def with_ancestry(report, repo: Path, main_ref: Optional[str], rules):
-    """The report with an ``ancestry`` section for its recorded build commit."""
-    from ..ancestry import judge
-
-    if not report.vllm.commit:
-        raise ToolError(f"--repo: {report.target.location} records no build commit to look up (version {report.vllm.version})")
-    section = judge(repo, report.vllm.commit, report.vllm.commit_source, rules=rules, main_ref=main_ref)
-    return dataclasses.replace(report, sections=(*report.sections, section))
 
 
 def check(
@@ -119,67 +106,37 @@ def check(
     Exit: 0 all present (or waived, or whose defect cannot reach the --draft-config drafter), 1 any
     absent/partial/not-applicable (or unknown with --strict), 2 otherwise any unknown, 3 could not run.
     """
-    from ..check import for_this_process, run_check
+    from .. import api
+    from ..check import for_this_process
     from ..paths import write_atomically
     from ..reporters import reporter
-    from ..rulefile import load_rules, select
-    from ..paths import FULL_WHEEL
-    from ..waivers import apply_waivers, load_waivers, waiver_summary
+    from ..waivers import waiver_summary
 
     for_this_process()  # the command ends the process: no collector pass over the trees between its checks
-    rules = select(only)
     outputs = parse_outputs(format.value, output or [])
-    waiver_list = load_waivers(waivers, {rule.id for rule in load_rules()}) if waivers is not None else None
-    ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, probe_timeout, accept_new_host_key)
     # One image on a terminal shows a bar per layer; a fleet shows its own progress.
-    image_opts = image_options(platform, insecure_registry, registry_timeout, progress=sys.stderr.isatty() and len(image or []) == 1)
-    targets, fleet = choose_targets(path, python, release, host, hosts_file, from_probe, ssh, rules, image, image_opts)
-    if fleet and (host or hosts_file):
-        import threading
-
-        # Hosts the results cache cannot answer need the engine: imported while the others' round trips
-        # go on (one host's check that the cache answers never imports it: not warmed up for one host).
-        # Not a daemon: a daemon thread still importing at interpreter exit can abort the process.
-        threading.Thread(target=_warm_up, args=(rules,)).start()
-    if target_config is not None and draft_config is None:
-        raise ToolError("--target-config needs --draft-config")
-    drafter = {"draft_config": draft_config, "target_config": target_config}
-    first_releases = {rule.id: rule.first_release for rule in rules}
-
-    def finish(report):
-        report = dataclasses.replace(report, strict=strict)
-        if repo is not None:
-            report = with_ancestry(report, repo, main_ref, rules)
-        report = apply_waivers(report, waiver_list, waivers) if waiver_list is not None else report
-        return dataclasses.replace(report, summary=BottomLine.of(report.fixes, first_releases, report.vllm.vendor))
-
-    if fleet:
-        from ..fleet import check_targets
-        from ..model import HostOutcome, fleet_exit_code
-
-        def finish_host(outcome):
-            try:
-                return HostOutcome(outcome.host, report=finish(outcome.report)) if outcome.report else outcome
-            except ToolError as exc:
-                return HostOutcome(outcome.host, error=str(exc))
-
-        outcomes = [finish_host(o) for o in check_targets(targets, rules, jobs, progress=sys.stderr.isatty(), **drafter)]
-        render = lambda name, terminal: reporter(name).render_fleet(outcomes, terminal)  # noqa: E731
-        reports, code = [o.report for o in outcomes if o.report], fleet_exit_code(outcomes)
+    spec = target_spec(path, python, release, host, hosts_file, from_probe, image, identity=identity, known_hosts=known_hosts,
+                       ssh_config=ssh_config, connect_timeout=connect_timeout, probe_timeout=probe_timeout,
+                       accept_new_host_key=accept_new_host_key, platform=platform, insecure_registry=insecure_registry,
+                       registry_timeout=registry_timeout, progress=sys.stderr.isatty() and len(image or []) == 1)
+    request = api.CheckRequest(spec, tuple(only or ()), strict, waivers, repo, main_ref, draft_config, target_config, jobs,
+                               full_wheel, progress=sys.stderr.isatty())
+    # Hosts the results cache cannot answer need the engine: imported while the others' round trips go on
+    # (one host's check that the cache answers never imports it: not warmed up for one host).
+    result = api.check(request, warm_up=_warm_up)
+    if result.fleet:
+        render = lambda name, terminal: reporter(name).render_fleet(list(result.outcomes), terminal)  # noqa: E731
     else:
-        with FULL_WHEEL.on(full_wheel):  # the release's wheel, and the transformers wheel its behaviour fetches
-            report = finish(run_check(targets[0][1], rules, **drafter))
-        render = lambda name, terminal: reporter(name).render(report, terminal)  # noqa: E731
-        reports, code = [report], report.exit_code
+        render = lambda name, terminal: reporter(name).render(result.reports[0], terminal)  # noqa: E731
     rendered = [(file, render(name, False)) for name, file in outputs]
     for file, text in rendered:
         write_atomically(file, text)
     if not any(name == format.value for name, _ in outputs):
         sys.stdout.write(render(format.value, sys.stdout.isatty()))
-    for report in reports:
+    for report in result.reports:
         for line in waiver_summary(report):
             print(f"dflash-doctor: {clean(line)}", file=sys.stderr)
-    return code
+    return result.exit_code
 
 
 def register(app: typer.Typer) -> None:

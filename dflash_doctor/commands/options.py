@@ -1,4 +1,4 @@
-"""Options shared by the commands that take a target, and output helpers."""
+"""Options shared by the commands that take a target, and writing a report."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from typing import Optional
 
 import typer
 
-from ..model import ToolError
-from ..paths import read_file, write_atomically
-
-MAX_HOSTS_FILE_BYTES = 1024 * 1024
+from ..paths import write_atomically
+from ..targets.hosts import SshOptions
+from ..targets.image import ImageOptions
+from ..targets.selection import TargetSpec
 
 PathOption = typer.Option(None, "--path", help="site-packages, a source checkout, or the vllm directory.")
 PythonOption = typer.Option(None, "--python", help="Interpreter whose environment holds vllm (never imported).")
@@ -36,110 +36,19 @@ InsecureRegistryOption = typer.Option(None, "--insecure-registry", metavar="HOST
 RegistryTimeoutOption = typer.Option(30.0, "--registry-timeout", min=0.1, help="With --image: seconds a registry may take to answer a request or send more of a blob.")
 
 
-def image_options(platform: str, insecure: Optional[list[str]], timeout: float, progress: bool = False):
-    """The shared --image options as ImageOptions (the image reference is added per target)."""
-    from ..targets.image import ImageOptions
-
-    return ImageOptions(platform=platform, insecure=tuple(insecure or ()), timeout=timeout, progress=progress)
-
-
-def ssh_options(identity, known_hosts, ssh_config, connect_timeout, probe_timeout, accept_new_host_key) -> dict:
-    """The shared ssh options as SshOptions keywords (--python is added with the host)."""
-    return {
-        "identity": identity, "known_hosts": known_hosts, "ssh_config": ssh_config,
-        "connect_timeout": connect_timeout, "probe_timeout": probe_timeout, "accept_new_host_key": accept_new_host_key,
-    }
-
-
-def read_hosts_file(path: Path) -> list[str]:
-    try:
-        lines = read_file(path, MAX_HOSTS_FILE_BYTES, "hosts file").decode("utf-8").splitlines()
-    except UnicodeDecodeError:
-        raise ToolError(f"hosts file {path} is not UTF-8 text") from None
-    hosts = ((number, line.split("#", 1)[0].strip()) for number, line in enumerate(lines, 1))
-    return [check_host(host, f"hosts file {path}, line {number}") for number, host in hosts if host]
-
-
-def check_host(given: str, where: str) -> str:
-    """``[user@]host[:port]`` whose host a resolver can take: each dot-separated label of a
-    name 1 to 63 characters (the idna codec socket uses refuses others with a UnicodeError)."""
-    host = given.rpartition("@")[2]
-    host = host[1:].partition("]")[0] if host.startswith("[") else host.partition(":")[0]
-    try:
-        host.encode("idna")
-    except UnicodeError:
-        raise ToolError(f"{where}: {host[:80]!r} is not a host name (each dot-separated label is 1 to 63 characters)") from None
-    return given
-
-
-def choose_targets(
-    path: Optional[Path],
-    python: Optional[str],
-    release: Optional[str],
-    hosts: Optional[list[str]],
-    hosts_file: Optional[Path],
-    from_probe: Optional[Path],
-    ssh: dict,
-    rules,
-    images: Optional[list[str]] = None,
-    image_opts=None,
-) -> tuple[list[tuple[str, object]], bool]:
-    """The targets the options name, and whether they make a fleet (one report per host or image)."""
-    hosts = [check_host(host, "--host") for host in hosts or []] + (read_hosts_file(hosts_file) if hosts_file is not None else [])
-    remote = bool(hosts) or hosts_file is not None
-    local = [name for name, value in (("--path", path), ("--release", release), ("--from-probe", from_probe)) if value]
-    if images:
-        given = local + [name for name, value in (("--python", python), ("--host", remote)) if value]
-        if given:
-            raise ToolError(f"give --image or {given[0]}, not both")
-        from ..targets.image import ImageTarget
-
-        return [(ref, ImageTarget(ref, image_opts)) for ref in images], len(images) > 1
-    if remote and local:
-        raise ToolError(f"give hosts or {local[0]}, not both")
-    if len(local) > 1:
-        raise ToolError(f"give one target, not {' and '.join(local)}")
-    if remote:
-        if not hosts:
-            raise ToolError(f"no hosts in {hosts_file}")
-        from ..engines import VLLM
-        from ..targets.probing import probe_request
-        from ..targets.ssh import SshOptions, SshTarget
-
-        options = SshOptions(python=python or "python3", **ssh)
-        request = probe_request(rules, VLLM)
-        targets = [(host, SshTarget(host, options, request)) for host in hosts]
-        return targets, len(hosts) > 1 or hosts_file is not None
-    if from_probe is not None:
-        from ..targets.snapshot import ProbeFileTarget
-
-        if from_probe.is_dir():
-            files = sorted(p for p in from_probe.iterdir() if p.is_file() and not p.name.startswith("."))
-            if not files:
-                raise ToolError(f"no probe files in {from_probe}")
-            return [(p.stem, ProbeFileTarget(p)) for p in files], True
-        if not from_probe.is_file():
-            raise ToolError(f"no such probe file or directory: {from_probe}")
-        return [(from_probe.stem, ProbeFileTarget(from_probe))], False
-    return [("local", choose_target(path, python, release))], False
-
-
-def choose_target(path: Optional[Path], python: Optional[str], release: Optional[str]):
-    """The one target the options name; the current interpreter when none."""
-    chosen = [name for name, value in (("--path", path), ("--python", python), ("--release", release)) if value]
-    if len(chosen) > 1:
-        raise ToolError(f"give one target, not {' and '.join(chosen)}")
-    if path is not None:
-        from ..targets.path import PathTarget
-
-        return PathTarget(path)
-    if release is not None:
-        from ..targets.release import ReleaseTarget
-
-        return ReleaseTarget(release)
-    from ..targets.interpreter import InterpreterTarget
-
-    return InterpreterTarget(python or sys.executable)
+def target_spec(
+    path: Optional[Path] = None, python: Optional[str] = None, release: Optional[str] = None,
+    hosts: Optional[list[str]] = None, hosts_file: Optional[Path] = None, from_probe: Optional[Path] = None,
+    images: Optional[list[str]] = None, *, identity: Optional[Path] = None, known_hosts: Optional[Path] = None,
+    ssh_config: Optional[Path] = None, connect_timeout: float = 10.0, probe_timeout: float = 60.0,
+    accept_new_host_key: bool = False, platform: str = "linux/amd64", insecure_registry: Optional[list[str]] = None,
+    registry_timeout: float = 30.0, progress: bool = False,
+) -> TargetSpec:
+    """The target options as the API's ``TargetSpec`` (the ssh and image ones only matter with hosts or images)."""
+    ssh = SshOptions(identity=identity, known_hosts=known_hosts, ssh_config=ssh_config, connect_timeout=connect_timeout,
+                     probe_timeout=probe_timeout, accept_new_host_key=accept_new_host_key)
+    image = ImageOptions(platform=platform, insecure=tuple(insecure_registry or ()), timeout=registry_timeout, progress=progress)
+    return TargetSpec(path, python, release, tuple(hosts or ()), hosts_file, from_probe, tuple(images or ()), ssh, image)
 
 
 def emit(text: str, output: Optional[Path]) -> None:

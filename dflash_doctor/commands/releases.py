@@ -29,19 +29,15 @@ def releases(
     Exit: 0 the matrix was computed, 3 it could not be (the package index cannot be reached: --offline uses the
     cache; a release that could not be checked).
     """
-    from ..paths import FULL_WHEEL, OFFLINE
-    from ..releases import Matrix, plan, release_rows, render_markdown, render_plain, render_terminal, rules_digest
-    from ..rulefile import load_rules
-    from ..terminal import columns, progress
+    from .. import api
+    from ..releases import render_markdown, render_plain, render_terminal
+    from ..terminal import columns
 
-    rules = load_rules()
-    digest = rules_digest(rules)
-    versions, note = plan(first, last, offline, digest)
-    if note != "package index":
-        print(f"dflash-doctor: releases from the {note}", file=sys.stderr)
-    with progress("releases", total=len(versions)) as update, OFFLINE.on(offline), FULL_WHEEL.on(full_wheel):
-        rows = release_rows(versions, rules, digest, update)
-    matrix = Matrix(rules, tuple(rows), note, digest)
+    def said(line: str) -> None:
+        print(f"dflash-doctor: {line}", file=sys.stderr)
+
+    matrix = api.releases(api.ReleasesRequest(first, last, offline, full_wheel), said)
+    rows = matrix.rows
     if format is MatrixFormat.json:
         import json
 
