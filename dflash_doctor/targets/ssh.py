@@ -43,7 +43,7 @@ from ..draft import sandbox
 from ..draft.session import RUN_TIMEOUT_S, Session, Unstarted
 from ..model import TargetInfo, ToolError
 from ..patching.sftp_files import SftpFiles
-from ..probe import STAGE_BOOT
+from ..probe import MARKER, STAGE_BOOT
 from . import ResolvedTarget
 from .jumps import JUMPS
 from .channel import ChannelPipe, behaviour_lifetime
@@ -313,7 +313,7 @@ class SshTarget:
                 if not staged:
                     channel.shutdown_write()  # ``python -`` runs its source once it has all of it
                 self.bytes_sent += len(command) + len(payload)
-                output, errors = self._drain(channel, deadline, MAX_OUTPUT_BYTES, answered if staged else None)
+                output, errors = self._drain(channel, deadline, MAX_OUTPUT_BYTES, answer=staged)
                 answer = parse_probe_output(output.decode("utf-8", "replace"), who) if answered(output) else None
                 if answer is not None and staged and not answer.get("error"):
                     self._staged.append(channel)
@@ -362,7 +362,7 @@ class SshTarget:
             try:
                 with self._probe_errors(spec):
                     channel.sendall(line)
-                    output, _ = self._drain(channel, time.monotonic() + self.options.probe_timeout, MAX_OUTPUT_BYTES, answered)
+                    output, _ = self._drain(channel, time.monotonic() + self.options.probe_timeout, MAX_OUTPUT_BYTES, answer=True)
             finally:
                 sent, got = self._fetched
                 self._fetched = (sent + len(line), got + self.bytes_received - received)
@@ -429,19 +429,26 @@ class SshTarget:
         finally:
             session.close()
 
-    def _drain(self, channel, deadline: float, cap: int, until: Callable[[bytes], bool] | None = None) -> tuple[bytes, bytes]:
+    def _drain(self, channel, deadline: float, cap: int, answer: bool = False) -> tuple[bytes, bytes]:
         """Standard output (at most ``cap`` bytes) and the tail of standard
-        error, until the remote side closes them, ``until(output)`` holds, or the deadline passes."""
+        error, until the remote side closes them, the deadline passes, or (``answer``)
+        output holds a whole marked line (``probing.answered``, looked for in each
+        chunk as it comes: a flood up to the cap is read once, not once per chunk)."""
         output, errors = bytearray(), bytearray()
+        marker, marked = MARKER.encode(), -1  # where the last marked line output holds starts
         while True:
             if channel.recv_ready():
                 chunk = channel.recv(1 << 16)
                 self.bytes_received += len(chunk)
+                start = len(output)
                 output += chunk
                 if len(output) > cap:
                     raise OverflowError
-                if until is not None and until(bytes(output)):
-                    break
+                if answer:
+                    at = output.rfind(marker, max(0, start - len(marker) + 1))
+                    marked = at if at >= 0 else marked
+                    if marked >= 0 and output.find(b"\n", max(marked, start)) >= 0:
+                        break
             elif channel.recv_stderr_ready():
                 chunk = channel.recv_stderr(1 << 16)
                 self.bytes_received += len(chunk)
