@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import check_json
+from conftest import check_json, run_cli
 from sshd import SshServer, client_env, keygen
 
 from dflash_doctor.behaviour.by_name import run_by_name
@@ -257,3 +257,19 @@ def test_0_34_0_over_ssh_is_judged_by_behaviour_as_on_this_machine(tmp_path: Pat
     assert host.started() == ["-c"]  # the results cache answered: no behaviour child on the host
     assert (again, second["fixes"], second["summary"]) == (code, first["fixes"], first["summary"])
     assert second["target"]["bytes_received"] < first["target"]["bytes_received"] / 4
+
+
+def test_0_34_0_from_a_probe_file_stays_unknown_and_says_what_judges_it(tmp_path: Path, release) -> None:
+    """A probe file has no host to ask for the modules the code imports: structure alone
+    leaves swa-config unknown, and the reason points at --host and --path."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (next(venv.glob("lib/python3*/site-packages")) / "tree.pth").write_text(f"{release('0.34.0')}\n")
+    (tmp_path / "probe.py").write_text(run_cli("probe-script").stdout)
+    answer = subprocess.run([str(venv / "bin" / "python"), str(tmp_path / "probe.py")], capture_output=True,
+                            text=True, check=True, timeout=120).stdout
+    (tmp_path / "node.probe").write_text(answer)
+    code, report = check_json("--from-probe", str(tmp_path / "node.probe"))
+    swa = next(fix for fix in report["fixes"] if fix["id"] == "swa-config")
+    assert (code, swa["status"], swa["decided_by"]) == (2, "unknown", "structure"), swa
+    assert "check the host with --host" in swa["reason"] and "--path" in swa["reason"], swa["reason"]
