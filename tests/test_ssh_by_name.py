@@ -85,10 +85,10 @@ class Host:
     """A real sshd whose interpreter sees ``tree``; ``lie``: Python run in the collector's
     ``more_files`` after its honest answer (``paths`` asked, ``answer`` to send)."""
 
-    def __init__(self, work: Path, tree: Path, lie: str = "pass") -> None:
+    def __init__(self, work: Path, tree: Path, user: Path, server: SshServer, lie: str) -> None:
         self.work = work
-        self.user = keygen(work / "user")
-        self.server = SshServer(work / "sshd", self.user)
+        self.user = user
+        self.server = server
         self.log = work / "invocations"
         self.asked = work / "asked"
         for log in (self.log, self.asked):
@@ -126,6 +126,11 @@ class Host:
         return [path for line in self.asked.read_text().splitlines() for path in json.loads(line)]
 
 
+def start(work: Path, tree: Path, lie: str = "pass") -> Host:
+    user = keygen(work / "user")
+    return Host(work, tree, user, SshServer(work / "sshd", user), lie)
+
+
 @pytest.fixture
 def hosts(tmp_path: Path) -> Iterator[list[Host]]:
     made: list[Host] = []
@@ -159,7 +164,7 @@ ONLY_THE_REGISTRY = {"package": "vllm", "files": ["vllm/__init__.py", "vllm/regi
 
 def test_a_module_looked_up_by_name_that_the_collector_did_not_send_is_asked_of_the_host(
         tmp_path: Path, hosts: list[Host]) -> None:
-    host = Host(tmp_path, toy_tree(tmp_path / "site"))
+    host = start(tmp_path, toy_tree(tmp_path / "site"))
     hosts.append(host)
     target = SshTarget(host.given, host.options(), ONLY_THE_REGISTRY)
     with target.connected():
@@ -195,7 +200,7 @@ HOSTILE = '''
 
 def test_a_hostile_hosts_answers_are_taken_only_for_the_path_asked_and_checked(tmp_path: Path, hosts: list[Host]) -> None:
     marker = tmp_path / "marker.py"
-    host = Host(tmp_path, toy_tree(tmp_path / "site"), textwrap.indent(
+    host = start(tmp_path, toy_tree(tmp_path / "site"), textwrap.indent(
         textwrap.dedent(HOSTILE).replace("MARKER", repr(str(marker))), "    "))
     hosts.append(host)
     target = SshTarget(host.given, host.options(), ONLY_THE_REGISTRY)
@@ -218,7 +223,7 @@ FLOOD = "sys.stdout.write('y' * (40 * 1024 * 1024)); sys.stdout.flush()"
 
 
 def test_a_host_flooding_its_answer_is_cut_off_at_the_cap(tmp_path: Path, hosts: list[Host]) -> None:
-    host = Host(tmp_path, toy_tree(tmp_path / "site"), FLOOD)
+    host = start(tmp_path, toy_tree(tmp_path / "site"), FLOOD)
     hosts.append(host)
     target = SshTarget(host.given, host.options(), ONLY_THE_REGISTRY)
     with target.connected():
@@ -237,7 +242,7 @@ def test_0_34_0_over_ssh_is_judged_by_behaviour_as_on_this_machine(tmp_path: Pat
     """All three fixes present, decided by behaviour, as ``--path`` on the same tree;
     a second check is answered from the results cache, the same, with only the collector run."""
     tree = release("0.34.0")
-    host = Host(tmp_path, tree)
+    host = start(tmp_path, tree)
     hosts.append(host)
     cache = tmp_path / "cache"
     cache.mkdir()
