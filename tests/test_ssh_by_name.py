@@ -277,4 +277,5 @@ def test_0_34_0_from_a_probe_file_stays_unknown_and_says_what_judges_it(tmp_path
     code, report = check_json("--from-probe", str(tmp_path / "node.probe"))
     swa = next(fix for fix in report["fixes"] if fix["id"] == "swa-config")
     assert (code, swa["status"], swa["decided_by"]) == (2, "unknown", "structure"), swa
-    assert "check the host with --host" in swa["reason"] and "--path" in swa["reason"], swa["reason"]
+    assert "as --host asks the host and --path reads the tree" in swa["reason"], swa["reason"]
+    assert "check --host" in swa["remedy"] and "check --path" in swa["remedy"], swa["remedy"]

@@ -21,8 +21,8 @@ Contents = Callable[[], Mapping[str, str | None]]
 More = Callable[[list[str], bool], Mapping[str, Any]]
 SHA256 = re.compile(r"[0-9a-f]{64}")
 # Why a probe file's tree is judged by structure alone, and what judges it by behaviour.
-FROM_FILE = (f"{NOT_RUN_HERE}; a probe file holds only the files the rules name, and no host to ask for a module "
-             "its code imports: check the host with --host (its code runs there) or a copy of the tree with --path")
+FROM_FILE = (f"{NOT_RUN_HERE}; a probe file holds only the files the rules name, with no host to ask for the modules "
+             "its code imports or looks up by name, as --host asks the host and --path reads the tree")
 
 
 class SnapshotTree(SourceTree):
