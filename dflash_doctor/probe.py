@@ -12,8 +12,11 @@ site hook prints before it cannot be mistaken for the answer.
 - ``stage REQUEST``: ``collect``'s answer in two parts from one run (for ssh):
   first without the files' bytes (their sha256 says what they hold, enough for
   the results cache to answer), then, only when the client writes ``contents``
-  on standard input, the bytes that were hashed. The source itself comes on
-  standard input too, after its length (``STAGE_BOOT``).
+  on standard input, the bytes that were hashed. Until its input ends it also
+  answers ``more PATHS`` and ``digests PATHS`` (``more_files``: with the bytes,
+  or only their sha256) for package files the request did not name, which a check
+  came to read (a module the tree's code imports, or looks up by its name). The
+  source itself comes on standard input too, after its length (``STAGE_BOOT``).
 
 It must run on any Python 3.6+ a server has: no imports from dflash_doctor, no
 f-strings, nothing newer. dflash_doctor imports ``scan_definitions`` from here
@@ -381,6 +384,42 @@ def collect(request):
     return answer
 
 
+# The most files one ``more`` line may name.
+MAX_MORE_FILES = 64
+
+
+def package_module(relpath, package):
+    """Whether ``relpath`` is a module file inside the package: ``package/a/b.py``,
+    each part an identifier (never ``..``, an absolute path or another directory)."""
+    if not isinstance(relpath, str) or not relpath.endswith(".py") or len(relpath) > 512:
+        return False
+    parts = relpath[:-3].split("/")
+    return parts[0] == package and all(part.isidentifier() for part in parts)
+
+
+def more_files(root, package, paths, with_bytes):
+    """The package's module files ``paths`` (a file the request did not name): their
+    sha256, and their bytes when ``with_bytes``; anything that is not one is refused."""
+    answer = {"files": {}, "sha256": {}, "file_errors": {}}
+    if not isinstance(paths, list) or len(paths) > MAX_MORE_FILES:
+        answer["error"] = "a request for more files names at most %d files" % MAX_MORE_FILES
+        return answer
+    for relpath in paths:
+        if not package_module(relpath, package):
+            answer["file_errors"][str(relpath)[:512]] = "is not a module file of the package: refused"
+            continue
+        data, error = read_regular(os.path.join(root, relpath))
+        if error:
+            answer["file_errors"][relpath] = error
+        elif data is None:
+            answer["files"][relpath] = None
+        else:
+            answer["sha256"][relpath] = hashlib.sha256(data).hexdigest()
+            if with_bytes:
+                answer["files"][relpath] = data.decode("latin-1")
+    return answer
+
+
 def encode(answer):
     return base64.b64encode(zlib.compress(json.dumps(answer).encode("utf-8"), 6)).decode("ascii")
 
@@ -401,13 +440,26 @@ def respond(payload):
 
 
 def stage(request, deadline):
-    """``collect`` in two parts; the second only when asked for (see the module's docstring)."""
-    first, held = split_answer(collect(request))
+    """``collect`` in two parts; the second only when asked for, and more files while
+    the client asks (see the module's docstring). Each word within its own deadline."""
+    answer = collect(request)
+    first, held = split_answer(answer)
     respond(encode(first))
-    if deadline and hasattr(signal, "alarm"):
-        signal.alarm(deadline)  # the client's word, and the bytes, within a deadline of their own
-    if held and sys.stdin.buffer.readline().strip() == b"contents":
-        respond(encode({"files": held}))
+    while not answer.get("error"):
+        if deadline and hasattr(signal, "alarm"):
+            signal.alarm(deadline)  # the client's next word, and its answer, within a deadline of their own
+        word, _, rest = sys.stdin.buffer.readline().strip().partition(b" ")
+        if word == b"contents":
+            respond(encode({"files": held}))
+            held = {}
+        elif word in (b"more", b"digests"):
+            try:
+                paths = json.loads(base64.b64decode(rest).decode("utf-8"))
+            except ValueError:
+                paths = None
+            respond(encode(more_files(answer["root"], answer["package"], paths, word == b"more")))
+        else:  # the end of the input, or a word it does not know
+            return
 
 
 def main(argv):

@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from ..engines import VLLM, Engine, of_package
 from ..model import TargetInfo, ToolError
+from ..probe import package_module
 from ..source import SourceError, SourceTree
-from . import ResolvedTarget
+from . import NOT_RUN_HERE, ResolvedTarget
 from .probing import held_back, parse_probe_output, read_probe_file
 
 Contents = Callable[[], Mapping[str, str | None]]
+# The host's answer for package module files the collector did not send: (paths, with their bytes).
+More = Callable[[list[str], bool], Mapping[str, Any]]
+SHA256 = re.compile(r"[0-9a-f]{64}")
+# Why a probe file's tree is judged by structure alone, and what judges it by behaviour.
+FROM_FILE = (f"{NOT_RUN_HERE}; a probe file holds only the files the rules name, with no host to ask for the modules "
+             "its code imports or looks up by name, as --host asks the host and --path reads the tree")
 
 
 class SnapshotTree(SourceTree):
@@ -21,9 +31,14 @@ class SnapshotTree(SourceTree):
     A staged answer (ssh) holds back the bytes of most files and gives their
     sha256, computed on the host: the tree's ``state`` is known from those alone,
     so the results cache can answer without the bytes. ``contents`` fetches them
-    all at the first read that needs one, each then checked against its digest."""
+    all at the first read that needs one, each then checked against its digest.
+    ``more`` asks the host for a module file of the package the collector did not
+    send (one the tree's code imports, or looks up by its name): its digest when
+    that is all a check needs, its bytes when it reads them. The host's answer is
+    untrusted: only the path asked for is taken from it."""
 
-    def __init__(self, answer: dict, engine: Engine = VLLM, contents: Contents | None = None) -> None:
+    def __init__(self, answer: dict, engine: Engine = VLLM, contents: Contents | None = None,
+                 more: More | None = None) -> None:
         super().__init__()
         self.engine = engine
         self.root = answer.get("root", "")
@@ -35,8 +50,11 @@ class SnapshotTree(SourceTree):
         self.python = f"{answer.get('python') or ''} {answer.get('python_version') or ''}".strip()
         self._held = held_back(answer) if contents is not None else set()  # elsewhere a digest without bytes is only a claim
         self._contents = contents
+        self._more = more
+        self._more_held: set[str] = set()  # files whose digest came from ``more`` without their bytes
 
     def read(self, relpath: str) -> bytes | None:
+        self._ask_host(relpath, True)
         if relpath in self._errors:
             raise SourceError(f"{relpath} {self._errors[relpath]}")
         if relpath in self._held and self._contents is not None:
@@ -56,9 +74,39 @@ class SnapshotTree(SourceTree):
         return self._sha256[relpath]  # ``read`` checked the bytes against it
 
     def digest(self, relpath: str) -> str | None:
-        if relpath in self._held and relpath not in self._errors:
+        self._ask_host(relpath, False)
+        if (relpath in self._held or relpath in self._more_held) and relpath not in self._errors:
             return self._sha256[relpath]  # the host's, before the bytes came (they are checked against it when read)
         return super().digest(relpath)
+
+    def _ask_host(self, relpath: str, with_bytes: bool) -> None:
+        """Learn from the host what it holds at ``relpath`` when the collector sent
+        nothing of it: a module file of the package only (it asks the host for no other)."""
+        known = relpath in self._files or relpath in self._errors or relpath in self._held
+        if self._more is None or (known and not (with_bytes and relpath in self._more_held)):
+            return
+        if not package_module(relpath, self.package):
+            return
+        try:
+            part = self._more([relpath], with_bytes)
+        except ToolError as exc:  # the host could not be asked: the file is unknown, not absent
+            self._errors[relpath] = f"could not be fetched from the host: {exc}"
+            return
+        files, sha256, errors = part.get("files", {}), part.get("sha256", {}), part.get("file_errors", {})
+        self._more_held.discard(relpath)
+        if relpath in errors:
+            self._errors[relpath] = errors[relpath]
+        elif relpath in files and files[relpath] is None:
+            self._files[relpath] = None  # not there
+        elif not SHA256.fullmatch(sha256.get(relpath) or ""):
+            self._errors[relpath] = "was not answered for by the host"
+        elif relpath in files:
+            self._files[relpath], self._sha256[relpath] = files[relpath], sha256[relpath]
+        elif with_bytes:
+            self._errors[relpath] = "was not sent by the host"
+        else:
+            self._sha256[relpath] = sha256[relpath]
+            self._more_held.add(relpath)
 
     def search(self, names: frozenset[str]) -> Mapping[str, list[str]]:
         return {name: list(self._search.get(name, [])) for name in names}
@@ -68,7 +116,7 @@ class SnapshotTree(SourceTree):
 
 
 def snapshot_target(answer: dict, kind: str, who: str, details: tuple[tuple[str, str], ...] = (),
-                    contents: Contents | None = None) -> ResolvedTarget:
+                    contents: Contents | None = None, more: More | None = None) -> ResolvedTarget:
     if answer.get("error"):
         raise ToolError(f"{who}: {answer['error']}")
     if "files" not in answer:
@@ -79,7 +127,7 @@ def snapshot_target(answer: dict, kind: str, who: str, details: tuple[tuple[str,
         raise ToolError(f"{who}: {exc}") from None
     host = answer.get("host") or who
     info = TargetInfo(kind, f"{host}:{answer.get('root', '')}", (("host", host), ("python", answer.get("python") or ""), *details))
-    return ResolvedTarget(SnapshotTree(answer, engine, contents), info)
+    return ResolvedTarget(SnapshotTree(answer, engine, contents, more), info)
 
 
 class ProbeFileTarget:
@@ -90,4 +138,5 @@ class ProbeFileTarget:
 
     def resolve(self) -> ResolvedTarget:
         answer = parse_probe_output(read_probe_file(self.path), f"probe file {self.path}")
-        return snapshot_target(answer, "probe", f"probe file {self.path}", (("probe_file", str(self.path)),))
+        resolved = snapshot_target(answer, "probe", f"probe file {self.path}", (("probe_file", str(self.path)),))
+        return dataclasses.replace(resolved, no_behaviour=FROM_FILE)

@@ -5,7 +5,9 @@ and the files the rules need come back compressed on stdout. Inside
 ``connected()`` it answers in two parts on one run (``probe.py``'s ``stage``):
 first the sha256 of every file, computed on the host, which is all the results
 cache needs to answer the check; the bytes follow only when a check reads
-them (a miss). Only then does the tree's code run there too: a second exec
+them (a miss). A module file of the package the collector did not send (one
+the tree's code imports, or looks up by its name) is asked of the same
+collector, one round trip each: its digest, or its bytes. Only then does the tree's code run there too: a second exec
 channel, opened when the check first asks for behaviour (its start-up
 overlaps the fetch and the structure pass), runs ``sandbox.child_program()``
 under the same lockdown as a local child and answers the check's behaviour
@@ -19,9 +21,11 @@ Keys and the agent are the only authentication.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import functools
+import json
 import logging
 import math
 import os
@@ -29,6 +33,7 @@ import random
 import select
 import shlex
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -38,13 +43,13 @@ from ..draft import sandbox
 from ..draft.session import RUN_TIMEOUT_S, Session, Unstarted
 from ..model import TargetInfo, ToolError
 from ..patching.sftp_files import SftpFiles
-from ..probe import STAGE_BOOT
+from ..probe import MARKER, STAGE_BOOT
 from . import ResolvedTarget
 from .jumps import JUMPS
 from .channel import ChannelPipe, behaviour_lifetime
 from .hosts import HostKeyPolicy, HostSpec, SshOptions, fingerprint, parse_host
-from .probing import MAX_OUTPUT_BYTES, MIB, answered, encode_request, held_back, parse_probe_output, probe_source
-from .snapshot import snapshot_target
+from .probing import MAX_OUTPUT_BYTES, MIB, answered, encode_request, parse_probe_output, probe_source
+from .snapshot import Contents, More, snapshot_target
 
 # Most hops of a ProxyJump chain (OpenSSH has no limit; a loop would never end).
 MAX_JUMPS = 8
@@ -110,8 +115,8 @@ class SshTarget:
         self.bytes_received = 0
         self.connect_tries = 0  # of the last connection made
         self._open: tuple[HostSpec, object] | None = None
-        self._staged: list = []  # collectors holding back bytes no check has asked for yet, closed with the connection
-        self._fetched = (0, 0)  # bytes sent and received for the held-back bytes the last check asked for
+        self._staged: list = []  # the staged collectors of this connection's checks, closed with it
+        self._fetched = (0, 0)  # bytes sent and received for what the last check asked its collector for since
         self._jumps: list = []  # the ProxyJump clients the connection goes through, closed with it
 
     @contextlib.contextmanager
@@ -140,19 +145,19 @@ class SshTarget:
         who = f"{self.given}: {self.options.python}"
         if self._open is not None:
             spec, client = self._open
-            answer, contents = self._run_probe(client, spec, who, staged=True)
+            answer, remote = self._run_probe(client, spec, who, staged=True)
         else:
             spec = parse_host(self.given, self.options)
             client = self._connect(spec)
             try:
-                answer, contents = self._run_probe(client, spec, who, staged=False)
+                answer, remote = self._run_probe(client, spec, who, staged=False)
             finally:
                 self._close(client)
         if answer.get("error"):
             raise ToolError(f"{who}: {answer['error']} ({NO_VLLM_HINT})")
         details = (("bytes_sent", self.bytes_sent), ("bytes_received", self.bytes_received),
                    ("connect_tries", self.connect_tries))
-        resolved = snapshot_target(answer, "ssh", who, details, contents)
+        resolved = snapshot_target(answer, "ssh", who, details, *(remote or (None, None)))
         ran = (("behaviour", f"runs on {self.given}"),) if self._open is not None else ()
         info = dataclasses.replace(resolved.info, location=f"{self.given}:{answer.get('root', '')}", name=self.given,
                                    details=(("host", self.given), ("python", self.options.python), *ran, *details))
@@ -277,12 +282,16 @@ class SshTarget:
                   f"else {run}; fi")
         return f"sh -c {shlex.quote(script)}"
 
-    def _run_probe(self, client, spec: HostSpec, who: str, staged: bool) -> tuple[dict, Callable[[], dict] | None]:
-        """The collector's answer, and how to fetch the bytes it held back (None
-        when it held none back). ``staged``: in two parts on one run (the first
-        without the bytes); else whole at once. The collector also sets its own alarm."""
+    def _run_probe(self, client, spec: HostSpec, who: str, staged: bool) -> tuple[dict, tuple[Contents, More] | None]:
+        """The collector's answer, and how to ask it for the bytes it held back and for
+        more files (None when it is not asked: whole at once, or an answer with an error).
+        ``staged``: in two parts on one run (the first without the bytes), the collector
+        then answering until the connection closes; else whole at once. The collector
+        also sets its own alarm, for each answer; a staged one lives as long as a
+        behaviour child may (it answers for files the child's code reads)."""
         limit = self.options.probe_timeout
         seconds = math.ceil(limit) + 1
+        lifetime = math.ceil(behaviour_lifetime(limit, min(limit, RUN_TIMEOUT_S))) + 1
         request = encode_request({**self.request, "deadline": seconds})
         python = shlex.quote(self.options.python)
         source = probe_source().encode()
@@ -290,7 +299,7 @@ class SshTarget:
             run, payload = f"{python} -c {shlex.quote(STAGE_BOOT)} stage {request}", b"%d\n%s" % (len(source), source)
         else:
             run, payload = f"{python} - collect {request}", source
-        command = self._remote_command(run, 2 * seconds if staged else seconds)
+        command = self._remote_command(run, lifetime if staged else seconds)
         self.bytes_sent = self.bytes_received = 0
         self._fetched = (0, 0)
         deadline = time.monotonic() + limit
@@ -304,13 +313,14 @@ class SshTarget:
                 if not staged:
                     channel.shutdown_write()  # ``python -`` runs its source once it has all of it
                 self.bytes_sent += len(command) + len(payload)
-                output, errors = self._drain(channel, deadline, MAX_OUTPUT_BYTES, answered if staged else None)
+                output, errors = self._drain(channel, deadline, MAX_OUTPUT_BYTES, answer=staged)
                 answer = parse_probe_output(output.decode("utf-8", "replace"), who) if answered(output) else None
-                if answer is not None and staged and held_back(answer):
+                if answer is not None and staged and not answer.get("error"):
                     self._staged.append(channel)
-                    channel = None  # kept open until the bytes are asked for, or the connection closes
-                    return answer, functools.partial(self._contents, spec, who, self._staged[-1])
-                channel.shutdown_write()  # a collector holding nothing back reads the end of its input and exits
+                    channel = None  # kept open until the connection closes: the bytes and more files are asked on it
+                    ask = functools.partial(self._ask, spec, who, self._staged[-1], threading.Lock())
+                    return answer, (functools.partial(self._contents, ask), functools.partial(self._more, ask))
+                channel.shutdown_write()  # the collector reads the end of its input and exits
                 more, tail = self._drain(channel, deadline, MAX_OUTPUT_BYTES - len(output))
                 output, errors = output + more, (errors + tail)[-STDERR_TAIL_BYTES:]
                 if not channel.status_event.wait(max(0.0, deadline - time.monotonic())):
@@ -332,24 +342,34 @@ class SshTarget:
         more = dict(zip(("bytes_sent", "bytes_received"), self._fetched))
         return dataclasses.replace(info, details=tuple((k, v + more[k] if k in more else v) for k, v in info.details))
 
-    def _contents(self, spec: HostSpec, who: str, channel) -> dict:
+    @staticmethod
+    def _contents(ask: Callable[[bytes], dict]) -> dict:
         """The bytes a staged collector held back: its second part, from the same run
         that hashed them (so they are the bytes the digests were computed from)."""
-        received = self.bytes_received
-        try:
-            with self._probe_errors(spec):
-                channel.sendall(b"contents\n")
-                channel.shutdown_write()
-                output, _ = self._drain(channel, time.monotonic() + self.options.probe_timeout, MAX_OUTPUT_BYTES)
-        finally:
-            self._fetched = (len(b"contents\n"), self.bytes_received - received)
-            channel.close()
-            if channel in self._staged:
-                self._staged.remove(channel)
+        return ask(b"contents\n").get("files", {})
+
+    @staticmethod
+    def _more(ask: Callable[[bytes], dict], paths: list[str], with_bytes: bool) -> dict:
+        """What the collector finds at module files of the package it did not send (``more_files``)."""
+        return ask(b"%s %s\n" % (b"more" if with_bytes else b"digests", base64.b64encode(json.dumps(paths).encode())))
+
+    def _ask(self, spec: HostSpec, who: str, channel, lock: threading.Lock, line: bytes) -> dict:
+        """One word to a staged collector and its answer (one round trip on its channel);
+        the bytes it moves count in ``counted``. Its answer is untrusted: type-checked here,
+        and the caller takes from it only what it asked for."""
+        with lock:
+            received = self.bytes_received
+            try:
+                with self._probe_errors(spec):
+                    channel.sendall(line)
+                    output, _ = self._drain(channel, time.monotonic() + self.options.probe_timeout, MAX_OUTPUT_BYTES, answer=True)
+            finally:
+                sent, got = self._fetched
+                self._fetched = (sent + len(line), got + self.bytes_received - received)
         part = parse_probe_output(output.decode("utf-8", "replace"), who)
         if part.get("error"):
             raise ToolError(f"{who}: {part['error']}")
-        return part.get("files", {})
+        return part
 
     @contextlib.contextmanager
     def _probe_errors(self, spec: HostSpec) -> Iterator[None]:
@@ -409,19 +429,26 @@ class SshTarget:
         finally:
             session.close()
 
-    def _drain(self, channel, deadline: float, cap: int, until: Callable[[bytes], bool] | None = None) -> tuple[bytes, bytes]:
+    def _drain(self, channel, deadline: float, cap: int, answer: bool = False) -> tuple[bytes, bytes]:
         """Standard output (at most ``cap`` bytes) and the tail of standard
-        error, until the remote side closes them, ``until(output)`` holds, or the deadline passes."""
+        error, until the remote side closes them, the deadline passes, or (``answer``)
+        output holds a whole marked line (``probing.answered``, looked for in each
+        chunk as it comes: a flood up to the cap is read once, not once per chunk)."""
         output, errors = bytearray(), bytearray()
+        marker, marked = MARKER.encode(), -1  # where the last marked line output holds starts
         while True:
             if channel.recv_ready():
                 chunk = channel.recv(1 << 16)
                 self.bytes_received += len(chunk)
+                start = len(output)
                 output += chunk
                 if len(output) > cap:
                     raise OverflowError
-                if until is not None and until(bytes(output)):
-                    break
+                if answer:
+                    at = output.rfind(marker, max(0, start - len(marker) + 1))
+                    marked = at if at >= 0 else marked
+                    if marked >= 0 and output.find(b"\n", max(marked, start)) >= 0:
+                        break
             elif channel.recv_stderr_ready():
                 chunk = channel.recv_stderr(1 << 16)
                 self.bytes_received += len(chunk)
