@@ -173,7 +173,12 @@ def _check_values(value: Any, at: str, where: str, depth: int = 0) -> None:
         raise ToolError(f"{where}: {at[:80]} is an integer of {len(str(abs(value)))} digits, past any config value (the cap is 2**63)")
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for key, item in items:
-        _check_values(item, f"{at}.{key}" if isinstance(key, str) and at else f"{at}[{key}]" if isinstance(key, int) else key, where, depth + 1)
+        if isinstance(key, int):
+            inner = f"{at}[{key}]"
+        else:  # a key is shown as written when it is a name, else JSON-escaped: a report line stays one line
+            shown = key if key.isidentifier() else json.dumps(key)
+            inner = f"{at}.{shown}" if at else shown
+        _check_values(item, inner, where, depth + 1)
 
 
 def load_draft_config(path: Path) -> DraftConfig:
