@@ -14,6 +14,8 @@ from measure import run_measured
 from metrics_server import FakeEngine, RawServer
 from test_accept import cli  # noqa: F401 - fixture
 
+pytestmark = pytest.mark.slow
+
 MIB = 1024 * 1024
 COUNTERS = (
     "# TYPE vllm:spec_decode_num_drafts counter\n"

@@ -16,6 +16,8 @@ from dflash_doctor.ancestry import apply_pr, judge, render
 from dflash_doctor.model import ToolError
 from gitrepos import DFLASH, SCHEDULER, SPECULATIVE, SWA, Repo, build_vllm_like, generate_history
 
+pytestmark = pytest.mark.slow
+
 SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "schemas" / "ancestry-v1.schema.json").read_text())
 
 

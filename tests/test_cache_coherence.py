@@ -19,6 +19,8 @@ from conftest import check_json, statuses
 
 from dflash_doctor.stamp import RACY_NS
 
+pytestmark = pytest.mark.release
+
 MiniTree = Callable[..., Path]  # conftest's mini_tree fixture
 
 # The +1 of both resolvers on 0.33.0, and the same ids through a helper module.

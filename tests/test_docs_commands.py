@@ -180,6 +180,7 @@ def test_no_documented_command_is_a_shell_pipe_of_subcommands():
             assert shutil.which(first) or first in ("dflash-doctor", "pytest", "./deploy.sh"), str(command)
 
 
+@pytest.mark.release
 @pytest.mark.parametrize("command", COMMANDS, ids=[f"{c.page}:{c.line}" for c in COMMANDS])
 def test_documented_command_runs_as_pasted(command, session):
     reason = why_not_here(command)
@@ -193,6 +194,7 @@ def test_documented_command_runs_as_pasted(command, session):
     assert "Traceback" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.release
 def test_config_notes_say_what_to_do_or_nothing(session):
     """Info findings carry a note or nothing: no "fix: nothing to do" under every line,
     and no pointer to probes that the standalone command does not have."""

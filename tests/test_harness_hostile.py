@@ -196,6 +196,8 @@ def test_cli_a_tree_that_blocks_the_childs_timer_cannot_stall_the_check(mini_tre
 host, remote_python = test_ssh_behaviour.host, test_ssh_behaviour.remote_python  # fixtures: a real sshd, the host's python
 
 
+@pytest.mark.slow
+@pytest.mark.release
 def test_over_ssh_a_call_that_blocks_the_childs_timer_is_stopped_at_its_deadline_and_killed_on_the_host(
         host, remote_python, tmp_path):
     srv, options = host

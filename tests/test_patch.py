@@ -875,6 +875,7 @@ def test_a_patch_must_produce_a_present_form(tmp_path):
 # ---------------------------------------------------------------- patch --repo --pr (a git checkout)
 
 
+@pytest.mark.slow
 def test_patch_repo_pr_dry_run_confirmation_apply_and_again(copy):
     from gitrepos import SPECULATIVE as REPO_SPECULATIVE
 
@@ -897,6 +898,7 @@ def test_patch_repo_pr_dry_run_confirmation_apply_and_again(copy):
     assert again.returncode == 0 and "#53388 is already in" in again.stderr
 
 
+@pytest.mark.slow
 def test_patch_repo_pr_conflict_lists_the_files_and_changes_nothing(copy):
     from gitrepos import SPECULATIVE as REPO_SPECULATIVE
 
@@ -909,6 +911,7 @@ def test_patch_repo_pr_conflict_lists_the_files_and_changes_nothing(copy):
     assert (copy.path / REPO_SPECULATIVE).read_bytes() == edited
 
 
+@pytest.mark.slow
 def test_patch_repo_pr_bad_input(copy, tmp_path):
     from conftest import assert_error
 

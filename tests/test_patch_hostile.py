@@ -349,6 +349,7 @@ def _link_target_out(root: Path, outside: Path) -> None:
     (root / RESOLVER).symlink_to(outside / "runner.py")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("plant, command, fragments", [
     (_plant_state_link, "patch", (f"{STATE} in ", "is a symlink")),
     (_plant_state_link, "restore", (f"{STATE} in ", "is a symlink")),
@@ -370,6 +371,7 @@ def test_hostile_tree_over_ssh_is_refused_and_nothing_is_written_outside(hostile
     hostile.untouched()
 
 
+@pytest.mark.slow
 def test_target_symlinked_inside_the_tree_over_ssh_is_patched_at_its_real_path_and_restored_exactly(hostile, over_ssh):
     root = hostile.root
     real = root / "vllm/v1/worker/runner_impl.py"

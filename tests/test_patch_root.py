@@ -234,6 +234,7 @@ def _disk_use(directory: Path) -> int:
     return used
 
 
+@pytest.mark.slow
 def test_patch_repo_dry_run_copies_nothing_of_a_512mib_index(copy, tmp_path):
     from gitrepos import SPECULATIVE as REPO_SPECULATIVE
 
@@ -264,6 +265,7 @@ def test_patch_repo_dry_run_copies_nothing_of_a_512mib_index(copy, tmp_path):
     assert copy.git("status", "--porcelain") == ""
 
 
+@pytest.mark.slow
 def test_patch_repo_keeps_the_entries_a_sparse_checkout_leaves_out(copy):
     """A file a sparse checkout leaves out of the work tree (skip-worktree) is not a
     deletion: the snapshot keeps the index's entry, as git itself would."""
@@ -280,6 +282,7 @@ def test_patch_repo_keeps_the_entries_a_sparse_checkout_leaves_out(copy):
 # ------------------------------------------------------------ the same race over ssh (SFTP)
 
 
+@pytest.mark.slow
 def test_root_swapped_for_a_link_during_an_sftp_patch_is_refused(tmp_path, mini_tree, server, client):
     """sshd's own SFTP server is held inside its read of the file by strace (attached
     to the real sshd); the root is swapped while the lock is held and the file read."""

@@ -127,6 +127,7 @@ def pip_env(tmp_path: Path, index_url: str | None = None) -> dict[str, str]:
 # ------------------------------------------------------------ one canonical release, one cached tree
 
 
+@pytest.mark.slow
 def test_tag_and_short_forms_name_one_cached_tree(tmp_path, index):
     server = index()
     env = pip_env(tmp_path, server.url)
@@ -146,6 +147,7 @@ def test_tag_and_short_forms_name_one_cached_tree(tmp_path, index):
     assert server.downloads == [WHEEL]  # and no second download
 
 
+@pytest.mark.release
 def test_short_form_uses_the_cached_release(tmp_path, release):
     """0.20 is 0.20.0, already cached (a private cache linking the real tree; the
     index is a closed port): checked there, nothing downloaded or added."""
@@ -168,6 +170,7 @@ def test_not_a_release_is_refused_before_any_download(tmp_path, spelling):
 # ------------------------------------------------------------ what pip could not do, said as it is
 
 
+@pytest.mark.release
 def test_unreachable_index_is_reported_as_unreachable(tmp_path):
     env = pip_env(tmp_path)
     proc = run_cli("check", "--release", "0.23.0", env=env)
@@ -177,6 +180,8 @@ def test_unreachable_index_is_reported_as_unreachable(tmp_path):
     assert not (tmp_path / "cache" / "releases").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.release
 def test_release_missing_from_a_reachable_index_is_reported_as_missing(tmp_path, index):
     server = index()
     proc = run_cli("check", "--release", "0.98.0", env=pip_env(tmp_path, server.url))
@@ -203,6 +208,7 @@ def on_a_terminal(args: list[str], env: dict[str, str]) -> str:
     return proc.stdout.decode("utf-8", "replace")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("script") is None, reason="needs script(1) for a pty")
 def test_check_release_shows_the_download_size_and_speed_on_a_terminal(tmp_path, index):
     server = index(seconds=3)
@@ -217,6 +223,7 @@ def test_check_release_shows_the_download_size_and_speed_on_a_terminal(tmp_path,
     assert "downloading" not in proc.stderr and "MB" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("script") is None, reason="needs script(1) for a pty")
 def test_releases_nests_the_download_bar_under_its_own(tmp_path, index):
     server = index(seconds=3)
@@ -229,6 +236,7 @@ def test_releases_nests_the_download_bar_under_its_own(tmp_path, index):
 # ------------------------------------------------------------ the release cache is not an installation
 
 
+@pytest.mark.release
 def test_patch_of_a_tree_in_the_release_cache_says_what_is_wrong(tmp_path, mini_tree):
     cache = tmp_path / "cache"
     shutil.copytree(mini_tree("0.20.1"), cache / "releases" / "0.20.1")

@@ -240,6 +240,7 @@ def test_progress_bar_only_on_a_terminal(cache):
     assert "━" not in piped.stderr and "vllm 0." not in piped.stderr
 
 
+@pytest.mark.release
 def test_no_color_is_respected_on_a_terminal(mini_tree):
     tree = str(mini_tree("0.20.1"))
     env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}

@@ -107,6 +107,7 @@ def test_config_on_a_terminal(width, drafter_config, tmp_path):
     assert rows[-1] == "2 error(s), 1 warning(s)"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", WIDTHS)
 def test_accept_on_a_terminal(width, tmp_path):
     with FakeEngine({"m": COLLAPSED}) as engine:
@@ -138,6 +139,7 @@ def on_a_terminal(width: int, args: list[str], env: dict[str, str]) -> list[str]
     return [line for line in re.split(r"[\r\n]", plain) if line.strip()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", WIDTHS)
 def test_download_bar_is_one_line(width, tmp_path, index):  # noqa: F811 - the fixture imported above
     server = index(seconds=3)

@@ -60,6 +60,7 @@ def test_releases_screen_fits(cache, columns):  # noqa: F811 - the fixture impor
     assert any(line.split()[:4] == ["0.33.0", "present", "present", "present"] for line in lines)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("columns", [60, 80, 200])
 def test_ancestry_screen_fits(clone, columns):
     args = ["ancestry", "--repo", str(clone.path), "--commit", "releases/v0.20"]

@@ -26,6 +26,8 @@ from dflash_doctor.rulefile import load_rules
 from dflash_doctor.source import DirectoryTree
 from test_isolation import WALK  # the frame walk a hostile tree uses to reach the real builtins
 
+pytestmark = [pytest.mark.release, pytest.mark.slow]
+
 
 @pytest.fixture(scope="module")
 def remote_python(tmp_path_factory, release) -> Path:

@@ -21,6 +21,8 @@ from sshd import SshServer, client_env, keygen
 from test_cache_coherence import RESOLVERS, SHIFT
 from test_ssh import make_venv
 
+pytestmark = [pytest.mark.release, pytest.mark.slow]
+
 CHILD = "-I"  # the behaviour child's first argument
 COLLECTOR = "-c"  # the staged collector's
 

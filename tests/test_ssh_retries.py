@@ -18,6 +18,8 @@ from conftest import run_cli
 from sshd import SshServer, client_env, keygen
 from test_ssh import fleet_validator
 
+pytestmark = pytest.mark.slow
+
 HOSTS = 3
 
 

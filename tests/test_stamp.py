@@ -7,7 +7,11 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from dflash_doctor.stamp import RACY_NS, stamp, unchanged
+
+pytestmark = pytest.mark.slow
 
 
 def package(root: Path) -> Path:
