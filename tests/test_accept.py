@@ -17,7 +17,6 @@ import prometheus_client
 import pytest
 
 from conftest import assert_error, run_cli
-from dflash_doctor.cli import main
 from metrics_server import (
     COLLAPSED,
     DEGRADED,
@@ -30,20 +29,6 @@ from metrics_server import (
 )
 
 QWEN3_8B = ("--drafter", "Qwen3-8B-DFlash-b16")
-
-
-@pytest.fixture
-def cli(capsys):
-    """``cli("accept", ...)``: the command line run in this process (the same
-    entry point as ``run_cli`` without a new interpreter per call)."""
-
-    def run(*args: str) -> subprocess.CompletedProcess:
-        with pytest.raises(SystemExit) as exited:
-            main(list(args))
-        out = capsys.readouterr()
-        return subprocess.CompletedProcess(args, exited.value.code, out.out, out.err)
-
-    return run
 
 
 @pytest.fixture(scope="module")

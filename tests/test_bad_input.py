@@ -4,11 +4,10 @@ import os
 import stat
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import assert_error, check_json, run_cli, run_process, statuses
+from conftest import assert_error, check_json, make_venv, run_cli, run_process, statuses
 
 
 def test_nonexistent_path():
@@ -54,14 +53,6 @@ def test_interpreter_that_prints_garbage(tmp_path):
 def test_interpreter_without_vllm():
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     assert_error(run_cli("check", "--python", sys.executable, env=env), "vllm is not installed")
-
-
-def make_venv(where: Path, *paths: Path) -> Path:
-    """A real venv whose site-packages sees ``paths`` through a .pth file."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
-    site = next(where.glob("lib/python3*/site-packages"))
-    (site / "extra.pth").write_text("".join(f"{p}\n" for p in paths))
-    return where / "bin" / "python"
 
 
 @pytest.mark.release

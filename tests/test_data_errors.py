@@ -10,7 +10,7 @@ import json
 import pytest
 
 from conftest import assert_error, run_cli
-from test_accept_hostile import RawServer, ok
+from metrics_server import RawServer, ok
 
 HUGE = "1" + "0" * 5000  # past Python's 4,300-digit limit: json.loads and tomllib raise ValueError
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import assert_error, check_json, run_cli, statuses
+from conftest import assert_error, check_json, make_venv, run_cli, ssh_check, statuses
 from dflash_doctor.images.layers import wanted
 from dflash_doctor.model import CheckReport, TargetInfo
 from dflash_doctor.paths import cache_dir
@@ -30,8 +30,7 @@ from dflash_doctor.provenance import find_dist_info, read_platform, read_provena
 from dflash_doctor.reporters.table import check_lines
 from dflash_doctor.source import DirectoryTree
 from registry import python_files, tree_files, write_image
-from sshd import SshServer
-from test_ssh import client, host, keys, make_venv, server, ssh_check, trust  # noqa: F401 - fixtures
+from sshd import SshServer, host, trust
 
 VENDOR_WORDS = "a vendor build or fork of vLLM"
 CHECK_SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "schemas" / "check-v1.schema.json").read_text())
@@ -146,7 +145,7 @@ def test_vllm_itself_keeps_its_remedies_and_has_no_based_on(mini_tree):
 
 @pytest.mark.slow
 @pytest.mark.release
-def test_a_vendor_build_over_ssh_is_named_and_compared(vendor_build, server, client, tmp_path):  # noqa: F811
+def test_a_vendor_build_over_ssh_is_named_and_compared(vendor_build, server, client, tmp_path):
     edit_one_byte(vendor_build / "vllm" / "config" / "speculative.py")
     python = make_venv(tmp_path / "venv", vendor_build)
     srv: SshServer = server()

@@ -16,11 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-import test_ssh_behaviour
 from conftest import check_json
-from test_isolation import hostile_tree, my_children, program_for, session_for
-from test_ssh_behaviour import program_for as ssh_program_for
-from test_ssh_behaviour import target_for
+from escapes import hostile_tree, my_children, program_for, session_for
+from sshd import remote_children, target_for
 
 from dflash_doctor.draft.harness import SAFE_BUILTIN_NAMES
 from dflash_doctor.draft.sandbox import Call, Chunk, SandboxError, run
@@ -179,7 +177,7 @@ def test_cli_a_tree_that_blocks_the_childs_timer_cannot_stall_the_check(mini_tre
               'lock = real["_" + "_import__"]("_thread").allocate_lock()\n'
               "lock.acquire()\n"
               "lock.acquire()\n")
-    tree = hostile_tree(mini_tree, release, action)
+    tree = hostile_tree(mini_tree, action)
     started = time.monotonic()
     code, report = check_json("--path", str(tree), env={**os.environ, "DFLASH_DOCTOR_NO_CACHE": "1"})
     took = time.monotonic() - started
@@ -190,10 +188,7 @@ def test_cli_a_tree_that_blocks_the_childs_timer_cannot_stall_the_check(mini_tre
     assert took < CALL_TIMEOUT_S + CALL_GRACE_S + 12, took  # the structure check and a loaded machine's margin
 
 
-
 # -- over ssh: the client holds the same deadlines for the child on the host ------------------------
-
-host, remote_python = test_ssh_behaviour.host, test_ssh_behaviour.remote_python  # fixtures: a real sshd, the host's python
 
 
 @pytest.mark.slow
@@ -202,10 +197,10 @@ def test_over_ssh_a_call_that_blocks_the_childs_timer_is_stopped_at_its_deadline
         host, remote_python, tmp_path):
     srv, options = host
     target = target_for(srv, options, remote_python)
-    chunks, globals_ = ssh_program_for(tmp_path, stalling(STALLS["timer-blocked"]))
+    chunks, globals_ = program_for(tmp_path, stalling(STALLS["timer-blocked"]))
     with target.connected(), target.resolve().behaviour() as run_there:
         assert run_there([], [Call("up", "1")], {}, {})["up"].value == 1
-        there = test_ssh_behaviour.remote_children(srv)  # the child, and the process on the host that watches it
+        there = remote_children(srv)  # the child, and the process on the host that watches it
         started = time.monotonic()
         with pytest.raises(SandboxError) as raised:
             run_there(chunks, [Call("first", "6 * 7"), Call("x", "stalls()")], {}, globals_)

@@ -22,12 +22,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import run_cli
+from conftest import HOSTILE_TEXT, assert_inert_xml, fleet_validator, run_cli
 from registry import (
     OCI_LAYER, SITE, WHITEOUT, Link, Random, Registry, TokenServer, make_cert, put_blob, python_files, tag_image, tree_files,
     write_image, write_index,
 )
-from test_ssh import fleet_validator
 
 SCHEDULER = "vllm/v1/core/sched/scheduler.py"
 DFLASH_MODEL = "vllm/model_executor/models/qwen3_dflash.py"
@@ -487,7 +486,6 @@ def test_references_follow_dockers_grammar_and_docker_hub_defaults(given, expect
 
 @pytest.mark.release
 def test_junit_escapes_control_and_bidi_characters_of_an_image_label(tmp_path, trees):
-    from test_sarif_junit import HOSTILE_TEXT, assert_inert_xml
 
     directory = tmp_path / "oci"
     write_image(directory, "labelled", [BASE, tree_files(trees["0.22.0"])],

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import check_json, run_cli, statuses
+from conftest import check_json, make_venv, run_cli, statuses
+from patching import RESOLVER, SCHEDULER, STATE, installed, sha, snapshot
+from sshd import host, trust
 from dflash_doctor.model import ToolError
-from test_patch import RESOLVER, SCHEDULER, STATE, installed, sha, snapshot
-from test_ssh import client, host, keys, make_venv, server, trust  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.release
 

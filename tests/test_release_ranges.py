@@ -17,11 +17,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import assert_error, run_cli, statuses
+from conftest import assert_error, run_cli, statuses, unreachable_index_env
 from measure import run_measured
 from nginx_index import NginxIndex, build_wheel, self_signed
-from test_release_download import on_a_terminal
-from test_releases_matrix import unreachable_index_env
+from terminals import on_a_terminal
 
 from dflash_doctor.behaviour.transformers import requires
 from dflash_doctor.paths import cache_dir

@@ -12,7 +12,7 @@ import pytest
 from referencing import Registry
 from referencing.exceptions import NoSuchResource
 
-from conftest import run_cli
+from conftest import HOSTILE_TEXT, assert_inert_xml, run_cli
 from dflash_doctor.docs import rule_markdown
 from dflash_doctor.rulefile import load_rules
 
@@ -245,17 +245,6 @@ def test_a_failed_write_leaves_the_other_reports_whole(tmp_path, mini_tree):
     assert report["schema"] == "dflash-doctor/check/v1" and report["target"] == {"kind": "path", "location": str(tree)}
     assert report["exit_code"] == 1 and {fix["status"] for fix in report["fixes"]} == {"absent"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", tree.name]  # no temporary file, no no-dir
-
-
-HOSTILE_TEXT = "\x1b]0;pwned\x07\x1b[2J\x00\x9b\u202e\u2066\ufffe"  # no line break: str.splitlines would end the line
-
-
-def assert_inert_xml(text: str) -> ET.Element:
-    """Well-formed for a strict XML parser, and no control, C1, bidi or non-XML character left raw."""
-    root = ET.fromstring(text)  # expat: refuses any character XML 1.0 forbids
-    raw = re.findall("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]", text)
-    assert raw == [], raw
-    return root
 
 
 @pytest.mark.release

@@ -11,23 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli, statuses
-from sshd import SshServer, client_env, keygen
+from conftest import fleet_validator, make_venv, run_cli, ssh_check, statuses
+from sshd import host, keygen, trust
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory):
-    base = tmp_path_factory.mktemp("keys")
-    return {"user": keygen(base / "user"), "stranger": keygen(base / "stranger")}
-
-
-def make_venv(where: Path, *paths: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
-    site = next(where.glob("lib/python3*/site-packages"))
-    (site / "extra.pth").write_text("".join(f"{p}\n" for p in paths))
-    return where / "bin" / "python"
 
 
 @pytest.fixture(scope="module")
@@ -43,52 +30,6 @@ def remotes(tmp_path_factory, release):
         "noisy": make_venv(base / "venv-noisy", hooks, release("0.33.0")),
         "empty": make_venv(base / "venv-empty"),
     }
-
-
-@pytest.fixture
-def server(tmp_path, keys):
-    servers = []
-
-    def start(name: str = "sshd", host_key: Path | None = None) -> SshServer:
-        srv = SshServer(tmp_path / name, keys["user"], host_key)
-        servers.append(srv)
-        return srv
-
-    yield start
-    for srv in servers:
-        srv.stop()
-
-
-@pytest.fixture
-def client(tmp_path, keys):
-    """Environment and arguments of a client whose HOME holds nothing."""
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True)
-    env = {**client_env(), "HOME": str(home)}
-    known = home / ".ssh" / "known_hosts"
-    return {"env": env, "known": known, "home": home, "args": ["--identity", str(keys["user"]), "--connect-timeout", "5"]}
-
-
-def trust(client, *servers: SshServer) -> None:
-    client["known"].write_text("".join(s.host_public_key_line for s in servers))
-
-
-def ssh_check(client, *args: str) -> subprocess.CompletedProcess:
-    return run_cli("check", *client["args"], *args, env=client["env"])
-
-
-def fleet_validator():
-    import jsonschema
-    from referencing import Registry, Resource
-
-    schemas = Path(__file__).resolve().parent.parent / "schemas"
-    fleet, check = (json.loads((schemas / f"{n}-v1.schema.json").read_text()) for n in ("fleet", "check"))
-    registry = Registry().with_resource(check["$id"], Resource.from_contents(check))
-    return jsonschema.Draft202012Validator(fleet, registry=registry)
-
-
-def host(srv: SshServer) -> str:
-    return f"127.0.0.1:{srv.port}"
 
 
 def one_line_error(proc, fragment: str) -> None:

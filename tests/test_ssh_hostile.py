@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_error, run_cli, statuses
+from conftest import assert_error, fleet_validator, run_cli, statuses
 from measure import run_measured
-from test_ssh import client, fleet_validator, host, keys, server, trust  # noqa: F401 - fixtures
+from sshd import host, trust
+import tiers
 
 MARKER = "DFLASH-DOCTOR-PROBE:"
 MIB = 1024 * 1024
@@ -32,6 +33,7 @@ def hostile_python(where: Path, body: str) -> Path:
 
 def bomb_answer(path: Path) -> Path:
     """A probe answer line whose zlib payload expands to BOMB_EXPANDED bytes."""
+    tiers.require("slow", "compresses 1 GiB")
     packer = zlib.compressobj(9)
     chunk = b" " * MIB
     compressed = [packer.compress(b'{"files": "')]
