@@ -118,6 +118,7 @@ def stalling(body: str) -> str:
 BOUND_S = CALL_TIMEOUT_S + CALL_GRACE_S + 2  # the step's deadline, its grace, and a margin for a loaded machine
 
 
+@pytest.mark.slow  # each waits out the child's deadline
 @pytest.mark.parametrize("stall", list(STALLS))
 def test_a_call_that_defeats_the_childs_timer_is_stopped_at_its_deadline(tmp_path, stall):
     chunks, globals_ = program_for(tmp_path, stalling(STALLS[stall]))
@@ -137,6 +138,7 @@ def test_a_call_that_defeats_the_childs_timer_is_stopped_at_its_deadline(tmp_pat
     assert took < BOUND_S, took
 
 
+@pytest.mark.slow  # waits out the child's deadline
 def test_a_definition_that_defeats_the_childs_timer_is_stopped_at_its_deadline():
     started = time.monotonic()
     with pytest.raises(SandboxError, match="^defining _X ran past its 2 s deadline"):
@@ -144,6 +146,7 @@ def test_a_definition_that_defeats_the_childs_timer_is_stopped_at_its_deadline()
     assert time.monotonic() - started < BOUND_S
 
 
+@pytest.mark.slow  # waits out the session's 6 s budget
 def test_a_call_that_stalls_within_its_deadline_each_time_cannot_stretch_the_check(tmp_path):
     # Each call answers, just inside the parent's step deadline: the check's one budget ends the session.
     chunks, globals_ = program_for(tmp_path, f"""
