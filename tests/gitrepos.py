@@ -12,6 +12,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import tiers
+
 _IDENTITY = {
     "GIT_AUTHOR_NAME": "Test Author",
     "GIT_AUTHOR_EMAIL": "author@example.invalid",
@@ -24,6 +26,7 @@ _IDENTITY = {
 
 class Repo:
     def __init__(self, path: Path) -> None:
+        tiers.require("slow", "works on a real git repository")
         self.path = path
         self.clock = 1_700_000_000
 

@@ -13,6 +13,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import prometheus_client
 
+import tiers
+
 POSITIONS = 15  # num_speculative_tokens of a block-16 drafter
 
 
@@ -52,6 +54,7 @@ class FakeEngine:
         slow_seconds: float = 0.0,
         request_seconds: float = 0.0,
     ) -> None:
+        tiers.require("slow", "starts a metrics server")
         self.profiles = profiles if profiles is not None else {"m": HEALTHY}
         self.engines = engines
         self.drafts_per_step = drafts_per_step
@@ -212,6 +215,7 @@ class RawServer:
     whatever it likes (status line included) for every GET and POST."""
 
     def __init__(self, answer: Callable[[BaseHTTPRequestHandler], None]) -> None:
+        tiers.require("slow", "starts an HTTP server")
         self.requests: list[str] = []
         server = self
 
@@ -246,3 +250,17 @@ class RawServer:
     def __exit__(self, *exc) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def status(handler: BaseHTTPRequestHandler, line: str, headers: dict[str, str], body: bytes = b"") -> None:
+    """Write a raw answer: the status line, the headers, the body, as given."""
+    handler.wfile.write(line.encode("latin-1") + b"\r\n")
+    for name, value in headers.items():
+        handler.wfile.write(f"{name}: {value}\r\n".encode("latin-1"))
+    handler.wfile.write(b"\r\n" + body)
+    handler.wfile.flush()
+
+
+def ok(body: bytes, content_type: str = "text/plain") -> Callable[[BaseHTTPRequestHandler], None]:
+    return lambda h: status(h, "HTTP/1.1 200 OK", {"Content-Type": content_type, "Content-Length": str(len(body))}, body)
+

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from sshd import free_port
+import tiers
 
 REGISTRY = "/usr/bin/docker-registry"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -171,6 +172,7 @@ class Registry:
 
     def __init__(self, workdir: Path, users: dict[str, str] | None = None, tls: tuple[Path, Path] | None = None,
                  auth: list[str] | None = None) -> None:
+        tiers.require("slow", "starts an image registry")
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir, self.port, self.tls = workdir, free_port(), tls
         self.storage = workdir / "storage"
@@ -253,6 +255,7 @@ class TokenServer:
     push granted to ``users``, an empty grant to anonymous callers, 401 for wrong passwords."""
 
     def __init__(self, cert: Path, key: Path, users: dict[str, str], service: str = "test-registry") -> None:
+        tiers.require("slow", "starts a token server")
         import base64
         import http.server
         import ssl

@@ -1,4 +1,5 @@
-"""A real OpenSSH server on 127.0.0.1 for the tests, with its own keys."""
+"""A real OpenSSH server on 127.0.0.1 for the tests, with its own keys; an ssh
+target on it, and the processes it runs."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
+
+import tiers
+from dflash_doctor.rulefile import load_rules
+from dflash_doctor.targets.probing import probe_request
+from dflash_doctor.targets.ssh import CHILD_BOOT, SshOptions, SshTarget
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
@@ -31,6 +38,7 @@ class SshServer:
     ``settings``: more sshd_config lines (``MaxStartups 1``)."""
 
     def __init__(self, workdir: Path, user_key: Path, host_key: Path | None = None, settings: str = "") -> None:
+        tiers.require("slow", "starts an OpenSSH server")
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -78,6 +86,47 @@ class SshServer:
 def client_env() -> dict:
     """No agent: only the keys a test names."""
     return {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
+
+
+def trust(client: dict, *servers: SshServer) -> None:
+    """The client of the ``client`` fixture knows these servers' host keys."""
+    client["known"].write_text("".join(s.host_public_key_line for s in servers))
+
+
+def host(srv: SshServer) -> str:
+    return f"127.0.0.1:{srv.port}"
+
+
+def target_for(srv: SshServer, options: SshOptions, python: Path, **changes) -> SshTarget:
+    """The target ``python`` on this server, as ``check --host`` makes it."""
+    return SshTarget(f"127.0.0.1:{srv.port}", replace(options, python=str(python), **changes), probe_request(load_rules()))
+
+
+def descendants(pid: int) -> set[int]:
+    """Live processes below ``pid``, read from /proc."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def remote_children(srv: SshServer) -> set[int]:
+    """The behaviour children under this sshd: their command line is CHILD_BOOT."""
+    found = set()
+    for pid in descendants(srv.process.pid):
+        try:
+            if CHILD_BOOT.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.add(pid)
+        except OSError:
+            continue
+    return found
 
 
 @contextlib.contextmanager

@@ -17,7 +17,6 @@ import prometheus_client
 import pytest
 
 from conftest import assert_error, run_cli
-from dflash_doctor.cli import main
 from metrics_server import (
     COLLAPSED,
     DEGRADED,
@@ -30,20 +29,6 @@ from metrics_server import (
 )
 
 QWEN3_8B = ("--drafter", "Qwen3-8B-DFlash-b16")
-
-
-@pytest.fixture
-def cli(capsys):
-    """``cli("accept", ...)``: the command line run in this process (the same
-    entry point as ``run_cli`` without a new interpreter per call)."""
-
-    def run(*args: str) -> subprocess.CompletedProcess:
-        with pytest.raises(SystemExit) as exited:
-            main(list(args))
-        out = capsys.readouterr()
-        return subprocess.CompletedProcess(args, exited.value.code, out.out, out.err)
-
-    return run
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +60,7 @@ def idle(engine: FakeEngine, scrape: int) -> None:
 # -- measuring ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_healthy_window_reports_the_deltas_within_band(accept):
     with FakeEngine({"m": HEALTHY}) as engine:
         engine.step()
@@ -98,6 +84,7 @@ def test_healthy_window_reports_the_deltas_within_band(accept):
     assert report["exit_code"] == 0
 
 
+@pytest.mark.slow
 def test_without_window_reports_totals_since_start(accept):
     with FakeEngine({"m": HEALTHY}) as engine:
         engine.step()
@@ -111,6 +98,7 @@ def test_without_window_reports_totals_since_start(accept):
     assert report["acceptance_length"] == pytest.approx(acceptance_length(HEALTHY), abs=0.01)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("drafter", ["z-lab/Qwen3.6-27B-DFlash", "Qwen3.5-27B-DFlash", "my-org/own-drafter"])
 def test_any_drafter_is_judged_and_published_figures_only_add_the_comparison(accept, drafter):
     """Issue 21.3: the README's headline drafter (no published acceptance length) and an unknown one are judged
@@ -129,6 +117,7 @@ def test_any_drafter_is_judged_and_published_figures_only_add_the_comparison(acc
         assert "https://huggingface.co/z-lab/Qwen3.6-35B-A3B-DFlash" in text
 
 
+@pytest.mark.slow
 def test_collapse_fails_even_without_drafter(accept):
     with FakeEngine({"m": COLLAPSED}) as engine:
         code, report = accept("--metrics-url", engine.metrics_url, "--window", "0.2")
@@ -142,6 +131,7 @@ def test_collapse_fails_even_without_drafter(accept):
         assert words in diagnosis["text"]
 
 
+@pytest.mark.slow
 def test_offset_like_loss_points_to_layer_offset(accept):
     with FakeEngine({"m": OFFSET_LIKE}) as engine:
         code, report = accept("--metrics-url", engine.metrics_url, "--window", "0.2", *QWEN3_8B, "--dataset", "gsm8k")
@@ -152,6 +142,7 @@ def test_offset_like_loss_points_to_layer_offset(accept):
     assert "layer-offset" in report["diagnosis"]["text"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "prompt_tokens, code, words",
     [(12000, "context-decay", "prompts of 12000 tokens"), (180, "large-loss", "prompts of 180 tokens")],
@@ -166,6 +157,7 @@ def test_large_loss_with_long_or_short_prompts(prompt_tokens, code, words, accep
     assert words in text and "swa-config" in text and "under 2048 tokens" in text
 
 
+@pytest.mark.slow
 def test_idle_server_is_too_little_data(accept):
     with FakeEngine({"m": HEALTHY}, on_scrape=idle) as engine:
         engine.step()  # earlier traffic, before the window
@@ -177,6 +169,7 @@ def test_idle_server_is_too_little_data(accept):
     assert "No drafts recorded in the window" in report["diagnosis"]["text"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "profile, drafts, code, rc",
     [(HEALTHY, 40, "too-little-data", 2), (COLLAPSED, 40, "collapse", 1), (COLLAPSED, 4, "too-little-data", 2)],
@@ -188,12 +181,14 @@ def test_few_drafts(profile, drafts, code, rc, accept):
     assert report["acceptance_length"] is not None
 
 
+@pytest.mark.slow
 def test_min_drafts_is_an_option(accept):
     with FakeEngine({"m": HEALTHY}, engines=1, drafts_per_step=40) as engine:
         code, report = accept("--metrics-url", engine.metrics_url, "--window", "0.1", "--min-drafts", "20")
     assert code == 0 and report["diagnosis"]["code"] == "no-reference"
 
 
+@pytest.mark.slow
 def test_fewer_draft_tokens_than_the_figures_assume_is_noted(accept):
     with FakeEngine({"m": geometric(0.9, positions=7)}) as engine:
         _, report = accept("--metrics-url", engine.metrics_url, "--window", "0.1", *QWEN3_8B, "--dataset", "gsm8k")
@@ -204,6 +199,7 @@ def test_fewer_draft_tokens_than_the_figures_assume_is_noted(accept):
 # -- restarts ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("expose_created", [True, False])
 def test_counters_going_backwards_mean_a_restart(expose_created, accept):
     def restart_on_second(engine: FakeEngine, scrape: int) -> None:
@@ -222,6 +218,7 @@ def test_counters_going_backwards_mean_a_restart(expose_created, accept):
     assert any("restarted" in note for note in report["notes"])
 
 
+@pytest.mark.slow
 def test_restart_is_seen_by_created_time_when_new_counts_overtake_old_ones(accept):
     def restart_and_run(engine: FakeEngine, scrape: int) -> None:
         if scrape == 2:
@@ -240,6 +237,7 @@ def test_restart_is_seen_by_created_time_when_new_counts_overtake_old_ones(accep
 # -- models --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_model_filter(accept, cli):
     with FakeEngine({"a": HEALTHY, "b": COLLAPSED}) as engine:
         code_a, a = accept("--metrics-url", engine.metrics_url, "--window", "0.1", "--model", "a")
@@ -257,20 +255,24 @@ def test_model_filter(accept, cli):
 # -- endpoints that cannot be read ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_unreachable_endpoint():
     assert_error(run_cli("accept", "--metrics-url", f"http://127.0.0.1:{free_port()}/metrics"), "cannot read")
 
 
+@pytest.mark.slow
 def test_http_500(cli):
     with FakeEngine(metrics_status=500) as engine:
         assert_error(cli("accept", "--metrics-url", engine.metrics_url), "HTTP 500")
 
 
+@pytest.mark.slow
 def test_non_prometheus_body(cli):
     with FakeEngine(metrics_body="<html><body>vLLM dashboard</body></html>") as engine:
         assert_error(cli("accept", "--metrics-url", engine.metrics_url), "did not answer Prometheus text")
 
 
+@pytest.mark.slow
 def test_prometheus_without_spec_decode_counters(cli):
     registry = prometheus_client.CollectorRegistry()
     prometheus_client.Gauge("vllm:num_requests_running", "Running requests.", ["model_name"], registry=registry).labels("m").set(3)
@@ -278,6 +280,7 @@ def test_prometheus_without_spec_decode_counters(cli):
         assert_error(cli("accept", "--metrics-url", engine.metrics_url), "speculative decoding is not enabled")
 
 
+@pytest.mark.slow
 def test_second_sample_unreadable_is_an_error(tmp_path):
     target = tmp_path / "accept.json"
     with FakeEngine(metrics_status=503, fail_from_scrape=2) as engine:
@@ -308,6 +311,7 @@ def test_bad_arguments(args, fragment, cli):
 # -- reference figures -----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_reference_figures_and_sources():
     from dflash_doctor.accept.reference import expected_for, load_reference
 
@@ -325,6 +329,7 @@ def test_reference_figures_and_sources():
     assert (lowest.figure, lowest.figure_dataset, lowest.dataset) == (3.16, "alpaca", None)
 
 
+@pytest.mark.slow
 def test_the_schema_rejects_a_wrong_report(accept, validator):
     with FakeEngine({"m": HEALTHY}) as engine:
         _, report = accept("--metrics-url", engine.metrics_url, *QWEN3_8B)
@@ -334,6 +339,7 @@ def test_the_schema_rejects_a_wrong_report(accept, validator):
     assert len(list(validator.iter_errors(report))) == 3
 
 
+@pytest.mark.slow
 def test_without_dataset_the_lowest_figure_is_the_bar(accept):
     with FakeEngine({"m": DEGRADED}) as engine:
         code, report = accept("--metrics-url", engine.metrics_url, "--window", "0.1", *QWEN3_8B)
@@ -350,6 +356,7 @@ def write_prompts(path, lines) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_prompts_are_sent_between_the_samples(tmp_path, accept):
     prompts = write_prompts(
         tmp_path / "prompts.jsonl",
@@ -384,6 +391,7 @@ def test_prompts_are_sent_between_the_samples(tmp_path, accept):
     assert body["chat_template_kwargs"] == {"enable_thinking": False}
 
 
+@pytest.mark.slow
 def test_prompts_with_window_wait_for_the_window(tmp_path, accept):
     prompts = write_prompts(tmp_path / "p.jsonl", ["one", "two"])
     with FakeEngine({"m": HEALTHY}, on_scrape=idle, drafts_per_request=60) as engine:
@@ -391,6 +399,7 @@ def test_prompts_with_window_wait_for_the_window(tmp_path, accept):
     assert report["window_s"] >= 0.5 and report["drafts"] == 120 and code == 0
 
 
+@pytest.mark.slow
 def test_prompt_timeouts_are_counted_not_fatal(tmp_path, accept):
     prompts = write_prompts(tmp_path / "p.jsonl", ["slow one", "fast one", "fast two"])
     with FakeEngine({"m": HEALTHY}, on_scrape=idle, slow_seconds=3, drafts_per_request=60) as engine:
@@ -403,6 +412,7 @@ def test_prompt_timeouts_are_counted_not_fatal(tmp_path, accept):
     assert report["drafts"] == 120 and code == 0
 
 
+@pytest.mark.slow
 def test_workload_model_and_base_url(tmp_path, cli):
     prompts = write_prompts(tmp_path / "p.jsonl", ["one", "two"])
     with FakeEngine({"m": HEALTHY}, on_scrape=idle) as engine:
@@ -418,12 +428,14 @@ def test_workload_model_and_base_url(tmp_path, cli):
         )
 
 
+@pytest.mark.slow
 def test_several_served_models_need_model(tmp_path, cli):
     prompts = write_prompts(tmp_path / "p.jsonl", ["one"])
     with FakeEngine({"a": HEALTHY, "b": HEALTHY}, on_scrape=idle) as engine:
         assert_error(cli("accept", "--metrics-url", engine.metrics_url, "--prompts", prompts), "serves 2 models (a, b): give --model")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "content, fragment",
     [
@@ -455,6 +467,7 @@ def sglang_info(**state) -> dict:
     return {"status": "ready", "internal_states": [{"speculative_algorithm": "DFLASH", "last_gen_throughput": 120.0, **state}]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "info, rc, code",
     [
@@ -474,6 +487,7 @@ def test_sglang_server_info(info, rc, code, accept):
     assert any("running average since the server started" in note for note in report["notes"])
 
 
+@pytest.mark.slow
 def test_sglang_without_speculative_decoding(cli):
     with FakeEngine(server_info=sglang_info(speculative_algorithm=None)) as engine:
         assert_error(cli("accept", "--sglang", engine.url), "speculative decoding is not enabled")
@@ -481,6 +495,7 @@ def test_sglang_without_speculative_decoding(cli):
         assert_error(cli("accept", "--sglang", engine.url), "has no internal_states")
 
 
+@pytest.mark.slow
 def test_sglang_with_a_workload(tmp_path, accept):
     prompts = write_prompts(tmp_path / "p.jsonl", ["one", "two", "three"])
     with FakeEngine(server_info=sglang_info(avg_spec_accept_length=6.1)) as engine:
@@ -493,6 +508,7 @@ def test_sglang_with_a_workload(tmp_path, accept):
 # -- output ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_output_file_and_table(tmp_path):
     target = tmp_path / "accept.json"
     with FakeEngine({"m": COLLAPSED}) as engine:
@@ -507,6 +523,7 @@ def test_output_file_and_table(tmp_path):
     assert lines["diagnosis"].split()[1] == "collapse:"
 
 
+@pytest.mark.slow
 def test_progress_is_shown_on_a_terminal_only():
     with FakeEngine({"m": HEALTHY}) as engine:
         args = [sys.executable, "-m", "dflash_doctor", "accept", "--metrics-url", engine.metrics_url, "--window", "0.6"]

@@ -11,8 +11,9 @@ import pytest
 
 from conftest import assert_error
 from measure import run_measured
-from metrics_server import FakeEngine, RawServer
-from test_accept import cli  # noqa: F401 - fixture
+from metrics_server import FakeEngine, RawServer, ok, status
+
+pytestmark = pytest.mark.slow
 
 MIB = 1024 * 1024
 COUNTERS = (
@@ -21,18 +22,6 @@ COUNTERS = (
     "# TYPE vllm:spec_decode_num_accepted_tokens counter\n"
     'vllm:spec_decode_num_accepted_tokens_total{{model_name="m"}} {accepted}\n'
 )
-
-
-def status(handler, line: str, headers: dict[str, str], body: bytes = b"") -> None:
-    handler.wfile.write(line.encode("latin-1") + b"\r\n")
-    for name, value in headers.items():
-        handler.wfile.write(f"{name}: {value}\r\n".encode("latin-1"))
-    handler.wfile.write(b"\r\n" + body)
-    handler.wfile.flush()
-
-
-def ok(body: bytes, content_type: str = "text/plain") -> callable:
-    return lambda h: status(h, "HTTP/1.1 200 OK", {"Content-Type": content_type, "Content-Length": str(len(body))}, body)
 
 
 def one_line(result, fragment: str) -> None:

@@ -4,7 +4,11 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from conftest import check_json, run_cli, statuses
+
+pytestmark = pytest.mark.release
 
 RESOLVER = "vllm/v1/worker/gpu_model_runner.py"
 QD = "vllm/model_executor/models/qwen3_dflash.py"

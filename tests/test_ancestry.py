@@ -3,34 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-from pathlib import Path
 
-import jsonschema
 import pytest
 
-from conftest import assert_error, run_cli
+from conftest import CACHING, ancestry_json, assert_error, run_cli
 from dflash_doctor.ancestry import apply_pr, judge, render
 from dflash_doctor.model import ToolError
-from gitrepos import DFLASH, SCHEDULER, SPECULATIVE, SWA, Repo, build_vllm_like, generate_history
+from gitrepos import DFLASH, SCHEDULER, SPECULATIVE, SWA, Repo, generate_history
 
-SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "schemas" / "ancestry-v1.schema.json").read_text())
-
-
-@pytest.fixture(scope="module")
-def history(tmp_path_factory):
-    return build_vllm_like(tmp_path_factory.mktemp("vllm-like") / "vllm")
-
-
-@pytest.fixture
-def copy(history, tmp_path):
-    """A private copy of the repository (refs/pull and all) for tests that change it."""
-    target = tmp_path / "copy"
-    shutil.copytree(history.path, target, symlinks=True)
-    return Repo(target)
-
+pytestmark = pytest.mark.slow
 
 def by_pr(report, fix: str | None = None) -> dict[int, dict]:
     """pr -> JSON entry (the entries of one fix when ``fix`` is given)."""
@@ -39,17 +22,6 @@ def by_pr(report, fix: str | None = None) -> dict[int, dict]:
 
 def statuses(report) -> dict[int, tuple[str, str]]:
     return {e["pr"]: (e["status"], e["method"]) for e in report.to_json()["prs"]}
-
-
-CACHING = {k: v for k, v in os.environ.items() if k != "DFLASH_DOCTOR_NO_CACHE"}  # conftest turns caches off
-
-
-def ancestry_json(*args: str, env: dict | None = None) -> tuple[int, dict]:
-    proc = run_cli("ancestry", *args, "--format", "json", env=env)
-    assert proc.stdout, proc.stderr
-    report = json.loads(proc.stdout)
-    jsonschema.validate(report, SCHEMA)
-    return proc.returncode, report
 
 
 # ------------------------------------------------------------------ the ladder

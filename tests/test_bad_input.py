@@ -4,10 +4,10 @@ import os
 import stat
 import subprocess
 import sys
-from pathlib import Path
 
+import pytest
 
-from conftest import assert_error, check_json, run_cli, run_process, statuses
+from conftest import assert_error, check_json, make_venv, run_cli, run_process, statuses
 
 
 def test_nonexistent_path():
@@ -55,14 +55,7 @@ def test_interpreter_without_vllm():
     assert_error(run_cli("check", "--python", sys.executable, env=env), "vllm is not installed")
 
 
-def make_venv(where: Path, *paths: Path) -> Path:
-    """A real venv whose site-packages sees ``paths`` through a .pth file."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
-    site = next(where.glob("lib/python3*/site-packages"))
-    (site / "extra.pth").write_text("".join(f"{p}\n" for p in paths))
-    return where / "bin" / "python"
-
-
+@pytest.mark.release
 def test_interpreter_with_vllm_is_inspected_without_import(tmp_path, release):
     python = make_venv(tmp_path / "venv", release("0.20.1"))
     code, report = check_json("--python", str(python))
@@ -72,6 +65,7 @@ def test_interpreter_with_vllm_is_inspected_without_import(tmp_path, release):
     assert code == 1
 
 
+@pytest.mark.release
 def test_interpreter_with_junk_before_the_answer(tmp_path, release):
     (tmp_path / "hooks").mkdir()
     (tmp_path / "hooks" / "sitecustomize.py").write_text("print('welcome to the GPU box')\n")
@@ -81,6 +75,7 @@ def test_interpreter_with_junk_before_the_answer(tmp_path, release):
     assert code == 0 and set(statuses(report).values()) == {"present"}
 
 
+@pytest.mark.release
 def test_release_that_does_not_exist():
     assert_error(run_cli("check", "--release", "0.0.999"), "not on the package index")
 
@@ -89,6 +84,7 @@ def test_release_that_is_not_a_version():
     assert_error(run_cli("check", "--release", "latest;rm"), "not a release version")
 
 
+@pytest.mark.release
 def test_two_targets():
     assert_error(run_cli("check", "--path", "/tmp", "--release", "0.20.1"), "give one target")
 
@@ -102,6 +98,7 @@ def test_unknown_option_and_format():
     assert_error(run_cli("check", "--format", "xml"), "xml")
 
 
+@pytest.mark.release
 def test_unwritable_output_keeps_nothing_half_written(tmp_path, mini_tree):
     tree = mini_tree("0.20.1")
     assert_error(run_cli("check", "--path", str(tree), "--output", str(tmp_path / "missing-dir" / "r.json")), "cannot write")

@@ -80,6 +80,7 @@ def test_the_bottom_line_names_only_what_is_missing(release):
     assert proc.returncode == 0 and proc.stdout.rstrip("\n").splitlines()[-1] == "bottom line: nothing to do"
 
 
+@pytest.mark.release
 def test_a_fix_that_cannot_be_judged_comes_first(mini_tree):
     tree = mini_tree("0.33.0")
     resolver = tree / RESOLVER

@@ -2,7 +2,11 @@
 
 import os
 
+import pytest
+
 from conftest import check_json, statuses
+
+pytestmark = pytest.mark.release
 
 RESOLVER = "vllm/v1/worker/gpu_model_runner.py"
 

@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import check_json, statuses
+from conftest import RESOLVERS, SHIFT, check_json, statuses
 
 from dflash_doctor.stamp import RACY_NS
+
+pytestmark = pytest.mark.release
 
 MiniTree = Callable[..., Path]  # conftest's mini_tree fixture
 
 # The +1 of both resolvers on 0.33.0, and the same ids through a helper module.
-SHIFT = 'i + 1 for i in (dflash_config.get("target_layer_ids") or [])'
 THROUGH_HELPER = 'dflash_shift(i) for i in (dflash_config.get("target_layer_ids") or [])'
-RESOLVERS = ("vllm/v1/worker/gpu_model_runner.py", "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py")
 HELPER = "def dflash_shift(i):\n    return i + 1\n"
 NO_SHIFT = "def dflash_shift(i):\n    return i\n"
 # A check in its own process that says on stderr each process it starts (the behaviour child) and each .py file it opens.

@@ -3,12 +3,15 @@
 import json
 from pathlib import Path
 
+import pytest
+
 from conftest import assert_error, check_json, run_cli, statuses
 from gitrepos import build_vllm_like
 
 DRAFTERS = Path(__file__).resolve().parent / "data" / "drafters"
 
 
+@pytest.mark.release
 def test_draft_config_adds_lint_and_probes_to_the_check(release):
     code, report = check_json("--release", "0.20.1", "--draft-config", str(DRAFTERS / "qwen3.6-27b-dflash.json"))
     assert statuses(report)["layer-offset"] == "absent" and code == 1
@@ -20,11 +23,13 @@ def test_draft_config_adds_lint_and_probes_to_the_check(release):
     assert "aux layer ids: [1, 16, 31, 46, 61]" in table.stdout
 
 
+@pytest.mark.release
 def test_target_config_needs_a_draft_config(release):
     assert_error(run_cli("check", "--release", "0.33.0", "--target-config", str(DRAFTERS / "qwen3-8b-dflash-b16.json")),
                  "--target-config needs --draft-config")
 
 
+@pytest.mark.slow
 def test_repo_adds_the_ancestry_of_the_recorded_commit(tmp_path):
     history = build_vllm_like(tmp_path / "vllm-clone")
     tree = tmp_path / "site"

@@ -213,6 +213,7 @@ def test_gate_with_a_tampered_wheel_could_not_run(wheelhouse, served, checkout):
     assert not (checkout / "repo" / "dflash-doctor.sarif").exists()
 
 
+@pytest.mark.release
 @SLOW
 def test_gate_installs_the_pin_and_runs_the_check(wheelhouse, served, checkout, mini_tree):
     pin(checkout, requirements_line(wheelhouse, served))

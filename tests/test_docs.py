@@ -99,6 +99,7 @@ def test_github_actions_workflow():
         assert option in help_text, option
 
 
+@pytest.mark.release
 def test_shell_gate_step(tmp_path, mini_tree):
     gate = DOCS / "ci" / "gate.sh"
     for version, expected in (("0.20.1", 1), ("0.33.0", 0)):

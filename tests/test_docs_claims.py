@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import test_docs_commands as documented
 import typer
 
+import documented
 from dflash_doctor.behaviour.reference import reference_dir
 from dflash_doctor.cli import app
 from dflash_doctor.rulefile import load_rules

@@ -16,17 +16,14 @@ import shlex
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from conftest import TREE_FILES, rule_files
+from documented import COMMANDS, REPO, Command, why_not_here
 from dflash_doctor.paths import cache_dir
 from dflash_doctor.targets.release import release_tree
 
-REPO = Path(__file__).resolve().parent.parent
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 DRAFTER = REPO / "tests" / "data" / "drafters" / "qwen3.6-27b-dflash.json"
 
 SITE = "{site}"  # a site-packages with vllm (a copy of the real 0.20.1 tree's files the rules read)
@@ -38,78 +35,8 @@ PLACEHOLDERS = {
     "/root/ml-env/bin/python": PYTHON, "/opt/venvs/serve/bin/python": PYTHON, "/opt/venv/bin/python": PYTHON,
 }
 
-# What a documented command needs that this machine does not have: (words that mark it, reason).
-NEEDS = [
-    ({"--host", "--hosts-file"}, "needs ssh hosts with vLLM (tests/test_ssh.py checks a real sshd on 127.0.0.1)"),
-    ({"--metrics-url", "--sglang"}, "needs a running vLLM or SGLang server (tests/test_accept.py serves real metrics)"),
-    ({"--image"}, "needs a registry or an image built here (tests/test_image.py pushes real ones to a local registry)"),
-    ({"ancestry", "--repo"}, "needs a clone of vLLM's history at ~/src/vllm (tests/test_ancestry.py builds real repos)"),
-    ({"--install-completion"}, "writes the shell's startup files"),
-    ({"pip"}, "installs into this environment (the tests run the checkout itself)"),
-    ({"ansible-playbook"}, "needs an inventory of GPU hosts"),
-    ({"./gate.sh"}, "needs GPU_HOST; tests/test_docs.py::test_shell_gate_step runs docs/ci/gate.sh"),
-]
-NEEDS_INDEX = "asks the package index and fetches every release missing from the cache (182 MB by range requests from an empty one)"
-NEEDS_TERMINAL = "asks for confirmation on a terminal"
-
 # Exit codes the docs state for a command; any other command may exit 0, 1 or 2 (never 3).
 STATED = {"dflash-doctor check --release 0.20.1": {1}, "dflash-doctor rules test": {0}, "dflash-doctor --version": {0}}
-
-
-@dataclass(frozen=True)
-class Command:
-    page: str
-    line: int
-    text: str  # as written, continuations joined
-
-    @property
-    def words(self) -> list[str]:
-        return shlex.split(self.text, comments=True)
-
-    def __str__(self) -> str:
-        return f"{self.page}:{self.line}: {self.text}"
-
-
-def documented_commands() -> list[Command]:
-    """The commands of every ``sh`` and ``console`` block, in page order; a block that is a
-    script (``#!``) is a file shown verbatim, not commands to paste."""
-    commands = []
-    for page in PAGES:
-        text = page.read_text()
-        for block in re.finditer(r"^```(sh|console)\n(.*?)^```", text, re.M | re.S):
-            first = text[: block.start(2)].count("\n") + 1
-            body = block.group(2)
-            if body.startswith("#!"):
-                continue
-            pending, start = "", 0
-            for offset, line in enumerate(body.splitlines()):
-                if block.group(1) == "console" and not pending:
-                    if not line.startswith("$ "):
-                        continue  # output shown after the command
-                    line = line[2:]
-                pending, start = (pending + " " + line.strip(), start) if pending else (line.strip(), first + offset)
-                if pending.endswith("\\"):
-                    pending = pending[:-1].rstrip()
-                    continue
-                if pending and not pending.startswith("#"):
-                    commands.append(Command(page.relative_to(REPO).as_posix(), start, pending))
-                pending = ""
-    return commands
-
-
-COMMANDS = documented_commands()
-
-
-def why_not_here(command: Command) -> str | None:
-    words = command.words
-    for marks, reason in NEEDS:
-        if marks & set(words):
-            return reason
-    if words[:2] == ["dflash-doctor", "releases"] and "--offline" not in words:
-        return NEEDS_INDEX
-    if words[:2] == ["dflash-doctor", "patch"] and not {"--yes", "-y", "--dry-run"} & set(words):
-        return NEEDS_TERMINAL
-    return None
 
 
 def pasted(command: Command, session: dict[str, str]) -> str:
@@ -180,6 +107,7 @@ def test_no_documented_command_is_a_shell_pipe_of_subcommands():
             assert shutil.which(first) or first in ("dflash-doctor", "pytest", "./deploy.sh"), str(command)
 
 
+@pytest.mark.release
 @pytest.mark.parametrize("command", COMMANDS, ids=[f"{c.page}:{c.line}" for c in COMMANDS])
 def test_documented_command_runs_as_pasted(command, session):
     reason = why_not_here(command)
@@ -193,6 +121,7 @@ def test_documented_command_runs_as_pasted(command, session):
     assert "Traceback" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.release
 def test_config_notes_say_what_to_do_or_nothing(session):
     """Info findings carry a note or nothing: no "fix: nothing to do" under every line,
     and no pointer to probes that the standalone command does not have."""

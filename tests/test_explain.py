@@ -141,6 +141,7 @@ def test_0_19_without_dflash_gets_one_remedy_install_dflash():
     assert "eagle_aux_hidden_state_layer_ids" not in table and "Upgrade to" not in table
 
 
+@pytest.mark.release
 def test_a_file_that_does_not_parse_is_unknown_with_what_to_do(mini_tree):
     tree = mini_tree("0.33.0")
     with open(tree / "vllm/v1/core/sched/scheduler.py", "a") as handle:
@@ -154,6 +155,7 @@ def test_a_file_that_does_not_parse_is_unknown_with_what_to_do(mini_tree):
     assert fix["remedy"] == UNREADABLE
 
 
+@pytest.mark.release
 def test_code_in_an_unknown_form_asks_for_a_look_not_an_upgrade(mini_tree):
     """Structure alone (the engine): the scheduler hands the KV cache manager a drop flag
     in a form no rule knows; unknown, and the remedy says how to get an answer."""
@@ -185,6 +187,7 @@ def test_a_required_definition_missing_says_it_was_not_found(mini_tree):
     assert fix.remedy == MISSING_CODE
 
 
+@pytest.mark.release
 def test_unknown_where_behaviour_cannot_run_says_where_to_run_it(mini_tree):
     """A tree from another machine (a probe answer): structure alone, and code in an
     unknown form; the remedy asks for a look and says where behaviour could answer."""

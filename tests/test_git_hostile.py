@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_error, run_cli
+from conftest import CACHING, ancestry_json, assert_error, run_cli
 from gitrepos import SPECULATIVE, Repo, plant_hostile_config
-from test_ancestry import CACHING, ancestry_json, copy, history  # noqa: F401 - fixtures: a vLLM-shaped repository
+
+pytestmark = pytest.mark.slow
 
 
 def plant(repo: Repo, tmp_path: Path) -> Path:

@@ -16,11 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
-import test_ssh_behaviour
 from conftest import check_json
-from test_isolation import hostile_tree, my_children, program_for, session_for
-from test_ssh_behaviour import program_for as ssh_program_for
-from test_ssh_behaviour import target_for
+from escapes import hostile_tree, my_children, program_for, session_for
+from sshd import remote_children, target_for
 
 from dflash_doctor.draft.harness import SAFE_BUILTIN_NAMES
 from dflash_doctor.draft.sandbox import Call, Chunk, SandboxError, run
@@ -120,6 +118,7 @@ def stalling(body: str) -> str:
 BOUND_S = CALL_TIMEOUT_S + CALL_GRACE_S + 2  # the step's deadline, its grace, and a margin for a loaded machine
 
 
+@pytest.mark.slow  # each waits out the child's deadline
 @pytest.mark.parametrize("stall", list(STALLS))
 def test_a_call_that_defeats_the_childs_timer_is_stopped_at_its_deadline(tmp_path, stall):
     chunks, globals_ = program_for(tmp_path, stalling(STALLS[stall]))
@@ -139,6 +138,7 @@ def test_a_call_that_defeats_the_childs_timer_is_stopped_at_its_deadline(tmp_pat
     assert took < BOUND_S, took
 
 
+@pytest.mark.slow  # waits out the child's deadline
 def test_a_definition_that_defeats_the_childs_timer_is_stopped_at_its_deadline():
     started = time.monotonic()
     with pytest.raises(SandboxError, match="^defining _X ran past its 2 s deadline"):
@@ -146,6 +146,7 @@ def test_a_definition_that_defeats_the_childs_timer_is_stopped_at_its_deadline()
     assert time.monotonic() - started < BOUND_S
 
 
+@pytest.mark.slow  # waits out the session's 6 s budget
 def test_a_call_that_stalls_within_its_deadline_each_time_cannot_stretch_the_check(tmp_path):
     # Each call answers, just inside the parent's step deadline: the check's one budget ends the session.
     chunks, globals_ = program_for(tmp_path, f"""
@@ -179,7 +180,7 @@ def test_cli_a_tree_that_blocks_the_childs_timer_cannot_stall_the_check(mini_tre
               'lock = real["_" + "_import__"]("_thread").allocate_lock()\n'
               "lock.acquire()\n"
               "lock.acquire()\n")
-    tree = hostile_tree(mini_tree, release, action)
+    tree = hostile_tree(mini_tree, action)
     started = time.monotonic()
     code, report = check_json("--path", str(tree), env={**os.environ, "DFLASH_DOCTOR_NO_CACHE": "1"})
     took = time.monotonic() - started
@@ -190,20 +191,19 @@ def test_cli_a_tree_that_blocks_the_childs_timer_cannot_stall_the_check(mini_tre
     assert took < CALL_TIMEOUT_S + CALL_GRACE_S + 12, took  # the structure check and a loaded machine's margin
 
 
-
 # -- over ssh: the client holds the same deadlines for the child on the host ------------------------
 
-host, remote_python = test_ssh_behaviour.host, test_ssh_behaviour.remote_python  # fixtures: a real sshd, the host's python
 
-
+@pytest.mark.slow
+@pytest.mark.release
 def test_over_ssh_a_call_that_blocks_the_childs_timer_is_stopped_at_its_deadline_and_killed_on_the_host(
         host, remote_python, tmp_path):
     srv, options = host
     target = target_for(srv, options, remote_python)
-    chunks, globals_ = ssh_program_for(tmp_path, stalling(STALLS["timer-blocked"]))
+    chunks, globals_ = program_for(tmp_path, stalling(STALLS["timer-blocked"]))
     with target.connected(), target.resolve().behaviour() as run_there:
         assert run_there([], [Call("up", "1")], {}, {})["up"].value == 1
-        there = test_ssh_behaviour.remote_children(srv)  # the child, and the process on the host that watches it
+        there = remote_children(srv)  # the child, and the process on the host that watches it
         started = time.monotonic()
         with pytest.raises(SandboxError) as raised:
             run_there(chunks, [Call("first", "6 * 7"), Call("x", "stalls()")], {}, globals_)

@@ -47,6 +47,7 @@ def _swa(report: dict) -> str:
     return next(fix["status"] for fix in report["fixes"] if fix["id"] == "swa-config")
 
 
+@pytest.mark.release
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda path: path.name)
 def test_lint_and_verdict_agree_on_the_window_for_every_drafter_config(config):
     """One object decides both: where the lint says vLLM sees no window, no layer
@@ -76,6 +77,7 @@ def _beside(mini_tree, version: str, transformers: str) -> Path:
     return tree
 
 
+@pytest.mark.release
 @pytest.mark.parametrize(("config", "window", "nulled"), [(NO_FLAG, None, True), (FLAG, 2048, False)], ids=["no-flag", "flag"])
 def test_transformers_4_installed_beside_vllm_0_22_decides_the_window(mini_tree, config, window, nulled):
     """transformers 4.57.6 (allowed by vLLM 0.22.0) installed beside the tree: its
@@ -90,6 +92,7 @@ def test_transformers_4_installed_beside_vllm_0_22_decides_the_window(mini_tree,
     assert _swa(report) == "absent"  # 0.22.0 has no per-layer windows at all
 
 
+@pytest.mark.release
 @pytest.mark.parametrize(("config", "window", "swa"), [(NO_FLAG, None, "absent"), (FLAG, 2048, "present")], ids=["no-flag", "flag"])
 def test_transformers_5_that_vllm_0_33_requires_decides_the_window(config, window, swa):
     """--release 0.33.0: the newest transformers satisfying the wheel's requirement
@@ -107,6 +110,7 @@ def test_transformers_5_that_vllm_0_33_requires_decides_the_window(config, windo
         assert [layer["sliding_window"] for layer in layers] == [window] * 4 + [None]
 
 
+@pytest.mark.release
 @pytest.mark.parametrize(("config", "nulled"), [(NO_FLAG, True), (FLAG, False)], ids=["no-flag", "flag"])
 def test_transformers_4_that_vllm_0_19_requires_is_fetched_for_release(config, nulled):
     """--release 0.19.0 requires transformers<5: 4.57.6, fetched like the wheel; its
@@ -118,6 +122,7 @@ def test_transformers_4_that_vllm_0_19_requires_is_fetched_for_release(config, n
     assert _swa(report) == "not-applicable"
 
 
+@pytest.mark.release
 def test_the_collector_sends_the_hosts_own_transformers(mini_tree):
     """--host: the stdlib collector sends the transformers files beside the host's
     vllm with the vLLM files, and the drafter's config is built with that
@@ -133,6 +138,7 @@ def test_the_collector_sends_the_hosts_own_transformers(mini_tree):
     assert [computed.hf_config["sliding_window"] for computed in found] == [None, 2048]
 
 
+@pytest.mark.release
 def test_an_image_is_checked_with_the_transformers_it_holds(mini_tree, tmp_path):
     """--image: the transformers config sources beside the image's vllm are extracted
     with it, and the drafter's config is built with them (4.57.6 here, not the
@@ -146,6 +152,7 @@ def test_an_image_is_checked_with_the_transformers_it_holds(mini_tree, tmp_path)
     assert "window-nulled" in _codes(report)
 
 
+@pytest.mark.release
 def test_no_transformers_to_run_makes_the_window_unknown_not_the_raw_value(mini_tree):
     """No transformers beside the tree and no requirement to fetch one by: the keys the
     class derives are unknown, with the reason, never the file's raw sliding_window."""

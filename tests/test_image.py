@@ -22,12 +22,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import run_cli
+from conftest import HOSTILE_TEXT, assert_inert_xml, fleet_validator, run_cli
 from registry import (
     OCI_LAYER, SITE, WHITEOUT, Link, Random, Registry, TokenServer, make_cert, put_blob, python_files, tag_image, tree_files,
     write_image, write_index,
 )
-from test_ssh import fleet_validator
 
 SCHEDULER = "vllm/v1/core/sched/scheduler.py"
 DFLASH_MODEL = "vllm/model_executor/models/qwen3_dflash.py"
@@ -125,6 +124,8 @@ def ref(reg: Registry, tag: str) -> tuple[str, ...]:
     return ("--image", f"{reg.host}/team/vllm:{tag}", "--insecure-registry", reg.host)
 
 
+@pytest.mark.slow
+@pytest.mark.release
 def test_registry_image_verdicts_equal_check_path_on_the_same_files(registry, layout, trees):
     code, report, stderr = image_check(*ref(registry, "plain"))
     assert report["fixes"] == path_fixes(trees["0.22.0"]), stderr
@@ -137,6 +138,8 @@ def test_registry_image_verdicts_equal_check_path_on_the_same_files(registry, la
     assert target["org.opencontainers.image.revision"] == "feedface"
 
 
+@pytest.mark.slow
+@pytest.mark.release
 def test_whiteout_overwrite_and_opaque_directory_from_later_layers(registry, trees):
     _, layered, _ = image_check(*ref(registry, "layered"))
     assert layered["fixes"] == path_fixes(trees["layered"])
@@ -146,6 +149,8 @@ def test_whiteout_overwrite_and_opaque_directory_from_later_layers(registry, tre
     assert opaque["vllm"]["version"] == "0.22.0"  # the dist-info beside vllm/ was not under the opaque dir
 
 
+@pytest.mark.slow
+@pytest.mark.release
 def test_two_pythons_the_one_first_on_path_wins(registry, trees):
     _, venv, _ = image_check(*ref(registry, "two-pythons"))
     assert venv["target"]["site"] == f"/{VENV_SITE}" and venv["target"]["python"] == "/opt/venv/bin/python3"
@@ -155,6 +160,8 @@ def test_two_pythons_the_one_first_on_path_wins(registry, trees):
     assert system["fixes"] == path_fixes(trees["0.22.0"])
 
 
+@pytest.mark.slow
+@pytest.mark.release
 def test_multi_platform_index_picks_the_platform(registry, layout, trees):
     _, amd, _ = image_check(*ref(registry, "multi"))
     assert amd["target"]["digest"] == layout[1]["multi-amd64"] and amd["fixes"] == path_fixes(trees["0.33.0"])
@@ -165,6 +172,7 @@ def test_multi_platform_index_picks_the_platform(registry, layout, trees):
     one_line_error(code, stderr, "no image for platform linux/s390x (the index offers: linux/amd64, linux/arm64)")
 
 
+@pytest.mark.release
 def test_oci_layout_and_docker_archive_on_disk(layout, trees, tmp_path):
     directory, digests = layout
     code, report, stderr = image_check("--image", f"oci:{directory}:layered")
@@ -181,6 +189,8 @@ def test_oci_layout_and_docker_archive_on_disk(layout, trees, tmp_path):
     one_line_error(code, stderr, "no image tagged 'nosuchtag'")
 
 
+@pytest.mark.slow
+@pytest.mark.release
 def test_tampered_blob_is_refused(registry, layout, tmp_path):
     directory, _ = layout
     marker = {"etc/unique-marker": b"tampered-image-only\n"}
@@ -201,6 +211,8 @@ def _tag_digest(directory: Path, tag: str) -> str:
     return entry["digest"].split(":", 1)[1]
 
 
+@pytest.mark.slow
+@pytest.mark.release
 def test_missing_tag_bad_reference_and_no_tls_on_a_plain_registry(registry):
     code, _, stderr = image_check(*ref(registry, "nosuchtag"))
     one_line_error(code, stderr, "not found in")
@@ -210,6 +222,8 @@ def test_missing_tag_bad_reference_and_no_tls_on_a_plain_registry(registry):
     one_line_error(code, stderr, f"--insecure-registry {registry.host}")
 
 
+@pytest.mark.slow
+@pytest.mark.release
 def test_second_image_sharing_the_base_downloads_only_its_new_layers(registry, layout, tmp_path):
     """With the layer cache on, the shared base layer is then made unreadable in the
     registry: the second image still checks, so its base came from the cache."""
@@ -233,6 +247,7 @@ def test_second_image_sharing_the_base_downloads_only_its_new_layers(registry, l
     assert len(list((tmp_path / "cache/images/layers").glob("*.json"))) == 4  # base, 0.22.0, overwrite, whiteout
 
 
+@pytest.mark.release
 def test_hostile_layer_writes_nothing_outside_the_tree(tmp_path, trees):
     """Members that climb out, absolute names and symlinks pointing away are never followed."""
     outside = tmp_path / "outside"
@@ -275,6 +290,8 @@ def test_registry_that_never_answers_hits_the_deadline():
         one_line_error(code, stderr, "did not answer within 1 s")
 
 
+@pytest.mark.slow
+@pytest.mark.release
 def test_several_images_make_a_report_each_and_reports_name_the_image(registry, tmp_path):
     good, bad = f"{registry.host}/team/vllm:plain", f"{registry.host}/team/vllm:nosuchtag"
     proc = run_cli("check", "--image", good, "--image", bad, "--insecure-registry", registry.host, "--format", "json")
@@ -293,6 +310,8 @@ def test_several_images_make_a_report_each_and_reports_name_the_image(registry, 
     assert run["originalUriBaseIds"]["VLLM_ROOT"] == {"description": {"text": f"image {good}"}}
 
 
+@pytest.mark.slow
+@pytest.mark.release
 def test_patch_refuses_an_image_and_ancestry_reads_the_revision_label(registry, tmp_path, trees):
     proc = run_cli("patch", "--image", f"{registry.host}/team/vllm:plain", "--yes")
     one_line_error(proc.returncode, proc.stderr, "docs/images.md")
@@ -357,6 +376,8 @@ def tls(tmp_path_factory):
     return make_cert(tmp_path_factory.mktemp("tls"))
 
 
+@pytest.mark.slow
+@pytest.mark.release
 def test_basic_auth_over_tls_with_credentials_from_docker_config(tmp_path, layout, trees, tls):
     directory, digests = layout
     reg = Registry(tmp_path / "registry", users={"alice": "s3cret"}, tls=tls)
@@ -390,6 +411,8 @@ def test_basic_auth_over_tls_with_credentials_from_docker_config(tmp_path, layou
         reg.stop()
 
 
+@pytest.mark.slow
+@pytest.mark.release
 def test_bearer_token_challenge_flow(tmp_path, layout, trees, tls):
     directory, _ = layout
     tokens = TokenServer(*tls, users={"bob": "hunter2"})
@@ -413,6 +436,7 @@ def test_bearer_token_challenge_flow(tmp_path, layout, trees, tls):
         tokens.stop()
 
 
+@pytest.mark.release
 def test_a_progress_bar_per_layer_on_a_terminal(layout, tmp_path):
     """stderr on a pseudo-terminal: rich draws a bar named after each layer's digest."""
     import pty
@@ -460,8 +484,8 @@ def test_references_follow_dockers_grammar_and_docker_hub_defaults(given, expect
     assert source.scheme == "https"
 
 
+@pytest.mark.release
 def test_junit_escapes_control_and_bidi_characters_of_an_image_label(tmp_path, trees):
-    from test_sarif_junit import HOSTILE_TEXT, assert_inert_xml
 
     directory = tmp_path / "oci"
     write_image(directory, "labelled", [BASE, tree_files(trees["0.22.0"])],
@@ -473,6 +497,7 @@ def test_junit_escapes_control_and_bidi_characters_of_an_image_label(tmp_path, t
     assert label == "v1\\x1b]0;pwned\\x07\\x1b[2J\\x00\\x9b\\u202e\\u2066\\ufffe\\n\\x85fake line", label
 
 
+@pytest.mark.release
 def test_a_plugin_installed_in_the_image_is_named_as_one_that_may_change_the_answer(trees, tmp_path):
     """vLLM loads the general plugins every distribution in the image declares; the image's
     entry points are kept (not the plugin's code), so each plugin is named in the reasons

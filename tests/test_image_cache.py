@@ -18,6 +18,8 @@ import pytest
 
 from registry import Random, python_files, tree_files, write_image
 
+pytestmark = pytest.mark.release
+
 WATCHED = """
 import sys
 def spawned(event, args):

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import assert_error, run_cli, statuses
 
 
@@ -22,6 +24,7 @@ def hostile_venv(where: Path, marker: Path, *paths: Path) -> Path:
     return where / "bin" / "python"
 
 
+@pytest.mark.release
 def test_the_environments_pth_files_and_sitecustomize_do_not_run(tmp_path, release):
     marker = tmp_path / "marker"
     python = hostile_venv(tmp_path / "venv", marker, release("0.33.0"))
@@ -36,6 +39,7 @@ def test_the_environments_pth_files_and_sitecustomize_do_not_run(tmp_path, relea
     assert sorted(p.name for p in tmp_path.glob("marker*")) == ["marker.pth", "marker.sitecustomize"]
 
 
+@pytest.mark.release
 def test_pythonpath_is_still_honoured(tmp_path, release):
     python = hostile_venv(tmp_path / "venv", tmp_path / "marker")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.environ.get("PYTHONPATH", ""), str(release("0.20.1"))])}
@@ -44,6 +48,7 @@ def test_pythonpath_is_still_honoured(tmp_path, release):
     assert list(tmp_path.glob("marker*")) == []
 
 
+@pytest.mark.release
 def test_a_setuptools_editable_install_is_found_without_running_its_finder(tmp_path, release):
     """The finder module and .pth written by setuptools' own editable_wheel code
     (building a real editable wheel needs `wheel`, which is not installed here). They are

@@ -22,15 +22,13 @@ from pathlib import Path
 
 import pytest
 from conftest import check_json, statuses
+from escapes import WALK, hostile_tree, my_children, program_for, session_for
 from measure import measured
 
 from dflash_doctor.draft import lockdown
-from dflash_doctor.behaviour.definitions import Locator
-from dflash_doctor.behaviour.program import ProgramBuilder
 from dflash_doctor.draft.sandbox import (
     Call,
     Chunk,
-    LocalPipe,
     SandboxError,
     child_program,
     isolation_status,
@@ -38,50 +36,10 @@ from dflash_doctor.draft.sandbox import (
     run_isolated,
     session,
 )
-from dflash_doctor.draft.session import Session
-from dflash_doctor.source import DirectoryTree
 
 DRAFTERS = Path(__file__).parent / "data" / "drafters"
 QWEN36 = DRAFTERS / "qwen3.6-27b-dflash.json"
 SECRET = "dflash-doctor-test-secret-5c1f"
-
-# Out of the restricted builtins, as an attacker would: a running generator's
-# frame leads up the stack to the interpreter's real builtins.
-WALK = '''
-def _top_frame():
-    box = []
-
-    def walk():
-        frame = box[0].gi_frame.f_back
-        while frame.f_back is not None:
-            frame = frame.f_back
-        yield frame
-
-    box.append(walk())
-    return next(box[0])
-
-
-def _real(name):
-    return _top_frame().f_builtins[name]
-
-
-def _module(name):
-    return _real("_" + "_import__")(name)
-'''
-
-
-def program_for(tmp_path: Path, source: str):
-    """The program for the last function of a tree file holding WALK and ``source``."""
-    name = re.findall(r"^def (\w+)", textwrap.dedent(source), re.M)[-1]
-    root = tmp_path / "tree"
-    (root / "vllm").mkdir(parents=True)
-    (root / "vllm" / "__init__.py").write_text("")
-    (root / "vllm" / "probed.py").write_text(WALK + textwrap.dedent(source))
-    tree = DirectoryTree(root, None)
-    builder = ProgramBuilder(tree, ())
-    builder.function(Locator(tree, [("vllm/probed.py", name)]).one("vllm/probed.py", name))
-    return builder.chunks, {gap: {"$gap": label} for gap, label in builder.gaps.items()}
-
 
 def run_hostile(tmp_path: Path, source: str, expr: str):
     """The outcome of ``expr`` (a call of the last function in ``source``) in the sandbox."""
@@ -96,19 +54,6 @@ def request_for(tmp_path: Path, source: str, expr: str, **limits) -> bytes:
         "globals": globals_, "program": [{"name": c.name, "source": c.source} for c in chunks], "data": {},
         "calls": [{"id": "x", "expr": expr, "bind": {}}], "call_timeout_s": 1.0, "limits": limits,
     }).encode()
-
-
-def my_children() -> list[str]:
-    """Processes (alive or zombie) whose parent is this test process."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == os.getpid():
-            found.append(stat.parent.name)
-    return found
 
 
 def processes_with(token: str) -> list[str]:
@@ -457,11 +402,6 @@ def test_an_output_flood_is_cut_at_the_cap_and_the_parent_stays_small():
 # -- one child per check: the session -----------------------------------------------------------
 
 
-def session_for(**limits) -> Session:
-    """A session on one local child, with bounds of our own."""
-    return Session(LocalPipe(child_program()), **limits)
-
-
 def test_a_session_is_one_child_and_each_request_has_fresh_globals(tmp_path):
     chunks, globals_ = program_for(tmp_path, """
         def defines():
@@ -601,36 +541,10 @@ def test_the_output_cap_holds_across_the_requests_of_a_session(tmp_path):
 # -- end to end: a real 0.33.0 tree whose resolver escapes ------------------------------------------
 
 
-ESCAPE_BODY = '''
-        box = []
-
-        def walk():
-            frame = box[0].gi_frame.f_back
-            while frame.f_back is not None:
-                frame = frame.f_back
-            yield frame
-
-        box.append(walk())
-        real = next(box[0]).f_builtins
-        os_module = real["_" + "_import__"]("os")
-'''
-RESOLVER_START = "        if not (self.speculative_config and self.speculative_config.draft_model_config):\n            return None\n"
-
-
-def hostile_tree(mini_tree, release, action: str) -> Path:
-    """A copy of the real 0.33.0 files the checks read, whose V1 aux-layer resolver escapes first."""
-    tree = mini_tree("0.33.0")
-    runner = tree / "vllm/v1/worker/gpu_model_runner.py"
-    text = runner.read_text()
-    assert text.count(RESOLVER_START) == 1
-    runner.write_text(text.replace(RESOLVER_START, ESCAPE_BODY + textwrap.indent(action, " " * 8) + "\n" + RESOLVER_START))
-    return tree
-
-
 @pytest.mark.release
 def test_cli_a_resolver_that_runs_commands_leaves_no_trace_and_the_probes_are_unknown(mini_tree, release, tmp_path):
     marker = tmp_path / "pwned"
-    tree = hostile_tree(mini_tree, release, f'os_module.system("touch {marker}; sleep 300 # 77.999")\n')
+    tree = hostile_tree(mini_tree, f'os_module.system("touch {marker}; sleep 300 # 77.999")\n')
     code, report = check_json("--path", str(tree), "--draft-config", str(QWEN36),
                               env={**os.environ, "DFLASH_DOCTOR_SECRET": SECRET})
     # Not a crash (3), not a fix verdict (1): the fixes are there and nothing escaped to change that.
@@ -646,7 +560,7 @@ def test_cli_a_resolver_that_runs_commands_leaves_no_trace_and_the_probes_are_un
 @pytest.mark.release
 def test_cli_a_resolver_that_exfiltrates_gets_nothing_out(mini_tree, release, tmp_path, listener):
     port = listener.getsockname()[1]
-    tree = hostile_tree(mini_tree, release, textwrap.dedent(f"""
+    tree = hostile_tree(mini_tree, textwrap.dedent(f"""
         loot = repr(dict(os_module.environ))
         loot += real["open"]("/etc/hostname").read()
         real["open"]("{tmp_path / 'loot'}", "w").write(loot)

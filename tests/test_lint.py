@@ -12,7 +12,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("tool", [["ruff", "check", "--no-cache", "."], ["mypy", "--no-incremental"]], ids=["ruff", "mypy"])
+@pytest.mark.parametrize("tool", [
+    pytest.param(["ruff", "check", "--no-cache", "."], id="ruff"),
+    pytest.param(["mypy", "--no-incremental"], id="mypy", marks=pytest.mark.slow),  # a mypy process: seconds
+])
 def test_the_repository_passes(tool: list[str]) -> None:
     proc = subprocess.run([sys.executable, "-m", *tool], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

@@ -48,6 +48,7 @@ def fix(report: dict, fix_id: str) -> dict:
     return next(item for item in report["fixes"] if item["id"] == fix_id)
 
 
+@pytest.mark.release
 def test_sparse_giant_in_the_tree_is_not_read(mini_tree, tmp_path):
     tree = mini_tree("0.33.0")
     giant = tree / SWA_FILE
@@ -61,6 +62,7 @@ def test_sparse_giant_in_the_tree_is_not_read(mini_tree, tmp_path):
     assert run.peak_mb < PEAK_MB, f"peak RSS {run.peak_mb:.0f} MB"
 
 
+@pytest.mark.release
 def test_dev_zero_link_in_the_tree_is_not_read(mini_tree, tmp_path):
     tree = mini_tree("0.33.0")
     (tree / SWA_FILE).unlink()
@@ -73,6 +75,7 @@ def test_dev_zero_link_in_the_tree_is_not_read(mini_tree, tmp_path):
     assert run.peak_mb < PEAK_MB, f"peak RSS {run.peak_mb:.0f} MB"
 
 
+@pytest.mark.release
 def test_fifo_does_not_block_the_package_scan(mini_tree, tmp_path):
     """The anchor file is gone, so its classes are searched for across the package, FIFOs and all."""
     tree = mini_tree("0.33.0")
@@ -85,6 +88,7 @@ def test_fifo_does_not_block_the_package_scan(mini_tree, tmp_path):
     assert fix(report, "swa-config")["status"] != "present"
 
 
+@pytest.mark.release
 def test_fifo_as_an_anchor_file_is_unknown_not_a_hang(mini_tree, tmp_path):
     tree = mini_tree("0.33.0")
     (tree / SWA_FILE).unlink()
@@ -94,6 +98,7 @@ def test_fifo_as_an_anchor_file_is_unknown_not_a_hang(mini_tree, tmp_path):
     assert swa["status"] == "unknown" and "not a regular file" in json.dumps(swa)
 
 
+@pytest.mark.release
 def test_link_to_a_regular_file_is_read(mini_tree, tmp_path):
     tree = mini_tree("0.33.0")
     real = tmp_path / "elsewhere.py"
@@ -107,6 +112,7 @@ def _waivers_check(mini_tree, tmp_path, waivers: Path, deadline: float = 30) -> 
     return run_measured("check", "--path", str(mini_tree("0.33.0")), "--waivers", str(waivers), deadline=deadline)
 
 
+@pytest.mark.release
 def test_waivers_nested_deep_are_one_line(mini_tree, tmp_path):
     waivers = tmp_path / "waivers.toml"
     depth = 100_000
@@ -114,6 +120,7 @@ def test_waivers_nested_deep_are_one_line(mini_tree, tmp_path):
     one_line_error(_waivers_check(mini_tree, tmp_path, waivers), "waivers file", "nested too deeply")
 
 
+@pytest.mark.release
 def test_waivers_linked_to_dev_zero_are_one_line(mini_tree, tmp_path):
     waivers = tmp_path / "waivers.toml"
     waivers.symlink_to("/dev/zero")
@@ -122,6 +129,7 @@ def test_waivers_linked_to_dev_zero_are_one_line(mini_tree, tmp_path):
     assert run.peak_mb < PEAK_MB
 
 
+@pytest.mark.release
 def test_waivers_fifo_does_not_block(mini_tree, tmp_path):
     waivers = tmp_path / "waivers.toml"
     os.mkfifo(waivers)
@@ -142,6 +150,7 @@ def test_hosts_file_fifo_does_not_block(tmp_path):
     one_line_error(run_measured("check", "--hosts-file", str(hosts), deadline=30), "hosts file", "not a regular file")
 
 
+@pytest.mark.release
 @pytest.mark.parametrize(
     "direct_url",
     [
@@ -163,6 +172,7 @@ def test_direct_url_of_the_wrong_shape_is_no_commit(mini_tree, tmp_path, direct_
     assert json.loads(run.stdout)["vllm"]["commit_source"] == "_version.py"
 
 
+@pytest.mark.release
 def test_output_to_a_fifo_is_refused(mini_tree, tmp_path):
     fifo = tmp_path / "report.json"
     os.mkfifo(fifo)
@@ -181,11 +191,13 @@ def memory_hungry_tree(mini_tree):
     return tree
 
 
+@pytest.mark.release
 def test_memory_error_is_an_internal_error_on_one_line(memory_hungry_tree, tmp_path):
     run = run_measured("check", "--path", str(memory_hungry_tree), address_space_mb=250)
     one_line_error(run, "internal error: MemoryError", "--debug")
 
 
+@pytest.mark.release
 def test_debug_shows_the_traceback(memory_hungry_tree, tmp_path):
     run = run_measured("--debug", "check", "--path", str(memory_hungry_tree), address_space_mb=250)
     assert run.code == 3
@@ -193,6 +205,7 @@ def test_debug_shows_the_traceback(memory_hungry_tree, tmp_path):
     assert run.stderr.splitlines()[-1].startswith("dflash-doctor: internal error: MemoryError")
 
 
+@pytest.mark.release
 def test_reader_that_leaves_early_is_one_line(mini_tree):
     proc = subprocess.Popen(
         [sys.executable, "-m", "dflash_doctor", "check", "--path", str(mini_tree("0.33.0"))],
@@ -204,6 +217,7 @@ def test_reader_that_leaves_early_is_one_line(mini_tree):
     assert stderr.splitlines() == ["dflash-doctor: error: standard output was closed before all of it was written"], stderr
 
 
+@pytest.mark.release
 def test_output_symlink_is_replaced_not_written_through(mini_tree, tmp_path):
     outside = tmp_path / "outside.txt"
     outside.write_text("keep me\n")

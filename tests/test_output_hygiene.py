@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import run_cli
 
 from dflash_doctor.terminal import clean
@@ -63,6 +65,7 @@ def test_clean_escapes_every_control_character():
     assert clean("diff\n\tline\x1b", keep="\n\t") == "diff\n\tline\\x1b"
 
 
+@pytest.mark.release
 def test_table_on_a_terminal_prints_tree_strings_literally(mini_tree, tmp_path):
     output = in_pty("check", "--path", str(hostile_tree(mini_tree)), stderr=tmp_path / "stderr")
     assert "NOT-APPLICABLE" in output  # the report is there
@@ -72,6 +75,7 @@ def test_table_on_a_terminal_prints_tree_strings_literally(mini_tree, tmp_path):
     no_fake_present(text)
 
 
+@pytest.mark.release
 def test_plain_table_keeps_one_line_per_row(mini_tree):
     proc = run_cli("check", "--path", str(hostile_tree(mini_tree)))
     assert proc.returncode == 1, proc.stderr
@@ -81,12 +85,14 @@ def test_plain_table_keeps_one_line_per_row(mini_tree):
     assert text.splitlines()[0].startswith("vLLM 0.19.0\\x1b[2J")
 
 
+@pytest.mark.release
 def test_json_keeps_the_data_and_stays_json(mini_tree):
     proc = run_cli("check", "--path", str(hostile_tree(mini_tree)), "--format", "json")
     assert "\x1b" not in proc.stdout  # json.dumps escapes controls itself
     assert json.loads(proc.stdout)["vllm"]["version"] == HOSTILE
 
 
+@pytest.mark.release
 def test_hostile_file_name_in_evidence(mini_tree, tmp_path):
     """The anchor file moved to a file whose name drives a terminal: the scan finds it, the table shows it inert."""
     tree = mini_tree("0.33.0")
@@ -97,6 +103,7 @@ def test_hostile_file_name_in_evidence(mini_tree, tmp_path):
     assert "\\x1b]0;pwned\\x07[green]x.py" in text
 
 
+@pytest.mark.release
 def test_error_message_is_one_inert_line(mini_tree, tmp_path):
     waivers = tmp_path / "w\x1b]0;pwned\x07\n[red]x.toml"
     proc = run_cli("check", "--path", str(mini_tree("0.33.0")), "--waivers", str(waivers))

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import ast
 import fcntl
-import hashlib
 import json
 import os
 import pty
 import select
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
@@ -26,42 +24,17 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DEMO_RULE_PREAMBLE, check_json, run_cli, statuses
+from conftest import DEMO_RULE_PREAMBLE, check_json, make_venv, run_cli, statuses
+from patching import RESOLVER, SCHEDULER, STATE, installed, kill, sha, snapshot, strace_ok
 from dflash_doctor.targets.release import release_tree
-from test_ancestry import copy, history  # noqa: F401 - fixtures: a vLLM-shaped git repository
 
-RESOLVER = "vllm/v1/worker/gpu_model_runner.py"
-SCHEDULER = "vllm/v1/core/sched/scheduler.py"
 SPECULATIVE = "vllm/config/speculative.py"
 ALGOS = "vllm/transformers_utils/configs/speculators/algos.py"
-STATE = ".dflash-doctor"
 
 pytestmark = pytest.mark.release
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def installed(tmp_path: Path, version: str) -> Path:
-    """A whole release tree, copied to stand in for an installed site-packages."""
-    dest = tmp_path / f"site-{version}"
-    shutil.copytree(release_tree(version), dest, symlinks=True)
-    return dest
-
-
-def snapshot(root: Path) -> dict[str, tuple[bytes, int, int, int]]:
-    """Every file under root: bytes, mode, owner."""
-    found = {}
-    for directory, _, files in os.walk(root):
-        for name in files:
-            path = Path(directory, name)
-            info = path.lstat()
-            found[path.relative_to(root).as_posix()] = (path.read_bytes(), info.st_mode, info.st_uid, info.st_gid)
-    return found
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def patch(root: Path, *args: str, **kwargs) -> subprocess.CompletedProcess:
@@ -224,7 +197,6 @@ def test_patch_check_restore_cycle(tmp_path, version):
 
 
 def test_python_target_is_patched_where_its_vllm_lives(tmp_path, mini_tree):
-    from test_bad_input import make_venv
 
     root = mini_tree("0.20.1")
     original = snapshot(root)
@@ -684,14 +656,6 @@ def test_disk_full_leaves_the_old_file(tmp_path, mini_tree, where):
 # --------------------------------------- a process killed in the middle of a write
 
 
-def _strace_ok() -> bool:
-    if shutil.which("strace") is None:
-        return False
-    probe = subprocess.run(["strace", "-f", "--seccomp-bpf", "-o", "/dev/null", "-e", "trace=fsync",
-                            "-e", "inject=fsync:delay_enter=1000", sys.executable, "-c", "pass"], capture_output=True)
-    return probe.returncode == 0
-
-
 def _stalled(args: list[str], at: Path) -> subprocess.Popen:
     """dflash-doctor with the fsync of ``at`` held for 60 s by strace: the write
     stops at that known point, long enough to look and to kill it there."""
@@ -711,13 +675,6 @@ def _wait_for(condition, proc: subprocess.Popen, timeout: float = 60) -> None:
     raise AssertionError("kill point not reached")
 
 
-def _kill(proc: subprocess.Popen) -> None:
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
-    proc.stdout.close()
-    proc.stderr.close()
-
-
 def _size(path: Path) -> int:
     try:
         return path.stat().st_size
@@ -730,7 +687,7 @@ KILL_POINTS = ["backup written", "manifest written", "new file written", "file r
 
 @pytest.mark.parametrize("point", KILL_POINTS)
 def test_killed_patch_leaves_old_or_new_file_and_recovers(tmp_path, mini_tree, point):
-    if not _strace_ok():
+    if not strace_ok():
         pytest.skip("strace cannot inject syscall delays here")
     root = mini_tree("0.20.1")
     original = snapshot(root)
@@ -751,7 +708,7 @@ def test_killed_patch_leaves_old_or_new_file_and_recovers(tmp_path, mini_tree, p
         if point == "new file written":  # the lock is held: a second run must not start
             assert_refused(patch(root, "--only", "layer-offset", "--yes"), "another dflash-doctor patch or restore is running")
     finally:
-        _kill(proc)
+        kill(proc)
 
     resolver = (root / RESOLVER).read_bytes()
     assert resolver in (old, new), "torn file"
@@ -772,7 +729,7 @@ def test_killed_patch_leaves_old_or_new_file_and_recovers(tmp_path, mini_tree, p
 
 
 def test_killed_restore_leaves_the_patched_file_and_recovers(tmp_path, mini_tree):
-    if not _strace_ok():
+    if not strace_ok():
         pytest.skip("strace cannot inject syscall delays here")
     root = mini_tree("0.20.1")
     original = snapshot(root)
@@ -783,7 +740,7 @@ def test_killed_restore_leaves_the_patched_file_and_recovers(tmp_path, mini_tree
     try:
         _wait_for(lambda: _size(temp) == len(original[RESOLVER][0]), proc)
     finally:
-        _kill(proc)
+        kill(proc)
     assert (root / RESOLVER).read_bytes() == patched
     assert restore(root, "--yes").returncode == 0
     assert snapshot(root) == original
@@ -875,6 +832,7 @@ def test_a_patch_must_produce_a_present_form(tmp_path):
 # ---------------------------------------------------------------- patch --repo --pr (a git checkout)
 
 
+@pytest.mark.slow
 def test_patch_repo_pr_dry_run_confirmation_apply_and_again(copy):
     from gitrepos import SPECULATIVE as REPO_SPECULATIVE
 
@@ -897,6 +855,7 @@ def test_patch_repo_pr_dry_run_confirmation_apply_and_again(copy):
     assert again.returncode == 0 and "#53388 is already in" in again.stderr
 
 
+@pytest.mark.slow
 def test_patch_repo_pr_conflict_lists_the_files_and_changes_nothing(copy):
     from gitrepos import SPECULATIVE as REPO_SPECULATIVE
 
@@ -909,6 +868,7 @@ def test_patch_repo_pr_conflict_lists_the_files_and_changes_nothing(copy):
     assert (copy.path / REPO_SPECULATIVE).read_bytes() == edited
 
 
+@pytest.mark.slow
 def test_patch_repo_pr_bad_input(copy, tmp_path):
     from conftest import assert_error
 

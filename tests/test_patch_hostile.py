@@ -19,36 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import check_json, run_cli, statuses
-from test_patch import sha
-from test_ssh import client, host, keys, make_venv, server, trust  # noqa: F401 - fixtures: a real sshd on 127.0.0.1
+from conftest import check_json, make_venv, run_cli, statuses
+from patching import ONLY, RESOLVER, STATE, entries, patch, sha
+from sshd import host, trust
 
-RESOLVER = "vllm/v1/worker/gpu_model_runner.py"
-STATE = ".dflash-doctor"
 VICTIM = b"# the operator's file outside the tree\n"
-ONLY = ("--only", "layer-offset")
 
 pytestmark = pytest.mark.release
-
-
-def entries(root: Path) -> dict[str, tuple]:
-    """Every entry under root, links not followed: a link's target, a file's bytes and mode, a directory's mode;
-    a file over 16 MiB (a sparse giant) is its size and allocated blocks, never read."""
-    found = {}
-    for directory, dirs, files in os.walk(root):
-        for name in dirs + files:
-            path = Path(directory, name)
-            info = path.lstat()
-            relpath = path.relative_to(root).as_posix()
-            if path.is_symlink():
-                found[relpath] = ("link", os.readlink(path))
-            elif path.is_dir():
-                found[relpath] = ("dir", info.st_mode)
-            elif info.st_size > 16 << 20:
-                found[relpath] = ("giant", info.st_size, info.st_blocks, info.st_mode)
-            else:
-                found[relpath] = (path.read_bytes(), info.st_mode, info.st_uid, info.st_gid)
-    return found
 
 
 @pytest.fixture
@@ -73,10 +50,6 @@ def hostile(tmp_path, mini_tree):
             assert (outside / "victim.py").read_bytes() == VICTIM
 
     return Hostile()
-
-
-def patch(root: Path, *args: str) -> object:
-    return run_cli("patch", "--path", str(root), *ONLY, "--yes", *args)
 
 
 def restore(root: Path) -> object:
@@ -349,6 +322,7 @@ def _link_target_out(root: Path, outside: Path) -> None:
     (root / RESOLVER).symlink_to(outside / "runner.py")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("plant, command, fragments", [
     (_plant_state_link, "patch", (f"{STATE} in ", "is a symlink")),
     (_plant_state_link, "restore", (f"{STATE} in ", "is a symlink")),
@@ -370,6 +344,7 @@ def test_hostile_tree_over_ssh_is_refused_and_nothing_is_written_outside(hostile
     hostile.untouched()
 
 
+@pytest.mark.slow
 def test_target_symlinked_inside_the_tree_over_ssh_is_patched_at_its_real_path_and_restored_exactly(hostile, over_ssh):
     root = hostile.root
     real = root / "vllm/v1/worker/runner_impl.py"

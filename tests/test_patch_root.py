@@ -23,12 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import make_venv, run_cli
 from measure import run_measured
-from test_ancestry import copy, history  # noqa: F401,F811 - fixtures: a vLLM-shaped git repository
-from test_patch import _kill, _strace_ok, sha
-from test_patch_hostile import RESOLVER, STATE, entries, patch
-from test_ssh import client, host, keys, make_venv, server, trust  # noqa: F401,F811 - fixtures: a real sshd on 127.0.0.1
+from patching import RESOLVER, STATE, entries, kill, patch, sha, strace_ok
+from sshd import host, trust
 
 pytestmark = pytest.mark.release
 
@@ -80,7 +78,7 @@ def _in_hash_check(proc: subprocess.Popen, lock: Path, target: Path) -> bool:
 def test_root_swapped_for_a_link_after_the_hash_check_writes_nothing_into_the_other_tree(tmp_path, mini_tree, command):
     """patch: the other tree was patched before for another fix (it has a state directory);
     restore: both trees were patched alike, so the other tree's backup fits too."""
-    if not _strace_ok():
+    if not strace_ok():
         pytest.skip("strace cannot inject syscall delays here")
     root = mini_tree("0.20.1")
     other = mini_tree("0.20.1", "other")  # another tree of the same release
@@ -107,7 +105,7 @@ def test_root_swapped_for_a_link_after_the_hash_check_writes_nothing_into_the_ot
         _, err = proc.communicate(timeout=300)
     finally:
         if proc.returncode is None:
-            _kill(proc)
+            kill(proc)
     assert sha((other / RESOLVER).read_bytes()) == marker  # the other tree untouched: no payload ...
     assert entries(other) == before_other  # ... no backup, no manifest
     assert entries(moved) == before_root  # and the tree itself as it was (patch: no state, no backup left)
@@ -234,6 +232,7 @@ def _disk_use(directory: Path) -> int:
     return used
 
 
+@pytest.mark.slow
 def test_patch_repo_dry_run_copies_nothing_of_a_512mib_index(copy, tmp_path):
     from gitrepos import SPECULATIVE as REPO_SPECULATIVE
 
@@ -264,6 +263,7 @@ def test_patch_repo_dry_run_copies_nothing_of_a_512mib_index(copy, tmp_path):
     assert copy.git("status", "--porcelain") == ""
 
 
+@pytest.mark.slow
 def test_patch_repo_keeps_the_entries_a_sparse_checkout_leaves_out(copy):
     """A file a sparse checkout leaves out of the work tree (skip-worktree) is not a
     deletion: the snapshot keeps the index's entry, as git itself would."""
@@ -280,10 +280,11 @@ def test_patch_repo_keeps_the_entries_a_sparse_checkout_leaves_out(copy):
 # ------------------------------------------------------------ the same race over ssh (SFTP)
 
 
+@pytest.mark.slow
 def test_root_swapped_for_a_link_during_an_sftp_patch_is_refused(tmp_path, mini_tree, server, client):
     """sshd's own SFTP server is held inside its read of the file by strace (attached
     to the real sshd); the root is swapped while the lock is held and the file read."""
-    if not _strace_ok():
+    if not strace_ok():
         pytest.skip("strace cannot inject syscall delays here")
     root = mini_tree("0.20.1")
     other = mini_tree("0.20.1", "other")
@@ -311,7 +312,7 @@ def test_root_swapped_for_a_link_during_an_sftp_patch_is_refused(tmp_path, mini_
             _, err = proc.communicate(timeout=300)
         finally:
             if proc.returncode is None:
-                _kill(proc)
+                kill(proc)
     finally:
         tracer.terminate()
         tracer.wait(timeout=30)
@@ -347,7 +348,7 @@ def _traced(log: Path, inject: tuple[str, ...], *args: str) -> subprocess.Comple
 def test_paths_are_resolved_beneath_the_root_with_or_without_openat2(tmp_path, mini_tree, kernel):
     """The same refusals and the same writes whether the kernel resolves the path
     (openat2) or the walk does, one O_NOFOLLOW open per component."""
-    if not _strace_ok():
+    if not strace_ok():
         pytest.skip("strace cannot inject syscall errors here")
     inject = ("-e", "inject=openat2:error=ENOSYS") if kernel == "no openat2" else ()
     log = tmp_path / "openat2.log"

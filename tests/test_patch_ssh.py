@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import check_json, run_cli, statuses
+from conftest import check_json, make_venv, run_cli, statuses
+from patching import RESOLVER, SCHEDULER, STATE, installed, sha, snapshot
+from sshd import host, trust
 from dflash_doctor.model import ToolError
-from test_patch import RESOLVER, SCHEDULER, STATE, installed, sha, snapshot
-from test_ssh import client, host, keys, make_venv, server, trust  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.release
 
@@ -44,6 +44,7 @@ def connections(remote) -> int:
     return remote["srv"].log_count("Connection from 127.0.0.1")
 
 
+@pytest.mark.slow
 def test_patch_check_restore_over_ssh_one_connection_per_run(remote):
     root = remote["root"]
     before = snapshot(root)
@@ -93,6 +94,7 @@ def test_patch_check_restore_over_ssh_one_connection_per_run(remote):
     assert snapshot(root) == before
 
 
+@pytest.mark.slow
 def test_mode_and_owner_are_kept_over_sftp(remote):
     root = remote["root"]
     (root / RESOLVER).chmod(0o640)
@@ -104,6 +106,7 @@ def test_mode_and_owner_are_kept_over_sftp(remote):
     assert sha((root / RESOLVER).read_bytes()) == json.loads((root / STATE / "manifest.json").read_text())["files"][RESOLVER]["sha256_after"]
 
 
+@pytest.mark.slow
 def test_remote_file_changed_after_the_check_is_refused(remote):
     """Between the probe and the write (same connection), someone edits the file."""
     from dflash_doctor.cache import checked_fixes
@@ -131,6 +134,7 @@ def test_remote_file_changed_after_the_check_is_refused(remote):
     assert connections(remote) == 1
 
 
+@pytest.mark.slow
 def test_a_lock_held_on_the_remote_machine_refuses_the_run(remote):
     """The remote lock is the local one: a `patch --path` running there blocks an ssh patch."""
     root = remote["root"]
@@ -145,6 +149,7 @@ def test_a_lock_held_on_the_remote_machine_refuses_the_run(remote):
     assert not (root / STATE / "manifest.json").exists()
 
 
+@pytest.mark.slow
 def test_dry_run_over_ssh_changes_nothing(remote):
     before = snapshot(remote["root"])
     proc = over_ssh(remote, "patch", *FIXES, "--dry-run")
@@ -154,6 +159,7 @@ def test_dry_run_over_ssh_changes_nothing(remote):
     assert remote["srv"].log_count("Starting session: subsystem 'sftp'") == 0
 
 
+@pytest.mark.slow
 def test_restore_over_ssh_refuses_a_file_changed_since_the_patch(remote):
     root = remote["root"]
     assert over_ssh(remote, "patch", "--only", "layer-offset", "--yes").returncode == 0
@@ -164,11 +170,13 @@ def test_restore_over_ssh_refuses_a_file_changed_since_the_patch(remote):
     assert (root / RESOLVER).read_bytes() == edited
 
 
+@pytest.mark.slow
 def test_host_and_path_together_are_refused(remote):
     proc = run_cli("patch", "--host", "127.0.0.1:1", "--path", str(remote["root"]), "--yes")
     assert proc.returncode == 3 and "not --host and --path" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_the_remote_lock_ends_when_dflash_doctor_dies(remote, tmp_path):
     """Held by a process that is then killed: sshd closes the channel and the holder lets go."""
     import signal

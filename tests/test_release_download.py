@@ -8,125 +8,20 @@ no configuration but the index URL, and every cache is under tmp_path.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import io
 import json
 import os
-import shlex
 import shutil
-import subprocess
-import sys
-import threading
-import time
-import zipfile
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
-from conftest import assert_error, run_cli
-from test_releases_matrix import unreachable_index_env
-
-VERSION = "0.99.0"
-WHEEL = f"vllm-{VERSION}-py3-none-any.whl"
-PADDING = 2_500_000  # bytes of the wheel that are not kept (not .py)
-
-
-def build_wheel(version: str = VERSION) -> bytes:
-    files = {
-        "vllm/__init__.py": f'__version__ = "{version}"\n'.encode(),
-        "vllm/_version.py": f'__version__ = version = "{version}"\n'.encode(),
-        "vllm/padding.bin": os.urandom(PADDING),
-        f"vllm-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n".encode(),
-        f"vllm-{version}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = "".join(f"{name},sha256={digest(data)},{len(data)}\n" for name, data in files.items())
-    record += f"vllm-{version}.dist-info/RECORD,,\n"
-    files[f"vllm-{version}.dist-info/RECORD"] = record.encode()
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
-        for name, data in files.items():
-            archive.writestr(name, data)
-    return buffer.getvalue()
-
-
-def digest(data: bytes) -> str:
-    """A RECORD's digest: urlsafe base64 of the sha256, without padding."""
-    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
-
-
-class Index:
-    """A PEP 503 simple index for ``vllm`` with the given wheels; files are
-    sent in ``chunks`` pieces over ``seconds``."""
-
-    def __init__(self, wheels: dict[str, bytes], seconds: float = 0.0, chunks: int = 20) -> None:
-        self.wheels, self.seconds, self.chunks = wheels, seconds, chunks
-        self.downloads: list[str] = []
-        index = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                if self.path.rstrip("/") == "/simple/vllm":
-                    links = "".join(
-                        f'<a href="/files/{name}#sha256={hashlib.sha256(data).hexdigest()}">{name}</a>\n'
-                        for name, data in index.wheels.items()
-                    )
-                    return self._send(f"<!DOCTYPE html><html><body>\n{links}</body></html>\n".encode(), "text/html")
-                name = self.path.rsplit("/", 1)[-1]
-                if self.path.startswith("/files/") and name in index.wheels:
-                    index.downloads.append(name)
-                    return self._send(index.wheels[name], "application/octet-stream", slow=True)
-                self.send_error(404)
-
-            def _send(self, body: bytes, kind: str, slow: bool = False):
-                self.send_response(200)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                step = -(-len(body) // index.chunks) if slow else len(body)
-                for start in range(0, len(body), step):
-                    self.wfile.write(body[start:start + step])
-                    self.wfile.flush()
-                    if slow:
-                        time.sleep(index.seconds / index.chunks)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/simple"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def index():
-    servers = []
-
-    def start(**kwargs) -> Index:
-        servers.append(Index({WHEEL: build_wheel()}, **kwargs))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.close()
-
-
-def pip_env(tmp_path: Path, index_url: str | None = None) -> dict[str, str]:
-    """Only this index (else a closed port), no pip configuration, every cache under tmp_path."""
-    env = unreachable_index_env(tmp_path / "cache")
-    if index_url is not None:
-        env["PIP_INDEX_URL"] = index_url
-    return {**env, "PIP_CACHE_DIR": str(tmp_path / "pip-cache"), "PIP_DEFAULT_TIMEOUT": "10"}
-
+from conftest import assert_error, pip_env, run_cli
+from http_index import VERSION, WHEEL
+from terminals import on_a_terminal
 
 # ------------------------------------------------------------ one canonical release, one cached tree
 
 
+@pytest.mark.slow
 def test_tag_and_short_forms_name_one_cached_tree(tmp_path, index):
     server = index()
     env = pip_env(tmp_path, server.url)
@@ -146,6 +41,7 @@ def test_tag_and_short_forms_name_one_cached_tree(tmp_path, index):
     assert server.downloads == [WHEEL]  # and no second download
 
 
+@pytest.mark.release
 def test_short_form_uses_the_cached_release(tmp_path, release):
     """0.20 is 0.20.0, already cached (a private cache linking the real tree; the
     index is a closed port): checked there, nothing downloaded or added."""
@@ -168,6 +64,7 @@ def test_not_a_release_is_refused_before_any_download(tmp_path, spelling):
 # ------------------------------------------------------------ what pip could not do, said as it is
 
 
+@pytest.mark.release
 def test_unreachable_index_is_reported_as_unreachable(tmp_path):
     env = pip_env(tmp_path)
     proc = run_cli("check", "--release", "0.23.0", env=env)
@@ -177,6 +74,8 @@ def test_unreachable_index_is_reported_as_unreachable(tmp_path):
     assert not (tmp_path / "cache" / "releases").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.release
 def test_release_missing_from_a_reachable_index_is_reported_as_missing(tmp_path, index):
     server = index()
     proc = run_cli("check", "--release", "0.98.0", env=pip_env(tmp_path, server.url))
@@ -194,15 +93,7 @@ def test_releases_without_a_reachable_index_or_a_cache_say_why(tmp_path):
 # ------------------------------------------------------------ progress on a terminal
 
 
-def on_a_terminal(args: list[str], env: dict[str, str]) -> str:
-    """What a terminal (a pty made by ``script``) shows while the command runs."""
-    command = shlex.join([sys.executable, "-m", "dflash_doctor", *args])
-    proc = subprocess.run(["script", "-qec", command, "/dev/null"], env={**env, "COLUMNS": "120"},
-                          capture_output=True, timeout=300, stdin=subprocess.DEVNULL)
-    assert proc.returncode in (0, 1, 2), proc.stdout.decode(errors="replace")[-2000:]  # a verdict, not an error
-    return proc.stdout.decode("utf-8", "replace")
-
-
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("script") is None, reason="needs script(1) for a pty")
 def test_check_release_shows_the_download_size_and_speed_on_a_terminal(tmp_path, index):
     server = index(seconds=3)
@@ -217,6 +108,7 @@ def test_check_release_shows_the_download_size_and_speed_on_a_terminal(tmp_path,
     assert "downloading" not in proc.stderr and "MB" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("script") is None, reason="needs script(1) for a pty")
 def test_releases_nests_the_download_bar_under_its_own(tmp_path, index):
     server = index(seconds=3)
@@ -229,6 +121,7 @@ def test_releases_nests_the_download_bar_under_its_own(tmp_path, index):
 # ------------------------------------------------------------ the release cache is not an installation
 
 
+@pytest.mark.release
 def test_patch_of_a_tree_in_the_release_cache_says_what_is_wrong(tmp_path, mini_tree):
     cache = tmp_path / "cache"
     shutil.copytree(mini_tree("0.20.1"), cache / "releases" / "0.20.1")

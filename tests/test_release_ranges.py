@@ -17,11 +17,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import assert_error, run_cli, statuses
+from conftest import assert_error, run_cli, statuses, unreachable_index_env
 from measure import run_measured
 from nginx_index import NginxIndex, build_wheel, self_signed
-from test_release_download import on_a_terminal
-from test_releases_matrix import unreachable_index_env
+from terminals import on_a_terminal
 
 from dflash_doctor.behaviour.transformers import requires
 from dflash_doctor.paths import cache_dir
@@ -90,6 +89,7 @@ def fetched(cache: Path) -> Path:
 # ------------------------------------------------------------ a fraction of the bytes, the same verdicts
 
 
+@pytest.mark.release
 def test_check_reads_only_the_python_and_judges_as_a_full_download(tmp_path, index, big_wheel, real_tree):
     transformers_tree(requires((real_tree / f"vllm-{VERSION}.dist-info" / "METADATA").read_text(encoding="utf-8")))
     server = index([big_wheel])
@@ -117,6 +117,7 @@ def test_check_reads_only_the_python_and_judges_as_a_full_download(tmp_path, ind
     assert {name: data for name, data in kept(fetched(ranged_cache)).items() if name != ".complete"} == wheel_members(big_wheel)
 
 
+@pytest.mark.release
 def test_a_server_that_ignores_ranges_gets_the_full_download(tmp_path, index, small_wheel):
     server = index([small_wheel], ranges=False)
     proc = run_cli("check", "--release", VERSION, "--only", "layer-offset", "--format", "json",
@@ -129,6 +130,7 @@ def test_a_server_that_ignores_ranges_gets_the_full_download(tmp_path, index, sm
 # ------------------------------------------------------------ bytes that are not the RECORD's are refused
 
 
+@pytest.mark.release
 @pytest.mark.parametrize("way", [[], ["--full-wheel"]], ids=["ranges", "full-wheel"])
 def test_a_member_unlike_its_record_line_is_refused_and_nothing_is_cached(tmp_path, index, real_tree, way):
     wheel = build_wheel(tmp_path / WHEEL, real_tree, VERSION, only=FEW, blobs=8, altered="vllm/config/speculative.py")
@@ -152,6 +154,7 @@ def lie_about_size(wheel: Path, name: str, size: int) -> None:
     wheel.write_bytes(bytes(data))
 
 
+@pytest.mark.release
 @pytest.mark.parametrize("lie", [False, True], ids=["announced", "hidden"])
 def test_a_decompression_bomb_is_refused_in_bounded_memory(tmp_path, index, real_tree, lie):
     """200 MB of one byte, deflated to 0.2 MB, as a .py member: announced, it is over the cap; hidden behind
@@ -169,6 +172,7 @@ def test_a_decompression_bomb_is_refused_in_bounded_memory(tmp_path, index, real
     assert not (cache / "releases").exists() and list((cache / "tmp").iterdir()) == []
 
 
+@pytest.mark.release
 def test_names_that_climb_out_are_skipped_and_a_name_clash_is_one_line(tmp_path, index, real_tree):
     climbing = {"vllm/../../escaped.py": b"x = 1\n", "/tmp/absolute.py": b"x = 2\n", "vllm/./dot.py": b"x = 3\n"}
     (tmp_path / "climb").mkdir()
@@ -200,6 +204,7 @@ def write_pip_conf(path: Path, **settings: str) -> Path:
     return path
 
 
+@pytest.mark.release
 @pytest.mark.parametrize("where", ["pip.conf", "PIP_INDEX_URL", "extra-index-url"])
 def test_the_index_comes_from_pip_configuration(tmp_path, index, small_wheel, where):
     server = index([small_wheel])
@@ -225,6 +230,7 @@ def test_a_pip_configuration_pip_cannot_read_is_one_line(tmp_path):
     assert "invalid integer value: 'many'" in proc.stderr and proc.stdout == "" and not (cache / "releases").exists()
 
 
+@pytest.mark.release
 def test_a_certificate_from_pip_conf_is_used(tmp_path, index, small_wheel):
     cert, key = self_signed(tmp_path)
     server = index([small_wheel], tls=(cert, key))
@@ -240,6 +246,7 @@ def test_a_certificate_from_pip_conf_is_used(tmp_path, index, small_wheel):
     assert only_ranges(server) and (fetched(cache) / "vllm/__init__.py").is_file()
 
 
+@pytest.mark.release
 @pytest.mark.parametrize("how", ["netrc", "url"])
 def test_basic_auth_credentials_as_pip_takes_them(tmp_path, index, small_wheel, how):
     server = index([small_wheel], users={"reader": "s3cret"})
@@ -262,6 +269,7 @@ def test_basic_auth_credentials_as_pip_takes_them(tmp_path, index, small_wheel, 
     assert "s3cret" not in proc.stderr + proc.stdout
 
 
+@pytest.mark.release
 @pytest.mark.skipif(shutil.which("script") is None, reason="needs script(1) for a pty")
 def test_a_terminal_shows_the_bytes_of_the_parts_fetched(tmp_path, index, small_wheel):
     server = index([small_wheel], rate="30k")  # the parts take a few seconds
@@ -277,6 +285,7 @@ def test_a_terminal_shows_the_bytes_of_the_parts_fetched(tmp_path, index, small_
 # ------------------------------------------------------------ several at once: releases, and concurrent checks
 
 
+@pytest.mark.release
 def test_two_processes_fetching_one_release_leave_one_tree(tmp_path, index, small_wheel):
     server = index([small_wheel], rate="200k")  # each fetch takes a while: the two overlap
     cache = tmp_path / "cache"
@@ -291,6 +300,7 @@ def test_two_processes_fetching_one_release_leave_one_tree(tmp_path, index, smal
     assert [line.split()[3] for line in server.requests()].count("65536") == 2  # each read the wheel's tail: both fetched
 
 
+@pytest.mark.release
 def test_releases_fetches_several_releases_at_once(tmp_path, index, release):
     versions = ["0.32.0", "0.33.0", "0.34.0"]
     wheels = []
@@ -316,6 +326,7 @@ def test_releases_fetches_several_releases_at_once(tmp_path, index, release):
     assert max(start for start, _ in spans.values()) < min(end for _, end in spans.values()), spans  # all three at once
 
 
+@pytest.mark.release
 def test_releases_full_wheel_downloads_each_wheel_whole(tmp_path, index, small_wheel, real_tree):
     transformers_tree(requires((real_tree / f"vllm-{VERSION}.dist-info" / "METADATA").read_text(encoding="utf-8")))
     server = index([small_wheel])

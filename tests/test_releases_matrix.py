@@ -5,7 +5,6 @@ import json
 import os
 import pty
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,40 +12,15 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import assert_error, run_cli
-from dflash_doctor.behaviour.transformers import requires
-from dflash_doctor.paths import cache_dir
-from dflash_doctor.targets.release import transformers_tree
+from conftest import THREE, assert_error, env_for, run_cli, unreachable_index_env
 
 SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "schemas" / "releases-v1.schema.json").read_text())
-THREE = ("0.20.1", "0.22.0", "0.33.0")
 KNOWN = {
     "0.20.1": {"cache-drop": "absent", "layer-offset": "absent", "swa-config": "absent"},
     "0.22.0": {"cache-drop": "absent", "layer-offset": "present", "swa-config": "absent"},
     "0.33.0": {"cache-drop": "present", "layer-offset": "present", "swa-config": "present"},
 }
 COLOUR = re.compile(r"\x1b\[[0-9;]*3[0-7]m|\x1b\[[0-9;]*;3[0-7];")
-
-
-@pytest.fixture
-def cache(tmp_path, release):
-    """A cache directory of its own holding the real trees of three releases and
-    the transformers each requires (linked from the user cache, not copied):
-    ``--offline`` fetches nothing, so what it judges with must be there."""
-    root = tmp_path / "cache"
-    (root / "releases").mkdir(parents=True)
-    for version in THREE:
-        tree = release(version)
-        (root / "releases" / version).symlink_to(tree)
-        metadata = next(tree.glob("vllm-*.dist-info")) / "METADATA"
-        transformers_tree(requires(metadata.read_text(encoding="utf-8")))
-    (root / "transformers").symlink_to(cache_dir() / "transformers")
-    return root
-
-
-def env_for(cache: Path, **extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "DFLASH_DOCTOR_NO_CACHE"}
-    return {**env, "DFLASH_DOCTOR_CACHE": str(cache), **extra}
 
 
 def matrix(*args: str, env: dict) -> tuple[int, dict, str]:
@@ -57,18 +31,9 @@ def matrix(*args: str, env: dict) -> tuple[int, dict, str]:
     return proc.returncode, data, proc.stderr
 
 
-def unreachable_index_env(cache: Path) -> dict:
-    """pip pointed at a port on 127.0.0.1 where nothing listens, with no other index or link."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = {k: v for k, v in env_for(cache).items() if not k.startswith("PIP_")}
-    return {**env, "PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": f"http://127.0.0.1:{port}/simple", "PIP_RETRIES": "0"}
-
-
 @pytest.mark.release
-def test_matrix_of_three_real_releases_then_from_the_cache_alone(cache):
-    env = env_for(cache)
+def test_matrix_of_three_real_releases_then_from_the_cache_alone(release_cache):
+    env = env_for(release_cache)
     code, data, stderr = matrix("--offline", "--from", "0.20.0", env=env)
     assert code == 0 and data["exit_code"] == 0
     assert [row["release"] for row in data["releases"]] == list(THREE)
@@ -78,11 +43,11 @@ def test_matrix_of_three_real_releases_then_from_the_cache_alone(cache):
     assert since == {"layer-offset": "0.22.0", "swa-config": "0.33.0", "cache-drop": "0.33.0"}
     assert data["all_present_from"] == "0.33.0"
     assert data["releases_from"] == "cache only (--offline)" and "cache only (--offline)" in stderr
-    assert len(list((cache / "matrix").glob("*.json"))) == 3
+    assert len(list((release_cache / "matrix").glob("*.json"))) == 3
 
     # The trees are gone: the second run answers from the matrix cache, checking nothing.
     for version in THREE:
-        (cache / "releases" / version).unlink()
+        (release_cache / "releases" / version).unlink()
     code, again, _ = matrix("--offline", "--from", "0.20.0", env=env)
     assert code == 0 and all(row["cached"] for row in again["releases"])
     assert [row["fixes"] for row in again["releases"]] == [row["fixes"] for row in data["releases"]]
@@ -90,26 +55,26 @@ def test_matrix_of_three_real_releases_then_from_the_cache_alone(cache):
 
 
 @pytest.mark.release
-def test_range_bounds_and_a_fix_present_in_the_oldest_release(cache):
-    code, data, _ = matrix("--offline", "--from", "0.22.0", "--to", "0.33.0", env=env_for(cache))
+def test_range_bounds_and_a_fix_present_in_the_oldest_release(release_cache):
+    code, data, _ = matrix("--offline", "--from", "0.22.0", "--to", "0.33.0", env=env_for(release_cache))
     assert [row["release"] for row in data["releases"]] == ["0.22.0", "0.33.0"]
     layer = next(fix for fix in data["fixes"] if fix["id"] == "layer-offset")
     assert layer["present_from"] == "0.22.0" and layer["present_in_oldest_checked"] is True
 
 
 @pytest.mark.release
-def test_releases_come_from_the_package_index(cache):
+def test_releases_come_from_the_package_index(release_cache):
     """The real index (pip's configured one) lists 0.22.0; its tree is in the cache, so nothing is downloaded."""
-    code, data, stderr = matrix("--from", "0.22.0", "--to", "0.22.0", env=env_for(cache))
+    code, data, stderr = matrix("--from", "0.22.0", "--to", "0.22.0", env=env_for(release_cache))
     assert code == 0, stderr
     assert data["releases_from"] == "package index" and stderr == ""
     assert [row["release"] for row in data["releases"]] == ["0.22.0"]
 
 
 @pytest.mark.release
-def test_unreachable_index_is_an_error_naming_it_and_only_offline_uses_the_cache(cache):
+def test_unreachable_index_is_an_error_naming_it_and_only_offline_uses_the_cache(release_cache):
     """Issue 21.6: an index that does not answer is exit 3 naming it, not a matrix of the cached rows."""
-    env = unreachable_index_env(cache)
+    env = unreachable_index_env(release_cache)
     proc = run_cli("releases", "--from", "0.20.0", env=env)
     assert_error(proc, f"the package index {env['PIP_INDEX_URL']}")
     assert "cannot be reached" in proc.stderr and proc.stdout == ""
@@ -129,10 +94,10 @@ def unjudgeable_release(cache: Path, mini_tree) -> None:
 
 
 @pytest.mark.release
-def test_a_release_that_cannot_be_judged_keeps_the_recommendation(cache, mini_tree):
+def test_a_release_that_cannot_be_judged_keeps_the_recommendation(release_cache, mini_tree):
     """Issue 19.7: 0.34.0 with a fix unknown is listed as not judged; 0.33.0 stays the release to pick."""
-    unjudgeable_release(cache, mini_tree)
-    code, data, _ = matrix("--offline", "--from", "0.20.0", env=env_for(cache))
+    unjudgeable_release(release_cache, mini_tree)
+    code, data, _ = matrix("--offline", "--from", "0.20.0", env=env_for(release_cache))
     assert code == 0
     assert data["releases"][-1]["release"] == "0.34.0" and data["releases"][-1]["fixes"]["layer-offset"] == "unknown"
     assert data["unjudged"] == ["0.34.0"]
@@ -140,7 +105,7 @@ def test_a_release_that_cannot_be_judged_keeps_the_recommendation(cache, mini_tr
     assert {fix["id"]: fix["present_from"] for fix in data["fixes"]} == {
         "layer-offset": "0.22.0", "swa-config": "0.33.0", "cache-drop": "0.33.0"}
     assert data["summary"]["text"] == "all three fixes: vLLM 0.33.0 or later"
-    table = run_cli("releases", "--offline", "--from", "0.20.0", env=env_for(cache)).stdout.splitlines()
+    table = run_cli("releases", "--offline", "--from", "0.20.0", env=env_for(release_cache)).stdout.splitlines()
     assert table[4].split() == ["0.34.0", "present", "unknown", "present", "not", "judged"]
     assert table[-2] == "not judged (a fix unknown; left out of the bottom line): 0.34.0"
     assert table[-1] == "bottom line: all three fixes: vLLM 0.33.0 or later"
@@ -177,11 +142,11 @@ def test_bad_arguments(tmp_path, args, message):
 
 
 @pytest.mark.release
-def test_a_release_that_cannot_be_checked_is_marked_and_exits_3(cache):
-    broken = cache / "releases" / "0.21.0"
+def test_a_release_that_cannot_be_checked_is_marked_and_exits_3(release_cache):
+    broken = release_cache / "releases" / "0.21.0"
     broken.mkdir()
     (broken / ".complete").write_text("0.21.0\n")  # a cache entry whose tree is gone
-    proc = run_cli("releases", "--offline", "--from", "0.20.0", "--format", "json", env=env_for(cache))
+    proc = run_cli("releases", "--offline", "--from", "0.20.0", "--format", "json", env=env_for(release_cache))
     assert proc.returncode == 3
     data = json.loads(proc.stdout)
     jsonschema.Draft202012Validator(SCHEMA).validate(data)
@@ -189,12 +154,12 @@ def test_a_release_that_cannot_be_checked_is_marked_and_exits_3(cache):
     assert "no vllm package under" in bad["error"] and data["exit_code"] == 3
     assert len([row for row in data["releases"] if "fixes" in row]) == 3
     assert proc.stderr.splitlines()[-1].startswith("dflash-doctor: error: release 0.21.0 could not be checked: no vllm package")
-    assert not list((cache / "matrix").glob("0.21.0-*"))  # a failure is never cached
+    assert not list((release_cache / "matrix").glob("0.21.0-*"))  # a failure is never cached
 
 
 @pytest.mark.release
-def test_table_and_markdown(cache):
-    env = env_for(cache)
+def test_table_and_markdown(release_cache):
+    env = env_for(release_cache)
     table = run_cli("releases", "--offline", "--from", "0.20.0", env=env)
     assert table.returncode == 0
     lines = table.stdout.splitlines()
@@ -231,8 +196,8 @@ def run_on_terminal(args: list[str], env: dict) -> str:
 
 
 @pytest.mark.release
-def test_progress_bar_only_on_a_terminal(cache):
-    env = env_for(cache, DFLASH_DOCTOR_NO_CACHE="1", COLUMNS="120", TERM="xterm")
+def test_progress_bar_only_on_a_terminal(release_cache):
+    env = env_for(release_cache, DFLASH_DOCTOR_NO_CACHE="1", COLUMNS="120", TERM="xterm")
     drawn = run_on_terminal(["releases", "--offline", "--from", "0.20.0"], env)
     assert "━" in drawn and "vllm 0." in drawn  # the bar and the release being checked
     assert "0.33.0" in drawn and "present" in drawn
@@ -240,6 +205,7 @@ def test_progress_bar_only_on_a_terminal(cache):
     assert "━" not in piped.stderr and "vllm 0." not in piped.stderr
 
 
+@pytest.mark.release
 def test_no_color_is_respected_on_a_terminal(mini_tree):
     tree = str(mini_tree("0.20.1"))
     env = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
@@ -251,16 +217,16 @@ def test_no_color_is_respected_on_a_terminal(mini_tree):
 
 
 @pytest.mark.release
-def test_offline_fetches_nothing_and_keeps_no_answer_it_could_not_reach(cache):
+def test_offline_fetches_nothing_and_keeps_no_answer_it_could_not_reach(release_cache):
     """--offline with a release cached but not the transformers it loads drafter
     configs with: nothing is downloaded (pip is pointed at a port where nothing
     listens), the fix that needs it is not judged, and that unknown is not cached
     for a later run that can fetch."""
-    (cache / "transformers").unlink()
-    env = unreachable_index_env(cache)
+    (release_cache / "transformers").unlink()
+    env = unreachable_index_env(release_cache)
     code, data, stderr = matrix("--offline", "--from", "0.33.0", "--to", "0.33.0", env=env)
-    assert code == 0 and not (cache / "transformers").exists() and not list((cache / "tmp").glob("*"))
+    assert code == 0 and not (release_cache / "transformers").exists() and not list((release_cache / "tmp").glob("*"))
     row = data["releases"][0]
     assert row["fixes"]["swa-config"] == "unknown", row
     assert data["all_present_from"] is None and "0.33.0" in [r["release"] for r in data["releases"]]
-    assert not list((cache / "matrix").glob("0.33.0-*"))
+    assert not list((release_cache / "matrix").glob("0.33.0-*"))

@@ -10,48 +10,16 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import subprocess
 import sys
-import time
-import uuid
 from pathlib import Path
 
 import pytest
 
 from conftest import check_json, run_cli
+from terminals import in_tmux
 
 RELEASE = pytest.mark.release  # real release trees, read from the download cache
-
-END = "__render_test_done__"
-
-
-def in_tmux(width: int, *args: str, tmp_path: Path, colour: bool = False, cwd: Path | None = None) -> list[str]:
-    """The rows of a ``width``-column tmux pane after ``dflash-doctor *args`` ran in it (in ``cwd``; standard error
-    to a file)."""
-    socket = f"render-{uuid.uuid4().hex[:8]}"
-    command = shlex.join([sys.executable, "-m", "dflash_doctor", *args]) + f" 2>{shlex.quote(str(tmp_path / 'stderr'))}"
-    tmux = ["tmux", "-L", socket, "-f", os.devnull]
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "TMUX", "NO_COLOR")}
-    subprocess.run([*tmux, "new-session", "-d", "-x", str(width), "-y", "200", "-c", str(cwd or tmp_path),
-                    f"{command}; echo {END}; sleep 600"],
-                   check=True, env={**env, "TERM": "xterm-256color"})
-    try:
-        for _ in range(600):
-            plain = subprocess.run([*tmux, "capture-pane", "-p"], capture_output=True, text=True, check=True).stdout
-            if END in plain:
-                break
-            time.sleep(0.1)
-        else:
-            raise AssertionError(f"no end marker in the pane: {plain}")
-        joined = subprocess.run([*tmux, "capture-pane", "-p", "-J"], capture_output=True, text=True, check=True).stdout
-        styled = subprocess.run([*tmux, "capture-pane", "-p", "-e"], capture_output=True, text=True, check=True).stdout
-    finally:
-        subprocess.run([*tmux, "kill-server"], check=False)
-    rows = plain[: plain.index(END)].rstrip("\n").split("\n")
-    assert rows == joined[: joined.index(END)].rstrip("\n").split("\n"), "the terminal wrapped a line: it was too long"
-    return styled[: styled.index(END)].rstrip("\n").split("\n") if colour else rows
-
 
 def fix_blocks(rows: list[str], ids: list[str]) -> dict[str, list[str]]:
     """Each fix's rows: from the row that starts with its id to the blank row after it."""

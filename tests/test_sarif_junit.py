@@ -12,7 +12,7 @@ import pytest
 from referencing import Registry
 from referencing.exceptions import NoSuchResource
 
-from conftest import run_cli
+from conftest import HOSTILE_TEXT, assert_inert_xml, run_cli
 from dflash_doctor.docs import rule_markdown
 from dflash_doctor.rulefile import load_rules
 
@@ -107,6 +107,7 @@ def test_sarif_has_no_results_when_every_fix_is_present_and_fingerprints_are_sta
     assert partial["partialFingerprints"] == again["runs"][0]["results"][0]["partialFingerprints"]
 
 
+@pytest.mark.release
 def test_sarif_unknown_is_a_warning_and_an_error_when_strict(mini_tree):
     tree = renamed_anchor_tree(mini_tree)
     code, log = sarif("--path", str(tree))
@@ -120,6 +121,7 @@ def test_sarif_unknown_is_a_warning_and_an_error_when_strict(mini_tree):
     assert log["runs"][0]["properties"]["strict"] is True
 
 
+@pytest.mark.release
 def test_sarif_waived_fix_is_a_suppressed_result(tmp_path, mini_tree):
     tree = mini_tree("0.30.0")
     waivers = tmp_path / "waivers.toml"
@@ -133,6 +135,7 @@ def test_sarif_waived_fix_is_a_suppressed_result(tmp_path, mini_tree):
     ]
 
 
+@pytest.mark.release
 def test_one_run_and_one_category_per_target(mini_tree):
     from dflash_doctor.check import run_check
     from dflash_doctor.reporters.sarif import SarifReporter
@@ -166,6 +169,7 @@ def test_junit_one_testcase_per_fix_with_verdict_and_remedy(release):
     assert props["vllm.version"] == "0.30.0" and props["exit_code"] == "1"
 
 
+@pytest.mark.release
 def test_junit_unknown_is_an_error_or_with_strict_a_failure_and_waived_is_skipped(tmp_path, mini_tree):
     tree = renamed_anchor_tree(mini_tree)
     code, root = junit("--path", str(tree))
@@ -183,6 +187,7 @@ def test_junit_unknown_is_an_error_or_with_strict_a_failure_and_waived_is_skippe
     assert root.get("skipped") == "1" and root.get("failures") == "0"
 
 
+@pytest.mark.release
 def test_several_reports_from_one_run(tmp_path, mini_tree):
     tree = mini_tree("0.22.0")
     out = tmp_path / "out"
@@ -228,6 +233,7 @@ def test_bad_outputs_are_refused_before_the_check(tmp_path, outputs, message):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.release
 def test_a_failed_write_leaves_the_other_reports_whole(tmp_path, mini_tree):
     tree = mini_tree("0.20.1")
     good = tmp_path / "r.json"
@@ -241,17 +247,7 @@ def test_a_failed_write_leaves_the_other_reports_whole(tmp_path, mini_tree):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", tree.name]  # no temporary file, no no-dir
 
 
-HOSTILE_TEXT = "\x1b]0;pwned\x07\x1b[2J\x00\x9b\u202e\u2066\ufffe"  # no line break: str.splitlines would end the line
-
-
-def assert_inert_xml(text: str) -> ET.Element:
-    """Well-formed for a strict XML parser, and no control, C1, bidi or non-XML character left raw."""
-    root = ET.fromstring(text)  # expat: refuses any character XML 1.0 forbids
-    raw = re.findall("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]", text)
-    assert raw == [], raw
-    return root
-
-
+@pytest.mark.release
 def test_junit_escapes_control_and_bidi_characters_of_a_metadata_version(mini_tree):
     """A METADATA ``Version:`` with ESC, BEL, NUL, C1 controls, bidi overrides and an undecodable byte."""
     tree = mini_tree("0.22.0")
@@ -277,6 +273,7 @@ def undecodable(mini_tree) -> str:
     return os.fsdecode(hostile)
 
 
+@pytest.mark.release
 def test_junit_escapes_an_undecodable_tree_path(mini_tree):
     """XML cannot hold lone surrogates: they are escaped."""
     proc = run_cli("check", "--path", undecodable(mini_tree), "--format", "junit")
@@ -286,6 +283,7 @@ def test_junit_escapes_an_undecodable_tree_path(mini_tree):
     assert location.endswith("/tree-\\udcff\\x1b[2J\\u202e"), location
 
 
+@pytest.mark.release
 def test_sarif_takes_an_undecodable_tree_path(mini_tree):
     """The same path in SARIF: its id and fingerprint are made from it, never an internal error."""
     proc = run_cli("check", "--path", undecodable(mini_tree), "--format", "sarif")

@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_cli, run_process
+from conftest import pip_env, run_cli, run_process
+from http_index import VERSION
 from metrics_server import COLLAPSED, FakeEngine
-from test_release_download import VERSION, index, pip_env  # noqa: F401 - index is a fixture
-from test_render import in_tmux
+from terminals import in_tmux
 
 WIDTHS = [60, 80, 200]
 SLOW = pytest.mark.slow  # a tmux server and a command in it: a second or two each
@@ -107,6 +107,7 @@ def test_config_on_a_terminal(width, drafter_config, tmp_path):
     assert rows[-1] == "2 error(s), 1 warning(s)"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", WIDTHS)
 def test_accept_on_a_terminal(width, tmp_path):
     with FakeEngine({"m": COLLAPSED}) as engine:
@@ -138,8 +139,9 @@ def on_a_terminal(width: int, args: list[str], env: dict[str, str]) -> list[str]
     return [line for line in re.split(r"[\r\n]", plain) if line.strip()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", WIDTHS)
-def test_download_bar_is_one_line(width, tmp_path, index):  # noqa: F811 - the fixture imported above
+def test_download_bar_is_one_line(width, tmp_path, index):
     server = index(seconds=3)
     lines = on_a_terminal(width, ["check", "--release", VERSION], pip_env(tmp_path, server.url))
     bar = [line for line in lines if line.startswith(f"vllm {VERSION}: ")]

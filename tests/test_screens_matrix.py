@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import env_for, run_cli
 from gitrepos import build_vllm_like
-from test_releases_matrix import cache, env_for  # noqa: F401 - the fixture: three real releases in a cache of its own
 
 SGR = re.compile(r"\x1b\[[0-9;]*m")
 TITLE = {"vLLM", "releases", "×", "DFlash", "fixes", "all", "present"}  # the terminal's own words
@@ -50,8 +49,8 @@ def clone():
 
 @pytest.mark.release
 @pytest.mark.parametrize("columns", [60, 80, 200])
-def test_releases_screen_fits(cache, columns):  # noqa: F811 - the fixture imported above
-    env = env_for(cache, TERM="xterm-256color")
+def test_releases_screen_fits(release_cache, columns):
+    env = env_for(release_cache, TERM="xterm-256color")
     run_cli("releases", "--offline", "--from", "0.20.0", env=env)  # fills the matrix cache: the screens below read it
     plain = run_cli("releases", "--offline", "--from", "0.20.0", env=env).stdout
     lines = on_screen(columns, ["releases", "--offline", "--from", "0.20.0"], env)
@@ -60,6 +59,7 @@ def test_releases_screen_fits(cache, columns):  # noqa: F811 - the fixture impor
     assert any(line.split()[:4] == ["0.33.0", "present", "present", "present"] for line in lines)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("columns", [60, 80, 200])
 def test_ancestry_screen_fits(clone, columns):
     args = ["ancestry", "--repo", str(clone.path), "--commit", "releases/v0.20"]

@@ -11,21 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli, statuses
-from sshd import SshServer, client_env, keygen
+from conftest import fleet_validator, make_venv, run_cli, ssh_check, statuses
+from sshd import host, keygen, trust
 
-
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory):
-    base = tmp_path_factory.mktemp("keys")
-    return {"user": keygen(base / "user"), "stranger": keygen(base / "stranger")}
-
-
-def make_venv(where: Path, *paths: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
-    site = next(where.glob("lib/python3*/site-packages"))
-    (site / "extra.pth").write_text("".join(f"{p}\n" for p in paths))
-    return where / "bin" / "python"
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -43,57 +32,12 @@ def remotes(tmp_path_factory, release):
     }
 
 
-@pytest.fixture
-def server(tmp_path, keys):
-    servers = []
-
-    def start(name: str = "sshd", host_key: Path | None = None) -> SshServer:
-        srv = SshServer(tmp_path / name, keys["user"], host_key)
-        servers.append(srv)
-        return srv
-
-    yield start
-    for srv in servers:
-        srv.stop()
-
-
-@pytest.fixture
-def client(tmp_path, keys):
-    """Environment and arguments of a client whose HOME holds nothing."""
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True)
-    env = {**client_env(), "HOME": str(home)}
-    known = home / ".ssh" / "known_hosts"
-    return {"env": env, "known": known, "home": home, "args": ["--identity", str(keys["user"]), "--connect-timeout", "5"]}
-
-
-def trust(client, *servers: SshServer) -> None:
-    client["known"].write_text("".join(s.host_public_key_line for s in servers))
-
-
-def ssh_check(client, *args: str) -> subprocess.CompletedProcess:
-    return run_cli("check", *client["args"], *args, env=client["env"])
-
-
-def fleet_validator():
-    import jsonschema
-    from referencing import Registry, Resource
-
-    schemas = Path(__file__).resolve().parent.parent / "schemas"
-    fleet, check = (json.loads((schemas / f"{n}-v1.schema.json").read_text()) for n in ("fleet", "check"))
-    registry = Registry().with_resource(check["$id"], Resource.from_contents(check))
-    return jsonschema.Draft202012Validator(fleet, registry=registry)
-
-
-def host(srv: SshServer) -> str:
-    return f"127.0.0.1:{srv.port}"
-
-
 def one_line_error(proc, fragment: str) -> None:
     assert "Traceback" not in proc.stderr
     assert fragment in proc.stderr or fragment in proc.stdout, (proc.stdout, proc.stderr)
 
 
+@pytest.mark.release
 @pytest.mark.parametrize("version", ["0.20.1", "0.33.0"])
 def test_same_report_as_a_local_check_over_one_connection(version, server, client, remotes, release):
     srv = server()
@@ -120,6 +64,7 @@ def test_same_report_as_a_local_check_over_one_connection(version, server, clien
     assert srv.log_count("subsystem") == 0
 
 
+@pytest.mark.release
 def test_many_hosts_in_parallel_with_one_broken(server, client, remotes):
     servers = [server(f"sshd{i}") for i in range(3)]
     trust(client, *servers)
@@ -142,6 +87,7 @@ def test_many_hosts_in_parallel_with_one_broken(server, client, remotes):
     assert table.returncode == 3 and dead in table.stdout and " PRESENT " in table.stdout
 
 
+@pytest.mark.release
 def test_fleet_sarif_names_each_host_and_the_fleet_ends_with_one_bottom_line(server, client, remotes):
     """A host's SARIF category is the host as given, whether it was checked or could not be (issue 21.7); the
     fleet's JSON and table end with one bottom line over the hosts checked (issue 21.2)."""
@@ -159,6 +105,7 @@ def test_fleet_sarif_names_each_host_and_the_fleet_ends_with_one_bottom_line(ser
     assert ssh_check(client, *args).stdout.splitlines()[-1] == "bottom line: all three fixes: vLLM 0.33.0 or later"
 
 
+@pytest.mark.release
 def test_hosts_file_with_comments_and_worst_exit_code(server, client, remotes, tmp_path):
     old, new = server("old"), server("new")
     trust(client, old, new)
@@ -170,6 +117,7 @@ def test_hosts_file_with_comments_and_worst_exit_code(server, client, remotes, t
     assert proc.returncode == 1
 
 
+@pytest.mark.release
 def test_unknown_host_key_refused_then_accepted_on_request(server, client, remotes):
     srv = server()
     fingerprint = subprocess.run(["ssh-keygen", "-lf", f"{srv.host_key}.pub"], capture_output=True, text=True).stdout.split()[1]
@@ -185,6 +133,7 @@ def test_unknown_host_key_refused_then_accepted_on_request(server, client, remot
     assert again.returncode == 0
 
 
+@pytest.mark.release
 def test_changed_host_key_is_refused_even_when_accepting_new(server, client, remotes, tmp_path):
     srv = server()
     impostor = keygen(tmp_path / "impostor")
@@ -195,6 +144,7 @@ def test_changed_host_key_is_refused_even_when_accepting_new(server, client, rem
     one_line_error(proc, "host key changed")
 
 
+@pytest.mark.release
 def test_wrong_key_is_an_authentication_failure(server, client, remotes, keys):
     srv = server()
     trust(client, srv)
@@ -236,6 +186,7 @@ def test_remote_interpreter_missing(server, client):
     one_line_error(proc, "remote interpreter /nonexistent/bin/python3 not found")
 
 
+@pytest.mark.release
 def test_remote_without_vllm(server, client, remotes):
     srv = server()
     trust(client, srv)
@@ -244,6 +195,7 @@ def test_remote_without_vllm(server, client, remotes):
     one_line_error(proc, "vllm is not installed")
 
 
+@pytest.mark.release
 def test_junk_before_the_answer_is_ignored(server, client, remotes):
     srv = server()
     trust(client, srv)
@@ -252,6 +204,7 @@ def test_junk_before_the_answer_is_ignored(server, client, remotes):
     assert set(statuses(json.loads(proc.stdout)).values()) == {"present"}
 
 
+@pytest.mark.release
 def test_ssh_config_alias_and_proxy_jump(server, client, remotes, keys):
     jump, target = server("jump"), server("target")
     trust(client, jump, target)
@@ -271,6 +224,7 @@ def test_ssh_config_alias_and_proxy_jump(server, client, remotes, keys):
     assert target.log_count("Connection from 127.0.0.1") == 1 and target.log_count("request exec") >= 2
 
 
+@pytest.mark.release
 def test_a_fleet_behind_one_bastion_shares_one_connection_to_it(server, client, remotes, keys):
     """Three hosts behind one jump host, checked together: one SSH connection to the jump
     host carries them all (as ControlMaster would), so a bastion's MaxStartups is not
@@ -290,6 +244,7 @@ def test_a_fleet_behind_one_bastion_shares_one_connection_to_it(server, client, 
     assert all(target.log_count("Connection from 127.0.0.1") == 1 for target in targets)
 
 
+@pytest.mark.release
 def test_probe_script_and_from_probe(server, client, remotes, tmp_path):
     script = run_cli("probe-script")
     assert script.returncode == 0 and script.stdout.startswith("#!/usr/bin/env python3")
@@ -313,6 +268,7 @@ def test_probe_script_and_from_probe(server, client, remotes, tmp_path):
     assert broken.returncode == 3 and list(errors) == ["junk"] and "did not answer the probe" in errors["junk"]
 
 
+@pytest.mark.release
 def test_ansible_recipe_collects_answers_for_from_probe(server, client, remotes, keys, tmp_path):
     """The recipe in docs/ansible/ run by ansible-core against the test sshd."""
     recipe = Path(__file__).resolve().parent.parent / "docs" / "ansible" / "collect-probes.yml"
@@ -348,6 +304,7 @@ def test_ansible_recipe_collects_answers_for_from_probe(server, client, remotes,
     assert fleet.returncode == 1
 
 
+@pytest.mark.release
 def test_ancestry_takes_the_commit_from_a_remote_target(server, client, remotes, tmp_path):
     from gitrepos import Repo
 

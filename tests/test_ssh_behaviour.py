@@ -14,34 +14,19 @@ import time
 from pathlib import Path
 
 import pytest
-from sshd import SshServer, keygen
+from escapes import WALK  # the frame walk a hostile tree uses to reach the real builtins
+from sshd import SshServer, remote_children, target_for
 
 from dflash_doctor.behaviour.definitions import Locator
 from dflash_doctor.behaviour.program import ProgramBuilder
 from dflash_doctor.draft.sandbox import Call, Outcome, SandboxError
 from dflash_doctor.targets.channel import behaviour_lifetime
-from dflash_doctor.targets.ssh import CHILD_BOOT, SshOptions, SshTarget
+from dflash_doctor.targets.ssh import SshTarget
 from dflash_doctor.targets.probing import probe_request
 from dflash_doctor.rulefile import load_rules
 from dflash_doctor.source import DirectoryTree
-from test_isolation import WALK  # the frame walk a hostile tree uses to reach the real builtins
 
-
-@pytest.fixture(scope="module")
-def remote_python(tmp_path_factory, release) -> Path:
-    from test_ssh import make_venv
-
-    return make_venv(tmp_path_factory.mktemp("remote") / "venv", release("0.33.0"))
-
-
-@pytest.fixture
-def host(tmp_path):
-    user = keygen(tmp_path / "user")
-    srv = SshServer(tmp_path / "sshd", user)
-    known = tmp_path / "known_hosts"
-    known.write_text(srv.host_public_key_line)
-    yield srv, SshOptions(identity=user, known_hosts=known, ssh_config=tmp_path / "none", connect_timeout=5)
-    srv.stop()
+pytestmark = [pytest.mark.release, pytest.mark.slow]
 
 
 def program_for(tmp_path: Path, source: str):
@@ -54,39 +39,6 @@ def program_for(tmp_path: Path, source: str):
     builder = ProgramBuilder(tree, ())
     builder.function(Locator(tree, [("vllm/probed.py", name)]).one("vllm/probed.py", name))
     return builder.chunks, {gap: {"$gap": label} for gap, label in builder.gaps.items()}
-
-
-def target_for(srv: SshServer, options: SshOptions, python: Path, **changes) -> SshTarget:
-    from dataclasses import replace
-
-    return SshTarget(f"127.0.0.1:{srv.port}", replace(options, python=str(python), **changes), probe_request(load_rules()))
-
-
-def descendants(pid: int) -> set[int]:
-    """Live processes below ``pid``, read from /proc."""
-    parents = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def remote_children(srv: SshServer) -> set[int]:
-    """The behaviour children under this sshd: their command line is CHILD_BOOT."""
-    found = set()
-    for pid in descendants(srv.process.pid):
-        try:
-            if CHILD_BOOT.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.add(pid)
-        except OSError:
-            continue
-    return found
 
 
 def run_remote(target: SshTarget, tmp_path: Path, source: str, *exprs: str) -> dict[str, Outcome]:

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli, statuses
+from conftest import RESOLVERS, SHIFT, make_venv, run_cli, statuses
 from sshd import SshServer, client_env, keygen
-from test_cache_coherence import RESOLVERS, SHIFT
-from test_ssh import make_venv
+
+pytestmark = [pytest.mark.release, pytest.mark.slow]
 
 CHILD = "-I"  # the behaviour child's first argument
 COLLECTOR = "-c"  # the staged collector's

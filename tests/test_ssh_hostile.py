@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_error, run_cli, statuses
+from conftest import assert_error, fleet_validator, run_cli, statuses
 from measure import run_measured
-from test_ssh import client, fleet_validator, host, keys, server, trust  # noqa: F401 - fixtures
+from sshd import host, trust
+import tiers
 
 MARKER = "DFLASH-DOCTOR-PROBE:"
 MIB = 1024 * 1024
@@ -32,6 +33,7 @@ def hostile_python(where: Path, body: str) -> Path:
 
 def bomb_answer(path: Path) -> Path:
     """A probe answer line whose zlib payload expands to BOMB_EXPANDED bytes."""
+    tiers.require("slow", "compresses 1 GiB")
     packer = zlib.compressobj(9)
     chunk = b" " * MIB
     compressed = [packer.compress(b'{"files": "')]
@@ -79,6 +81,7 @@ def one_line(result, fragment: str) -> None:
     assert len(lines) == 1 and lines[0].startswith("dflash-doctor: error: ") and fragment in lines[0], lines
 
 
+@pytest.mark.slow
 def test_a_zlib_bomb_over_ssh_is_refused_with_little_memory(remote, client, tmp_path):
     bomb = bomb_answer(tmp_path / "bomb.answer")
     assert bomb.stat().st_size < 4 * MIB
@@ -88,12 +91,14 @@ def test_a_zlib_bomb_over_ssh_is_refused_with_little_memory(remote, client, tmp_
     assert result.peak_rss < 400 * MIB < BOMB_EXPANDED, result.peak_rss
 
 
+@pytest.mark.slow
 def test_a_zlib_bomb_in_a_probe_file_is_refused_with_little_memory(tmp_path):
     result = run_measured("check", "--from-probe", str(bomb_answer(tmp_path / "node.probe")))
     one_line(result, "expands past 64 MiB")
     assert result.peak_rss < 400 * MIB, result.peak_rss
 
 
+@pytest.mark.slow
 def test_endless_junk_on_remote_stdout_stops_at_the_cap(remote, client, tmp_path):
     python = hostile_python(tmp_path, "exec yes 'Welcome to gpu-node-7, have a nice day'\n")
     result = ssh_run(client, remote, python)
@@ -109,6 +114,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.slow
 def test_a_dripping_interpreter_times_out_and_is_killed_on_the_remote_side(remote, client, tmp_path):
     pids = tmp_path / "pids"
     python = hostile_python(
@@ -126,6 +132,7 @@ def test_a_dripping_interpreter_times_out_and_is_killed_on_the_remote_side(remot
     assert not any(map(_alive, launched)), "the remote probe outlived the client"
 
 
+@pytest.mark.slow
 def test_a_silent_interpreter_times_out(remote, client, tmp_path):
     python = hostile_python(tmp_path, "exec sleep 300\n")
     result = ssh_run(client, remote, python, "--probe-timeout", "1.5")
@@ -133,6 +140,7 @@ def test_a_silent_interpreter_times_out(remote, client, tmp_path):
     assert result.seconds < 10, result.seconds
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", [
     "Host gpu\n  ProxyJump gpu\n",
     "Host gpu\n  ProxyJump bastion\nHost bastion\n  ProxyJump edge\nHost edge\n  ProxyJump gpu\n",
@@ -166,6 +174,7 @@ def _break(answer: dict, how: str) -> dict:
     return broken
 
 
+@pytest.mark.release
 @pytest.mark.parametrize("how", ["files-list", "file-number", "root-number", "search-text", "search-numbers",
                                  "sha-null", "dist-info-dict", "error-list"])
 def test_a_probe_file_with_a_field_of_the_wrong_type_is_an_error(how, real_answer, tmp_path):
@@ -173,6 +182,7 @@ def test_a_probe_file_with_a_field_of_the_wrong_type_is_an_error(how, real_answe
     assert_error(run_cli("check", "--from-probe", str(path)), "the probe answer is malformed: field")
 
 
+@pytest.mark.release
 def test_a_non_string_commit_id_records_no_commit(real_answer, tmp_path):
     answer = json.loads(json.dumps(real_answer))
     answer["dist_info_files"]["direct_url.json"] = json.dumps({"url": "file:///x", "vcs_info": {"commit_id": 123}})
@@ -182,6 +192,7 @@ def test_a_non_string_commit_id_records_no_commit(real_answer, tmp_path):
     assert json.loads(proc.stdout)["vllm"]["commit_source"] != "direct_url.json"
 
 
+@pytest.mark.release
 def test_the_real_answer_file_checks_and_a_fifo_is_refused(real_answer, tmp_path):
     path = answer_file(tmp_path / "node.probe", real_answer)
     proc = run_cli("check", "--from-probe", str(path), "--format", "json")
@@ -192,12 +203,15 @@ def test_the_real_answer_file_checks_and_a_fifo_is_refused(real_answer, tmp_path
     assert result.returncode == 3 and result.seconds < 25
 
 
+@pytest.mark.slow
+@pytest.mark.release
 def test_a_malformed_answer_over_ssh_is_an_error(remote, client, real_answer, tmp_path):
     path = answer_file(tmp_path / "answer", _break(real_answer, "file-number"))
     result = ssh_run(client, remote, hostile_python(tmp_path, f"cat {path}\n"))
     one_line(result, "the probe answer is malformed: field 'files'")
 
 
+@pytest.mark.slow
 def test_remote_without_vllm_says_how_to_point_at_one(remote, client, tmp_path):
     answer = tmp_path / "answer"
     answer.write_text(MARKER + json.dumps({"error": "vllm is not installed in this interpreter's environment"}) + "\n")
@@ -207,6 +221,8 @@ def test_remote_without_vllm_says_how_to_point_at_one(remote, client, tmp_path):
                      "that has vllm with --python)")
 
 
+@pytest.mark.slow
+@pytest.mark.release
 def test_byte_counts_are_numbers_in_the_ssh_and_fleet_json(remote, client, real_answer, tmp_path):
     path = answer_file(tmp_path / "answer", real_answer)
     python = hostile_python(tmp_path, f"echo 'some noise' >&2\ncat {path}\n")

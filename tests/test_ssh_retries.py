@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import fleet_validator, run_cli
 from sshd import SshServer, client_env, keygen
-from test_ssh import fleet_validator
+
+pytestmark = pytest.mark.slow
 
 HOSTS = 3
 

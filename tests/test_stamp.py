@@ -7,7 +7,12 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
+import tiers
 from dflash_doctor.stamp import RACY_NS, stamp, unchanged
+
+pytestmark = pytest.mark.slow
 
 
 def package(root: Path) -> Path:
@@ -18,6 +23,7 @@ def package(root: Path) -> Path:
 
 
 def settle() -> None:
+    tiers.require("slow", "waits out the stamp's racy window")
     time.sleep(RACY_NS / 1e9)
 
 

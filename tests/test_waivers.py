@@ -30,6 +30,7 @@ def entry(fix_id: str, reason: str = "accepted for now", **extra) -> str:
     return "\n".join(lines) + "\n"
 
 
+@pytest.mark.release
 def test_active_waiver_passes_the_gate_and_says_why(tmp_path, mini_tree):
     tree = mini_tree("0.30.0")  # cache-drop partial, the rest present
     path = waivers_file(tmp_path, entry("cache-drop", "prefix caching is off on this pool", until="2099-12-31"))
@@ -50,12 +51,14 @@ def test_active_waiver_passes_the_gate_and_says_why(tmp_path, mini_tree):
     assert report["waivers"]["file"] == str(path)
 
 
+@pytest.mark.release
 def test_without_waivers_the_same_tree_fails(mini_tree):
     code, report = check_json("--path", str(mini_tree("0.30.0")))
     assert code == 1 and "waivers" not in report
     assert all(fix["waiver"] is None for fix in report["fixes"])
 
 
+@pytest.mark.release
 def test_expired_waiver_is_reported_and_not_applied(tmp_path, mini_tree):
     tree = mini_tree("0.30.0")
     path = waivers_file(tmp_path, entry("cache-drop", "until the rollout", until="2020-01-31"))
@@ -68,6 +71,7 @@ def test_expired_waiver_is_reported_and_not_applied(tmp_path, mini_tree):
     assert report["waivers"]["waived"] == []
 
 
+@pytest.mark.release
 def test_until_is_the_last_day_the_waiver_applies(mini_tree):
     report = run_check(PathTarget(mini_tree("0.30.0")), load_rules())
     on_the_day = Waiver("cache-drop", "r", until=datetime.date(2030, 5, 1))
@@ -77,6 +81,7 @@ def test_until_is_the_last_day_the_waiver_applies(mini_tree):
     assert after.exit_code == 1 and after.to_json()["waivers"]["expired"][0]["until"] == "2030-05-01"
 
 
+@pytest.mark.release
 def test_target_pattern_matches_location_or_details(tmp_path, mini_tree):
     tree = mini_tree("0.30.0")
     matching = waivers_file(tmp_path, entry("cache-drop", target=json.dumps(str(tree.parent) + "/tree-*")))
@@ -96,6 +101,7 @@ def test_target_pattern_matches_a_release(tmp_path, release):
     assert code == 1 and report["waivers"]["waived"] == []
 
 
+@pytest.mark.release
 def test_waiver_for_a_present_fix_is_not_needed(tmp_path, mini_tree):
     path = waivers_file(tmp_path, entry("layer-offset", "old fleet"))
     proc = run_cli("check", "--path", str(mini_tree("0.33.0")), "--waivers", str(path))
@@ -103,6 +109,7 @@ def test_waiver_for_a_present_fix_is_not_needed(tmp_path, mini_tree):
     assert "dflash-doctor: waiver not needed, the fix is present: layer-offset: old fleet" in proc.stderr
 
 
+@pytest.mark.release
 def test_strict_fails_unknown_like_absent_and_a_waiver_still_covers_it(tmp_path, mini_tree):
     tree = mini_tree("0.33.0")
     resolver = tree / RESOLVER
