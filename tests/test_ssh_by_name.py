@@ -162,6 +162,7 @@ def windows(tree: SourceTree, run, *kinds: str) -> list[Outcome]:
 ONLY_THE_REGISTRY = {"package": "vllm", "files": ["vllm/__init__.py", "vllm/registry.py"], "anchors": []}
 
 
+@pytest.mark.slow
 def test_a_module_looked_up_by_name_that_the_collector_did_not_send_is_asked_of_the_host(
         tmp_path: Path, hosts: list[Host]) -> None:
     host = start(tmp_path, toy_tree(tmp_path / "site"))
@@ -198,6 +199,7 @@ HOSTILE = '''
 '''
 
 
+@pytest.mark.slow
 def test_a_hostile_hosts_answers_are_taken_only_for_the_path_asked_and_checked(tmp_path: Path, hosts: list[Host]) -> None:
     marker = tmp_path / "marker.py"
     host = start(tmp_path, toy_tree(tmp_path / "site"), textwrap.indent(
@@ -222,6 +224,7 @@ def test_a_hostile_hosts_answers_are_taken_only_for_the_path_asked_and_checked(t
 FLOOD = "sys.stdout.write('y' * (40 * 1024 * 1024)); sys.stdout.flush()"
 
 
+@pytest.mark.slow
 def test_a_host_flooding_its_answer_is_cut_off_at_the_cap(tmp_path: Path, hosts: list[Host]) -> None:
     host = start(tmp_path, toy_tree(tmp_path / "site"), FLOOD)
     hosts.append(host)
@@ -238,6 +241,8 @@ def test_a_host_flooding_its_answer_is_cut_off_at_the_cap(tmp_path: Path, hosts:
     assert MAX_OUTPUT_BYTES < fetched < MAX_OUTPUT_BYTES + (1 << 20)  # read up to the cap, and no further
 
 
+@pytest.mark.release
+@pytest.mark.slow
 def test_0_34_0_over_ssh_is_judged_by_behaviour_as_on_this_machine(tmp_path: Path, release, hosts: list[Host]) -> None:
     """All three fixes present, decided by behaviour, as ``--path`` on the same tree;
     a second check is answered from the results cache, the same, with only the collector run."""
@@ -264,6 +269,8 @@ def test_0_34_0_over_ssh_is_judged_by_behaviour_as_on_this_machine(tmp_path: Pat
     assert second["target"]["bytes_received"] < first["target"]["bytes_received"] / 4
 
 
+@pytest.mark.release
+@pytest.mark.slow
 def test_0_34_0_from_a_probe_file_stays_unknown_and_says_what_judges_it(tmp_path: Path, release) -> None:
     """A probe file has no host to ask for the modules the code imports: structure alone
     leaves swa-config unknown, and the reason points at --host and --path."""
