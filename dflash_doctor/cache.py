@@ -60,7 +60,7 @@ def checked_fixes(tree: SourceTree, rules: tuple[Rule, ...]) -> tuple[FixResult,
         fixes = _hit(key, tree)
         if fixes is not None:
             return fixes
-    from .engine import Checker  # heavy: libcst, which a warm check never imports
+    from .structure.engine import Checker  # heavy: libcst, which a warm check never imports
 
     fixes = Checker(tree).run(rules)
     if key is not None:

@@ -54,7 +54,7 @@ def read_file(path: Path, limit: int, what: str) -> bytes:
 
     A FIFO or a device (a link to /dev/zero) is refused before it is read.
     """
-    from .probe import read_regular  # --help: probe pulls in socket; paths is loaded at start
+    from .standalone.probe import read_regular  # --help: probe pulls in socket; paths is loaded at start
 
     data, reason = read_regular(str(path), limit)
     if data is None:

@@ -12,7 +12,7 @@ import dataclasses
 from pathlib import Path
 
 from .engines import Engine
-from .probe import read_regular
+from .standalone.probe import read_regular
 
 MAX_ENTRY_POINTS_BYTES = 256 * 1024
 MAX_PLUGIN_SOURCE_BYTES = 2 * 1024 * 1024

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from . import probe
+from .standalone import probe
 from .engines import VLLM, Engine
 from .model import (
     ABSENT, NOT_APPLICABLE, PARTIAL, BasedOn, Distribution, FixResult, Platform, Provenance, ToolError,

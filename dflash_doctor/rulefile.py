@@ -123,7 +123,7 @@ def _headlines(raw: Any, where: str) -> tuple[tuple[str, str], ...]:
 def _affects(raw: Any, where: str) -> Affects | None:
     if raw is None:
         return None
-    from .affects import DRAFTER_TESTS
+    from .structure.affects import DRAFTER_TESTS
 
     where = f"{where}: affects"
     if not isinstance(raw, dict):

@@ -12,7 +12,7 @@ from .model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, Evidence, 
 
 if TYPE_CHECKING:
     from .draft.config import DraftConfig
-    from .patterns import Pattern, Template
+    from .structure.patterns import Pattern, Template
 
 IGNORE = "ignore"  # a form that locates code off the DFlash path: evidence only
 FORM_VERDICTS = (PRESENT, ABSENT, PARTIAL, IGNORE)
@@ -64,7 +64,7 @@ class Affects:
     no: str
 
     def judge(self, draft: DraftConfig) -> tuple[bool | None, str]:
-        from .affects import DRAFTER_TESTS
+        from .structure.affects import DRAFTER_TESTS
 
         affected = DRAFTER_TESTS[self.drafter](draft)
         if affected is None:
@@ -125,7 +125,7 @@ class Rewrite:
     def replace(self) -> Template:
         import libcst as cst
 
-        from .patterns import PatternError, Template, metavariables
+        from .structure.patterns import PatternError, Template, metavariables
 
         try:
             template = Template(self.replace_source)
@@ -294,7 +294,7 @@ class Rule:
 
 
 def _compile(sources: tuple[str, ...], where: str) -> tuple[Pattern, ...]:
-    from .patterns import Pattern, PatternError
+    from .structure.patterns import Pattern, PatternError
 
     try:
         return tuple(Pattern(source) for source in sources)

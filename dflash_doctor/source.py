@@ -21,7 +21,7 @@ from .imports import loaded_instead
 from .engines import VLLM, Engine
 from .model import ToolError
 from .plugins import Plugin, installed_plugins
-from .probe import metadata_path, read_regular, scan_definitions
+from .standalone.probe import metadata_path, read_regular, scan_definitions
 
 if TYPE_CHECKING:
     import libcst as cst

@@ -18,7 +18,7 @@ import hashlib
 import os
 import time
 
-from .probe import python_files, read_regular
+from .standalone.probe import python_files, read_regular
 
 RACY_NS = 2_000_000_000
 Row = list[str | int | None]

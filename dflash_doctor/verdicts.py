@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .behaviour.run import answer_rules, user_name
-from .draft.session import Outcome, SandboxError
+from .isolation.session import Outcome, SandboxError
 from .model import NOT_APPLICABLE, UNKNOWN, Evidence, FixResult
 from .rules import Rule
 
@@ -30,7 +30,7 @@ def judge(
     opened = resolved.behaviour or (lambda: contextlib.nullcontext(None))
     with opened() as run:  # first: the child starts while the engine is imported and structure checked
         from .behaviour.combine import combine  # heavy: libcst (both), imported while the child starts
-        from .engine import Checker
+        from .structure.engine import Checker
 
         structure = Checker(resolved.tree).run(rules)
         watched = _Watched(run) if run is not None else None
@@ -65,7 +65,7 @@ def _what_python_loads(resolved: ResolvedTarget, rules: tuple[Rule, ...], fixes:
     """A file the check read that Python would not run (a package, an extension
     module or an unchecked-hash .pyc comes first) leaves every judged fix unknown:
     the verdicts speak of code vLLM does not import."""
-    from .engine import UNKNOWN_CODE, restate
+    from .structure.engine import UNKNOWN_CODE, restate
 
     shadows = [(relpath, why) for relpath in sorted(resolved.tree.inspected()) if (why := resolved.tree.shadowed(relpath))]
     if not shadows:
@@ -84,7 +84,7 @@ def _plugins_on_route(resolved: ResolvedTarget, rules: tuple[Rule, ...], fixes: 
     """vLLM loads its plugins at start, and they may patch its classes: a plugin whose
     code names a definition on a fix's route (or its module) leaves the fix unknown;
     one whose code cannot be read is said to possibly change the answer."""
-    from .engine import UNKNOWN_CODE, restate
+    from .structure.engine import UNKNOWN_CODE, restate
 
     plugins = resolved.tree.plugins()
     if not plugins:

@@ -14,8 +14,8 @@ from typing import Any
 
 from dflash_doctor.behaviour.definitions import Locator
 from dflash_doctor.behaviour.program import ProgramBuilder
-from dflash_doctor.draft.sandbox import Chunk, LocalPipe, child_program
-from dflash_doctor.draft.session import Session
+from dflash_doctor.isolation.sandbox import Chunk, LocalPipe, child_program
+from dflash_doctor.isolation.session import Session
 from dflash_doctor.source import DirectoryTree
 
 # Out of the restricted builtins, as an attacker would: a running generator's

@@ -12,8 +12,8 @@ import pytest
 
 from dflash_doctor.behaviour.by_name import run_by_name
 from dflash_doctor.behaviour.program import ProgramBuilder
-from dflash_doctor.draft import sandbox
-from dflash_doctor.draft.session import Call, Outcome
+from dflash_doctor.isolation import sandbox
+from dflash_doctor.isolation.session import Call, Outcome
 from dflash_doctor.source import DirectoryTree, SourceTree
 
 REGISTRY = """

@@ -20,7 +20,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from dflash_doctor import engines, probe
+from dflash_doctor import engines
+from dflash_doctor.standalone import probe
 from dflash_doctor.engines import VLLM, Engine, PlatformKind
 from dflash_doctor.images.layers import wanted
 from dflash_doctor.model import CheckReport, Provenance, TargetInfo, ToolError

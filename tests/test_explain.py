@@ -15,7 +15,7 @@ import pytest
 
 from conftest import DEMO_RULE_PREAMBLE, ProbeAnswerOf, check_json, run_cli
 from dflash_doctor.cache import checked_fixes
-from dflash_doctor.engine import MISSING_CODE, UNKNOWN_CODE, UNREADABLE
+from dflash_doctor.structure.engine import MISSING_CODE, UNKNOWN_CODE, UNREADABLE
 from dflash_doctor.model import ToolError
 from dflash_doctor.rulefile import load_rule, load_rules
 from dflash_doctor.targets.path import PathTarget

@@ -20,9 +20,9 @@ from conftest import check_json
 from escapes import hostile_tree, my_children, program_for, session_for
 from sshd import remote_children, target_for
 
-from dflash_doctor.draft.harness import SAFE_BUILTIN_NAMES
-from dflash_doctor.draft.sandbox import Call, Chunk, SandboxError, run
-from dflash_doctor.draft.session import CALL_GRACE_S, CALL_TIMEOUT_S
+from dflash_doctor.standalone.harness import SAFE_BUILTIN_NAMES
+from dflash_doctor.isolation.sandbox import Call, Chunk, SandboxError, run
+from dflash_doctor.isolation.session import CALL_GRACE_S, CALL_TIMEOUT_S
 
 # What a tree can look at about a built-in: its text, its names and module, its type's.
 SURFACE = ("__name__", "__qualname__", "__module__")

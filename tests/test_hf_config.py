@@ -19,7 +19,7 @@ from dflash_doctor.behaviour.compute import compute
 from dflash_doctor.behaviour.run import questions_of
 from dflash_doctor.behaviour.transformers import requires
 from dflash_doctor.draft.config import load_draft_config
-from dflash_doctor.draft.sandbox import UNKNOWN_KEYS, Call, config_object, run
+from dflash_doctor.isolation.sandbox import UNKNOWN_KEYS, Call, config_object, run
 from dflash_doctor.rulefile import load_rules
 from dflash_doctor.rules import rules_dir
 from dflash_doctor.targets.probing import (

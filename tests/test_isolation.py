@@ -25,8 +25,8 @@ from conftest import check_json, statuses
 from escapes import WALK, hostile_tree, my_children, program_for, session_for
 from measure import measured
 
-from dflash_doctor.draft import lockdown
-from dflash_doctor.draft.sandbox import (
+from dflash_doctor.standalone import lockdown
+from dflash_doctor.isolation.sandbox import (
     Call,
     Chunk,
     SandboxError,
@@ -365,7 +365,7 @@ def test_a_memory_balloon_is_bounded_and_measured(tmp_path):
 
 BALLOON = """
 import json, sys
-from dflash_doctor.draft.sandbox import child_program, run_isolated
+from dflash_doctor.isolation.sandbox import child_program, run_isolated
 result = run_isolated(child_program(), sys.stdin.buffer.read(), wall_s=30, max_output_bytes=1 << 16)
 print(json.dumps([result.failure(), result.stdout.decode(), result.peak_rss_bytes]))
 """
@@ -373,7 +373,7 @@ print(json.dumps([result.failure(), result.stdout.decode(), result.peak_rss_byte
 
 FLOOD = '''
 import json, resource, sys
-from dflash_doctor.draft.sandbox import Call, Chunk, SandboxError, run
+from dflash_doctor.isolation.sandbox import Call, Chunk, SandboxError, run
 source = sys.argv[1] + """
 def floods():
     out = _module("sys").stdout

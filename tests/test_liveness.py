@@ -11,8 +11,8 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from dflash_doctor.engine import DEAD, UNRECOGNISED, Checker, match_forms
-from dflash_doctor.liveness import dead_nodes, module_constants
+from dflash_doctor.structure.engine import DEAD, UNRECOGNISED, Checker, match_forms
+from dflash_doctor.structure.liveness import dead_nodes, module_constants
 from dflash_doctor.rulefile import load_rules
 from dflash_doctor.source import DirectoryTree
 

@@ -535,7 +535,7 @@ patch.rewrite = [{ find = "getattr($H, 'eagle_aux_hidden_state_layer_ids', None)
 
 
 def test_two_fixes_in_one_file_share_one_backup(tmp_path, mini_tree):
-    from dflash_doctor.engine import Checker
+    from dflash_doctor.structure.engine import Checker
     from dflash_doctor.model import ToolError
     from dflash_doctor.patching.apply import apply_changes, apply_restore, plan_restore
     from dflash_doctor.patching.files import LocalFiles

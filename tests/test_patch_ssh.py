@@ -220,7 +220,7 @@ def test_the_remote_lock_ends_when_dflash_doctor_dies(remote, tmp_path):
 
 
 def test_the_probe_takes_only_package_files_from_a_manifest():
-    from dflash_doctor.probe import patched_files
+    from dflash_doctor.standalone.probe import patched_files
 
     manifest = {"files": {RESOLVER: {}, "vllm/../../etc/shadow": {}, "/etc/passwd": {}, "setup.py": {}, "vllm/x.py": {}}}
     assert patched_files(json.dumps(manifest).encode(), "vllm") == [RESOLVER, "vllm/x.py"]

@@ -1,7 +1,7 @@
 import libcst as cst
 import pytest
 
-from dflash_doctor.patterns import Pattern, PatternError
+from dflash_doctor.structure.patterns import Pattern, PatternError
 
 
 def found(pattern: str, code: str) -> list[str]:

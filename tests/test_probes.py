@@ -13,7 +13,7 @@ from dflash_doctor.behaviour.compute import compute
 from dflash_doctor.behaviour.run import questions_of
 from dflash_doctor.behaviour.definitions import ExtractError, Locator
 from dflash_doctor.behaviour.program import ProgramBuilder
-from dflash_doctor.draft.sandbox import Call, run
+from dflash_doctor.isolation.sandbox import Call, run
 from dflash_doctor.provenance import find_dist_info
 from dflash_doctor.rulefile import load_rules
 from dflash_doctor.source import DirectoryTree

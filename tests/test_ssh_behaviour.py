@@ -19,7 +19,7 @@ from sshd import SshServer, remote_children, target_for
 
 from dflash_doctor.behaviour.definitions import Locator
 from dflash_doctor.behaviour.program import ProgramBuilder
-from dflash_doctor.draft.sandbox import Call, Outcome, SandboxError
+from dflash_doctor.isolation.sandbox import Call, Outcome, SandboxError
 from dflash_doctor.targets.channel import behaviour_lifetime
 from dflash_doctor.targets.ssh import SshTarget
 from dflash_doctor.targets.probing import probe_request

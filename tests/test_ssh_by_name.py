@@ -26,7 +26,7 @@ from sshd import SshServer, client_env, keygen
 
 from dflash_doctor.behaviour.by_name import run_by_name
 from dflash_doctor.behaviour.program import ProgramBuilder
-from dflash_doctor.draft.session import Call, Outcome
+from dflash_doctor.isolation.session import Call, Outcome
 from dflash_doctor.paths import cache_dir
 from dflash_doctor.source import SourceError, SourceTree
 from dflash_doctor.targets.hosts import SshOptions

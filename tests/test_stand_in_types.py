@@ -4,8 +4,8 @@ items it is built from. Snippets written here, run in the real sandbox."""
 
 from __future__ import annotations
 
-from dflash_doctor.draft import sandbox
-from dflash_doctor.draft.session import Call, Chunk, Outcome
+from dflash_doctor.isolation import sandbox
+from dflash_doctor.isolation.session import Call, Chunk, Outcome
 
 HARNESS_GLOBALS = {"nn": {"$standin": "nn", "assume": {"nn.ModuleList": {"$container": "nn.ModuleList"}}, "record": []},
                    "QuantKind": {"$standin": "QuantKind", "assume": {}, "record": []}}

@@ -163,7 +163,8 @@ def test_the_behaviour_engine_names_no_engine_symbol():
             named |= {behaviour.handing.callee, *behaviour.handing.keywords, behaviour.handing.opt_out or ""}
     # Python's own words, and the Hugging Face config's, which every engine shares
     named -= {"", "method", "ValueError", "NotImplementedError", "__init__", "logger", "os", "hf_config", "architectures"}
-    modules = [*(package / "behaviour").glob("*.py"), package / "draft" / "sandbox.py", package / "draft" / "harness.py"]
+    standalone = package / "standalone"
+    modules = [*(package / "behaviour").glob("*.py"), *(package / "isolation").glob("*.py"), standalone / "harness.py", standalone / "lockdown.py"]
     found = {}
     for path in modules:
         strings = _code_strings(path)

@@ -3,7 +3,7 @@
 Running it: ``definitions`` locates definitions in the tree and copies them,
 ``program`` builds one program from them (a name it cannot copy is a gap),
 ``plan`` chooses the calls, ``stubs`` builds the objects they run on, and
-``compute`` runs them once in the sandbox (``draft/sandbox.py``) for every
+``compute`` runs them once in the sandbox (``isolation/sandbox.py``) for every
 drafter config, ``interpret`` reading the outcomes into ``computed.Computed``;
 ``construct`` builds the drafter's layers from the tree's own classes.
 

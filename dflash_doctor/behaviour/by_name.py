@@ -17,8 +17,8 @@ import ast
 import textwrap
 from typing import TYPE_CHECKING, Any
 
-from ..draft import sandbox
-from ..draft.session import Call, Outcome
+from ..isolation import sandbox
+from ..isolation.session import Call, Outcome
 from ..source import SourceError, Symbol
 from .definitions import ExtractError, marker_decorator, names_in, neutral_decorator, refuse_dunders, top_level_bindings
 

@@ -15,9 +15,9 @@ import ast
 import dataclasses
 from typing import Any
 
-from ..draft import sandbox
+from ..isolation import sandbox
 from ..draft.config import SPECULATORS, DraftConfig, draft_layer_count
-from ..draft.sandbox import Call, Outcome, SandboxError
+from ..isolation.sandbox import Call, Outcome, SandboxError
 from ..source import SourceTree, Symbol
 from ..engines.route import Route
 from .computed import Computed, Runner, RunnerSupport

@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..draft.sandbox import Call, Chunk, Outcome
+from ..isolation.sandbox import Call, Chunk, Outcome
 from ..model import UNKNOWN
 from .definitions import Place
 

@@ -15,8 +15,8 @@ import ast
 import dataclasses
 from typing import Any
 
-from ..draft import sandbox
-from ..draft.sandbox import Call, Outcome, SandboxError
+from ..isolation import sandbox
+from ..isolation.sandbox import Call, Outcome, SandboxError
 from ..engines import Engine
 from ..engines.route import Route
 from ..rules import Construct

@@ -15,7 +15,7 @@ import textwrap
 from collections.abc import Iterable
 from functools import lru_cache
 
-from ..draft.harness import SAFE_BUILTIN_NAMES
+from ..standalone.harness import SAFE_BUILTIN_NAMES
 from ..model import ToolError
 from ..source import SourceError, SourceTree, Symbol, locate, parse_python
 

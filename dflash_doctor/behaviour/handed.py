@@ -67,8 +67,8 @@ def _alive(scheduler: Symbol, callee: str, count: int) -> list[bool]:
     """For each of the ``count`` constructions of ``callee`` in source order, whether it lies in live code."""
     import libcst as cst  # only when behaviour plans the scheduler (a cold check, which parses with it anyway)
 
-    from ..liveness import dead_nodes, module_constants
-    from ..patterns import children
+    from ..structure.liveness import dead_nodes, module_constants
+    from ..structure.patterns import children
 
     module, _ = scheduler.cst()
     dead = dead_nodes(module, module_constants(scheduler.parsed.tree))

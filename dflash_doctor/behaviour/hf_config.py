@@ -25,9 +25,9 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from ..draft import sandbox
+from ..isolation import sandbox
 from ..draft.config import SPECULATORS, DraftConfig
-from ..draft.sandbox import Call, Chunk, Outcome, SandboxError
+from ..isolation.sandbox import Call, Chunk, Outcome, SandboxError
 from ..source import ParsedFile, SourceError, SourceTree, Symbol
 from .computed import Runner
 from .definitions import ExtractError, is_static, stripped

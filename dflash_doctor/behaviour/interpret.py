@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..draft.config import ZLAB, DraftConfig, int_list
-from ..draft.sandbox import Outcome
+from ..isolation.sandbox import Outcome
 from ..model import UNKNOWN
 from ..engines.route import RunnerKind
 from .computed import Computed, RunnerSupport

@@ -13,8 +13,8 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..draft import sandbox
-from ..draft.sandbox import Call
+from ..isolation import sandbox
+from ..isolation.sandbox import Call
 from ..engines.route import Route, RunnerKind, Where
 from ..rules import Anchor, Handing
 from ..source import SourceError, SourceTree, Symbol

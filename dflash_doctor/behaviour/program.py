@@ -13,7 +13,7 @@ import ast
 import copy
 from collections.abc import Callable, Iterable
 
-from ..draft.sandbox import Chunk
+from ..isolation.sandbox import Chunk
 from ..source import SourceError, SourceTree, Symbol, parse_python
 from .definitions import (
     ExtractError,

@@ -3,8 +3,8 @@ speculative config each drafter config is asked about."""
 
 from __future__ import annotations
 
-from ..draft import sandbox
-from ..draft.sandbox import Call
+from ..isolation import sandbox
+from ..isolation.sandbox import Call
 from ..source import Symbol
 from .definitions import ExtractError, attribute_names
 from .plan import Plan

@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Iterable, Mapping
 
 from ..model import ToolError
-from ..probe import read_regular
+from ..standalone.probe import read_regular
 from ..provenance import find_dist_info
 from ..source import DirectoryTree, SourceError, SourceTree, Symbol
 from .definitions import absolute_module, parsed_or_none, top_level_bindings

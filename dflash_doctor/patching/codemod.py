@@ -16,9 +16,9 @@ import re
 
 import libcst as cst
 
-from ..engine import match_forms
+from ..structure.engine import match_forms
 from ..model import ABSENT, PARTIAL, ToolError
-from ..patterns import NodeIndex, PatternError, subtree_ids
+from ..structure.patterns import NodeIndex, PatternError, subtree_ids
 from ..rules import Form
 from ..source import ParsedFile, SourceError
 

@@ -22,8 +22,8 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..model import PRESENT, CheckReport, ToolError
-from ..probe import PATCH_MANIFEST as MANIFEST
-from ..probe import PATCH_STATE_DIR as STATE_DIR
+from ..standalone.probe import PATCH_MANIFEST as MANIFEST
+from ..standalone.probe import PATCH_STATE_DIR as STATE_DIR
 from ..source import SourceError, SourceTree
 
 from .caps import MANIFEST_CAP

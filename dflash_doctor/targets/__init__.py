@@ -48,7 +48,7 @@ def local(tree: DirectoryTree, info: TargetInfo) -> ResolvedTarget:
 
 
 def _child_session() -> contextlib.AbstractContextManager:
-    from ..draft import sandbox  # only when behaviour runs: a warm check never does
+    from ..isolation import sandbox  # only when behaviour runs: a warm check never does
 
     return sandbox.session()
 

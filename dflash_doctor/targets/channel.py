@@ -6,7 +6,7 @@ import select
 import time
 from typing import Any
 
-from ..draft.session import SandboxError
+from ..isolation.session import SandboxError
 
 
 # What the host's ``timeout`` exits with when it ends the child: 124 after TERM, 128 + 9 after its -k KILL.

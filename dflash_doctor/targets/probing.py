@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..engines import VLLM, Engine
 from ..model import ToolError
-from ..probe import MARKER
+from ..standalone.probe import MARKER
 from ..rules import Rule
 from ..source import search_name
 
@@ -47,7 +47,7 @@ _FIELDS = {
 
 
 def probe_source() -> str:
-    return Path(__file__).resolve().parent.parent.joinpath("probe.py").read_text(encoding="utf-8")
+    return Path(__file__).resolve().parent.parent.joinpath("standalone", "probe.py").read_text(encoding="utf-8")
 
 
 def probe_request(rules: tuple[Rule, ...], engine: Engine = VLLM) -> dict:

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..engines import VLLM, Engine, of_package
 from ..model import TargetInfo, ToolError
-from ..probe import package_module
+from ..standalone.probe import package_module
 from ..source import SourceError, SourceTree
 from . import NOT_RUN_HERE, ResolvedTarget
 from .probing import held_back, parse_probe_output, read_probe_file

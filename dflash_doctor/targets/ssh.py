@@ -39,11 +39,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..draft import sandbox
-from ..draft.session import RUN_TIMEOUT_S, Session, Unstarted
+from ..isolation import sandbox
+from ..isolation.session import RUN_TIMEOUT_S, Session, Unstarted
 from ..model import TargetInfo, ToolError
 from ..patching.sftp_files import SftpFiles
-from ..probe import MARKER, STAGE_BOOT
+from ..standalone.probe import MARKER, STAGE_BOOT
 from . import ResolvedTarget
 from .jumps import JUMPS
 from .channel import ChannelPipe, behaviour_lifetime

@@ -24,7 +24,7 @@ from typing import Any, cast
 import libcst as cst
 
 from .patterns import children, subtree_ids
-from .source import literal_value
+from ..source import literal_value
 
 _UNKNOWN = object()  # a value that is not known without running the code
 _KEYWORDS: dict[str, object] = {"True": True, "False": False, "None": None, "__debug__": True}

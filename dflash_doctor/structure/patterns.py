@@ -18,7 +18,7 @@ from functools import cache
 
 import libcst as cst
 
-from .source import literal_value
+from ..source import literal_value
 
 _METAVAR = re.compile(r"\$([A-Z_][A-Z0-9_]*)")
 _MV_PREFIX = "__mv_"

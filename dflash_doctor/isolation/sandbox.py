@@ -37,9 +37,9 @@ from .session import (
     exit_failure,
 )
 
-HERE = Path(__file__).parent
-LOCKDOWN = HERE / "lockdown.py"
-HARNESS = HERE / "harness.py"
+STANDALONE = Path(__file__).resolve().parent.parent / "standalone"
+LOCKDOWN = STANDALONE / "lockdown.py"
+HARNESS = STANDALONE / "harness.py"
 # Loads the two module texts under their names, then runs ``tail``.
 BOOTSTRAP = """import sys, types
 def _load(name, source):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 
-from .source import Symbol
+from ..source import Symbol
 
 _NESTED = ("body", "orelse", "finalbody", "handlers")
 

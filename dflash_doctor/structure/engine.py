@@ -10,11 +10,11 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from .liveness import dead_nodes, module_constants
-from .model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, Evidence, FixResult
+from ..model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, Evidence, FixResult
 from .patterns import Match, NodeIndex, subtree_ids
 from .rebinding import rebound_at, rebound_in
-from .rules import IGNORE, Anchor, Form, Rule
-from .source import SourceError, SourceTree, Symbol, locate
+from ..rules import IGNORE, Anchor, Form, Rule
+from ..source import SourceError, SourceTree, Symbol, locate
 
 
 REBOUND = "rebound"  # evidence form: the anchored definition is replaced later in its module
