@@ -32,6 +32,7 @@ class SiteEdit:
     """The edits that turn one form found at a site into its present form."""
 
     form: Form
+    produces: str  # the form its patch produces
     replacements: tuple[tuple[cst.CSTNode, cst.CSTNode], ...]  # (node in the tree, its replacement)
 
 
@@ -63,12 +64,12 @@ def site_edits(forms: list[Form], site: cst.CSTNode) -> list[SiteEdit]:
                 replacements.append((where.node, rewrite.replace.render(where.bindings)))
             except PatternError as exc:
                 raise PatchRefused(str(exc)) from None
-        edits.append(SiteEdit(form, tuple(replacements)))
+        edits.append(SiteEdit(form, form.patch.produces, tuple(replacements)))
     _refuse_overlaps([old for edit in edits for old, _ in edit.replacements])
     return edits
 
 
-def apply_edits(site: cst.CSTNode, edits: list[SiteEdit]) -> cst.CSTNode:
+def apply_edits(site: cst.Module, edits: list[SiteEdit]) -> cst.Module:
     """``site`` with every replacement made (nodes are matched by identity)."""
     new_nodes = {id(old): new for edit in edits for old, new in edit.replacements}
     return site.visit(_Replace(new_nodes))
@@ -79,7 +80,8 @@ class _Replace(cst.CSTTransformer):
         super().__init__()
         self.new_nodes = new_nodes
 
-    def on_leave(self, original_node, updated_node):
+    # libcst's stub has on_leave return the node's own type; a replacement may be any node (libcst checks it)
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> cst.CSTNode:  # type: ignore[override]
         return self.new_nodes.get(id(original_node), updated_node)
 
 
