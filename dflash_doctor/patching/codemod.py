@@ -11,6 +11,7 @@ reason; nothing is guessed.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
 
@@ -92,11 +93,15 @@ def patch_definitions(text: str, relpath: str, qualname: str, forms: list[Form])
     its new lines are put back: the rest of the file keeps its exact bytes,
     and a large file is never parsed whole by libcst.
     """
-    def located() -> list:
+    def located() -> list[ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef]:
         try:
-            return [s.node for s in ParsedFile(relpath, text.encode("utf-8")).symbols(qualname) if s.qualname == qualname]
+            symbols = ParsedFile(relpath, text.encode("utf-8")).symbols(qualname)
         except SourceError as exc:
             raise PatchRefused(str(exc)) from None
+        return [  # every symbol is one of these defs (source.symbols); its node is typed ast.AST there
+            s.node for s in symbols
+            if s.qualname == qualname and isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        ]
 
     done: list[SiteEdit] = []
     found = located()
@@ -106,7 +111,7 @@ def patch_definitions(text: str, relpath: str, qualname: str, forms: list[Form])
         if index and done:
             found = located()  # an edit above moves the lines below
         node = found[index]
-        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))]) - 1
+        first = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
         lines = _LINE.findall(text)
         segment = lines[first:node.end_lineno]
         prefix = segment[0][: len(segment[0]) - len(segment[0].lstrip(" \t"))]
