@@ -294,6 +294,7 @@ def ancestry(request: AncestryRequest) -> AncestryReport:
 
     rules = select(list(request.only) or None)
     spec = request.target
+    source: str | None
     if request.commit is not None:
         if spec.path or spec.python or spec.release or spec.hosts or spec.images:
             raise ToolError("give --commit or a target (--path/--python/--release/--host/--image), not both")

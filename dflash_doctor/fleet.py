@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .check import run_check
 from .model import HostOutcome, ToolError
 from .rules import Rule
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from .targets import Target
+
 
 def check_targets(
-    named_targets: list[tuple[str, Any]], rules: tuple[Rule, ...], jobs: int, progress: bool, **check_options
+    named_targets: list[tuple[str, Target]], rules: tuple[Rule, ...], jobs: int, progress: bool, **check_options: Path | None
 ) -> list[HostOutcome]:
     """Run ``check`` on each (name, target) in parallel; failures stay per host."""
-    def one(name: str, target) -> HostOutcome:
+    def one(name: str, target: Target) -> HostOutcome:
         try:
             return HostOutcome(name, report=run_check(target, rules, **check_options))
         except ToolError as exc:
@@ -36,7 +42,7 @@ def check_targets(
         return [future.result() for future in futures]
 
 
-def _stderr_console():
+def _stderr_console() -> Console:
     from rich.console import Console
 
     return Console(file=sys.stderr)

@@ -371,9 +371,10 @@ class BottomLine:
         """The fixes ``todo`` need the releases ``releases`` (None: in no release yet)."""
         if not todo:
             return cls(INVESTIGATE if unknown else NOTHING, unknown=tuple(unknown), selected=selected, checked=checked)
-        if any(release is None for release in releases):
+        released = [release for release in releases if release is not None]
+        if len(released) < len(releases):
             return cls(UNRELEASED, tuple(todo), None, tuple(unknown), selected, checked)
-        newest = max(releases, key=_release_key)  # type: ignore[arg-type]
+        newest = max(released, key=_release_key)
         return cls(UPGRADE, tuple(todo), newest, tuple(unknown), selected, checked)
 
     @classmethod

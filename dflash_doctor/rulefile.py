@@ -146,9 +146,10 @@ def _strings(raw: dict[str, Any], key: str, where: str, allowed: tuple[str, ...]
     value = raw.get(key, [])
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise ToolError(f"{where}: {key} must be a list of strings")
-    bad = [item for item in value if allowed is not None and item not in allowed]
-    if bad:
-        raise ToolError(f"{where}: {key} names {', '.join(bad)} (known: {', '.join(allowed)})")
+    if allowed is not None:
+        bad = [item for item in value if item not in allowed]
+        if bad:
+            raise ToolError(f"{where}: {key} names {', '.join(bad)} (known: {', '.join(allowed)})")
     return tuple(value)
 
 

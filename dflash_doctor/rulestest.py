@@ -58,8 +58,8 @@ def check_rule(rule: Rule) -> Iterator[tuple[str, bool]]:
     decisive = {form.verdict for form in rule.forms if form.id in covered} - {IGNORE}
     if not decisive >= {"present", "absent"} and not decisive >= {"present", "partial"}:
         yield f"{rule.id}: needs at least one positive and one negative case", False
-    for case in rule.fix_cases:
-        yield _check_fix_case(rule, case)
+    for fix_case in rule.fix_cases:
+        yield _check_fix_case(rule, fix_case)
 
 
 def _check_fix_case(rule: Rule, case: FixCase) -> tuple[str, bool]:
@@ -95,7 +95,7 @@ def _check_patch(rule: Rule, anchor: str, name: str, module: cst.Module) -> tupl
         return f"{rule.id}: {name}: the patch refuses this code ({exc})", True, False
     except (SyntaxError, cst.ParserSyntaxError) as exc:
         return f"{rule.id}: {name}: the patched code does not compile: {exc}", False, True
-    produced = sorted({edit.form.patch.produces for edit in edits})
+    produced = sorted({edit.produces for edit in edits})
     still = sorted(hit.form.id for hit in got if hit.form.verdict in (ABSENT, PARTIAL))
     missing = sorted(set(produced) - {hit.form.id for hit in got})
     ok = not still and not missing

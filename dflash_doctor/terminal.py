@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, ClassVar
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderableType
     from rich.markdown import Markdown
-    from rich.progress import ProgressColumn, Task
+    from rich.progress import Progress, ProgressColumn, Task
     from rich.table import Table
+    from rich.text import Text
 
 # C0 (with TAB and LF), DEL, C1, and the bidi embeddings/overrides/isolates that reorder what is shown.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -44,7 +45,7 @@ def clean(value: object, keep: str = "") -> str:
     return _CONTROL.sub(lambda match: match.group() if match.group() in keep else _escaped(match), str(value))
 
 
-def literal(value: object, style: str = ""):
+def literal(value: object, style: str = "") -> Text:
     """A rich Text of ``clean(value)``: printed as is, never read as markup or emoji codes."""
     from rich.text import Text
 
@@ -59,7 +60,7 @@ def columns() -> int:
 _TRAILING = re.compile(r"(?:[ ]|\x1b\[[0-9;]*m)+$", re.MULTILINE)  # spaces (and style codes between them) ending a line
 
 
-def terminal_text(*renderables) -> str:
+def terminal_text(*renderables: RenderableType) -> str:
     """The renderables printed one after another, as wide as the terminal, without the spaces rich pads a
     table's rows with (a row padded to the last column is one the terminal may take as wrapped)."""
     from rich.console import Console
@@ -71,7 +72,7 @@ def terminal_text(*renderables) -> str:
     return _TRAILING.sub(lambda match: match.group().replace(" ", ""), buffer.getvalue())
 
 
-_SHOWN: contextvars.ContextVar = contextvars.ContextVar("progress", default=None)
+_SHOWN: contextvars.ContextVar[Progress | None] = contextvars.ContextVar("progress", default=None)
 
 
 @contextlib.contextmanager
@@ -150,7 +151,7 @@ class _Line:
         bar = min(40, room - 1) if task.total is not None else 0
         line = Table.grid(padding=(0, 1))
         line.add_column(no_wrap=True, overflow="ellipsis")
-        cells = [literal(task.description)]
+        cells: list[RenderableType] = [literal(task.description)]
         if bar >= 10:
             line.add_column(width=bar)
             cells.append(BarColumn(bar_width=bar).render(task))
@@ -167,11 +168,13 @@ def markdown(text: str) -> Markdown:
     heading), so that no word is cut."""
     from rich.markdown import Markdown, TableElement
     from rich.padding import Padding
+    from rich.table import Table
     from rich.text import Text
 
     class Stacking(TableElement):
         def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[RenderableType]:
             (table,) = super().__rich_console__(console, options)
+            assert isinstance(table, Table)  # the one table rich's TableElement renders
             rows = ([self.header.row] if self.header and self.header.row else []) + (self.body.rows if self.body else [])
             cells = "".join(cell.content.plain for row in rows for cell in row.cells)
             shown = "".join(segment.text for line in console.render_lines(table, options) for segment in line)

@@ -27,7 +27,7 @@ def judge(
     """(fixes, what the tree computes for ``user``'s config, whether the answer
     follows from the files alone: not when the behaviour child failed or a call
     timed out, which load can cause). Behaviour runs only where the target can run it."""
-    opened = resolved.behaviour or (lambda: contextlib.nullcontext(None))
+    opened = resolved.behaviour or contextlib.nullcontext  # entered, it gives None: no behaviour
     with opened() as run:  # first: the child starts while the engine is imported and structure checked
         from .behaviour.combine import combine  # heavy: libcst (both), imported while the child starts
         from .structure.engine import Checker

@@ -56,6 +56,7 @@ class WaiversSection:
         for status, waiver in self.waived:
             lines.append(f"waived {waiver.id} ({status}){_until(waiver)}: {waiver.reason}")
         for waiver in self.expired:
+            assert waiver.until is not None  # it expired on that day
             lines.append(f"expired waiver not applied: {waiver.id} (until {waiver.until.isoformat()}): {waiver.reason}")
         for waiver in self.not_needed:
             lines.append(f"waiver not needed, the fix is present: {waiver.id}: {waiver.reason}")

@@ -563,6 +563,47 @@ def test_two_fixes_in_one_file_share_one_backup(tmp_path, mini_tree):
     assert snapshot(root) == original
 
 
+def test_a_fix_read_in_a_file_now_gone_is_refused(tmp_path, mini_tree):
+    """Verdicts from an earlier check whose file has since been removed: the fix is
+    refused with the file named, never an AttributeError."""
+    from dflash_doctor.engine import Checker
+    from dflash_doctor.patching.plan import Refusal, plan_patches
+    from dflash_doctor.rulefile import select
+    from dflash_doctor.targets.path import PathTarget
+
+    root = mini_tree("0.20.1")
+    rules = select(["layer-offset"])
+    fixes = Checker(PathTarget(root).resolve().tree).run(rules)
+    assert any(item.file == RESOLVER for item in fixes[0].evidence)
+    (root / RESOLVER).unlink()
+    plan = plan_patches(PathTarget(root).resolve().tree, rules, fixes)
+    assert plan.refusals == (Refusal("layer-offset", f"{RESOLVER} is no longer in the tree"),) and not plan.changes
+
+
+def test_a_file_removed_while_restore_runs_is_refused_by_name(tmp_path, mini_tree):
+    """Someone removes the patched file after restore's check under the lock: a clear
+    error naming the backup, never a traceback (the write was handed no mode)."""
+    from dflash_doctor.model import ToolError
+    from dflash_doctor.patching.apply import apply_restore, plan_restore
+    from dflash_doctor.patching.files import LocalFiles
+
+    root = mini_tree("0.20.1")
+    assert patch(root, "--only", "layer-offset", "--yes").returncode == 0
+
+    class RemovedMeanwhile(LocalFiles):
+        """The tree, its patched file removed by another process right after restore's last check."""
+
+        def still_there(self) -> None:
+            super().still_there()
+            (root / RESOLVER).unlink()
+
+    files = RemovedMeanwhile(root)
+    plan = plan_restore(files, None)
+    with pytest.raises(ToolError, match=f"{RESOLVER} was removed while restore ran; it is not restored"):
+        apply_restore(files, plan)
+    assert not (root / RESOLVER).exists()
+
+
 def test_a_held_lock_refuses_a_second_run(tmp_path, mini_tree):
     root = mini_tree("0.20.1")
     (root / STATE).mkdir()

@@ -9,6 +9,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..model import ToolError
@@ -18,6 +19,9 @@ from .load import LoadResult, LoadSettings, api_base, read_prompts, send_prompts
 from .measurement import SGLANG_SERVER_INFO, VLLM_METRICS, Measurement
 from .reference import Expected, expected_for, load_reference, no_figures
 from .report import AcceptReport
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +52,7 @@ class _Quiet:
 
 
 class _Shown:
-    def __init__(self, progress) -> None:
+    def __init__(self, progress: Progress) -> None:
         self._progress = progress
 
     def wait(self, seconds: float) -> None:
@@ -98,7 +102,7 @@ def _validate(options: AcceptOptions) -> str:
     return url
 
 
-def _load(options: AcceptOptions, source_url: str, progress) -> Callable[[], LoadResult | None]:
+def _load(options: AcceptOptions, source_url: str, progress: _Quiet | _Shown) -> Callable[[], LoadResult | None]:
     """A function that sends the workload (nothing without --prompts); the
     prompts file, the API and its model are checked now."""
     if options.prompts is None:
@@ -117,7 +121,9 @@ def _load(options: AcceptOptions, source_url: str, progress) -> Callable[[], Loa
     return send
 
 
-def _vllm_measurement(options: AcceptOptions, url: str, send, progress) -> tuple[Measurement, LoadResult | None]:
+def _vllm_measurement(
+    options: AcceptOptions, url: str, send: Callable[[], LoadResult | None], progress: _Quiet | _Shown
+) -> tuple[Measurement, LoadResult | None]:
     def sample() -> metrics.Scrape:
         return metrics.select_model(metrics.scrape(url, options.timeout), options.model)
 
@@ -133,9 +139,12 @@ def _vllm_measurement(options: AcceptOptions, url: str, send, progress) -> tuple
     return _from_counts(url, options.model, counts, restarted, after.taken_at - before.taken_at, load), load
 
 
-def _from_counts(url, model, counts: metrics.Counts, restarted: bool, window, load: LoadResult | None) -> Measurement:
+def _from_counts(
+    url: str, model: str | None, counts: metrics.Counts, restarted: bool, window: float | None, load: LoadResult | None
+) -> Measurement:
     drafts = counts.drafts
-    if counts.requests:
+    mean_prompt: float | None
+    if counts.requests and counts.prompt_tokens is not None:  # the two are given together
         mean_prompt = counts.prompt_tokens / counts.requests
     else:
         mean_prompt = load.mean_prompt_tokens if load else None
@@ -155,7 +164,7 @@ def _from_counts(url, model, counts: metrics.Counts, restarted: bool, window, lo
     )
 
 
-def _sglang_measurement(options: AcceptOptions, url: str, send) -> tuple[Measurement, LoadResult | None]:
+def _sglang_measurement(options: AcceptOptions, url: str, send: Callable[[], LoadResult | None]) -> tuple[Measurement, LoadResult | None]:
     load = send()
     reading = metrics.read_sglang(url, options.timeout)
     measurement = Measurement(

@@ -12,6 +12,8 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
+from typing import IO, Any
 
 MAX_BODY_BYTES = 16 * 1024 * 1024  # vLLM's /metrics is well under 1 MiB; an API answer smaller still
 
@@ -55,7 +57,7 @@ class _Deadline:
         self._timer.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._timer.cancel()
 
 
@@ -66,16 +68,19 @@ def _shut(sock: socket.socket) -> None:
         pass
 
 
-def _watched(base: type[http.client.HTTPConnection], deadline: _Deadline):
-    def connection(*args, **kwargs):
-        conn = base(*args, **kwargs)
+def _watched(base: type[http.client.HTTPConnection], deadline: _Deadline) -> Callable[..., http.client.HTTPConnection]:
+    def connection(host: str, /, **kwargs: Any) -> http.client.HTTPConnection:  # as urllib's do_open calls it
+        conn = base(host, **kwargs)
 
-        def create_connection(address, timeout=None, source_address=None):
+        def create_connection(
+            address: tuple[str, int], timeout: float | None = None, source_address: tuple[str, int] | None = None
+        ) -> socket.socket:
             sock = socket.create_connection(address, deadline.left(), source_address)
             deadline.watch(sock)
             return sock
 
-        conn._create_connection = create_connection  # the raw socket, before any TLS handshake
+        # the raw socket, before any TLS handshake; typeshed's http.client stub omits the private attribute
+        conn._create_connection = create_connection  # type: ignore[attr-defined]
         return conn
 
     return connection
@@ -86,7 +91,7 @@ class _HttpHandler(urllib.request.HTTPHandler):
         super().__init__()
         self._connection = _watched(http.client.HTTPConnection, deadline)
 
-    def http_open(self, req):
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
         return self.do_open(self._connection, req)
 
 
@@ -95,14 +100,17 @@ class _HttpsHandler(urllib.request.HTTPSHandler):
         super().__init__()
         self._connection = _watched(http.client.HTTPSConnection, deadline)
 
-    def https_open(self, req):
-        return self.do_open(self._connection, req, context=self._context)
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        # typeshed's urllib.request stub omits HTTPSHandler's private _context (set by its __init__)
+        return self.do_open(self._connection, req, context=self._context)  # type: ignore[attr-defined]
 
 
 class _SameHostRedirects(urllib.request.HTTPRedirectHandler):
     """Checked before urllib's own rules (which would follow ``ftp://`` and any host)."""
 
-    def http_error_302(self, req, fp, code, msg, headers):
+    def http_error_302(
+        self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str, headers: http.client.HTTPMessage
+    ) -> http.client.HTTPResponse | None:
         newurl = urllib.parse.urljoin(req.full_url, headers.get("location") or headers.get("uri") or "")
         target, origin = urllib.parse.urlsplit(newurl), urllib.parse.urlsplit(req.full_url)
         if target.scheme not in ("http", "https") or target.hostname != origin.hostname:

@@ -18,10 +18,13 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..model import ToolError
 from .http import Refused, excerpt, fetch
+
+if TYPE_CHECKING:
+    from prometheus_client.samples import Sample
 
 DRAFTS = "vllm:spec_decode_num_drafts"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
@@ -151,7 +154,7 @@ def parse_exposition(text: str, url: str) -> tuple[dict[SeriesKey, float], dict[
     return values, created
 
 
-def _count(sample, url: str) -> float:
+def _count(sample: Sample, url: str) -> float:
     """A counter's value (or creation time): finite and not negative, else the data is bad."""
     value = sample.value
     if not math.isfinite(value) or value < 0:

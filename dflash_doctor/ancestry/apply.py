@@ -85,7 +85,7 @@ def _apply(repository: Repository, pr: int, main_ref: str | None, remote: str, d
     head = repository.git("rev-parse", "--verify", "--quiet", f"refs/pull/{pr}/head^{{commit}}", ok=(0, 1)).strip()
     if landings:
         base, tip = f"{landings[0]}^", landings[0]
-        change = (("landing", landings[0]),)
+        change: tuple[tuple[str, str], ...] = (("landing", landings[0]),)
     elif head:
         base = repository.git("merge-base", head, main.sha, ok=(0, 1)).strip()
         if not base:
@@ -102,7 +102,7 @@ def _apply(repository: Repository, pr: int, main_ref: str | None, remote: str, d
     base_tree, tip_tree = repository.lines("rev-parse", f"{base}^{{tree}}", f"{tip}^{{tree}}")
     worktree = _snapshot(repository)
     merged = three_way(repository, base_tree, worktree, tip_tree)
-    if merged.conflicts:
+    if merged.conflicts or merged.tree is None:  # no tree when it conflicts
         return PatchOutcome(pr, "conflict", change, (), merged.conflicts)
     if merged.tree == worktree:
         return PatchOutcome(pr, "already-present", change, (), ())

@@ -152,7 +152,7 @@ class PatchIds:
                 "patch-id", "--stable", source=["diff-tree", "--stdin", "-p", "--no-color", *NO_EXTERNAL_DIFF],
                 stdin_text="\n".join(todo) + "\n",
             )
-            found = dict(reversed(line.split()) for line in out.splitlines() if line)
+            found = {commit: patch_id for patch_id, commit in (line.split() for line in out.splitlines() if line)}
             for commit in todo:
                 self.known[commit] = found.get(commit)  # None: empty change
             self.added = True

@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 from ..model import ToolError
 
@@ -119,12 +120,12 @@ def run_git(
     """
     environment = _environment(config, env)
     deadline = time.monotonic() + timeout
-    procs: list[subprocess.Popen] = []
+    procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryFile() as feed:
         feed.write(stdin)
         feed.seek(0)
         try:
-            upstream = feed
+            upstream: IO[bytes] = feed
             for command in [c for c in (source, args) if c is not None]:
                 proc = subprocess.Popen(
                     ["git", "--no-pager", *command], cwd=cwd, env=environment, stdin=upstream,
@@ -133,7 +134,7 @@ def run_git(
                 procs.append(proc)
                 if upstream is not feed:
                     upstream.close()  # the next command holds it now
-                upstream = proc.stdout
+                upstream = _piped(proc.stdout)
             out, errors = _collect(procs, deadline, limit, f"git {args[0]}", timeout)
         except OSError as exc:
             raise ToolError(f"cannot run git: {exc.strerror} (ancestry and patch --repo need git on PATH)") from None
@@ -148,17 +149,24 @@ def run_git(
                         stream.close()
     if procs[-1].returncode not in ok:
         raise GitFailure(f"git {args[0]}: {_cause(errors[-1]) or f'exit {procs[-1].returncode}'}")
-    if len(procs) > 1 and procs[0].returncode:
+    if source is not None and procs[0].returncode:  # procs[0] ran source
         raise GitFailure(f"git {source[0]}: {_cause(errors[0]) or f'exit {procs[0].returncode}'}")
     return out.decode(errors="surrogateescape")  # bytes round-trip: a diff read here is applied as it was
 
 
+def _piped(stream: IO[bytes] | None) -> IO[bytes]:
+    assert stream is not None  # Popen's stdout and stderr are PIPE
+    return stream
+
+
 def _collect(
-    procs: list[subprocess.Popen], deadline: float, limit: int, name: str, timeout: float
+    procs: list[subprocess.Popen[bytes]], deadline: float, limit: int, name: str, timeout: float
 ) -> tuple[bytearray, list[bytearray]]:
     """The last command's stdout and every command's stderr, read until they end and exit."""
-    stdout = procs[-1].stdout
-    buffers = {stdout: bytearray(), **{proc.stderr: bytearray() for proc in procs}}
+    stdout = _piped(procs[-1].stdout)
+    stderrs = [_piped(proc.stderr) for proc in procs]
+    buffers: dict[IO[bytes], bytearray] = {stdout: bytearray(), **{stderr: bytearray() for stderr in stderrs}}
+    streams = {stream.fileno(): stream for stream in buffers}
     expired = GitFailure(f"{name}: timed out after {timeout:g} s")
     with selectors.DefaultSelector() as selector:
         for stream in buffers:
@@ -169,10 +177,11 @@ def _collect(
                 raise expired
             for key, _ in selector.select(left):
                 chunk = os.read(key.fd, 1 << 16)
-                buffer = buffers[key.fileobj]
+                stream = streams[key.fd]
+                buffer = buffers[stream]
                 if not chunk:
-                    selector.unregister(key.fileobj)
-                elif key.fileobj is stdout:
+                    selector.unregister(stream)
+                elif stream is stdout:
                     if len(buffer) + len(chunk) > limit:
                         raise GitFailure(f"{name}: printed more than {limit} bytes")
                     buffer += chunk
@@ -183,7 +192,7 @@ def _collect(
             proc.wait(max(deadline - time.monotonic(), 0))
         except subprocess.TimeoutExpired:
             raise expired from None
-    return buffers[stdout], [buffers[proc.stderr] for proc in procs]
+    return buffers[stdout], [buffers[stderr] for stderr in stderrs]
 
 
 class Repository:

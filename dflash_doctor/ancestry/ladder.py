@@ -5,15 +5,19 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..model import ToolError
 from ..provenance import read_provenance
 from ..rulefile import load_rules
+from ..rules import Rule
 from .cache import PatchIds, landing_index
 from .git import GitFailure, Repository, three_way
 from .refs import MainRef, fetch_refs, main_branch, resolve_commit, resolve_main_ref
 from .report import CONTAINED, MISSING, UNKNOWN, AncestryReport, PrAncestry, short_sha
+
+if TYPE_CHECKING:
+    from ..targets import Target
 
 
 @dataclasses.dataclass
@@ -122,19 +126,20 @@ class _Judge:
         patch_ids = PatchIds(repository)
         ids = patch_ids.of(own + [sha for case in cases for sha in case.landings] + [sha for shas in pr_commits.values() for sha in shas])
         patch_ids.save()
+        patched = {commit: patch_id for commit, patch_id in ids.items() if patch_id}  # the commits that change something
         by_patch: dict[str, str] = {}
         for commit in reversed(own):  # oldest first: the first pick wins
-            if ids[commit]:
-                by_patch.setdefault(ids[commit], commit)
+            if commit in patched:
+                by_patch.setdefault(patched[commit], commit)
         for case in cases:
             matches = [
-                {"commit": by_patch[ids[sha]], "same_as": sha, "patch_id": ids[sha]}
+                {"commit": by_patch[patched[sha]], "same_as": sha, "patch_id": patched[sha]}
                 for sha in case.landings
-                if ids[sha] in by_patch
+                if patched.get(sha) in by_patch
             ][:1]
-            changed = [sha for sha in pr_commits[case.pr] if ids[sha]]
-            if not matches and changed and all(ids[sha] in by_patch for sha in changed):
-                matches = [{"commit": by_patch[ids[sha]], "same_as": sha, "patch_id": ids[sha]} for sha in changed]
+            changed = [sha for sha in pr_commits[case.pr] if sha in patched]
+            if not matches and changed and all(patched[sha] in by_patch for sha in changed):
+                matches = [{"commit": by_patch[patched[sha]], "same_as": sha, "patch_id": patched[sha]} for sha in changed]
             if matches:
                 case.evidence["matches"] = matches
                 what = "the landing commit" if matches[0]["same_as"] in case.landings else f"all {len(matches)} commits of refs/pull/{case.pr}/head"
@@ -193,8 +198,8 @@ class _Judge:
         return MISSING, "none", "; ".join(steps)
 
 
-def _wanted_prs(rules, prs: Sequence[int] | None) -> list[tuple[str | None, int]]:
-    pairs = [(rule.id, pr) for rule in rules for pr in (*rule.prs, *rule.unmerged_prs)]
+def _wanted_prs(rules: Sequence[Rule], prs: Sequence[int] | None) -> list[tuple[str | None, int]]:
+    pairs: list[tuple[str | None, int]] = [(rule.id, pr) for rule in rules for pr in (*rule.prs, *rule.unmerged_prs)]
     if not prs:
         return pairs
     chosen = [(fix, pr) for fix, pr in pairs if pr in prs]
@@ -215,7 +220,7 @@ def judge(
     commit: str,
     commit_source: str | None = None,
     *,
-    rules=None,
+    rules: Sequence[Rule] | None = None,
     prs: Sequence[int] | None = None,
     main_ref: str | None = None,
     remote: str = "origin",
@@ -238,14 +243,16 @@ def judge(
             raise ToolError(f"{exc} (in {repository.location})") from None
         entries = []
         for fix, pr in wanted:
-            status, method, reason = cases[pr].verdict
+            verdict = cases[pr].verdict
+            assert verdict is not None  # run() decides every case
+            status, method, reason = verdict
             entries.append(PrAncestry(pr, fix, status, method, tuple(cases[pr].evidence.items()), reason))
         return AncestryReport(str(repository.location), judged, commit_source, main.name, tuple(entries))
     finally:
         repository.close()
 
 
-def commit_from_target(target) -> tuple[str, str]:
+def commit_from_target(target: Target) -> tuple[str, str | None]:
     """The build commit a target records (``check`` provenance), and where it was read."""
     resolved = target.resolve()
     provenance = read_provenance(resolved.tree)

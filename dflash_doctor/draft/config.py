@@ -109,10 +109,10 @@ class DraftConfig:
             return None
         use_swa = bool(self.dflash_config.get("use_swa", False))
         window = first_given(self.dflash_config.get("swa_window_size"), layout.get("sliding_window"))
-        any_sliding = bool(kinds) and SLIDING in kinds
+        any_sliding = kinds is not None and SLIDING in kinds
         layers = []
         for index in range(count):
-            by_type = bool(kinds) and kinds[index] == SLIDING
+            by_type = kinds is not None and kinds[index] == SLIDING
             sliding = by_type or (use_swa and not any_sliding)
             causal: bool | None = by_type
             if self.format == SPECULATORS:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
     from ..behaviour.hf_config import HfView
 
 ERROR = "error"
+
+# add(severity, code, message, fix): one finding, as each pass reports it
+Add = Callable[[str, str, str, str], None]
 WARNING = "warning"
 INFO = "info"
 SEVERITIES = (ERROR, WARNING, INFO)
@@ -105,7 +109,7 @@ def lint(config: DraftConfig, target: TargetLayers | None = None, hf: HfView | N
     ``hf``: the hf_config a checked vLLM builds from the file."""
     findings: list[Finding] = []
 
-    def add(severity, code, message, fix):
+    def add(severity: str, code: str, message: str, fix: str) -> None:
         findings.append(Finding(severity, code, message, fix))
 
     _lint_format(config, add)
@@ -117,7 +121,7 @@ def lint(config: DraftConfig, target: TargetLayers | None = None, hf: HfView | N
     return tuple(sorted(findings, key=lambda f: order[f.severity]))
 
 
-def _lint_format(config: DraftConfig, add) -> None:
+def _lint_format(config: DraftConfig, add: Add) -> None:
     data = config.data
     if config.format == ZLAB:
         add(INFO, "format", "z-lab/SpecForge format: dflash_config.target_layer_ids are 0-based target layers; vLLM must capture id + 1",
@@ -141,7 +145,7 @@ def _lint_format(config: DraftConfig, add) -> None:
             "add dflash_config.target_layer_ids (0-based target layers the drafter was trained on)")
 
 
-def _lint_ids(config: DraftConfig, target: TargetLayers | None, add) -> None:
+def _lint_ids(config: DraftConfig, target: TargetLayers | None, add: Add) -> None:
     if config.format == UNKNOWN_FORMAT:
         return
     key = "aux_hidden_state_layer_ids" if config.format == SPECULATORS else "dflash_config.target_layer_ids"
@@ -172,7 +176,7 @@ def _lint_ids(config: DraftConfig, target: TargetLayers | None, add) -> None:
             "right for vLLM; other runtimes have mishandled the last-layer tap")
 
 
-def _lint_layers(config: DraftConfig, add, hf: HfView | None) -> None:
+def _lint_layers(config: DraftConfig, add: Add, hf: HfView | None) -> None:
     layout = config.layout
     where = "transformer_layer_config." if config.format == SPECULATORS else ""
     count = draft_layer_count(layout)
@@ -191,7 +195,7 @@ def _lint_layers(config: DraftConfig, add, hf: HfView | None) -> None:
             if count is not None and len(kinds) != count:
                 add(ERROR, "layer-types-length", f"{where}layer_types has {len(kinds)} entries for {count} layers", f"give exactly one layer type per draft layer ({count})")
     use_swa = bool(config.dflash_config.get("use_swa", False))
-    sliding = bool(kinds) and SLIDING in kinds
+    sliding = kinds is not None and SLIDING in kinds
     if kinds and sliding and FULL in kinds:
         add(INFO, "mixed-layers", "the drafter mixes sliding and full attention layers: vLLM needs the V2 model runner for it",
             "run a vLLM whose V2 runner supports mixed drafters (`dflash-doctor check --draft-config` says whether a vLLM does)")
@@ -215,7 +219,7 @@ def _lint_layers(config: DraftConfig, add, hf: HfView | None) -> None:
 NULLED_FIX = 'set "use_sliding_window": true (or give dflash_config.swa_window_size)'
 
 
-def _lint_window_seen(config: DraftConfig, layout: dict[str, Any], window: int, add, hf: HfView | None) -> None:
+def _lint_window_seen(config: DraftConfig, layout: dict[str, Any], window: int, add: Add, hf: HfView | None) -> None:
     """Whether the window, given only as ``sliding_window``, reaches vLLM: from the
     hf_config a checked tree built (``hf``), else from what Transformers' Qwen2/Qwen3
     configs do with ``use_sliding_window``."""
@@ -237,7 +241,7 @@ def _lint_window_seen(config: DraftConfig, layout: dict[str, Any], window: int, 
             "vLLM sees that window for the sliding layers", "give the window in dflash_config.swa_window_size")
 
 
-def _lint_mask_and_block(config: DraftConfig, add) -> None:
+def _lint_mask_and_block(config: DraftConfig, add: Add) -> None:
     data = config.data
     nested = config.dflash_config.get("mask_token_id")
     top = data.get("mask_token_id")
@@ -283,7 +287,7 @@ def _speculative_tokens(data: dict[str, Any]) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _lint_causality(config: DraftConfig, add) -> None:
+def _lint_causality(config: DraftConfig, add: Add) -> None:
     layout = config.layout
     if layout.get("is_causal") is not None:
         add(INFO, "causal-override", f"is_causal is {json.dumps(layout['is_causal'])}: every draft layer is {'causal' if layout['is_causal'] else 'non-causal'} (older vLLM releases ignore this key; `dflash-doctor check --draft-config` shows what a vLLM makes of it)",

@@ -65,7 +65,9 @@ def _real_paths(files: TreeFiles, relpaths: list[str]) -> dict[str, str]:
     return reals
 
 
-def _write_patched(files: TreeFiles, state: State, like: FileStat, change: FileChange, real: str, patches) -> None:
+def _write_patched(
+    files: TreeFiles, state: State, like: FileStat, change: FileChange, real: str, patches: tuple[AppliedPatch, ...]
+) -> None:
     """``change.file`` is what the check read and the manifest records; ``real`` is written."""
     mode = files.stat(real)
     if mode is None:
@@ -121,7 +123,8 @@ def plan_restore(files: TreeFiles, only: frozenset[str] | None) -> RestorePlan:
 
 def _restore_plan(files: TreeFiles, state: State, only: frozenset[str] | None) -> RestorePlan:
     selected = [entry for entry in state.values() if only is None or entry.fixes & only]
-    restore, forget = [], []
+    restore: list[PatchedFile] = []
+    forget: list[PatchedFile] = []
     for entry in selected:
         others = entry.fixes - only if only is not None else frozenset()
         if others:
@@ -157,7 +160,10 @@ def apply_restore(files: TreeFiles, plan: RestorePlan) -> None:
             real = files.real(entry.file)
             if real != reals[entry.file]:
                 raise ToolError(f"{entry.file} was relinked while restore was asking; nothing was changed: run restore again")
-            files.write_atomic(real, original, files.stat(real))
+            mode = files.stat(real)
+            if mode is None:
+                raise ToolError(f"{entry.file} was removed while restore ran; it is not restored (its original is in {entry.backup})")
+            files.write_atomic(real, original, mode)
             drop_stale_bytecode(files, entry.file)
             _forget(files, state, like, entry)
         for entry in again.forget:

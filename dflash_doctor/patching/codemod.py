@@ -11,6 +11,7 @@ reason; nothing is guessed.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
 
@@ -32,6 +33,7 @@ class SiteEdit:
     """The edits that turn one form found at a site into its present form."""
 
     form: Form
+    produces: str  # the form its patch produces
     replacements: tuple[tuple[cst.CSTNode, cst.CSTNode], ...]  # (node in the tree, its replacement)
 
 
@@ -63,12 +65,12 @@ def site_edits(forms: list[Form], site: cst.CSTNode) -> list[SiteEdit]:
                 replacements.append((where.node, rewrite.replace.render(where.bindings)))
             except PatternError as exc:
                 raise PatchRefused(str(exc)) from None
-        edits.append(SiteEdit(form, tuple(replacements)))
+        edits.append(SiteEdit(form, form.patch.produces, tuple(replacements)))
     _refuse_overlaps([old for edit in edits for old, _ in edit.replacements])
     return edits
 
 
-def apply_edits(site: cst.CSTNode, edits: list[SiteEdit]) -> cst.CSTNode:
+def apply_edits(site: cst.Module, edits: list[SiteEdit]) -> cst.Module:
     """``site`` with every replacement made (nodes are matched by identity)."""
     new_nodes = {id(old): new for edit in edits for old, new in edit.replacements}
     return site.visit(_Replace(new_nodes))
@@ -79,7 +81,8 @@ class _Replace(cst.CSTTransformer):
         super().__init__()
         self.new_nodes = new_nodes
 
-    def on_leave(self, original_node, updated_node):
+    # libcst's stub has on_leave return the node's own type; a replacement may be any node (libcst checks it)
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> cst.CSTNode:  # type: ignore[override]
         return self.new_nodes.get(id(original_node), updated_node)
 
 
@@ -90,11 +93,15 @@ def patch_definitions(text: str, relpath: str, qualname: str, forms: list[Form])
     its new lines are put back: the rest of the file keeps its exact bytes,
     and a large file is never parsed whole by libcst.
     """
-    def located() -> list:
+    def located() -> list[ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef]:
         try:
-            return [s.node for s in ParsedFile(relpath, text.encode("utf-8")).symbols(qualname) if s.qualname == qualname]
+            symbols = ParsedFile(relpath, text.encode("utf-8")).symbols(qualname)
         except SourceError as exc:
             raise PatchRefused(str(exc)) from None
+        return [  # every symbol is one of these defs (source.symbols); its node is typed ast.AST there
+            s.node for s in symbols
+            if s.qualname == qualname and isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        ]
 
     done: list[SiteEdit] = []
     found = located()
@@ -104,7 +111,7 @@ def patch_definitions(text: str, relpath: str, qualname: str, forms: list[Form])
         if index and done:
             found = located()  # an edit above moves the lines below
         node = found[index]
-        first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))]) - 1
+        first = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
         lines = _LINE.findall(text)
         segment = lines[first:node.end_lineno]
         prefix = segment[0][: len(segment[0]) - len(segment[0].lstrip(" \t"))]

@@ -92,9 +92,10 @@ def plan_patches(tree: SourceTree, rules: tuple[Rule, ...], fixes: tuple[FixResu
     changes = []
     for relpath, text in texts.items():
         before = tree.data(relpath)
-        after = text.encode("utf-8")
-        if after != before:
-            changes.append(FileChange(relpath, before, after, tuple(site for site in sites if site.file == relpath)))
+        assert before is not None  # its text was read to patch it
+        data = text.encode("utf-8")
+        if data != before:
+            changes.append(FileChange(relpath, before, data, tuple(site for site in sites if site.file == relpath)))
     after = _verify(tree, rules, changes) if changes else fixes
     return PatchPlan(tuple(changes), tuple(refusals), after)
 
@@ -121,7 +122,9 @@ def _sites_to_patch(rule: Rule, fix: FixResult, refusals: list[Refusal]) -> list
     return wanted
 
 
-def _patch_fix(tree: SourceTree, rule: Rule, wanted: list[Evidence], texts: Mapping[str, str]):
+def _patch_fix(
+    tree: SourceTree, rule: Rule, wanted: list[Evidence], texts: Mapping[str, str]
+) -> tuple[dict[str, str], list[SitePatch]]:
     """New texts of the files this fix touches, and its sites; raises PatchRefused."""
     from .codemod import PatchRefused, patch_definitions  # heavy: as in plan_patches
 
@@ -131,15 +134,18 @@ def _patch_fix(tree: SourceTree, rule: Rule, wanted: list[Evidence], texts: Mapp
         text = texts.get(relpath)
         if text is None:
             try:
-                text = tree.parsed(relpath).text
+                parsed = tree.parsed(relpath)
             except SourceError as exc:
                 raise PatchRefused(str(exc)) from None
+            if parsed is None:
+                raise PatchRefused(f"{relpath} is no longer in the tree")
+            text = parsed.text
         produces: dict[str, str] = {}
         here = [item for item in wanted if item.file == relpath]
         for symbol in dict.fromkeys(item.symbol for item in here):
             forms = _forms_at(rule, symbol, {item.form for item in here if item.symbol == symbol})
             text, edits = patch_definitions(text, relpath, symbol, forms)
-            produces.update((edit.form.id, edit.form.patch.produces) for edit in edits)
+            produces.update((edit.form.id, edit.produces) for edit in edits)
         for item in here:
             if item.form not in produces:
                 raise PatchRefused(f"form {item.form} was not found again at {relpath}:{item.line} in {item.symbol}")

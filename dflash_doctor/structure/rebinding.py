@@ -4,6 +4,7 @@ replaced after it is made (issue 12)."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable, Iterator
 
 from ..source import Symbol
 
@@ -17,14 +18,16 @@ def rebound_at(symbol: Symbol) -> int | None:
     same scope, or, for a method, a class decorator or a module-level call that hands
     the class to a function of the module that may set it; None if there is none."""
     parts = symbol.qualname.split(".")
-    end = getattr(symbol.node, "end_lineno", symbol.node.lineno)
+    end = getattr(symbol.node, "end_lineno", symbol.line)
     module = symbol.parsed.tree
     lines = [line for line in _module_rebinds(module, parts) if line > end]
     if len(parts) > 1:
         owner = symbol.parsed.symbols(".".join(parts[:-1]))
         for cls in owner:
-            lines += [s.lineno for s in _statements(cls.node.body) if s.lineno > end and _binds(s, parts[-1])]
-            lines += [d.lineno for d in cls.node.decorator_list if _may_set(module, _callee(d), parts[-1])]
+            node = cls.node
+            assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))  # the defs source.symbols finds
+            lines += [s.lineno for s in _statements(node.body) if s.lineno > end and _binds(s, parts[-1])]
+            lines += [d.lineno for d in node.decorator_list if _may_set(module, _callee(d), parts[-1])]
         lines += [line for line, callee in _module_calls_with(module, parts[:-1]) if line > end and _may_set(module, callee, parts[-1])]
     return min(lines) if lines else None
 
@@ -42,7 +45,7 @@ def _callee(node: ast.expr) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _module_calls_with(module: ast.Module, owner: list[str]):
+def _module_calls_with(module: ast.Module, owner: list[str]) -> Iterator[tuple[int, str | None]]:
     """(line, callee) of module-level calls that hand the class ``owner`` to a function."""
     for statement in _statements(module.body):
         for node in ast.walk(statement) if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else ():
@@ -69,17 +72,17 @@ def _may_set(module: ast.Module, callee: str | None, attribute: str) -> bool:
     return False
 
 
-def _statements(body):
+def _statements(body: Iterable[ast.stmt]) -> Iterator[ast.stmt]:
     """Statements of a scope, through if/try/with blocks but not into defs."""
     for statement in body:
         yield statement
         if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             for field in _NESTED:
                 for child in getattr(statement, field, ()) or ():
-                    yield from _statements(child.body if isinstance(child, ast.excepthandler) else [child])
+                    yield from _statements(child.body if isinstance(child, ast.ExceptHandler) else [child])
 
 
-def _module_rebinds(module: ast.Module, parts: list[str]):
+def _module_rebinds(module: ast.Module, parts: list[str]) -> Iterator[int]:
     for statement in _statements(module.body):
         if len(parts) == 1 and _binds(statement, parts[0]):
             yield statement.lineno

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import select
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from ..isolation.session import SandboxError
+
+if TYPE_CHECKING:
+    from paramiko import Channel
 
 
 # What the host's ``timeout`` exits with when it ends the child: 124 after TERM, 128 + 9 after its -k KILL.
@@ -21,12 +24,19 @@ def behaviour_lifetime(probe_timeout: float, wall_s: float) -> float:
     return 2 * probe_timeout + wall_s
 
 
+class Counter(Protocol):
+    """Where the bytes a channel moves are counted (an SshTarget)."""
+
+    bytes_sent: int
+    bytes_received: int
+
+
 class ChannelPipe:
     """Counts the bytes it moves into ``counter`` (an SshTarget: bytes_sent, bytes_received).
     ``lifetime_s``: the host's ``timeout`` for the child, counted from here (the
     remote clock starts later, so a child it ended has lived at least that long here)."""
 
-    def __init__(self, channel, label: str, counter: Any, lifetime_s: float) -> None:
+    def __init__(self, channel: Channel, label: str, counter: Counter, lifetime_s: float) -> None:
         self.channel = channel
         self.label = label
         self.counter = counter

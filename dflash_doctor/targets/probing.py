@@ -132,7 +132,7 @@ def _checked(answer: dict, who: str) -> dict:
         value = answer[field]
         good = isinstance(value, kinds) and (
             values is None
-            or all(isinstance(k, str) and isinstance(v, values) for k, v in value.items())
+            or isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, values) for k, v in value.items())
         )
         if good and field == "search":
             good = all(isinstance(item, str) for items in value.values() for item in items)
