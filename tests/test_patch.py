@@ -566,7 +566,7 @@ def test_two_fixes_in_one_file_share_one_backup(tmp_path, mini_tree):
 def test_a_fix_read_in_a_file_now_gone_is_refused(tmp_path, mini_tree):
     """Verdicts from an earlier check whose file has since been removed: the fix is
     refused with the file named, never an AttributeError."""
-    from dflash_doctor.engine import Checker
+    from dflash_doctor.structure.engine import Checker
     from dflash_doctor.patching.plan import Refusal, plan_patches
     from dflash_doctor.rulefile import select
     from dflash_doctor.targets.path import PathTarget
