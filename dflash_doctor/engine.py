@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from .engines import named
 from .liveness import dead_nodes, module_constants
 from .model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, Evidence, FixResult
 from .patterns import Match, NodeIndex, subtree_ids
@@ -27,6 +28,8 @@ UNKNOWN_CODE = ("The code at the evidence is in a form this rule does not know: 
                 "with the JSON report (check --format json) so the rule can learn it.")
 MISSING_CODE = ("Code this fix needs was not found anywhere in the package (the reason names it): it may have moved "
                 "or been removed; report the tree with the JSON report (check --format json) so the rule can follow it.")
+NO_RULE = ("dflash-doctor cannot judge this fix in {engine} yet: its rule describes {other}'s code. Read "
+           "{engine}'s DFlash code by hand for this defect, or run a dflash-doctor whose rules cover {engine}.")
 NOT_VLLM = ("The code this rule starts from is missing: check that the target is a vLLM tree (--path names the "
             "directory holding vllm/), or report the tree with the JSON report (check --format json).")
 
@@ -178,14 +181,23 @@ class Checker:
         return found
 
     def run(self, rules: tuple[Rule, ...]) -> tuple[FixResult, ...]:
-        """Applicability first: the anchors of a rule that does not apply are never looked for."""
-        applies = {(rule.applies.file, rule.applies.symbol) for rule in rules}
+        """Applicability first: the anchors of a rule that does not apply are never looked for.
+        A rule of another engine than the tree's is not looked for at all: its fix is unknown."""
+        ours = [rule for rule in rules if rule.engine == self.tree.engine.name]
+        applies = {(rule.applies.file, rule.applies.symbol) for rule in ours}
         located = self._locate(applies, applies)
-        applicable = [rule for rule in rules if _applies(rule, located[(rule.applies.file, rule.applies.symbol)])]
+        applicable = [rule for rule in ours if _applies(rule, located[(rule.applies.file, rule.applies.symbol)])]
         anchors = {(a.file, a.symbol) for rule in applicable for a in rule.anchors}
         required = {(a.file, a.symbol) for rule in applicable for a in rule.anchors if self._required(a)}
         located.update(self._locate(anchors - applies, required))
-        return tuple(self._check(rule, located) for rule in rules)
+        return tuple(self._check(rule, located) if rule.engine == self.tree.engine.name else self._no_rule(rule) for rule in rules)
+
+    def _no_rule(self, rule: Rule) -> FixResult:
+        """The fix of a rule that describes another engine's code: unknown, and why (its PRs are the other engine's)."""
+        engine, other = self.tree.engine.display, named(rule.engine).display
+        reason = f"no rule judges this fix in {engine} yet (the rule {rule.id} describes {other}'s code)"
+        fix = FixResult(rule.id, UNKNOWN, rule.title, (), (), "", reason)
+        return restate(rule, fix, UNKNOWN, reason, NO_RULE.format(engine=engine, other=other))
 
     def _rebound(self, symbol: Symbol) -> tuple[str, int] | None:
         """Where ``symbol`` may be replaced after it is defined: in its own module, or in

@@ -287,7 +287,7 @@ class Provenance:
     distribution: Distribution | None = None  # None when no dist-info owns the files (a source checkout)
     based_on: BasedOn | None = None  # only for a distribution other than the engine's own
     platform: Platform = CUDA_BY_DEFAULT
-    engine: Engine = VLLM  # the engine the tree is (not in ``to_json``: it names the report's key)
+    engine: Engine = VLLM  # the engine the tree is (the report's ``engine`` block names it)
 
     @property
     def vendor(self) -> str | None:
@@ -305,6 +305,10 @@ class Provenance:
             "based_on": self.based_on.to_json() if self.based_on else None,
             "platform": self.platform.to_json(),
         }
+
+    def engine_json(self) -> dict[str, Any]:
+        """The check report's ``engine`` block: which engine, then what its tree says about itself."""
+        return {"name": self.engine.name, **self.to_json()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -414,10 +418,20 @@ class BottomLine:
                 "unknown": list(self.unknown), "text": self.sentence()}
 
 
+CHECK_SCHEMA = "dflash-doctor/check/v2"  # v1: the ``engine`` block (without its name) under the key ``vllm``
+
+
+def engine_json(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``engine`` block of a check report the tool wrote: v2's, or v1's (a vLLM tree's, under ``vllm``)."""
+    if "engine" in report:
+        return dict(report["engine"])
+    return {"name": VLLM.name, **report[VLLM.report_key]}
+
+
 @dataclasses.dataclass(frozen=True)
 class CheckReport:
     target: TargetInfo
-    vllm: Provenance
+    provenance: Provenance  # the engine the tree is, and what the tree says about itself
     fixes: tuple[FixResult, ...]
     tool_version: str
     # What options of `check` add beside the fixes (ancestry, draft, probes, ...): one top-level JSON key each.
@@ -431,10 +445,10 @@ class CheckReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "schema": "dflash-doctor/check/v1",
+            "schema": CHECK_SCHEMA,
             "tool_version": self.tool_version,
             "target": self.target.to_json(),
-            self.vllm.engine.report_key: self.vllm.to_json(),
+            "engine": self.provenance.engine_json(),
             "fixes": [fix.to_json() for fix in self.fixes],
             **{section.name: section.to_json() for section in self.sections},
             "strict": self.strict,
@@ -485,7 +499,7 @@ class HostOutcome:
         return {"host": self.host, "error": self.error, "exit_code": self.exit_code}
 
 
-FLEET_SCHEMA = "dflash-doctor/fleet/v1"
+FLEET_SCHEMA = "dflash-doctor/fleet/v2"  # v1 held check/v1 reports
 
 
 def fleet_exit_code(outcomes: Iterable[HostOutcome]) -> int:

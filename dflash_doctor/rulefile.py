@@ -11,6 +11,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from .engines import ENGINES, VLLM
 from .model import ABSENT, DECIDERS, PARTIAL, PRESENT, VERDICTS, ToolError
 from .rules import (
     DIMENSIONS, FORM_VERDICTS, QUESTIONS, Affects, Anchor, Applies, Behaviour, Case, Construct, FixCase, Form, FormPatch,
@@ -99,7 +100,16 @@ def load_rule(path: Path) -> Rule:
         patch_refusal=_prose(data.get("patch_refusal", "")),
         behaviour=_behaviour(data.get("behaviour"), where, anchor_ids),
         fix_cases=tuple(_fix_case(raw, where) for raw in data.get("fix_cases", [])),
+        engine=_engine(data, where),
     )
+
+
+def _engine(data: dict[str, Any], where: str) -> str:
+    """The engine a rule describes: its ``engine`` key, a registered engine's name; vLLM's when it has none."""
+    name = data.get("engine", VLLM.name)
+    if name not in ENGINES:
+        raise ToolError(f"{where}: engine must be one of {', '.join(sorted(ENGINES))} (not {name!r})")
+    return name
 
 
 def _sentence(value: Any, where: str) -> str:

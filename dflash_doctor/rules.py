@@ -245,6 +245,7 @@ class Rule:
     behaviour: Behaviour | None = None
     fix_cases: tuple[FixCase, ...] = ()
     affects: Affects | None = None  # None: the defect can reach every DFlash drafter
+    engine: str = "vllm"  # the engine whose code the rule describes (its ``engine`` key; vLLM when it has none)
 
     def headline(self, status: str) -> str:
         return dict(self.headlines)[status]

@@ -26,16 +26,19 @@ def judge(
 ) -> tuple[tuple[FixResult, ...], Computed | None, bool]:
     """(fixes, what the tree computes for ``user``'s config, whether the answer
     follows from the files alone: not when the behaviour child failed or a call
-    timed out, which load can cause). Behaviour runs only where the target can run it."""
-    opened = resolved.behaviour or (lambda: contextlib.nullcontext(None))
+    timed out, which load can cause). Behaviour runs only where the target can run it,
+    and only for rules of the tree's engine (structure says the others' fixes are unknown)."""
+    ours = tuple(rule for rule in rules if rule.engine == resolved.tree.engine.name)
+    opened = resolved.behaviour if resolved.behaviour is not None and ours else (lambda: contextlib.nullcontext(None))
     with opened() as run:  # first: the child starts while the engine is imported and structure checked
         from .behaviour.combine import combine  # heavy: libcst (both), imported while the child starts
         from .engine import Checker
 
         structure = Checker(resolved.tree).run(rules)
         watched = _Watched(run) if run is not None else None
-        answers, probes = answer_rules(resolved.tree, rules, watched, user) if watched is not None else ({}, None)
-    fixes = tuple(combine(rule, fix, answers.get(rule.id), resolved.no_behaviour) for rule, fix in zip(rules, structure))
+        answers, probes = answer_rules(resolved.tree, ours, watched, user) if watched is not None else ({}, None)
+    fixes = tuple(combine(rule, fix, answers.get(rule.id), resolved.no_behaviour) if rule.engine == resolved.tree.engine.name else fix
+                  for rule, fix in zip(rules, structure))
     fixes = _what_python_loads(resolved, rules, fixes)
     fixes = _plugins_on_route(resolved, rules, fixes)
     if user is not None:

@@ -75,9 +75,9 @@ def with_ancestry(report, repo: Path, main_ref: Optional[str], rules):
     """The report with an ``ancestry`` section for its recorded build commit."""
     from ..ancestry import judge
 
-    if not report.vllm.commit:
-        raise ToolError(f"--repo: {report.target.location} records no build commit to look up (version {report.vllm.version})")
-    section = judge(repo, report.vllm.commit, report.vllm.commit_source, rules=rules, main_ref=main_ref)
+    if not report.provenance.commit:
+        raise ToolError(f"--repo: {report.target.location} records no build commit to look up (version {report.provenance.version})")
+    section = judge(repo, report.provenance.commit, report.provenance.commit_source, rules=rules, main_ref=main_ref)
     return dataclasses.replace(report, sections=(*report.sections, section))
 
 
@@ -151,7 +151,7 @@ def check(
         if repo is not None:
             report = with_ancestry(report, repo, main_ref, rules)
         report = apply_waivers(report, waiver_list, waivers) if waiver_list is not None else report
-        return dataclasses.replace(report, summary=BottomLine.of(report.fixes, first_releases, report.vllm.vendor))
+        return dataclasses.replace(report, summary=BottomLine.of(report.fixes, first_releases, report.provenance.vendor))
 
     if fleet:
         from ..fleet import check_targets

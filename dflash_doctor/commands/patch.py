@@ -240,7 +240,7 @@ def _report(report, rules) -> int:
     from ..model import BottomLine
     from ..reporters import reporter
 
-    report = dataclasses.replace(report, summary=BottomLine.of(report.fixes, {rule.id: rule.first_release for rule in rules}, report.vllm.vendor))
+    report = dataclasses.replace(report, summary=BottomLine.of(report.fixes, {rule.id: rule.first_release for rule in rules}, report.provenance.vendor))
     sys.stdout.write(reporter("table").render(report, terminal=sys.stdout.isatty()))
     return report.exit_code
 

@@ -56,7 +56,7 @@ class SarifReporter:
         return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": [self._run(report, rules) for report in reports]}
 
     def _run(self, report: CheckReport, rules: dict) -> dict[str, Any]:
-        descriptors = [_descriptor(fix, rules.get(fix.id), report.vllm.engine) for fix in report.fixes]
+        descriptors = [_descriptor(fix, rules.get(fix.id), report.provenance.engine) for fix in report.fixes]
         results = [
             self._result(report, fix, index, rules.get(fix.id))
             for index, fix in enumerate(report.fixes)
@@ -79,7 +79,7 @@ class SarifReporter:
             "results": results,
             "properties": {
                 "target": report.target.to_json(),
-                report.vllm.engine.report_key: report.vllm.to_json(),
+                report.provenance.engine.report_key: report.provenance.to_json(),
                 "strict": report.strict,
                 **({"summary": report.summary.to_json()} if report.summary is not None else {}),
             },
@@ -93,7 +93,7 @@ class SarifReporter:
             "kind": "fail",
             "level": _level(report, fix),
             "message": {"text": _message(fix)},
-            "locations": [_location(item) for item in deciding] or [_anchor_location(rule, report.vllm.engine)],
+            "locations": [_location(item) for item in deciding] or [_anchor_location(rule, report.provenance.engine)],
             "partialFingerprints": {FINGERPRINT: _fingerprint(report, fix)},
             "properties": {"status": fix.status, "prs": list(fix.prs)},
         }
