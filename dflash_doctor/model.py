@@ -356,29 +356,32 @@ class BottomLine:
     unknown: tuple[str, ...] = ()
     selected: int = 0  # how many fixes were judged in all ("all three fixes")
     checked: bool = False  # ``release`` is from releases actually checked (the matrix), not from the rules
-    vendor: str | None = None  # the target is this vendor build or fork: the release is vLLM's, not its own
+    vendor: str | None = None  # the target is this vendor build or fork: the release is the engine's, not its own
+    engine: str = VLLM.display  # whose release ``release`` is
 
     @classmethod
-    def of(cls, fixes: Iterable[FixResult], first_release: Mapping[str, str | None], vendor: str | None = None) -> "BottomLine":
-        """From verdicts and each fix's first release (``Rule.first_release``): waived fixes,
-        and fixes whose defect cannot reach the drafter, ask for nothing. ``vendor``: the
+    def of(cls, fixes: Iterable[FixResult], first_release: Mapping[str, str | None], vendor: str | None = None,
+           engine: Engine = VLLM) -> "BottomLine":
+        """From verdicts and each fix's first release (``Rule.first_release``) in ``engine``: waived
+        fixes, and fixes whose defect cannot reach the drafter, ask for nothing. ``vendor``: the
         target is that vendor build or fork (``Provenance.vendor``)."""
         fixes = tuple(fixes)
         todo = tuple(fix.id for fix in fixes if fix.gates and fix.status not in (PRESENT, UNKNOWN))
         unknown = tuple(fix.id for fix in fixes if fix.gates and fix.status == UNKNOWN)
-        line = cls.needing(todo, [first_release.get(fix_id) for fix_id in todo], unknown, len(fixes))
+        line = cls.needing(todo, [first_release.get(fix_id) for fix_id in todo], unknown, len(fixes), engine=engine)
         return dataclasses.replace(line, vendor=vendor)
 
     @classmethod
     def needing(cls, todo: Sequence[str], releases: Sequence[str | None], unknown: Sequence[str] = (),
-                selected: int = 0, checked: bool = False) -> "BottomLine":
-        """The fixes ``todo`` need the releases ``releases`` (None: in no release yet)."""
+                selected: int = 0, checked: bool = False, engine: Engine = VLLM) -> "BottomLine":
+        """The fixes ``todo`` need the ``engine``'s releases ``releases`` (None: in no release yet)."""
         if not todo:
-            return cls(INVESTIGATE if unknown else NOTHING, unknown=tuple(unknown), selected=selected, checked=checked)
+            return cls(INVESTIGATE if unknown else NOTHING, unknown=tuple(unknown), selected=selected, checked=checked,
+                       engine=engine.display)
         if any(release is None for release in releases):
-            return cls(UNRELEASED, tuple(todo), None, tuple(unknown), selected, checked)
+            return cls(UNRELEASED, tuple(todo), None, tuple(unknown), selected, checked, engine=engine.display)
         newest = max(releases, key=_release_key)  # type: ignore[arg-type]
-        return cls(UPGRADE, tuple(todo), newest, tuple(unknown), selected, checked)
+        return cls(UPGRADE, tuple(todo), newest, tuple(unknown), selected, checked, engine=engine.display)
 
     @classmethod
     def together(cls, lines: Sequence["BottomLine"]) -> "BottomLine":
@@ -387,7 +390,9 @@ class BottomLine:
         unknown = tuple(dict.fromkeys(fix_id for line in lines for fix_id in line.unknown))
         unreleased = any(line.action == UNRELEASED for line in lines)
         releases = [None] if unreleased else [line.release for line in lines if line.release]
-        return cls.needing(todo, releases, unknown, max((line.selected for line in lines), default=0))
+        merged = cls.needing(todo, releases, unknown, max((line.selected for line in lines), default=0))
+        engines = list(dict.fromkeys(line.engine for line in lines if line.fixes))  # a fleet of several engines names each
+        return dataclasses.replace(merged, engine=" or ".join(engines) or VLLM.display)
 
     def _named(self, ids: Sequence[str]) -> str:
         if len(ids) == self.selected and len(ids) > 1:
@@ -400,10 +405,10 @@ class BottomLine:
         if self.action == NOTHING:
             parts.append("nothing to do")
         elif self.action == UPGRADE:
-            parts.append(f"{self._named(self.fixes)}: vLLM {self.release} or later")
+            parts.append(f"{self._named(self.fixes)}: {self.engine} {self.release} or later")
         elif self.action == UNRELEASED:
             them = "it" if len(self.fixes) == 1 else "them all"
-            where = "no vLLM release checked has" if self.checked else "no vLLM release has"
+            where = f"no {self.engine} release checked has" if self.checked else f"no {self.engine} release has"
             parts.append(f"{self._named(self.fixes)}: {where} {them}" + ("" if self.checked else " yet (see each remedy)"))
         if self.unknown:
             one = len(self.unknown) == 1

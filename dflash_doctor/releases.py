@@ -125,7 +125,8 @@ class Matrix:
     @property
     def summary(self) -> BottomLine:
         """The matrix's bottom line: the release from which every fix is present, in every later judged release."""
-        return BottomLine.needing(self.fix_ids, [self.present_from(self.fix_ids)], selected=len(self.fix_ids), checked=True)
+        return BottomLine.needing(self.fix_ids, [self.present_from(self.fix_ids)], selected=len(self.fix_ids), checked=True,
+                                  engine=self.engine)
 
     def to_json(self) -> dict[str, Any]:
         fixes = []

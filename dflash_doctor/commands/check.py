@@ -14,6 +14,7 @@ from ..terminal import clean
 from .options import (
     AcceptNewHostKeyOption,
     ConnectTimeoutOption,
+    EngineOption,
     FromProbeOption,
     FullWheelOption,
     HostOption,
@@ -111,10 +112,11 @@ def check(
     registry_timeout: float = RegistryTimeoutOption,
     repo: Optional[Path] = typer.Option(None, "--repo", help="A vLLM clone: add which PRs the target's build commit contains (see `ancestry`)."),
     main_ref: Optional[str] = typer.Option(None, "--main-ref", help="With --repo: the main line (default origin/main, else main)."),
+    engine: str = EngineOption,
     draft_config: Optional[Path] = typer.Option(None, "--draft-config", help="The drafter's config.json (or its directory): lint it, probe what this vLLM computes for it, and gate only on fixes whose defect can reach it."),
     target_config: Optional[Path] = typer.Option(None, "--target-config", help="With --draft-config: the target model's config.json, for the layer range."),
 ) -> int:
-    """Check whether the DFlash fixes are in a vLLM tree.
+    """Check whether the DFlash fixes are in a vLLM or SGLang tree.
 
     Exit: 0 all present (or waived, or whose defect cannot reach the --draft-config drafter), 1 any
     absent/partial/not-applicable (or unknown with --strict), 2 otherwise any unknown, 3 could not run.
@@ -133,7 +135,7 @@ def check(
     ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, probe_timeout, accept_new_host_key)
     # One image on a terminal shows a bar per layer; a fleet shows its own progress.
     image_opts = image_options(platform, insecure_registry, registry_timeout, progress=sys.stderr.isatty() and len(image or []) == 1)
-    targets, fleet = choose_targets(path, python, release, host, hosts_file, from_probe, ssh, rules, image, image_opts)
+    targets, fleet = choose_targets(path, python, release, host, hosts_file, from_probe, ssh, rules, image, image_opts, engine)
     if fleet and (host or hosts_file):
         import threading
 
@@ -151,7 +153,8 @@ def check(
         if repo is not None:
             report = with_ancestry(report, repo, main_ref, rules)
         report = apply_waivers(report, waiver_list, waivers) if waiver_list is not None else report
-        return dataclasses.replace(report, summary=BottomLine.of(report.fixes, first_releases, report.provenance.vendor))
+        return dataclasses.replace(report, summary=BottomLine.of(report.fixes, first_releases, report.provenance.vendor,
+                                                                 report.provenance.engine))
 
     if fleet:
         from ..fleet import check_targets

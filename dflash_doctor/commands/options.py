@@ -33,6 +33,7 @@ ImageOption = typer.Option(None, "--image", help="A container image, read withou
 SingleImageOption = typer.Option(None, "--image", help="A container image, read without a daemon: vllm/vllm-openai:v0.20.1, host:5000/team/vllm@sha256:..., oci:DIR or oci:DIR:TAG, docker-archive:FILE.")
 PlatformOption = typer.Option("linux/amd64", "--platform", help="With --image: the platform to pick from a multi-platform index (os/arch or os/arch/variant).")
 InsecureRegistryOption = typer.Option(None, "--insecure-registry", metavar="HOST[:PORT]", help="With --image: speak plain HTTP to this registry (repeatable).")
+EngineOption = typer.Option("auto", "--engine", help="The engine whose tree is checked: auto (every engine whose package --path or --python holds, each checked; vLLM for --release, --host and --image), vllm or sglang.")
 RegistryTimeoutOption = typer.Option(30.0, "--registry-timeout", min=0.1, help="With --image: seconds a registry may take to answer a request or send more of a blob.")
 
 
@@ -83,8 +84,16 @@ def choose_targets(
     rules,
     images: Optional[list[str]] = None,
     image_opts=None,
+    engine: str = "auto",
 ) -> tuple[list[tuple[str, object]], bool]:
-    """The targets the options name, and whether they make a fleet (one report per host or image)."""
+    """The targets the options name, and whether they make a fleet (one report per host or image, or per
+    engine of a local install that holds several)."""
+    from ..engines import VLLM, named
+
+    try:
+        chosen = None if engine == "auto" else named(engine)
+    except LookupError as exc:
+        raise ToolError(f"--engine: {exc}") from None
     hosts = [check_host(host, "--host") for host in hosts or []] + (read_hosts_file(hosts_file) if hosts_file is not None else [])
     remote = bool(hosts) or hosts_file is not None
     local = [name for name, value in (("--path", path), ("--release", release), ("--from-probe", from_probe)) if value]
@@ -94,7 +103,7 @@ def choose_targets(
             raise ToolError(f"give --image or {given[0]}, not both")
         from ..targets.image import ImageTarget
 
-        return [(ref, ImageTarget(ref, image_opts)) for ref in images], len(images) > 1
+        return [(ref, ImageTarget(ref, image_opts, chosen or VLLM)) for ref in images], len(images) > 1
     if remote and local:
         raise ToolError(f"give hosts or {local[0]}, not both")
     if len(local) > 1:
@@ -102,12 +111,11 @@ def choose_targets(
     if remote:
         if not hosts:
             raise ToolError(f"no hosts in {hosts_file}")
-        from ..engines import VLLM
         from ..targets.probing import probe_request
         from ..targets.ssh import SshOptions, SshTarget
 
         options = SshOptions(python=python or "python3", **ssh)
-        request = probe_request(rules, VLLM)
+        request = probe_request(rules, chosen or VLLM)
         targets = [(host, SshTarget(host, options, request)) for host in hosts]
         return targets, len(hosts) > 1 or hosts_file is not None
     if from_probe is not None:
@@ -121,11 +129,19 @@ def choose_targets(
         if not from_probe.is_file():
             raise ToolError(f"no such probe file or directory: {from_probe}")
         return [(from_probe.stem, ProbeFileTarget(from_probe))], False
-    return [("local", choose_target(path, python, release))], False
+    given = [name for name, value in (("--path", path), ("--python", python), ("--release", release)) if value]
+    if len(given) > 1:
+        raise ToolError(f"give one target, not {' and '.join(given)}")
+    from ..targets.detect import local_targets
+
+    found = local_targets(path, python or sys.executable, release, chosen)
+    if len(found) == 1:
+        return [("local", found[0][1])], False
+    return [(f"local {each.display}", target) for each, target in found], True
 
 
 def choose_target(path: Optional[Path], python: Optional[str], release: Optional[str]):
-    """The one target the options name; the current interpreter when none."""
+    """The one vLLM target the options name; the current interpreter when none."""
     chosen = [name for name, value in (("--path", path), ("--python", python), ("--release", release)) if value]
     if len(chosen) > 1:
         raise ToolError(f"give one target, not {' and '.join(chosen)}")

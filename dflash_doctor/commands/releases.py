@@ -17,11 +17,12 @@ class MatrixFormat(str, Enum):
 
 
 def releases(
-    first: Optional[str] = typer.Option(None, "--from", help="Oldest release in the matrix (default 0.20.0, the first with DFlash)."),
+    first: Optional[str] = typer.Option(None, "--from", help="Oldest release in the matrix (default: the engine's first with DFlash, vLLM 0.20.0, SGLang 0.5.11)."),
     last: Optional[str] = typer.Option(None, "--to", help="Newest release in the matrix (default: the newest on the index)."),
     format: MatrixFormat = typer.Option(MatrixFormat.table, "--format", help="table, json or markdown."),
     offline: bool = typer.Option(False, "--offline", help="Do not ask the package index: only releases already in the cache (without it, an index that cannot be reached is an error)."),
     full_wheel: bool = FullWheelOption,
+    engine: str = typer.Option("vllm", "--engine", help="Whose releases: vllm or sglang."),
 ) -> int:
     """Check every release: the release x fix matrix. Each real wheel is checked (four at a time); the first
     release with each fix is named.
@@ -29,19 +30,25 @@ def releases(
     Exit: 0 the matrix was computed, 3 it could not be (the package index cannot be reached: --offline uses the
     cache; a release that could not be checked).
     """
+    from ..engines import named
+    from ..model import ToolError
     from ..paths import FULL_WHEEL, OFFLINE
     from ..releases import Matrix, plan, release_rows, render_markdown, render_plain, render_terminal, rules_digest
     from ..rulefile import load_rules
     from ..terminal import columns, progress
 
+    try:
+        chosen = named(engine)
+    except LookupError as exc:
+        raise ToolError(f"--engine: {exc}") from None
     rules = load_rules()
     digest = rules_digest(rules)
-    versions, note = plan(first, last, offline, digest)
+    versions, note = plan(first, last, offline, digest, chosen)
     if note != "package index":
         print(f"dflash-doctor: releases from the {note}", file=sys.stderr)
     with progress("releases", total=len(versions)) as update, OFFLINE.on(offline), FULL_WHEEL.on(full_wheel):
-        rows = release_rows(versions, rules, digest, update)
-    matrix = Matrix(rules, tuple(rows), note, digest)
+        rows = release_rows(versions, rules, digest, update, chosen)
+    matrix = Matrix(rules, tuple(rows), note, digest, chosen)
     if format is MatrixFormat.json:
         import json
 
