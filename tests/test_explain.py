@@ -25,7 +25,7 @@ DRAFTERS = Path(__file__).resolve().parent / "data" / "drafters"
 ALL_FULL = DRAFTERS / "qwen3-8b-dflash-b16.json"  # z-lab Qwen3-8B: every layer full attention
 SLIDING = DRAFTERS / "qwen3.8-27b-dflash2.json"  # every layer sliding (2048), non-causal
 SPECULATORS = DRAFTERS / "speculators-qwen3-8b-dflash.json"  # ids are capture ids already
-CHECK_SCHEMA = json.loads((REPO / "schemas" / "check-v1.schema.json").read_text())
+CHECK_SCHEMA = json.loads((REPO / "schemas" / "check-v2.schema.json").read_text())
 VERDICTS = ("present", "absent", "partial", "not-applicable", "unknown")
 
 
