@@ -31,7 +31,7 @@ from .registry import RegistrySource
 LABELS = ("org.opencontainers.image.revision", "org.opencontainers.image.version", "org.opencontainers.image.source")
 TREE_FORMAT = "4"  # bump when what a tree holds changes (2: transformers config sources; 3: the dist-info of vllm-named distributions; 4: entry points)
 # Bump when what a layer index keeps changes (layers.wanted: every engine's files, so a new engine bumps it).
-LAYER_FORMAT = "4"
+LAYER_FORMAT = "5"  # 5: SGLang registered
 LAYER_JOBS = 4
 
 
