@@ -5,6 +5,7 @@ vLLM's unless ``--engine`` says otherwise."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..engines import ENGINES, VLLM, Engine
@@ -38,8 +39,9 @@ def path_targets(path: Path, engines: tuple[Engine, ...]) -> list[tuple[Engine, 
 
 
 def interpreter_targets(python: str, engines: tuple[Engine, ...]) -> list[tuple[Engine, Target]]:
-    """A ``--python`` target for each of ``engines`` the interpreter can import (one collector run each)."""
-    answers = [(engine, locate_in(python, engine)) for engine in engines]
+    """A ``--python`` target for each of ``engines`` the interpreter can import (one collector run each, at once)."""
+    with ThreadPoolExecutor(len(engines)) as pool:
+        answers = list(zip(engines, pool.map(lambda engine: locate_in(python, engine), engines)))
     found: list[tuple[Engine, Target]] = [(engine, InterpreterTarget(python, engine, answer))
                                           for engine, answer in answers if not answer.get("error")]
     if found:
