@@ -128,6 +128,16 @@ def test_a_tree_holding_both_engines_is_checked_for_each(both: Path) -> None:
     assert "local vLLM" in table and "local SGLang" in table
 
 
+def test_the_results_cache_keeps_the_engines_of_one_tree_apart(both: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "DFLASH_DOCTOR_CACHE": str(tmp_path / "cache")}
+    env.pop("DFLASH_DOCTOR_NO_CACHE", None)
+    runs = [json.loads(run_cli("check", "--path", str(both), "--engine", engine, "--format", "json", env=env).stdout)
+            for engine in ("vllm", "sglang", "vllm", "sglang")]
+    assert len(list((tmp_path / "cache" / "results").rglob("*.json"))) == 2  # one entry per engine
+    assert runs[0]["fixes"] == runs[2]["fixes"] and runs[1]["fixes"] == runs[3]["fixes"]
+    assert {fix["status"] for fix in runs[3]["fixes"]} == {UNKNOWN} and UNKNOWN not in {fix["status"] for fix in runs[2]["fixes"]}
+
+
 def v1_of(report: dict[str, Any]) -> dict[str, Any]:
     """A check report as the tool wrote it before v2: the engine block, nameless, under ``vllm``."""
     old = {key: value for key, value in report.items() if key != "engine"}
