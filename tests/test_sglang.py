@@ -31,6 +31,7 @@ from dflash_doctor.targets.detect import path_targets
 from dflash_doctor.targets.release import release_tree
 
 from conftest import assert_error, run_cli
+from registry import SITE, python_files, tree_files, write_image
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 CHECK_V2, CHECK_V1, FLEET_V2 = (json.loads((SCHEMAS / f"{name}.schema.json").read_text())
@@ -193,3 +194,32 @@ def test_a_rule_of_another_engine_leaves_its_fix_unknown_on_a_vllm_tree(tmp_path
     assert fixes["sglang-twin"]["status"] == UNKNOWN
     assert fixes["sglang-twin"]["reason"] == "no rule judges this fix in vLLM yet (the rule sglang-twin describes SGLang's code)"
     assert fixes[shipped.id]["status"] != UNKNOWN  # the same code, judged by the vLLM rule
+
+
+def sglang_files(version: str = FIRST_WITH) -> dict[str, bytes]:
+    """SGLang's package markers, version file, DFlash drafter and dist-info from its real wheel, as image layer entries."""
+    tree = release_tree(version, SGLANG)
+    kept = ["sglang/__init__.py", "sglang/version.py", SGLANG.version_file, "sglang/srt/models/dflash.py"]
+    files = {relpath: (tree / relpath).read_bytes() for relpath in kept}
+    files |= {path.relative_to(tree).as_posix(): path.read_bytes() for path in (tree / f"sglang-{version}.dist-info").iterdir() if path.is_file()}
+    return {f"{SITE}/{relpath}": data for relpath, data in files.items()}
+
+
+def test_an_image_is_checked_for_the_engine_it_holds(tmp_path: Path, mini_tree) -> None:
+    layout = tmp_path / "oci"
+    write_image(layout, "sglang", [python_files(), sglang_files()])
+    write_image(layout, "both", [python_files(), tree_files(mini_tree("0.33.0")), sglang_files()])
+    write_image(layout, "none", [python_files()])
+    env = dict(os.environ)  # the user cache: the transformers the vLLM tree's behaviour needs are there
+    report = json.loads(run_cli("check", "--image", f"oci:{layout}:sglang", "--format", "json", env=env).stdout)
+    jsonschema.validate(report, CHECK_V2)
+    assert (report["engine"]["name"], report["engine"]["version"], report["exit_code"]) == ("sglang", FIRST_WITH, 2)
+    assert report["target"]["site"] == "/" + SITE
+    again = json.loads(run_cli("check", "--image", f"oci:{layout}:sglang", "--format", "json", env=env).stdout)
+    assert again["engine"] == report["engine"] and again["fixes"] == report["fixes"]
+    both = [json.loads(run_cli("check", "--image", f"oci:{layout}:both", *engine, "--format", "json", env=env).stdout)
+            for engine in ((), ("--engine", "sglang"), ("--engine", "vllm"))]
+    assert [report["engine"]["name"] for report in both] == ["vllm", "sglang", "vllm"]
+    assert both[0]["fixes"] == both[2]["fixes"] and UNKNOWN not in {fix["status"] for fix in both[0]["fixes"]}
+    assert_error(run_cli("check", "--image", f"oci:{layout}:none", env=env), "no vllm or sglang package in the image")
+    assert_error(run_cli("check", "--image", f"oci:{layout}:none", "--engine", "sglang", env=env), "no sglang package in the image")

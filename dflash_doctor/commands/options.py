@@ -33,7 +33,7 @@ ImageOption = typer.Option(None, "--image", help="A container image, read withou
 SingleImageOption = typer.Option(None, "--image", help="A container image, read without a daemon: vllm/vllm-openai:v0.20.1, host:5000/team/vllm@sha256:..., oci:DIR or oci:DIR:TAG, docker-archive:FILE.")
 PlatformOption = typer.Option("linux/amd64", "--platform", help="With --image: the platform to pick from a multi-platform index (os/arch or os/arch/variant).")
 InsecureRegistryOption = typer.Option(None, "--insecure-registry", metavar="HOST[:PORT]", help="With --image: speak plain HTTP to this registry (repeatable).")
-EngineOption = typer.Option("auto", "--engine", help="The engine whose tree is checked: auto (every engine whose package --path or --python holds, each checked; vLLM for --release, --host and --image), vllm or sglang.")
+EngineOption = typer.Option("auto", "--engine", help="The engine whose tree is checked: auto (every engine whose package --path or --python holds, each checked; for --image the first it holds, vLLM before SGLang; vLLM for --release and --host), vllm or sglang.")
 RegistryTimeoutOption = typer.Option(30.0, "--registry-timeout", min=0.1, help="With --image: seconds a registry may take to answer a request or send more of a blob.")
 
 
@@ -103,7 +103,7 @@ def choose_targets(
             raise ToolError(f"give --image or {given[0]}, not both")
         from ..targets.image import ImageTarget
 
-        return [(ref, ImageTarget(ref, image_opts, chosen or VLLM)) for ref in images], len(images) > 1
+        return [(ref, ImageTarget(ref, image_opts, chosen)) for ref in images], len(images) > 1
     if remote and local:
         raise ToolError(f"give hosts or {local[0]}, not both")
     if len(local) > 1:
