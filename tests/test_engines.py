@@ -146,6 +146,17 @@ def test_the_collector_finds_and_reads_the_package_its_request_names(site: Path,
     assert (provenance.version, provenance.commit, provenance.vendor) == ("2.0.0+npu3", COMMIT, "toyengine-npu")
 
 
+def test_the_staged_collector_sends_the_engines_version_file_first_and_holds_back_the_rest(site: Path) -> None:
+    """A report reads the version file even when the results cache answers: it comes in the first part."""
+    request = probe_request((), TOY)
+    request["files"] = ["toyengine/__init__.py", "toyengine/scheduler.py", TOY.version_file]
+    proc = subprocess.run([sys.executable, "-S", "-", "stage", encode_request(request)], check=False, input=probe_source(),
+                          capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
+    first = parse_probe_output(proc.stdout, "the collector")
+    assert set(first["files"]) == {TOY.version_file} and "GIT_SHA" in first["files"][TOY.version_file]
+    assert set(first["sha256"]) == set(request["files"])
+
+
 def test_a_collector_answer_for_an_unknown_package_is_a_clear_error() -> None:
     with pytest.raises(ToolError, match="no engine has the package 'toyengine'"):
         snapshot_target({"package": "toyengine", "files": {}, "root": "/x"}, "probe", "probe file x")

@@ -62,7 +62,8 @@ def probe_request(rules: tuple[Rule, ...], engine: Engine = VLLM) -> dict:
     files |= set(collected_files(str(d.data["model_type"]) for _, d in reference_configs() if isinstance(d.data.get("model_type"), str)))
     anchors = {(a.file, search_name(a.symbol)) for rule in rules for a in rule.anchors if not a.optional}
     anchors |= {(rule.applies.file, search_name(rule.applies.symbol)) for rule in rules}
-    return {"package": engine.package, "files": sorted(files | {engine.version_file}), "anchors": sorted(map(list, anchors))}
+    return {"package": engine.package, "version_file": engine.version_file, "files": sorted(files | {engine.version_file}),
+            "anchors": sorted(map(list, anchors))}
 
 
 def answered(output: bytes) -> bool:
