@@ -13,6 +13,8 @@ import ast
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -223,3 +225,33 @@ def test_an_image_is_checked_for_the_engine_it_holds(tmp_path: Path, mini_tree) 
     assert both[0]["fixes"] == both[2]["fixes"] and UNKNOWN not in {fix["status"] for fix in both[0]["fixes"]}
     assert_error(run_cli("check", "--image", f"oci:{layout}:none", env=env), "no vllm or sglang package in the image")
     assert_error(run_cli("check", "--image", f"oci:{layout}:none", "--engine", "sglang", env=env), "no sglang package in the image")
+
+
+def test_an_editable_sglang_beside_an_installed_vllm_is_found_through_the_interpreter(tmp_path: Path, mini_tree) -> None:
+    """As SGLang's images install it: from a source checkout, editable (a PEP 660 .pth and direct_url.json's dir_info)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True, timeout=120)
+    python = tmp_path / "venv" / "bin" / "python"
+    purelib = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                  check=True, capture_output=True, text=True).stdout.strip())
+    checkout = tmp_path / "sgl-workspace" / "sglang" / "python"
+    for entry, data in sglang_files().items():
+        relpath = entry.removeprefix(f"{SITE}/")
+        if relpath.startswith("sglang/"):
+            (checkout / relpath).parent.mkdir(parents=True, exist_ok=True)
+            (checkout / relpath).write_bytes(data)
+    (purelib / f"__editable__.sglang-{FIRST_WITH}.pth").write_text(f"{checkout}\n")
+    owner = purelib / f"sglang-{FIRST_WITH}.dist-info"
+    owner.mkdir()
+    (owner / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {FIRST_WITH}\n\n")
+    (owner / "direct_url.json").write_text(json.dumps({"url": checkout.as_uri(), "dir_info": {"editable": True}}))
+    (owner / "RECORD").write_text(f"{owner.name}/METADATA,,\n__editable__.sglang-{FIRST_WITH}.pth,,\n{owner.name}/RECORD,,\n")
+    for path in mini_tree("0.33.0").iterdir():  # vLLM installed as a wheel would be
+        (shutil.copytree if path.is_dir() else shutil.copy2)(path, purelib / path.name)
+    fleet = json.loads(run_cli("check", "--python", str(python), "--format", "json").stdout)
+    fleet_validator().validate(fleet)
+    vllm, sglang = fleet["hosts"]
+    assert (vllm["engine"]["name"], vllm["target"]["location"]) == ("vllm", str(purelib))
+    assert (sglang["engine"]["name"], sglang["target"]["location"]) == ("sglang", str(checkout))
+    assert sglang["engine"]["version"] == FIRST_WITH and sglang["engine"]["distribution"] == {"name": "sglang", "version": FIRST_WITH}
+    alone = json.loads(run_cli("check", "--python", str(python), "--engine", "sglang", "--format", "json").stdout)
+    assert alone["engine"] == sglang["engine"] and alone["target"] == sglang["target"]
