@@ -30,6 +30,7 @@ from dflash_doctor.rulefile import load_rule, load_rules
 from dflash_doctor.source import DirectoryTree
 from dflash_doctor.targets import releases_dir
 from dflash_doctor.targets.detect import path_targets
+from dflash_doctor.targets.probing import parse_probe_output
 from dflash_doctor.targets.release import release_tree
 
 from conftest import assert_error, run_cli
@@ -255,3 +256,16 @@ def test_an_editable_sglang_beside_an_installed_vllm_is_found_through_the_interp
     assert sglang["engine"]["version"] == FIRST_WITH and sglang["engine"]["distribution"] == {"name": "sglang", "version": FIRST_WITH}
     alone = json.loads(run_cli("check", "--python", str(python), "--engine", "sglang", "--format", "json").stdout)
     assert alone["engine"] == sglang["engine"] and alone["target"] == sglang["target"]
+    # The same install, collected by the standalone script for SGLang and judged here.
+    script = tmp_path / "probe.py"
+    script.write_text(run_cli("probe-script", "--engine", "sglang").stdout)
+    answer = tmp_path / "answers" / "gpu1.probe"
+    answer.parent.mkdir()
+    answer.write_text(subprocess.run([str(python), str(script)], check=True, capture_output=True, text=True, timeout=120).stdout)
+    collected = parse_probe_output(answer.read_text(), "the script")
+    assert not [relpath for relpath in [*collected["files"], *collected["search"]] if relpath.startswith("vllm/")]
+    assert SGLANG.version_file in collected["files"] and not collected["search"]  # vLLM's rules ask nothing of SGLang
+    probed = json.loads(run_cli("check", "--from-probe", str(answer), "--format", "json").stdout)
+    assert probed["fixes"] == sglang["fixes"]
+    same = ("name", "version", "commit", "distribution", "platform")
+    assert {key: probed["engine"][key] for key in same} == {key: sglang["engine"][key] for key in same}

@@ -56,6 +56,7 @@ def probe_request(rules: tuple[Rule, ...], engine: Engine = VLLM) -> dict:
     from ..behaviour.reference import reference_configs
     from ..behaviour.transformers import collected_files
 
+    rules = tuple(rule for rule in rules if rule.engine == engine.name)  # another engine's rules read nothing here
     files = {relpath for rule in rules for relpath in rule.files}  # anchors, applicability, behaviour
     # the package __init__.py files Python runs before each of them (a rebinding there replaces their code)
     files |= {"/".join(relpath.split("/")[:depth]) + "/__init__.py" for relpath in set(files) for depth in range(1, relpath.count("/") + 1)}
