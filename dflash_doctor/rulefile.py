@@ -292,11 +292,11 @@ def _load_rules(extra: str) -> tuple[Rule, ...]:
         if not directory.is_dir():
             raise ToolError(f"{EXTRA_RULES}: {directory} is not a directory of rule files")
         rules += [load_rule(path) for path in sorted(directory.glob("*.toml"))]
-    seen: set[str] = set()
+    seen: set[tuple[str, str]] = set()  # one rule per fix and engine: each engine's code has its own
     for rule in rules:
-        if rule.id in seen:
-            raise ToolError(f"{rule.source}: a rule with the id {rule.id!r} is already loaded")
-        seen.add(rule.id)
+        if (rule.engine, rule.id) in seen:
+            raise ToolError(f"{rule.source}: a rule with the id {rule.id!r} is already loaded for {rule.engine}")
+        seen.add((rule.engine, rule.id))
     return tuple(rules)
 
 

@@ -269,3 +269,26 @@ def test_an_editable_sglang_beside_an_installed_vllm_is_found_through_the_interp
     assert probed["fixes"] == sglang["fixes"]
     same = ("name", "version", "commit", "distribution", "platform")
     assert {key: probed["engine"][key] for key in same} == {key: sglang["engine"][key] for key in same}
+
+
+def test_a_fix_has_a_rule_per_engine_and_each_tree_is_judged_by_its_own(both: Path, tmp_path: Path) -> None:
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    shipped = next(rule for rule in load_rules() if rule.id == "layer-offset")
+    (rules / "layer-offset.toml").write_text('engine = "sglang"\n' + shipped.source.read_text(encoding="utf-8"))
+    env = {**os.environ, "DFLASH_DOCTOR_RULES": str(rules)}
+    plain = json.loads(run_cli("check", "--path", str(both), "--format", "json").stdout)
+    fleet = json.loads(run_cli("check", "--path", str(both), "--format", "json", env=env).stdout)
+    fleet_validator().validate(fleet)
+    vllm, sglang = fleet["hosts"]
+    assert [fix["id"] for fix in vllm["fixes"]] == [fix["id"] for fix in sglang["fixes"]] == [rule.id for rule in load_rules()]
+    assert vllm["fixes"] == plain["hosts"][0]["fixes"]  # vLLM's tree is judged by vLLM's rules alone
+    by_id = {fix["id"]: fix for fix in sglang["fixes"]}
+    assert by_id["cache-drop"]["reason"].startswith("no rule judges this fix in SGLang yet")
+    assert by_id["cache-drop"]["prs"] == [] and by_id["layer-offset"]["prs"] == list(shipped.prs + shipped.unmerged_prs)
+    assert not (by_id["layer-offset"]["reason"] or "").startswith("no rule judges")  # its SGLang rule ran
+    twice = tmp_path / "twice"
+    shutil.copytree(rules, twice)
+    (twice / "again.toml").write_text((rules / "layer-offset.toml").read_text())
+    proc = run_cli("check", "--path", str(both), env={**os.environ, "DFLASH_DOCTOR_RULES": str(twice)})
+    assert_error(proc, "a rule with the id 'layer-offset' is already loaded for sglang")

@@ -125,6 +125,7 @@ def check(
     from ..paths import write_atomically
     from ..reporters import reporter
     from ..rulefile import load_rules, select
+    from ..rules import for_engine
     from ..paths import FULL_WHEEL
     from ..waivers import apply_waivers, load_waivers, waiver_summary
 
@@ -146,15 +147,14 @@ def check(
     if target_config is not None and draft_config is None:
         raise ToolError("--target-config needs --draft-config")
     drafter = {"draft_config": draft_config, "target_config": target_config}
-    first_releases = {rule.id: rule.first_release for rule in rules}
-
     def finish(report):
         report = dataclasses.replace(report, strict=strict)
         if repo is not None:
             report = with_ancestry(report, repo, main_ref, rules)
         report = apply_waivers(report, waiver_list, waivers) if waiver_list is not None else report
-        return dataclasses.replace(report, summary=BottomLine.of(report.fixes, first_releases, report.provenance.vendor,
-                                                                 report.provenance.engine))
+        engine = report.provenance.engine
+        first_releases = {rule.id: rule.first_release for rule in for_engine(rules, engine.name)}
+        return dataclasses.replace(report, summary=BottomLine.of(report.fixes, first_releases, report.provenance.vendor, engine))
 
     if fleet:
         from ..fleet import check_targets

@@ -14,7 +14,7 @@ def probe_script(
 ) -> int:
     """Print the probe as a standalone script. For a fleet engine: the script needs only the
     standard library. Run it on each server
-    with the engine's interpreter (e.g. `python3 probe.py > HOST.probe`); then `dflash-doctor check --from-probe DIR` evaluates every answer locally.
+    with the interpreter that runs vLLM or SGLang (e.g. `python3 probe.py > HOST.probe`); then `dflash-doctor check --from-probe DIR` evaluates every answer locally.
     """
     import json
 

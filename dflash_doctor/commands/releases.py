@@ -35,13 +35,14 @@ def releases(
     from ..paths import FULL_WHEEL, OFFLINE
     from ..releases import Matrix, plan, release_rows, render_markdown, render_plain, render_terminal, rules_digest
     from ..rulefile import load_rules
+    from ..rules import for_engine
     from ..terminal import columns, progress
 
     try:
         chosen = named(engine)
     except LookupError as exc:
         raise ToolError(f"--engine: {exc}") from None
-    rules = load_rules()
+    rules = for_engine(load_rules(), chosen.name)
     digest = rules_digest(rules)
     versions, note = plan(first, last, offline, digest, chosen)
     if note != "package index":
