@@ -13,7 +13,7 @@ from .model import NOT_APPLICABLE, UNKNOWN, Evidence, FixResult
 from .rules import Rule
 
 SHADOWED = "shadowed"  # evidence form: Python loads another file for this module
-PLUGIN = "plugin"  # evidence form: a vLLM plugin whose code names this fix's route
+PLUGIN = "plugin"  # evidence form: an engine's plugin whose code names this fix's route
 
 if TYPE_CHECKING:
     from .draft.config import DraftConfig
@@ -67,7 +67,7 @@ class _Watched:
 def _what_python_loads(resolved: ResolvedTarget, rules: tuple[Rule, ...], fixes: tuple[FixResult, ...]) -> tuple[FixResult, ...]:
     """A file the check read that Python would not run (a package, an extension
     module or an unchecked-hash .pyc comes first) leaves every judged fix unknown:
-    the verdicts speak of code vLLM does not import."""
+    the verdicts speak of code the engine does not import."""
     from .engine import UNKNOWN_CODE, restate
 
     shadows = [(relpath, why) for relpath in sorted(resolved.tree.inspected()) if (why := resolved.tree.shadowed(relpath))]
@@ -84,7 +84,7 @@ def _what_python_loads(resolved: ResolvedTarget, rules: tuple[Rule, ...], fixes:
 
 
 def _plugins_on_route(resolved: ResolvedTarget, rules: tuple[Rule, ...], fixes: tuple[FixResult, ...]) -> tuple[FixResult, ...]:
-    """vLLM loads its plugins at start, and they may patch its classes: a plugin whose
+    """The engine loads its plugins at start, and they may patch its classes: a plugin whose
     code names a definition on a fix's route (or its module) leaves the fix unknown;
     one whose code cannot be read is said to possibly change the answer."""
     from .engine import UNKNOWN_CODE, restate
@@ -104,7 +104,8 @@ def _plugins_on_route(resolved: ResolvedTarget, rules: tuple[Rule, ...], fixes: 
                               for p, names in touching)
             evidence = tuple(Evidence(p.target, None, p.name, PLUGIN, f"names {', '.join(names)}") for p, names in touching)
             fix = restate(rule, dataclasses.replace(fix, evidence=(*fix.evidence, *evidence)), UNKNOWN,
-                          f"vLLM loads plugins at start that may replace the code on this fix's route: {words}", UNKNOWN_CODE)
+                          f"{resolved.tree.engine.display} loads plugins at start that may replace the code on this fix's route: {words}",
+                          UNKNOWN_CODE)
         elif unread:
             note = "; ".join(f"plugin {p.name} ({p.group} of {p.distribution}) could not be read and may change this answer" for p in unread)
             fix = dataclasses.replace(fix, reason=f"{fix.reason}; {note}" if fix.reason else note)

@@ -151,7 +151,7 @@ def test_a_file_that_does_not_parse_is_unknown_with_what_to_do(mini_tree):
     assert fix["headline"] == "Could not tell whether DFlash still drops the last prefix-cache block."
     assert "scheduler.py does not parse" in fix["reason"]
     assert "Upgrade" not in fix["remedy"] and "0.33.0" not in fix["remedy"]
-    assert fix["remedy"] == UNREADABLE
+    assert fix["remedy"] == UNREADABLE.format(engine="vLLM")
 
 
 def test_code_in_an_unknown_form_asks_for_a_look_not_an_upgrade(mini_tree):

@@ -43,11 +43,13 @@ def interpreter_targets(python: str, engines: tuple[Engine, ...]) -> list[tuple[
     with ThreadPoolExecutor(len(engines)) as pool:
         answers = list(zip(engines, pool.map(lambda engine: locate_in(python, engine), engines)))
     found: list[tuple[Engine, Target]] = [(engine, InterpreterTarget(python, engine, answer))
-                                          for engine, answer in answers if not answer.get("error")]
+                                          for engine, answer in answers if not answer.get("error") and answer.get("package_dir")]
     if found:
         return found
-    if len(engines) == 1:
-        return [(engines[0], InterpreterTarget(python, engines[0], answers[0][1]))]  # resolving says why
+    odd = [(engine, answer) for engine, answer in answers if not answer.get("error")]  # an answer that is no answer
+    if odd or len(engines) == 1:
+        engine, answer = (odd or answers)[0]
+        return [(engine, InterpreterTarget(python, engine, answer))]  # resolving says why
     raise ToolError(f"interpreter {python}: neither {_packages().replace(' or ', ' nor ')} is installed in its environment "
                     "(point at it with --python, --path, --release or --host)")
 
