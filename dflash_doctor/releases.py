@@ -146,6 +146,7 @@ class Matrix:
             "schema": "dflash-doctor/releases/v1",
             "tool_version": __version__,
             "rules_digest": self.rules_digest,
+            "engine": self.engine.name,
             "releases_from": self.index_note,
             "fixes": fixes,
             "all_present_from": self.present_from(self.fix_ids),

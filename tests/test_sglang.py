@@ -292,3 +292,18 @@ def test_a_fix_has_a_rule_per_engine_and_each_tree_is_judged_by_its_own(both: Pa
     (twice / "again.toml").write_text((rules / "layer-offset.toml").read_text())
     proc = run_cli("check", "--path", str(both), env={**os.environ, "DFLASH_DOCTOR_RULES": str(twice)})
     assert_error(proc, "a rule with the id 'layer-offset' is already loaded for sglang")
+
+
+@pytest.mark.release
+def test_the_release_matrix_of_sglang_lists_its_releases_unjudged_and_says_whose() -> None:
+    for version in (LAST_WITHOUT, FIRST_WITH):
+        release_tree(version, SGLANG)  # --offline answers from the cache
+    proc = run_cli("releases", "--engine", "sglang", "--offline", "--from", LAST_WITHOUT, "--to", FIRST_WITH, "--format", "json")
+    matrix = json.loads(proc.stdout)
+    jsonschema.validate(matrix, json.loads((SCHEMAS / "releases-v1.schema.json").read_text()))
+    assert proc.returncode == 0 and matrix["engine"] == "sglang"
+    assert [row["release"] for row in matrix["releases"]] == [LAST_WITHOUT, FIRST_WITH] == matrix["unjudged"]
+    assert all(set(row["fixes"].values()) == {UNKNOWN} for row in matrix["releases"])
+    assert "SGLang" in matrix["summary"]["text"] and "vLLM" not in matrix["summary"]["text"]
+    table = run_cli("releases", "--engine", "sglang", "--offline", "--from", LAST_WITHOUT, "--to", FIRST_WITH).stdout
+    assert "0.5.10.post1" in table and "no SGLang release checked has them all" in table
