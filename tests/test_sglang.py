@@ -96,6 +96,11 @@ def test_check_release_of_sglang_answers_unknown_with_the_reason_never_vllms_ver
         assert fix["status"] == UNKNOWN and fix["prs"] == [] and fix["evidence"] == []
         assert fix["reason"] == f"no rule judges this fix in SGLang yet (the rule {fix['id']} describes vLLM's code)"
         assert "SGLang" in fix["remedy"]
+    sarif = json.loads(run_cli("check", "--release", version, "--engine", "sglang", "--format", "sarif").stdout)
+    uris = {location["physicalLocation"]["artifactLocation"]["uri"]
+            for result in sarif["runs"][0]["results"] for location in result["locations"]}
+    assert uris == {"sglang/__init__.py"}  # never a vLLM file the tree does not hold
+    assert sarif["runs"][0]["properties"]["sglang"]["version"] == version
 
 
 @pytest.mark.release

@@ -52,8 +52,12 @@ class SarifReporter:
         """One SARIF log, one run per target (several for a fleet)."""
         from ..rulefile import load_rules  # --help: rule files pull in tomllib and string, only a SARIF render needs them
 
-        rules = {rule.id: rule for rule in load_rules()}
-        return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": [self._run(report, rules) for report in reports]}
+        from ..rules import for_engine
+
+        loaded = load_rules()
+        runs = [self._run(report, {rule.id: rule for rule in for_engine(loaded, report.provenance.engine.name)})
+                for report in reports]
+        return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": runs}
 
     def _run(self, report: CheckReport, rules: dict) -> dict[str, Any]:
         descriptors = [_descriptor(fix, rules.get(fix.id), report.provenance.engine) for fix in report.fixes]
@@ -164,8 +168,9 @@ def _location(item: Evidence) -> dict[str, Any]:
 
 
 def _anchor_location(rule, engine: Engine) -> dict[str, Any]:
-    """No evidence (e.g. the file is missing): the file the rule reads first, else the package's ``__init__.py``."""
-    uri = rule.anchors[0].file if rule is not None else f"{engine.package}/__init__.py"
+    """No evidence (e.g. the file is missing): the file the rule reads first, else (no rule of this engine)
+    the package's ``__init__.py``."""
+    uri = rule.anchors[0].file if rule is not None and rule.engine == engine.name else f"{engine.package}/__init__.py"
     return {"physicalLocation": {"artifactLocation": {"uri": uri, "uriBaseId": ROOT_ID}}}
 
 
