@@ -65,11 +65,12 @@ def plan_on_index(first: str, last: str) -> None:
     reading only the tail and the central directory."""
     from dflash_doctor.releases import in_range, index_releases
     from dflash_doctor.targets.pip_index import locate
-    from dflash_doctor.targets.release import VLLM_KEPT, is_kept
+    from dflash_doctor.engines import VLLM
+    from dflash_doctor.targets.release import is_kept
     from dflash_doctor.targets.wheel_http import RangeSource, open_wheel
     from dflash_doctor.targets.wheel_ranges import members, spans
 
-    wanted = functools.partial(is_kept, VLLM_KEPT)
+    wanted = functools.partial(is_kept, VLLM.kept())
     whole = moved = 0
     for version in in_range(index_releases(), first, last):
         located = locate("vllm", f"vllm=={version}")

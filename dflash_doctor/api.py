@@ -97,7 +97,6 @@ def check(request: CheckRequest, warm_up: Callable[[tuple[Rule, ...]], None] | N
         # Not a daemon: a daemon thread still importing at interpreter exit can abort the process.
         threading.Thread(target=warm_up, args=(rules,)).start()
     drafter = {"draft_config": request.draft_config, "target_config": request.target_config}
-    first_releases = {rule.id: rule.first_release for rule in rules}
 
     def finish(report: CheckReport) -> CheckReport:
         report = dataclasses.replace(report, strict=request.strict)
@@ -105,7 +104,7 @@ def check(request: CheckRequest, warm_up: Callable[[tuple[Rule, ...]], None] | N
             report = with_ancestry(report, request.repo, request.main_ref, rules)
         if waivers is not None and request.waivers is not None:
             report = apply_waivers(report, waivers, request.waivers)
-        return dataclasses.replace(report, summary=BottomLine.of(report.fixes, first_releases, report.vllm.vendor))
+        return _with_bottom_line(report, rules)
 
     if fleet:
         from .fleet import check_targets
@@ -128,10 +127,19 @@ def with_ancestry(report: CheckReport, repo: Path, main_ref: str | None, rules: 
     """The report with an ``ancestry`` section for its recorded build commit."""
     from .ancestry import judge
 
-    if not report.vllm.commit:
-        raise ToolError(f"--repo: {report.target.location} records no build commit to look up (version {report.vllm.version})")
-    section = judge(repo, report.vllm.commit, report.vllm.commit_source, rules=rules, main_ref=main_ref)
+    if not report.provenance.commit:
+        raise ToolError(f"--repo: {report.target.location} records no build commit to look up (version {report.provenance.version})")
+    section = judge(repo, report.provenance.commit, report.provenance.commit_source, rules=rules, main_ref=main_ref)
     return dataclasses.replace(report, sections=(*report.sections, section))
+
+
+def _with_bottom_line(report: CheckReport, rules: tuple[Rule, ...]) -> CheckReport:
+    """The report with its bottom line: the releases of the tree's engine that have its fixes."""
+    from .rules import for_engine
+
+    engine = report.provenance.engine
+    first_releases = {rule.id: rule.first_release for rule in for_engine(rules, engine.name)}
+    return dataclasses.replace(report, summary=BottomLine.of(report.fixes, first_releases, report.provenance.vendor, engine))
 
 
 # -- patch and restore -------------------------------------------------------------------------
@@ -256,9 +264,7 @@ def _rechecked(target: Target, rules: tuple[Rule, ...]) -> CheckReport:
     """The check after a change, with its bottom line."""
     from .check import run_check
 
-    report = run_check(target, rules)
-    first_releases = {rule.id: rule.first_release for rule in rules}
-    return dataclasses.replace(report, summary=BottomLine.of(report.fixes, first_releases, report.vllm.vendor))
+    return _with_bottom_line(run_check(target, rules), rules)
 
 
 def patch_pr(repo: Path, pr: int, main_ref: str | None = None, remote: str = "origin", dry_run: bool = False) -> PatchOutcome:
@@ -322,20 +328,24 @@ class ReleasesRequest:
     last: str | None = None
     offline: bool = False
     full_wheel: bool = False
+    engine: str = "vllm"
 
 
 def releases(request: ReleasesRequest, said: Callable[[str], None] = lambda line: None) -> Matrix:
     """The matrix; ``said`` hears where the release list came from when not the package index."""
+    from .engines import from_option
     from .paths import FULL_WHEEL, OFFLINE
     from .releases import Matrix, plan, release_rows, rules_digest
     from .rulefile import load_rules
+    from .rules import for_engine
     from .terminal import progress
 
-    rules = load_rules()
+    chosen = from_option(request.engine)
+    rules = for_engine(load_rules(), chosen.name)
     digest = rules_digest(rules)
-    versions, note = plan(request.first, request.last, request.offline, digest)
+    versions, note = plan(request.first, request.last, request.offline, digest, chosen)
     if note != "package index":
         said(f"releases from the {note}")
     with progress("releases", total=len(versions)) as update, OFFLINE.on(request.offline), FULL_WHEEL.on(request.full_wheel):
-        rows = release_rows(versions, rules, digest, update)
-    return Matrix(rules, tuple(rows), note, digest)
+        rows = release_rows(versions, rules, digest, update, chosen)
+    return Matrix(rules, tuple(rows), note, digest, chosen)

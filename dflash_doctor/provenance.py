@@ -18,7 +18,6 @@ from .engines import VLLM, Engine
 from .model import (
     ABSENT, NOT_APPLICABLE, PARTIAL, BasedOn, Distribution, FixResult, Platform, Provenance, ToolError,
 )
-from .paths import cache_dir
 from .source import SourceError, SourceTree, parse_python
 
 _LOCAL_SHA = re.compile(r"\+g([0-9a-f]{7,40})\b")
@@ -99,10 +98,11 @@ def nearest_releases(inspected: Mapping[str, str], engine: Engine) -> tuple[tupl
     sha256 (equally near ones together, oldest first), how many of them, and of how many
     package files; ((), 0, M) when no release is cached. Nothing is downloaded."""
     from .releases import version_key  # releases imports the check, which imports this module
+    from .targets import releases_dir  # targets import this module
 
     wanted = {path: "sha256=" + record_digest(digest) for path, digest in inspected.items() if engine.owns(path)}
     scores: dict[str, int] = {}
-    for complete in (cache_dir() / "releases").glob("*/.complete"):
+    for complete in releases_dir(engine).glob("*/.complete"):
         for dist_info in complete.parent.glob(f"{engine.distribution}-*.dist-info"):
             data, _ = probe.read_regular(str(dist_info / "RECORD"))
             if data is not None:

@@ -1,9 +1,9 @@
-"""The release matrix: vLLM releases × fixes, each cell the verdict of a real check.
+"""The release matrix: an engine's releases × fixes, each cell the verdict of a real check.
 
-Releases come from the package index (``pip index versions vllm``); each one
-is checked on its wheel (``release_tree``: fetched once, ``.py`` files and
+Releases come from the package index (``pip index versions vllm``, or the
+engine's distribution); each one is checked on its wheel (``release_tree``: fetched once, ``.py`` files and
 dist-info kept), ``JOBS`` releases at a time. The report of every release is cached in
-``<cache>/matrix/``, keyed by release, rules content and tool version, so a
+``<cache>/matrix/`` (an engine's own ``cache`` directory first), keyed by release, rules content and tool version, so a
 second run checks nothing. With ``--offline`` the matrix covers the releases
 already in the cache, and says so; an index that does not answer is an error.
 A release where a fix is unknown is listed as not judged and left out of the
@@ -29,17 +29,17 @@ from typing import Any
 
 from . import __version__
 from .check import run_check
-from .model import EXIT_ERROR, EXIT_OK, PRESENT, UNKNOWN, BottomLine, ToolError, exit_code_for
+from .engines import VLLM, Engine
+from .model import EXIT_ERROR, EXIT_OK, PRESENT, UNKNOWN, BottomLine, ToolError, engine_json, exit_code_for
 from .paths import cache_dir, OFFLINE, caches_disabled, write_atomically
 from .reporters.layout import OUTDENT, Line, render, width_of, words, wrap
 from .reporters.table import LABEL, STYLES
 from .rules import Rule
 from .targets.pip_index import UNREACHABLE_HINT, unreachable_index
+from .targets import releases_dir
 from .targets.release import COMPLETE, RELEASE, ReleaseTarget, canonical_release
 from .terminal import clean
 
-# The first vLLM release with a DFlash code path: older ones are not-applicable for every fix.
-DEFAULT_FROM = "0.20.0"
 INDEX_TIMEOUT_S = 20
 JOBS = 4  # releases fetched and checked at once
 _SUFFIX_RANK = {".dev": 0, "a": 1, "b": 2, "rc": 3, "": 4, ".post": 5}
@@ -93,6 +93,7 @@ class Matrix:
     rows: tuple[Row, ...]  # oldest first
     index_note: str  # where the list of releases came from
     rules_digest: str
+    engine: Engine = VLLM
 
     @property
     def fix_ids(self) -> tuple[str, ...]:
@@ -124,7 +125,8 @@ class Matrix:
     @property
     def summary(self) -> BottomLine:
         """The matrix's bottom line: the release from which every fix is present, in every later judged release."""
-        return BottomLine.needing(self.fix_ids, [self.present_from(self.fix_ids)], selected=len(self.fix_ids), checked=True)
+        return BottomLine.needing(self.fix_ids, [self.present_from(self.fix_ids)], selected=len(self.fix_ids), checked=True,
+                                  engine=self.engine)
 
     def to_json(self) -> dict[str, Any]:
         fixes = []
@@ -144,6 +146,7 @@ class Matrix:
             "schema": "dflash-doctor/releases/v1",
             "tool_version": __version__,
             "rules_digest": self.rules_digest,
+            "engine": self.engine.name,
             "releases_from": self.index_note,
             "fixes": fixes,
             "all_present_from": self.present_from(self.fix_ids),
@@ -154,19 +157,20 @@ class Matrix:
         }
 
 
-def index_releases() -> list[str]:
-    """Every final vLLM release the configured package index lists, oldest first; ToolError when it cannot say."""
+def index_releases(engine: Engine = VLLM) -> list[str]:
+    """Every final release of the engine the configured package index lists, oldest first; ToolError when it cannot say."""
+    project = engine.distribution
     with tempfile.TemporaryDirectory(prefix="dflash-doctor-") as temp:
         log = Path(temp) / "pip.log"
         command = [
-            sys.executable, "-m", "pip", "index", "versions", "vllm", "--disable-pip-version-check",
+            sys.executable, "-m", "pip", "index", "versions", project, "--disable-pip-version-check",
             "--timeout", str(INDEX_TIMEOUT_S), "--retries", "1", "--log", str(log),
         ]
         try:
             proc = subprocess.run(command, capture_output=True, text=True, timeout=INDEX_TIMEOUT_S * 4,
                                   stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
-            raise ToolError(f"pip index versions vllm did not answer within {INDEX_TIMEOUT_S * 4} s") from None
+            raise ToolError(f"pip index versions {project} did not answer within {INDEX_TIMEOUT_S * 4} s") from None
         except OSError as exc:
             raise ToolError(f"cannot run pip: {exc.strerror or exc}") from None
         for line in proc.stdout.splitlines():
@@ -180,13 +184,13 @@ def index_releases() -> list[str]:
     if unreachable:
         raise ToolError(f"{unreachable}: {UNREACHABLE_HINT}")
     errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR")]
-    raise ToolError(f"pip index versions vllm: {errors[-1] if errors else 'exit ' + str(proc.returncode)}")
+    raise ToolError(f"pip index versions {project}: {errors[-1] if errors else 'exit ' + str(proc.returncode)}")
 
 
-def cached_releases(digest: str) -> list[str]:
+def cached_releases(digest: str, engine: Engine = VLLM) -> list[str]:
     """Releases answerable without the network: a cached matrix row, or an extracted wheel."""
-    names = [path.name.rsplit("-", 2)[0] for path in (cache_dir() / "matrix").glob(f"*-{digest[:16]}-{__version__}.json")]
-    names += [path.parent.name for path in (cache_dir() / "releases").glob(f"*/{COMPLETE}")]
+    names = [path.name.rsplit("-", 2)[0] for path in _matrix_dir(engine).glob(f"*-{digest[:16]}-{__version__}.json")]
+    names += [path.parent.name for path in releases_dir(engine).glob(f"*/{COMPLETE}")]
     found = set()
     for name in names:
         with contextlib.suppress(ToolError):
@@ -194,41 +198,47 @@ def cached_releases(digest: str) -> list[str]:
     return sorted(found, key=version_key)
 
 
-def in_range(versions: Iterable[str], first: str | None, last: str | None) -> list[str]:
-    low = version_key(first or DEFAULT_FROM)
+def in_range(versions: Iterable[str], first: str | None, last: str | None, engine: Engine = VLLM) -> list[str]:
+    """The versions from ``first`` (default: the engine's first release with DFlash) to ``last``."""
+    first = first or engine.first_dflash
+    low = version_key(first)
     high = version_key(last) if last else None
     if high is not None and high < low:
-        raise ToolError(f"--from {first or DEFAULT_FROM} is newer than --to {last}")
+        raise ToolError(f"--from {first} is newer than --to {last}")
     return [v for v in versions if version_key(v) >= low and (high is None or version_key(v) <= high)]
 
 
-def plan(first: str | None, last: str | None, offline: bool, digest: str) -> tuple[list[str], str]:
+def plan(first: str | None, last: str | None, offline: bool, digest: str, engine: Engine = VLLM) -> tuple[list[str], str]:
     """The releases to put in the matrix, and where their list came from."""
     # A bad bound is an error before any network use; v0.20.1 and 0.20 mean 0.20.1 and 0.20.0.
     first, last = (canonical_release(bound) if bound is not None else None for bound in (first, last))
     if not offline:  # an index that does not answer is an error (naming it): only --offline settles for the cache
         try:
-            listed = index_releases()
+            listed = index_releases(engine)
         except ToolError as exc:
             raise ToolError(f"{exc}; or pass --offline for the releases already in the cache") from None
-        releases = in_range(listed, first, last)
+        releases = in_range(listed, first, last, engine)
         if not releases:
-            raise ToolError(f"the package index lists no vLLM release from {first or DEFAULT_FROM} to {last or 'the newest'}")
+            raise ToolError(f"the package index lists no {engine.display} release from {first or engine.first_dflash} to {last or 'the newest'}")
         return releases, "package index"
-    releases = in_range(cached_releases(digest), first, last)
+    releases = in_range(cached_releases(digest, engine), first, last, engine)
     if not releases:
-        raise ToolError("cannot list vLLM releases (--offline) and no release in the range is cached")
+        raise ToolError(f"cannot list {engine.display} releases (--offline) and no release in the range is cached")
     return releases, "cache only (--offline)"
 
 
-def _row_path(release: str, digest: str) -> Path:
-    return cache_dir() / "matrix" / f"{release}-{digest[:16]}-{__version__}.json"
+def _matrix_dir(engine: Engine) -> Path:
+    return cache_dir() / engine.cache / "matrix"
 
 
-def release_row(release: str, rules: tuple[Rule, ...], digest: str) -> Row:
+def _row_path(release: str, digest: str, engine: Engine) -> Path:
+    return _matrix_dir(engine) / f"{release}-{digest[:16]}-{__version__}.json"
+
+
+def release_row(release: str, rules: tuple[Rule, ...], digest: str, engine: Engine = VLLM) -> Row:
     """One release's verdicts: from the matrix cache, else by checking its wheel."""
     use_cache = not caches_disabled()
-    path = _row_path(release, digest)
+    path = _row_path(release, digest, engine)
     if use_cache:
         try:
             report = json.loads(path.read_text(encoding="utf-8"))
@@ -237,7 +247,7 @@ def release_row(release: str, rules: tuple[Rule, ...], digest: str) -> Row:
             pass
 
     try:
-        report = run_check(ReleaseTarget(release), rules).to_json()
+        report = run_check(ReleaseTarget(release, engine), rules).to_json()
     except ToolError as exc:
         return Row(release, (), cached=False, error=str(exc))
     judged = all(fix["status"] != UNKNOWN for fix in report["fixes"])
@@ -250,7 +260,8 @@ def release_row(release: str, rules: tuple[Rule, ...], digest: str) -> Row:
     return _row(release, report, cached=False)
 
 
-def release_rows(releases: list[str], rules: tuple[Rule, ...], digest: str, update: Callable[..., None]) -> list[Row]:
+def release_rows(releases: list[str], rules: tuple[Rule, ...], digest: str, update: Callable[..., None],
+                 engine: Engine = VLLM) -> list[Row]:
     """``release_row`` of each release, ``JOBS`` at a time (their downloads, and their checks), in the order given;
     ``update`` says how many are done and which are being checked. Each runs in a copy of this context: a
     progress bar shown here shows theirs below it."""
@@ -260,9 +271,9 @@ def release_rows(releases: list[str], rules: tuple[Rule, ...], digest: str, upda
     def one(release: str) -> Row:
         with lock:
             running.append(release)
-            update(description=f"vllm {', '.join(running)}")
+            update(description=f"{engine.distribution} {', '.join(running)}")
         try:
-            return release_row(release, rules, digest)
+            return release_row(release, rules, digest, engine)
         finally:
             with lock:
                 running.remove(release)
@@ -276,7 +287,7 @@ def release_rows(releases: list[str], rules: tuple[Rule, ...], digest: str, upda
 
 def _row(release: str, report: dict[str, Any], cached: bool) -> Row:
     statuses = tuple((fix["id"], fix["status"]) for fix in report["fixes"])
-    return Row(release, statuses, cached=cached, commit=report["vllm"]["commit"])
+    return Row(release, statuses, cached=cached, commit=engine_json(report)["commit"])
 
 
 # Rendering ------------------------------------------------------------------------------------
@@ -339,7 +350,7 @@ def render_terminal(matrix: Matrix, width: int) -> str:
     sizes = [max(width_of(line[i]) for line in [header] + [b for b, row in zip(body, matrix.rows) if not row.error])
              for i in range(len(header))]
     table = sum(sizes) + 2 * (len(sizes) - 1) <= width
-    lines: list[Line] = [[("vLLM releases × DFlash fixes", "bold")]]
+    lines: list[Line] = [[(f"{matrix.engine.display} releases × DFlash fixes", "bold")]]
     if table:
         lines.append([(cell.ljust(size + 2), LABEL) for cell, size in zip(header, sizes)])
     for row, cells in zip(matrix.rows, body):

@@ -11,6 +11,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from .engines import ENGINES, VLLM
 from .model import ABSENT, DECIDERS, PARTIAL, PRESENT, VERDICTS, ToolError
 from .rules import (
     DIMENSIONS, FORM_VERDICTS, QUESTIONS, Affects, Anchor, Applies, Behaviour, Case, Construct, FixCase, Form, FormPatch, Handing,
@@ -99,7 +100,16 @@ def load_rule(path: Path) -> Rule:
         patch_refusal=_prose(data.get("patch_refusal", "")),
         behaviour=_behaviour(data.get("behaviour"), where, anchor_ids),
         fix_cases=tuple(_fix_case(raw, where) for raw in data.get("fix_cases", [])),
+        engine=_engine(data, where),
     )
+
+
+def _engine(data: dict[str, Any], where: str) -> str:
+    """The engine a rule describes: its ``engine`` key, a registered engine's name; vLLM's when it has none."""
+    name = data.get("engine", VLLM.name)
+    if name not in ENGINES:
+        raise ToolError(f"{where}: engine must be one of {', '.join(sorted(ENGINES))} (not {name!r})")
+    return name
 
 
 def _sentence(value: Any, where: str) -> str:
@@ -317,11 +327,11 @@ def _load_rules(extra: str) -> tuple[Rule, ...]:
         if not directory.is_dir():
             raise ToolError(f"{EXTRA_RULES}: {directory} is not a directory of rule files")
         rules += [load_rule(path) for path in sorted(directory.glob("*.toml"))]
-    seen: set[str] = set()
+    seen: set[tuple[str, str]] = set()  # one rule per fix and engine: each engine's code has its own
     for rule in rules:
-        if rule.id in seen:
-            raise ToolError(f"{rule.source}: a rule with the id {rule.id!r} is already loaded")
-        seen.add(rule.id)
+        if (rule.engine, rule.id) in seen:
+            raise ToolError(f"{rule.source}: a rule with the id {rule.id!r} is already loaded for {rule.engine}")
+        seen.add((rule.engine, rule.id))
     return tuple(rules)
 
 

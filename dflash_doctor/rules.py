@@ -18,6 +18,16 @@ IGNORE = "ignore"  # a form that locates code off the DFlash path: evidence only
 FORM_VERDICTS = (PRESENT, ABSENT, PARTIAL, IGNORE)
 
 
+def for_engine(rules: tuple[Rule, ...], engine: str) -> tuple[Rule, ...]:
+    """One rule per fix id, in the order the ids first come: the one describing ``engine``'s code where
+    there is one, else the first (whose fix is then unknown for that engine's trees: no rule judges it)."""
+    chosen: dict[str, Rule] = {}
+    for rule in rules:
+        if rule.id not in chosen or (rule.engine == engine and chosen[rule.id].engine != engine):
+            chosen[rule.id] = rule
+    return tuple(chosen.values())
+
+
 def rules_dir() -> Path:
     """``rules/`` inside the installed package, or beside it in a checkout."""
     here = Path(__file__).resolve().parent
@@ -259,6 +269,7 @@ class Rule:
     behaviour: Behaviour | None = None
     fix_cases: tuple[FixCase, ...] = ()
     affects: Affects | None = None  # None: the defect can reach every DFlash drafter
+    engine: str = "vllm"  # the engine whose code the rule describes (its ``engine`` key; vLLM when it has none)
 
     def headline(self, status: str) -> str:
         return dict(self.headlines)[status]

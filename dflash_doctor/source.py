@@ -1,4 +1,4 @@
-"""Read-only access to an engine's tree (vLLM's): files, symbol location, parse caches.
+"""Read-only access to an engine's tree (vLLM's, SGLang's): files, symbol location, parse caches.
 
 Location is cheap (stdlib ``ast`` over the few files the rules name, one
 byte scan of the package when a symbol moved); libcst parses only the
@@ -93,7 +93,7 @@ class ParsedFile:
         if b"\x00" in data:
             raise SourceError(f"{relpath} is a binary file, not Python source")
         try:
-            self.text = data.decode("utf-8")
+            self.text = data.decode("utf-8-sig")  # Python reads a source that starts with a BOM (SGLang ships one)
         except UnicodeDecodeError as exc:
             raise SourceError(f"{relpath} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
         try:

@@ -13,7 +13,7 @@ from .model import NOT_APPLICABLE, UNKNOWN, Evidence, FixResult
 from .rules import Rule
 
 SHADOWED = "shadowed"  # evidence form: Python loads another file for this module
-PLUGIN = "plugin"  # evidence form: a vLLM plugin whose code names this fix's route
+PLUGIN = "plugin"  # evidence form: an engine's plugin whose code names this fix's route
 
 if TYPE_CHECKING:
     from .draft.config import DraftConfig
@@ -26,16 +26,19 @@ def judge(
 ) -> tuple[tuple[FixResult, ...], Computed | None, bool]:
     """(fixes, what the tree computes for ``user``'s config, whether the answer
     follows from the files alone: not when the behaviour child failed or a call
-    timed out, which load can cause). Behaviour runs only where the target can run it."""
-    opened = resolved.behaviour or contextlib.nullcontext  # entered, it gives None: no behaviour
+    timed out, which load can cause). Behaviour runs only where the target can run it,
+    and only for rules of the tree's engine (structure says the others' fixes are unknown)."""
+    ours = tuple(rule for rule in rules if rule.engine == resolved.tree.engine.name)
+    opened = resolved.behaviour if resolved.behaviour is not None and ours else (lambda: contextlib.nullcontext(None))
     with opened() as run:  # first: the child starts while the engine is imported and structure checked
         from .behaviour.combine import combine  # heavy: libcst (both), imported while the child starts
         from .structure.engine import Checker
 
         structure = Checker(resolved.tree).run(rules)
         watched = _Watched(run) if run is not None else None
-        answers, probes = answer_rules(resolved.tree, rules, watched, user) if watched is not None else ({}, None)
-    fixes = tuple(combine(rule, fix, answers.get(rule.id), resolved.no_behaviour) for rule, fix in zip(rules, structure))
+        answers, probes = answer_rules(resolved.tree, ours, watched, user) if watched is not None else ({}, None)
+    fixes = tuple(combine(rule, fix, answers.get(rule.id), resolved.no_behaviour) if rule.engine == resolved.tree.engine.name else fix
+                  for rule, fix in zip(rules, structure))
     fixes = _what_python_loads(resolved, rules, fixes)
     fixes = _plugins_on_route(resolved, rules, fixes)
     if user is not None:
@@ -64,7 +67,7 @@ class _Watched:
 def _what_python_loads(resolved: ResolvedTarget, rules: tuple[Rule, ...], fixes: tuple[FixResult, ...]) -> tuple[FixResult, ...]:
     """A file the check read that Python would not run (a package, an extension
     module or an unchecked-hash .pyc comes first) leaves every judged fix unknown:
-    the verdicts speak of code vLLM does not import."""
+    the verdicts speak of code the engine does not import."""
     from .structure.engine import UNKNOWN_CODE, restate
 
     shadows = [(relpath, why) for relpath in sorted(resolved.tree.inspected()) if (why := resolved.tree.shadowed(relpath))]
@@ -81,7 +84,7 @@ def _what_python_loads(resolved: ResolvedTarget, rules: tuple[Rule, ...], fixes:
 
 
 def _plugins_on_route(resolved: ResolvedTarget, rules: tuple[Rule, ...], fixes: tuple[FixResult, ...]) -> tuple[FixResult, ...]:
-    """vLLM loads its plugins at start, and they may patch its classes: a plugin whose
+    """The engine loads its plugins at start, and they may patch its classes: a plugin whose
     code names a definition on a fix's route (or its module) leaves the fix unknown;
     one whose code cannot be read is said to possibly change the answer."""
     from .structure.engine import UNKNOWN_CODE, restate
@@ -101,7 +104,8 @@ def _plugins_on_route(resolved: ResolvedTarget, rules: tuple[Rule, ...], fixes: 
                               for p, names in touching)
             evidence = tuple(Evidence(p.target, None, p.name, PLUGIN, f"names {', '.join(names)}") for p, names in touching)
             fix = restate(rule, dataclasses.replace(fix, evidence=(*fix.evidence, *evidence)), UNKNOWN,
-                          f"vLLM loads plugins at start that may replace the code on this fix's route: {words}", UNKNOWN_CODE)
+                          f"{resolved.tree.engine.display} loads plugins at start that may replace the code on this fix's route: {words}",
+                          UNKNOWN_CODE)
         elif unread:
             note = "; ".join(f"plugin {p.name} ({p.group} of {p.distribution}) could not be read and may change this answer" for p in unread)
             fix = dataclasses.replace(fix, reason=f"{fix.reason}; {note}" if fix.reason else note)

@@ -255,7 +255,7 @@ def fleet_validator() -> jsonschema.Draft202012Validator:
     from referencing import Registry, Resource
 
     schemas = Path(__file__).resolve().parent.parent / "schemas"
-    fleet, check = (json.loads((schemas / f"{n}-v1.schema.json").read_text()) for n in ("fleet", "check"))
+    fleet, check = (json.loads((schemas / f"{n}-v2.schema.json").read_text()) for n in ("fleet", "check"))
     registry = Registry().with_resource(check["$id"], Resource.from_contents(check))
     return jsonschema.Draft202012Validator(fleet, registry=registry)
 

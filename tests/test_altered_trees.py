@@ -73,7 +73,7 @@ def test_removing_the_shift_locally_is_absent_and_shows_as_modified(mini_tree):
          'layer_ids = dflash_config.get("target_layer_ids")')
     _, report = check_json("--path", str(tree))
     assert statuses(report)["layer-offset"] == "absent"
-    assert report["vllm"]["modified_files"] == [RESOLVER]
+    assert report["engine"]["modified_files"] == [RESOLVER]
 
 
 def test_half_fixed_tree_is_partial(mini_tree):
@@ -149,8 +149,8 @@ def test_package_dir_and_source_checkout_forms_of_path(mini_tree):
     fixes = {fix["id"]: fix for fix in report["fixes"]}
     assert {name: fix["status"] for name, fix in fixes.items()} == {"cache-drop": "present", "layer-offset": "present", "swa-config": "unknown"}
     assert "no transformers is installed beside this vLLM" in fixes["swa-config"]["reason"]
-    assert report["vllm"]["version"] == "0.33.0"  # from vllm/_version.py
-    assert report["vllm"]["modified_files"] is None  # nothing to compare against
+    assert report["engine"]["version"] == "0.33.0"  # from vllm/_version.py
+    assert report["engine"]["modified_files"] is None  # nothing to compare against
     # a source checkout states its transformers in requirements/common.txt: the config class runs
     (tree / "requirements").mkdir()
     (tree / "requirements" / "common.txt").write_text("# a checkout's own dependencies\ntransformers >= 5.16.1, < 5.21.0\n")
@@ -164,7 +164,7 @@ def test_direct_url_commit_wins(mini_tree):
     sha = "3cfc8f8b7" + "0" * 31
     (dist_info / "direct_url.json").write_text(json.dumps({"url": "https://example.invalid/vllm.git", "vcs_info": {"vcs": "git", "commit_id": sha}}))
     _, report = check_json("--path", str(tree))
-    assert (report["vllm"]["commit"], report["vllm"]["commit_source"]) == (sha, "direct_url.json")
+    assert (report["engine"]["commit"], report["engine"]["commit_source"]) == (sha, "direct_url.json")
 
 
 def test_local_version_commit(mini_tree):
@@ -173,5 +173,5 @@ def test_local_version_commit(mini_tree):
         os.rename(dist_info, tree / "elsewhere")
     (tree / "vllm/_version.py").write_text("__version__ = version = '0.1.dev16016+g3cfc8f8b7'\n")
     _, report = check_json("--path", str(tree))
-    assert (report["vllm"]["version"], report["vllm"]["commit"], report["vllm"]["commit_source"]) == (
+    assert (report["engine"]["version"], report["engine"]["commit"], report["engine"]["commit_source"]) == (
         "0.1.dev16016+g3cfc8f8b7", "3cfc8f8b7", "version")

@@ -17,7 +17,9 @@ def test_nonexistent_path():
 
 
 def test_directory_without_vllm(tmp_path):
-    assert_error(run_cli("check", "--path", str(tmp_path)), "no vllm package under")
+    assert_error(run_cli("check", "--path", str(tmp_path)), "no vllm or sglang package under")
+    assert_error(run_cli("check", "--path", str(tmp_path), "--engine", "vllm"), "no vllm package under")
+    assert_error(run_cli("check", "--path", str(tmp_path), "--engine", "tgi"), "--engine: no engine called 'tgi' (known: sglang, vllm)")
 
 
 def test_file_instead_of_directory(tmp_path):
@@ -52,7 +54,8 @@ def test_interpreter_that_prints_garbage(tmp_path):
 
 def test_interpreter_without_vllm():
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    assert_error(run_cli("check", "--python", sys.executable, env=env), "vllm is not installed")
+    assert_error(run_cli("check", "--python", sys.executable, env=env), "neither vllm nor sglang is installed")
+    assert_error(run_cli("check", "--python", sys.executable, "--engine", "sglang", env=env), "sglang is not installed")
 
 
 @pytest.mark.release
@@ -61,7 +64,7 @@ def test_interpreter_with_vllm_is_inspected_without_import(tmp_path, release):
     code, report = check_json("--python", str(python))
     assert report["target"]["kind"] == "python" and report["target"]["python"].startswith(str(tmp_path))
     assert statuses(report) == {"cache-drop": "absent", "layer-offset": "absent", "swa-config": "absent"}
-    assert report["vllm"]["version"] == "0.20.1"
+    assert report["engine"]["version"] == "0.20.1"
     assert code == 1
 
 
@@ -106,5 +109,5 @@ def test_unwritable_output_keeps_nothing_half_written(tmp_path, mini_tree):
     out.write_text("previous report")
     proc = run_cli("check", "--path", str(tree), "--format", "json", "--output", str(out))
     assert proc.returncode == 1 and proc.stdout == ""
-    assert '"dflash-doctor/check/v1"' in out.read_text()
+    assert '"dflash-doctor/check/v2"' in out.read_text()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".r.json")] == []

@@ -13,7 +13,7 @@ import pytest
 from conftest import run_cli
 from dflash_doctor.model import ABSENT, NOT_APPLICABLE, PRESENT, UNKNOWN, BottomLine, FixResult, Waiver
 
-SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "schemas" / "check-v1.schema.json").read_text())
+SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "schemas" / "check-v2.schema.json").read_text())
 FIRST = {"layer-offset": "0.22.0", "swa-config": "0.26.0", "cache-drop": "0.33.0"}
 RESOLVER = "vllm/v1/worker/gpu_model_runner.py"
 

@@ -27,7 +27,7 @@ def test_cached_answer_equals_fresh_and_follows_edits(tmp_path, mini_tree):
         'layer_ids = dflash_config.get("target_layer_ids")'))
     code, report = check_json("--path", str(tree), env=cached_env)
     assert statuses(report)["layer-offset"] == "absent"
-    assert report["vllm"]["modified_files"] == [RESOLVER]
+    assert report["engine"]["modified_files"] == [RESOLVER]
 
 
 def test_disabled_cache_writes_nothing(tmp_path, mini_tree):

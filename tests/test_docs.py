@@ -134,7 +134,7 @@ def test_schema_files_are_valid_and_named_after_their_reports():
 
 @pytest.mark.release
 def test_check_reports_match_the_check_schema(tmp_path, release, mini_tree):
-    validator = schema("check-v1")
+    validator = schema("check-v2")
     waivers = tmp_path / "w.toml"
     waivers.write_text('[[waiver]]\nid = "cache-drop"\nreason = "r"\nuntil = 2099-01-01\n'
                        '[[waiver]]\nid = "swa-config"\nreason = "old"\nuntil = 2020-01-01\n'

@@ -47,9 +47,11 @@ TOY = Engine(
     platforms=(PlatformKind("gpu", "GPU", "gpu"), PlatformKind("npu", "NPU", r"npu\d*")),
     default_platform="gpu",
     report_key="toyengine",
+    cache="toyengine",
+    first_dflash="2.0.0",
 )
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
-CHECK_SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "schemas" / "check-v1.schema.json").read_text())
+CHECK_SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "schemas" / "check-v2.schema.json").read_text())
 
 
 def record_row(root: Path, relpath: str) -> str:
@@ -145,6 +147,17 @@ def test_the_collector_finds_and_reads_the_package_its_request_names(site: Path,
     assert (provenance.version, provenance.commit, provenance.vendor) == ("2.0.0+npu3", COMMIT, "toyengine-npu")
 
 
+def test_the_staged_collector_sends_the_engines_version_file_first_and_holds_back_the_rest(site: Path) -> None:
+    """A report reads the version file even when the results cache answers: it comes in the first part."""
+    request = probe_request((), TOY)
+    request["files"] = ["toyengine/__init__.py", "toyengine/scheduler.py", TOY.version_file]
+    proc = subprocess.run([sys.executable, "-S", "-", "stage", encode_request(request)], check=False, input=probe_source(),
+                          capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
+    first = parse_probe_output(proc.stdout, "the collector")
+    assert set(first["files"]) == {TOY.version_file} and "GIT_SHA" in first["files"][TOY.version_file]
+    assert set(first["sha256"]) == set(request["files"])
+
+
 def test_a_collector_answer_for_an_unknown_package_is_a_clear_error() -> None:
     with pytest.raises(ToolError, match="no engine has the package 'toyengine'"):
         snapshot_target({"package": "toyengine", "files": {}, "root": "/x"}, "probe", "probe file x")
@@ -184,8 +197,9 @@ def test_reports_name_the_toy_engine_where_they_named_vllm(site: Path) -> None:
     provenance = read_provenance(DirectoryTree(site, find_dist_info(site, TOY.package), TOY))
     report = CheckReport(TargetInfo("path", str(site), directory=True), provenance, (), "0")
     data = report.to_json()
-    assert "toyengine" in data and "vllm" not in data
-    assert data["toyengine"]["distribution"] == {"name": "toyengine-npu", "version": "2.0.0+npu3"}
+    assert "vllm" not in data and "toyengine" not in data
+    assert data["engine"]["name"] == "toyengine"
+    assert data["engine"]["distribution"] == {"name": "toyengine-npu", "version": "2.0.0+npu3"}
     header = " ".join(TableReporter().render(report, False).split())
     assert "(a distribution of ToyEngine)" in header and "built for NPU" in header
     sarif = json.loads(SarifReporter().render(report, False))
@@ -193,10 +207,10 @@ def test_reports_name_the_toy_engine_where_they_named_vllm(site: Path) -> None:
     assert f'name="toyengine.commit" value="{COMMIT}"' in JunitReporter().render(report, False)
 
 
-def test_a_vllm_report_keeps_its_key_and_validates() -> None:
+def test_a_vllm_report_names_its_engine_and_validates() -> None:
     report = CheckReport(TargetInfo("path", "/srv/site"), Provenance("0.33.0", None, None, None), (), "0")
     data = report.to_json()
-    assert data["vllm"]["version"] == "0.33.0" and "toyengine" not in data
+    assert data["engine"]["name"] == "vllm" and data["engine"]["version"] == "0.33.0" and "vllm" not in data
     jsonschema.validate(data, CHECK_SCHEMA)
 
 
@@ -212,5 +226,5 @@ def test_remedies_of_a_vendor_build_name_its_engine(site: Path) -> None:
 
 def test_an_unknown_engine_name_is_refused_naming_the_known_ones() -> None:
     assert engines.named("vllm") is VLLM
-    with pytest.raises(LookupError, match=r"no engine called 'sglang' \(known: vllm\)"):
-        engines.named("sglang")
+    with pytest.raises(LookupError, match=r"no engine called 'toyengine' \(known: sglang, vllm\)"):
+        engines.named("toyengine")

@@ -25,7 +25,7 @@ DRAFTERS = Path(__file__).resolve().parent / "data" / "drafters"
 ALL_FULL = DRAFTERS / "qwen3-8b-dflash-b16.json"  # z-lab Qwen3-8B: every layer full attention
 SLIDING = DRAFTERS / "qwen3.8-27b-dflash2.json"  # every layer sliding (2048), non-causal
 SPECULATORS = DRAFTERS / "speculators-qwen3-8b-dflash.json"  # ids are capture ids already
-CHECK_SCHEMA = json.loads((REPO / "schemas" / "check-v1.schema.json").read_text())
+CHECK_SCHEMA = json.loads((REPO / "schemas" / "check-v2.schema.json").read_text())
 VERDICTS = ("present", "absent", "partial", "not-applicable", "unknown")
 
 
@@ -152,7 +152,7 @@ def test_a_file_that_does_not_parse_is_unknown_with_what_to_do(mini_tree):
     assert fix["headline"] == "Could not tell whether DFlash still drops the last prefix-cache block."
     assert "scheduler.py does not parse" in fix["reason"]
     assert "Upgrade" not in fix["remedy"] and "0.33.0" not in fix["remedy"]
-    assert fix["remedy"] == UNREADABLE
+    assert fix["remedy"] == UNREADABLE.format(engine="vLLM")
 
 
 @pytest.mark.release

@@ -118,7 +118,7 @@ def test_help_gives_descriptions_room(rendered):
     if columns == 200:
         assert max(len(line) for line in lines) > 100  # a wide terminal is used, up to HELP_MAX_WIDTH
     summary = next(line for line in pages[()] if line.startswith("  check "))
-    assert summary.rstrip().endswith("vLLM tree.")  # one-sentence summaries, not cut off with "..."
+    assert summary.rstrip().endswith("vLLM or SGLang tree.")  # one-sentence summaries, not cut off with "..."
     for words in ((), ("rules",)):
         cut = [line for line in pages[words] if line.startswith("  ") and line.rstrip().endswith("...")]
         assert not cut, cut

@@ -34,7 +34,7 @@ VENV_SITE = "opt/venv/lib/python3.12/site-packages"
 BASE = {"usr/share/base.bin": Random(2 << 20), **python_files()}
 
 
-CHECK_SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "schemas" / "check-v1.schema.json").read_text())
+CHECK_SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "schemas" / "check-v2.schema.json").read_text())
 
 
 def image_check(*args: str, env: dict | None = None) -> tuple[int, dict | None, str]:
@@ -130,7 +130,7 @@ def test_registry_image_verdicts_equal_check_path_on_the_same_files(registry, la
     code, report, stderr = image_check(*ref(registry, "plain"))
     assert report["fixes"] == path_fixes(trees["0.22.0"]), stderr
     assert stderr == ""  # no progress bar on a pipe
-    assert code == 1 and report["vllm"]["version"] == "0.22.0"
+    assert code == 1 and report["engine"]["version"] == "0.22.0"
     target = report["target"]
     assert target["kind"] == "image" and target["reference"] == f"{registry.host}/team/vllm:plain"
     assert target["digest"] == layout[1]["plain"] and target["platform"] == "linux/amd64"
@@ -146,7 +146,7 @@ def test_whiteout_overwrite_and_opaque_directory_from_later_layers(registry, tre
     assert layered["fixes"] != path_fixes(trees["0.22.0"])  # the later layers did change what is checked
     _, opaque, _ = image_check(*ref(registry, "opaque"))
     assert opaque["fixes"] == path_fixes(trees["0.33.0"])
-    assert opaque["vllm"]["version"] == "0.22.0"  # the dist-info beside vllm/ was not under the opaque dir
+    assert opaque["engine"]["version"] == "0.22.0"  # the dist-info beside vllm/ was not under the opaque dir
 
 
 @pytest.mark.slow
@@ -154,7 +154,7 @@ def test_whiteout_overwrite_and_opaque_directory_from_later_layers(registry, tre
 def test_two_pythons_the_one_first_on_path_wins(registry, trees):
     _, venv, _ = image_check(*ref(registry, "two-pythons"))
     assert venv["target"]["site"] == f"/{VENV_SITE}" and venv["target"]["python"] == "/opt/venv/bin/python3"
-    assert venv["fixes"] == path_fixes(trees["0.33.0"]) and venv["vllm"]["version"] == "0.33.0"
+    assert venv["fixes"] == path_fixes(trees["0.33.0"]) and venv["engine"]["version"] == "0.33.0"
     _, system, _ = image_check(*ref(registry, "system-python"))
     assert system["target"]["site"] == f"/{SITE}" and system["target"]["python"] == "/usr/bin/python3"
     assert system["fixes"] == path_fixes(trees["0.22.0"])

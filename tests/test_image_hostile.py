@@ -75,7 +75,7 @@ def baseline(tmp_path_factory) -> int:
     directory = tmp_path_factory.mktemp("baseline") / "oci"
     raw_image(directory, "tiny", [tar_of([b"usr/share/a"])])
     result = measured_check("--image", f"oci:{directory}:tiny")
-    one_line(result, "no vllm package in the image")
+    one_line(result, "no vllm or sglang package in the image")
     return result.peak_rss
 
 
@@ -126,7 +126,7 @@ def test_a_layer_of_many_members_keeps_no_list_of_its_headers(tmp_path, baseline
     directory = tmp_path / "oci"
     raw_image(directory, "many", [tar_of(b"usr/share/m%07d" % i for i in range(100_000))])
     result = measured_check("--image", f"oci:{directory}:many")
-    one_line(result, "no vllm package in the image")
+    one_line(result, "no vllm or sglang package in the image")
     assert result.peak_rss < baseline + 20 * MIB, (result.peak_rss, baseline)
 
 
@@ -205,7 +205,7 @@ def test_an_image_config_of_the_wrong_types_is_treated_as_absent(tmp_path, chang
 
     directory = tmp_path / "oci"
     raw_image(directory, "odd", [tar_of([b"usr/share/a"])], change)
-    assert_error(run_cli("check", "--image", f"oci:{directory}:odd"), "no vllm package in the image")
+    assert_error(run_cli("check", "--image", f"oci:{directory}:odd"), "no vllm or sglang package in the image")
 
 
 def test_an_index_and_an_archive_of_the_wrong_types_are_one_line(tmp_path):

@@ -169,7 +169,7 @@ def test_direct_url_of_the_wrong_shape_is_no_commit(mini_tree, tmp_path, direct_
     (dist_info / "direct_url.json").write_text(text)
     run = run_measured("check", "--path", str(tree), "--format", "json")
     assert run.code == 0, run.stderr
-    assert json.loads(run.stdout)["vllm"]["commit_source"] == "_version.py"
+    assert json.loads(run.stdout)["engine"]["commit_source"] == "_version.py"
 
 
 @pytest.mark.release

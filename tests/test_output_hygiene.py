@@ -89,7 +89,7 @@ def test_plain_table_keeps_one_line_per_row(mini_tree):
 def test_json_keeps_the_data_and_stays_json(mini_tree):
     proc = run_cli("check", "--path", str(hostile_tree(mini_tree)), "--format", "json")
     assert "\x1b" not in proc.stdout  # json.dumps escapes controls itself
-    assert json.loads(proc.stdout)["vllm"]["version"] == HOSTILE
+    assert json.loads(proc.stdout)["engine"]["version"] == HOSTILE
 
 
 @pytest.mark.release

@@ -169,7 +169,7 @@ def test_patch_check_restore_cycle(tmp_path, version):
 
     code, report = check_json("--path", str(root), *only)
     assert code == 0 and set(statuses(report).values()) == {"present"}
-    assert report["vllm"]["modified_files"] == sorted(files)
+    assert report["engine"]["modified_files"] == sorted(files)
     for fix in report["fixes"]:
         assert "local dflash-doctor patch" in fix["reason"]
         assert any("patched locally by dflash-doctor" in e.get("note", "") for e in fix["evidence"])

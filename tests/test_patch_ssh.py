@@ -75,7 +75,7 @@ def test_patch_check_restore_over_ssh_one_connection_per_run(remote):
     assert all("local dflash-doctor patch" in fix["reason"] for fix in report["fixes"])
     assert report["local_patches"] == local["local_patches"]
     assert {entry["status"] for entry in report["local_patches"]} == {"applied"}
-    assert {RESOLVER, SCHEDULER} <= set(report["vllm"]["modified_files"])
+    assert {RESOLVER, SCHEDULER} <= set(report["engine"]["modified_files"])
     assert connections(remote) == 2
 
     patched = snapshot(root)

@@ -23,10 +23,10 @@ def test_release_verdicts(version, release):
     code, report = check_json("--release", version)
     assert statuses(report) == KNOWN[version]
     assert code == EXIT[version]
-    assert report["schema"] == "dflash-doctor/check/v1"
+    assert report["schema"] == "dflash-doctor/check/v2"
     assert report["target"]["kind"] == "release"
-    assert report["vllm"]["version"] == version
-    assert report["vllm"]["modified_files"] == []
+    assert report["engine"]["version"] == version
+    assert report["engine"]["modified_files"] == []
     root = Path(report["target"]["location"])
     for fix in report["fixes"]:
         assert fix["evidence"], fix
@@ -49,8 +49,8 @@ def test_evidence_lines_point_at_the_code_that_decided(release):
 @pytest.mark.release
 def test_provenance_reads_commit_from_version_file(release):
     _, report = check_json("--release", "0.33.0")
-    assert report["vllm"]["commit"] == "4ba787ec9"
-    assert report["vllm"]["commit_source"] == "_version.py"
+    assert report["engine"]["commit"] == "4ba787ec9"
+    assert report["engine"]["commit_source"] == "_version.py"
 
 
 @pytest.mark.release

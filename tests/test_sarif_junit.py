@@ -212,7 +212,7 @@ def test_several_reports_from_one_run(tmp_path, mini_tree):
     proc = run_cli("check", "--path", str(tree), "--format", "sarif", "--output", str(out / "bare.sarif"), "--output", f"json={out / 'j.json'}")
     assert proc.returncode == 1 and proc.stdout == ""
     assert sarif_errors(json.loads((out / "bare.sarif").read_text())) == []
-    assert json.loads((out / "j.json").read_text())["schema"] == "dflash-doctor/check/v1"
+    assert json.loads((out / "j.json").read_text())["schema"] == "dflash-doctor/check/v2"
 
 
 @pytest.mark.parametrize(
@@ -242,7 +242,7 @@ def test_a_failed_write_leaves_the_other_reports_whole(tmp_path, mini_tree):
     assert proc.returncode == 3 and proc.stderr.startswith("dflash-doctor: error: cannot write")
     # Reports are written in the order given, each whole: the JSON report is this check's, then the SARIF write fails.
     report = json.loads(good.read_text())
-    assert report["schema"] == "dflash-doctor/check/v1" and report["target"] == {"kind": "path", "location": str(tree)}
+    assert report["schema"] == "dflash-doctor/check/v2" and report["target"] == {"kind": "path", "location": str(tree)}
     assert report["exit_code"] == 1 and {fix["status"] for fix in report["fixes"]} == {"absent"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", tree.name]  # no temporary file, no no-dir
 

@@ -45,7 +45,7 @@ def test_same_report_as_a_local_check_over_one_connection(version, server, clien
     proc = ssh_check(client, "--host", host(srv), "--python", str(remotes[version]), "--format", "json")
     remote = json.loads(proc.stdout)
     local = json.loads(run_cli("check", "--path", str(release(version)), "--format", "json").stdout)
-    assert remote["schema"] == "dflash-doctor/check/v1"
+    assert remote["schema"] == "dflash-doctor/check/v2"
     assert remote["target"]["kind"] == "ssh"
     assert remote["target"]["host"] == host(srv) and remote["target"]["python"] == str(remotes[version])
     assert remote["target"]["behaviour"] == f"runs on {host(srv)}"
@@ -56,7 +56,7 @@ def test_same_report_as_a_local_check_over_one_connection(version, server, clien
     expected = "present" if version == "0.33.0" else "absent"
     assert decided["layer-offset"] == (expected, "behaviour")
     assert decided["swa-config"][0] == expected
-    assert remote["vllm"] == local["vllm"]
+    assert remote["engine"] == local["engine"]
     assert proc.returncode == (0 if version == "0.33.0" else 1)
     # One connection: the probe, then each behaviour run in its own exec channel on it.
     assert srv.log_count("Connection from 127.0.0.1") == 1
@@ -77,7 +77,7 @@ def test_many_hosts_in_parallel_with_one_broken(server, client, remotes):
     assert proc.stdout, proc.stderr
     fleet = json.loads(proc.stdout)
     assert list(fleet_validator().iter_errors(fleet)) == []
-    assert fleet["schema"] == "dflash-doctor/fleet/v1"
+    assert fleet["schema"] == "dflash-doctor/fleet/v2"
     assert len(fleet["hosts"]) == 4
     for entry in fleet["hosts"][:3]:
         assert set(statuses(entry).values()) == {"present"}

@@ -72,7 +72,7 @@ def host(tmp_path: Path, mini_tree: Callable[..., Path]) -> Iterator[Host]:
 
 def verdicts(report: dict) -> tuple:
     """What a check says about the tree (the target's byte counts differ from run to run)."""
-    return report["fixes"], report["vllm"], report["summary"]
+    return report["fixes"], report["engine"], report["summary"]
 
 
 def test_the_second_check_of_an_unchanged_host_starts_nothing_but_the_collector(host: Host) -> None:

@@ -189,7 +189,7 @@ def test_a_non_string_commit_id_records_no_commit(real_answer, tmp_path):
     path = answer_file(tmp_path / "node.probe", answer)
     proc = run_cli("check", "--from-probe", str(path), "--format", "json")
     assert proc.returncode in (0, 1, 2) and "Traceback" not in proc.stderr, proc.stderr
-    assert json.loads(proc.stdout)["vllm"]["commit_source"] != "direct_url.json"
+    assert json.loads(proc.stdout)["engine"]["commit_source"] != "direct_url.json"
 
 
 @pytest.mark.release

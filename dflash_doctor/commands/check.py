@@ -13,6 +13,7 @@ from ..terminal import clean
 from .options import (
     AcceptNewHostKeyOption,
     ConnectTimeoutOption,
+    EngineOption,
     FromProbeOption,
     FullWheelOption,
     HostOption,
@@ -98,10 +99,11 @@ def check(
     registry_timeout: float = RegistryTimeoutOption,
     repo: Optional[Path] = typer.Option(None, "--repo", help="A vLLM clone: add which PRs the target's build commit contains (see `ancestry`)."),
     main_ref: Optional[str] = typer.Option(None, "--main-ref", help="With --repo: the main line (default origin/main, else main)."),
+    engine: str = EngineOption,
     draft_config: Optional[Path] = typer.Option(None, "--draft-config", help="The drafter's config.json (or its directory): lint it, probe what this vLLM computes for it, and gate only on fixes whose defect can reach it."),
     target_config: Optional[Path] = typer.Option(None, "--target-config", help="With --draft-config: the target model's config.json, for the layer range."),
 ) -> int:
-    """Check whether the DFlash fixes are in a vLLM tree.
+    """Check whether the DFlash fixes are in a vLLM or SGLang tree.
 
     Exit: 0 all present (or waived, or whose defect cannot reach the --draft-config drafter), 1 any
     absent/partial/not-applicable (or unknown with --strict), 2 otherwise any unknown, 3 could not run.
@@ -118,7 +120,8 @@ def check(
     spec = target_spec(path, python, release, host, hosts_file, from_probe, image, identity=identity, known_hosts=known_hosts,
                        ssh_config=ssh_config, connect_timeout=connect_timeout, probe_timeout=probe_timeout,
                        accept_new_host_key=accept_new_host_key, platform=platform, insecure_registry=insecure_registry,
-                       registry_timeout=registry_timeout, progress=sys.stderr.isatty() and len(image or []) == 1)
+                       registry_timeout=registry_timeout, progress=sys.stderr.isatty() and len(image or []) == 1,
+                       engine=engine)
     request = api.CheckRequest(spec, tuple(only or ()), strict, waivers, repo, main_ref, draft_config, target_config, jobs,
                                full_wheel, progress=sys.stderr.isatty())
     # Hosts the results cache cannot answer need the engine: imported while the others' round trips go on

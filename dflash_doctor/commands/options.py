@@ -33,6 +33,7 @@ ImageOption = typer.Option(None, "--image", help="A container image, read withou
 SingleImageOption = typer.Option(None, "--image", help="A container image, read without a daemon: vllm/vllm-openai:v0.20.1, host:5000/team/vllm@sha256:..., oci:DIR or oci:DIR:TAG, docker-archive:FILE.")
 PlatformOption = typer.Option("linux/amd64", "--platform", help="With --image: the platform to pick from a multi-platform index (os/arch or os/arch/variant).")
 InsecureRegistryOption = typer.Option(None, "--insecure-registry", metavar="HOST[:PORT]", help="With --image: speak plain HTTP to this registry (repeatable).")
+EngineOption = typer.Option("auto", "--engine", help="The engine whose tree is checked: auto (every engine whose package --path or --python holds, each checked; for --image the first it holds, vLLM before SGLang; vLLM for --release and --host), vllm or sglang.")
 RegistryTimeoutOption = typer.Option(30.0, "--registry-timeout", min=0.1, help="With --image: seconds a registry may take to answer a request or send more of a blob.")
 
 
@@ -42,13 +43,13 @@ def target_spec(
     images: Optional[list[str]] = None, *, identity: Optional[Path] = None, known_hosts: Optional[Path] = None,
     ssh_config: Optional[Path] = None, connect_timeout: float = 10.0, probe_timeout: float = 60.0,
     accept_new_host_key: bool = False, platform: str = "linux/amd64", insecure_registry: Optional[list[str]] = None,
-    registry_timeout: float = 30.0, progress: bool = False,
+    registry_timeout: float = 30.0, progress: bool = False, engine: str = "auto",
 ) -> TargetSpec:
     """The target options as the API's ``TargetSpec`` (the ssh and image ones only matter with hosts or images)."""
     ssh = SshOptions(identity=identity, known_hosts=known_hosts, ssh_config=ssh_config, connect_timeout=connect_timeout,
                      probe_timeout=probe_timeout, accept_new_host_key=accept_new_host_key)
     image = ImageOptions(platform=platform, insecure=tuple(insecure_registry or ()), timeout=registry_timeout, progress=progress)
-    return TargetSpec(path, python, release, tuple(hosts or ()), hosts_file, from_probe, tuple(images or ()), ssh, image)
+    return TargetSpec(path, python, release, tuple(hosts or ()), hosts_file, from_probe, tuple(images or ()), ssh, image, engine)
 
 
 def emit(text: str, output: Optional[Path]) -> None:

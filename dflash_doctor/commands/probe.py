@@ -8,18 +8,26 @@ from ..model import EXIT_OK
 from .options import OnlyOption
 
 
-def probe_script(only: Optional[list[str]] = OnlyOption) -> int:
+def probe_script(
+    only: Optional[list[str]] = OnlyOption,
+    engine: str = typer.Option("vllm", "--engine", help="Whose package the script collects: vllm or sglang."),
+) -> int:
     """Print the probe as a standalone script. For a fleet engine: the script needs only the
     standard library. Run it on each server
-    with the vLLM interpreter (e.g. `python3 probe.py > HOST.probe`); then `dflash-doctor check --from-probe DIR` evaluates every answer locally.
+    with the interpreter that runs vLLM or SGLang (e.g. `python3 probe.py > HOST.probe`); then `dflash-doctor check --from-probe DIR` evaluates every answer locally.
     """
     import json
 
-    from ..engines import VLLM
+    from ..engines import named
+    from ..model import ToolError
     from ..rulefile import select
     from ..targets.probing import probe_request, probe_source
 
-    request = json.dumps(probe_request(select(only), VLLM), sort_keys=True)
+    try:
+        chosen = named(engine)
+    except LookupError as exc:
+        raise ToolError(f"--engine: {exc}") from None
+    request = json.dumps(probe_request(select(only), chosen), sort_keys=True)
     source = probe_source().replace('REQUEST = {"files": [], "anchors": []}', f"REQUEST = {request}", 1)
     typer.echo("#!/usr/bin/env python3", nl=True)
     typer.echo(source, nl=False)

@@ -17,11 +17,12 @@ class MatrixFormat(str, Enum):
 
 
 def releases(
-    first: Optional[str] = typer.Option(None, "--from", help="Oldest release in the matrix (default 0.20.0, the first with DFlash)."),
+    first: Optional[str] = typer.Option(None, "--from", help="Oldest release in the matrix (default: the engine's first with DFlash, vLLM 0.20.0, SGLang 0.5.11)."),
     last: Optional[str] = typer.Option(None, "--to", help="Newest release in the matrix (default: the newest on the index)."),
     format: MatrixFormat = typer.Option(MatrixFormat.table, "--format", help="table, json or markdown."),
     offline: bool = typer.Option(False, "--offline", help="Do not ask the package index: only releases already in the cache (without it, an index that cannot be reached is an error)."),
     full_wheel: bool = FullWheelOption,
+    engine: str = typer.Option("vllm", "--engine", help="Whose releases: vllm or sglang."),
 ) -> int:
     """Check every release: the release x fix matrix. Each real wheel is checked (four at a time); the first
     release with each fix is named.
@@ -36,7 +37,7 @@ def releases(
     def said(line: str) -> None:
         print(f"dflash-doctor: {line}", file=sys.stderr)
 
-    matrix = api.releases(api.ReleasesRequest(first, last, offline, full_wheel), said)
+    matrix = api.releases(api.ReleasesRequest(first, last, offline, full_wheel, engine), said)
     rows = matrix.rows
     if format is MatrixFormat.json:
         import json

@@ -3,7 +3,7 @@
 An ``Engine`` says how to find the engine's package and the distribution that
 owns it, where its version and build commit are written, which entry points
 load its plugins, which platforms it is built for, and how reports name it.
-One file per engine holds only its descriptor (``vllm.py``); the code reads the
+One file per engine holds only its descriptor (``vllm.py``, ``sglang.py``); the code reads the
 descriptor the target's tree carries (``SourceTree.engine``) and names no
 engine. The stdlib collector (``probe.py``) cannot import this package: it is
 sent the package name in its request.
@@ -45,8 +45,14 @@ class Engine:
     plugin_groups: tuple[str, ...]  # entry-point groups whose plugins the engine loads at start
     platforms: tuple[PlatformKind, ...]
     default_platform: str  # what a build is for when nothing says otherwise
-    report_key: str  # the JSON report's key for what the tree says about itself (its provenance)
+    report_key: str  # the key of what the tree says about itself in check/v1 reports (v2 says ``engine``)
+    cache: str  # the user cache's subdirectory of the engine's releases and matrix rows ("": the cache itself)
+    first_dflash: str  # the first release on the package index with a DFlash code path
     route: Route | None = None  # the objects behaviour runs the tree's code on (None: behaviour cannot run it)
+
+    def kept(self) -> tuple[str, ...]:
+        """What a release tree keeps of the engine's wheel, besides its dist-info."""
+        return (f"{self.package}/**.py",)
 
     def owns(self, relpath: str) -> bool:
         """Whether ``relpath`` (relative to the tree root) lies inside the engine's package."""
@@ -64,9 +70,10 @@ class Engine:
         return next((kind.display for kind in self.platforms if kind.name == name), name)
 
 
-from .vllm import VLLM  # noqa: E402 - each engine's file reads the interface above
+from .sglang import SGLANG  # noqa: E402 - each engine's file reads the interface above
+from .vllm import VLLM  # noqa: E402
 
-ENGINES: Mapping[str, Engine] = {engine.name: engine for engine in (VLLM,)}
+ENGINES: Mapping[str, Engine] = {engine.name: engine for engine in (VLLM, SGLANG)}
 
 
 def named(name: str) -> Engine:
@@ -74,6 +81,16 @@ def named(name: str) -> Engine:
     if name not in ENGINES:
         raise LookupError(f"no engine called {name!r} (known: {', '.join(sorted(ENGINES))})")
     return ENGINES[name]
+
+
+def from_option(name: str) -> Engine:
+    """The engine an ``--engine`` option names; a ToolError naming the known ones."""
+    from ..model import ToolError
+
+    try:
+        return named(name)
+    except LookupError as exc:
+        raise ToolError(f"--engine: {exc}") from None
 
 
 def of_package(package: str) -> Engine:

@@ -22,6 +22,8 @@ VLLM = Engine(
     ),
     default_platform="cuda",  # vLLM's own wheels on the package index are CUDA builds
     report_key="vllm",
+    cache="",  # releases/<version>/, matrix/: the layout the cache had before a second engine
+    first_dflash="0.20.0",
     route=Route(
         method="dflash",
         speculative_config=Where("vllm/config/speculative.py", "SpeculativeConfig"),

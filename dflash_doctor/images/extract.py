@@ -25,13 +25,13 @@ from .interface import ImageError, ImageSource
 from .layers import Budget, LayerIndex, load_index, read_layer, save_index
 from .layout import LayoutSource
 from .manifest import Image, Layer, resolve_image
-from .merge import find_site, merge, site_files
+from .merge import find_site, installs_of, merge, site_files
 from .registry import RegistrySource
 
 LABELS = ("org.opencontainers.image.revision", "org.opencontainers.image.version", "org.opencontainers.image.source")
 TREE_FORMAT = "4"  # bump when what a tree holds changes (2: transformers config sources; 3: the dist-info of vllm-named distributions; 4: entry points)
 # Bump when what a layer index keeps changes (layers.wanted: every engine's files, so a new engine bumps it).
-LAYER_FORMAT = "4"
+LAYER_FORMAT = "5"  # 5: SGLang registered
 LAYER_JOBS = 4
 
 
@@ -44,6 +44,7 @@ class ImageTree:
     site: str  # the site directory inside the image
     python: str | None  # the interpreter on the image's PATH that imports it
     labels: tuple[tuple[str, str], ...]
+    engine: Engine  # whose package the tree holds
 
 
 def open_source(reference: str, insecure: tuple[str, ...] = (), timeout: float = 30.0) -> ImageSource:
@@ -55,11 +56,13 @@ def open_source(reference: str, insecure: tuple[str, ...] = (), timeout: float =
     return RegistrySource(reference.removeprefix("docker://"), insecure, timeout)
 
 
-def image_tree(source: ImageSource, platform: str, images_dir: Path, engine: Engine, progress: bool = False) -> ImageTree:
+def image_tree(source: ImageSource, platform: str, images_dir: Path, engines: tuple[Engine, ...],
+               progress: bool = False) -> ImageTree:
+    """The tree of the first of ``engines`` whose package the image holds (one engine: that one's, or its error)."""
     image = resolve_image(source, platform)
     labels = tuple((name, image.labels[name]) for name in LABELS if name in image.labels)
-    tree_dir = images_dir / "trees" / f"{TREE_FORMAT}-{engine.name}-{image.digest.split(':', 1)[1]}"
-    done = _load_meta(tree_dir)
+    trees = {engine: images_dir / "trees" / f"{TREE_FORMAT}-{engine.name}-{image.digest.split(':', 1)[1]}" for engine in engines}
+    engine, done = engines[0], _load_meta(trees[engines[0]])
     if done is None:
         try:
             for name in ("files", "layers", "trees", "tmp"):
@@ -68,10 +71,18 @@ def image_tree(source: ImageSource, platform: str, images_dir: Path, engine: Eng
             raise ImageError(f"cannot create the image cache {images_dir}: {exc.strerror or exc}") from None
         indexes = _layer_indexes(source, image, images_dir, progress)
         view = merge(indexes)
-        site = find_site(view, image.env, images_dir / "files", engine)
-        done = {"site": site.directory, "python": site.python}
-        _write_tree(site_files(view, site.directory), images_dir, tree_dir, done)
-    return ImageTree(tree_dir / "root", source.reference, image.digest, image.platform, "/" + done["site"], done["python"], labels)
+        held = [each for each in engines if installs_of(view, each)]
+        if not held and len(engines) > 1:
+            packages = " or ".join(each.package for each in engines)
+            raise ImageError(f"no {packages} package in the image (looked in every site-packages and dist-packages)")
+        engine = held[0] if held else engine
+        done = _load_meta(trees[engine])
+        if done is None:
+            site = find_site(view, image.env, images_dir / "files", engine)
+            done = {"site": site.directory, "python": site.python}
+            _write_tree(site_files(view, site.directory), images_dir, trees[engine], done)
+    return ImageTree(trees[engine] / "root", source.reference, image.digest, image.platform, "/" + done["site"], done["python"],
+                     labels, engine)
 
 
 def _load_meta(tree_dir: Path) -> dict | None:

@@ -100,14 +100,19 @@ def resolve(view: View, path: str) -> str | None:
     return None
 
 
-def find_site(view: View, env: dict[str, str], store: Path, engine: Engine) -> Site:
-    """The interpreters on the image's PATH in order, each with its site dirs; the first holding the engine's package wins."""
+def installs_of(view: View, engine: Engine) -> list[str]:
+    """The site directories (inside the image) that hold the engine's package."""
     init = f"/{engine.package}/__init__.py"
-    installs = sorted(
+    return sorted(
         path[: -len(init)] for path in view
         if path.endswith(init) and posixpath.basename(posixpath.dirname(posixpath.dirname(path))) in SITE_DIRS
         and resolve(view, path) is not None
     )
+
+
+def find_site(view: View, env: dict[str, str], store: Path, engine: Engine) -> Site:
+    """The interpreters on the image's PATH in order, each with its site dirs; the first holding the engine's package wins."""
+    installs = installs_of(view, engine)
     if not installs:
         raise ImageError(f"no {engine.package} package in the image (looked in every site-packages and dist-packages)")
     for python in _interpreters(view, env.get("PATH") or DEFAULT_PATH):

@@ -52,11 +52,15 @@ class SarifReporter:
         """One SARIF log, one run per target (several for a fleet)."""
         from ..rulefile import load_rules  # --help: rule files pull in tomllib and string, only a SARIF render needs them
 
-        rules = {rule.id: rule for rule in load_rules()}
-        return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": [self._run(report, rules) for report in reports]}
+        from ..rules import for_engine
+
+        loaded = load_rules()
+        runs = [self._run(report, {rule.id: rule for rule in for_engine(loaded, report.provenance.engine.name)})
+                for report in reports]
+        return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": runs}
 
     def _run(self, report: CheckReport, rules: dict) -> dict[str, Any]:
-        descriptors = [_descriptor(fix, rules.get(fix.id), report.vllm.engine) for fix in report.fixes]
+        descriptors = [_descriptor(fix, rules.get(fix.id), report.provenance.engine) for fix in report.fixes]
         results = [
             self._result(report, fix, index, rules.get(fix.id))
             for index, fix in enumerate(report.fixes)
@@ -79,7 +83,7 @@ class SarifReporter:
             "results": results,
             "properties": {
                 "target": report.target.to_json(),
-                report.vllm.engine.report_key: report.vllm.to_json(),
+                report.provenance.engine.report_key: report.provenance.to_json(),
                 "strict": report.strict,
                 **({"summary": report.summary.to_json()} if report.summary is not None else {}),
             },
@@ -93,7 +97,7 @@ class SarifReporter:
             "kind": "fail",
             "level": _level(report, fix),
             "message": {"text": _message(fix)},
-            "locations": [_location(item) for item in deciding] or [_anchor_location(rule, report.vllm.engine)],
+            "locations": [_location(item) for item in deciding] or [_anchor_location(rule, report.provenance.engine)],
             "partialFingerprints": {FINGERPRINT: _fingerprint(report, fix)},
             "properties": {"status": fix.status, "prs": list(fix.prs)},
         }
@@ -164,8 +168,9 @@ def _location(item: Evidence) -> dict[str, Any]:
 
 
 def _anchor_location(rule, engine: Engine) -> dict[str, Any]:
-    """No evidence (e.g. the file is missing): the file the rule reads first, else the package's ``__init__.py``."""
-    uri = rule.anchors[0].file if rule is not None else f"{engine.package}/__init__.py"
+    """No evidence (e.g. the file is missing): the file the rule reads first, else (no rule of this engine)
+    the package's ``__init__.py``."""
+    uri = rule.anchors[0].file if rule is not None and rule.engine == engine.name else f"{engine.package}/__init__.py"
     return {"physicalLocation": {"artifactLocation": {"uri": uri, "uriBaseId": ROOT_ID}}}
 
 

@@ -35,7 +35,7 @@ def _verdict(fix: FixResult) -> str:
 
 
 def _header(report: CheckReport, width: int | None) -> list[Line]:
-    provenance, target = report.vllm, report.target
+    provenance, target = report.provenance, report.target
     engine = provenance.engine
     tokens: list[Token] = [(engine.display, "bold"), (clean(provenance.version) if provenance.version else "(unknown version)", "bold")]
     if provenance.vendor:

@@ -44,8 +44,6 @@ DIST_INFO_FILES = ("METADATA", "RECORD", "direct_url.json")
 # What `dflash-doctor patch` wrote beside the package (dflash_doctor.patching.state).
 PATCH_STATE_DIR = ".dflash-doctor"
 PATCH_MANIFEST = PATCH_STATE_DIR + "/manifest.json"
-# Sent in ``stage``'s first part: what a report reads even when the results cache answers.
-REPORT_FILES = ("vllm/_version.py", PATCH_MANIFEST)
 # What ``python -c`` runs for ``stage``: the source read from standard input after its length,
 # leaving standard input open for the client's word.
 STAGE_BOOT = "import sys; exec(compile(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())), 'probe.py', 'exec'))"
@@ -424,11 +422,12 @@ def encode(answer):
     return base64.b64encode(zlib.compress(json.dumps(answer).encode("utf-8"), 6)).decode("ascii")
 
 
-def split_answer(answer):
+def split_answer(answer, report_files):
     """(``answer`` without the bytes of the files, the bytes held back): absences and the
-    ``REPORT_FILES`` stay, every present file keeps its sha256."""
+    ``report_files`` stay (what a report reads even when the results cache answers: the
+    engine's version file, the patch manifest), every present file keeps its sha256."""
     files = answer.get("files", {})
-    held = dict((relpath, text) for relpath, text in files.items() if text is not None and relpath not in REPORT_FILES)
+    held = dict((relpath, text) for relpath, text in files.items() if text is not None and relpath not in report_files)
     first = dict(answer)
     first["files"] = dict((relpath, text) for relpath, text in files.items() if relpath not in held)
     return first, held
@@ -443,7 +442,7 @@ def stage(request, deadline):
     """``collect`` in two parts; the second only when asked for, and more files while
     the client asks (see the module's docstring). Each word within its own deadline."""
     answer = collect(request)
-    first, held = split_answer(answer)
+    first, held = split_answer(answer, (request.get("version_file"), PATCH_MANIFEST))
     respond(encode(first))
     while not answer.get("error"):
         if deadline and hasattr(signal, "alarm"):

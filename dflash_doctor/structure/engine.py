@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from .engines import named
 from .liveness import dead_nodes, module_constants
 from ..model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, Evidence, FixResult
 from .patterns import Match, NodeIndex, subtree_ids
@@ -22,13 +23,16 @@ UNRECOGNISED = "unrecognised"  # evidence form: code at an anchor that no form o
 DEAD = "dead-code"  # evidence form: a form found only in code that never runs (not counted)
 
 # What to do to get an answer, by why a fix is unknown (never an upgrade: nothing says one is needed).
-UNREADABLE = "A file this fix reads cannot be read as Python (the reason names it): restore it or reinstall vLLM, then check again."
+UNREADABLE = ("A file this fix reads cannot be read as Python (the reason names it): restore it or reinstall {engine}, "
+              "then check again.")  # {engine}: the tree's engine, as people write it
 UNKNOWN_CODE = ("The code at the evidence is in a form this rule does not know: read it by hand, and report it "
                 "with the JSON report (check --format json) so the rule can learn it.")
 MISSING_CODE = ("Code this fix needs was not found anywhere in the package (the reason names it): it may have moved "
                 "or been removed; report the tree with the JSON report (check --format json) so the rule can follow it.")
-NOT_VLLM = ("The code this rule starts from is missing: check that the target is a vLLM tree (--path names the "
-            "directory holding vllm/), or report the tree with the JSON report (check --format json).")
+NO_RULE = ("dflash-doctor cannot judge this fix in {engine} yet: its rule describes {other}'s code. Read "
+           "{engine}'s DFlash code by hand for this defect, or run a dflash-doctor whose rules cover {engine}.")
+NOT_ENGINE = ("The code this rule starts from is missing: check that the target is a {engine} tree (--path names the "
+              "directory holding {package}/), or report the tree with the JSON report (check --format json).")
 
 
 def restate(rule: Rule, fix: FixResult, status: str, reason: str, cause: str = "", **changes) -> FixResult:
@@ -178,14 +182,23 @@ class Checker:
         return found
 
     def run(self, rules: tuple[Rule, ...]) -> tuple[FixResult, ...]:
-        """Applicability first: the anchors of a rule that does not apply are never looked for."""
-        applies = {(rule.applies.file, rule.applies.symbol) for rule in rules}
+        """Applicability first: the anchors of a rule that does not apply are never looked for.
+        A rule of another engine than the tree's is not looked for at all: its fix is unknown."""
+        ours = [rule for rule in rules if rule.engine == self.tree.engine.name]
+        applies = {(rule.applies.file, rule.applies.symbol) for rule in ours}
         located = self._locate(applies, applies)
-        applicable = [rule for rule in rules if _applies(rule, located[(rule.applies.file, rule.applies.symbol)])]
+        applicable = [rule for rule in ours if _applies(rule, located[(rule.applies.file, rule.applies.symbol)])]
         anchors = {(a.file, a.symbol) for rule in applicable for a in rule.anchors}
         required = {(a.file, a.symbol) for rule in applicable for a in rule.anchors if self._required(a)}
         located.update(self._locate(anchors - applies, required))
-        return tuple(self._check(rule, located) for rule in rules)
+        return tuple(self._check(rule, located) if rule.engine == self.tree.engine.name else self._no_rule(rule) for rule in rules)
+
+    def _no_rule(self, rule: Rule) -> FixResult:
+        """The fix of a rule that describes another engine's code: unknown, and why (its PRs are the other engine's)."""
+        engine, other = self.tree.engine.display, named(rule.engine).display
+        reason = f"no rule judges this fix in {engine} yet (the rule {rule.id} describes {other}'s code)"
+        fix = FixResult(rule.id, UNKNOWN, rule.title, (), (), "", reason)
+        return restate(rule, fix, UNKNOWN, reason, NO_RULE.format(engine=engine, other=other))
 
     def _rebound(self, symbol: Symbol) -> tuple[str, int] | None:
         """Where ``symbol`` may be replaced after it is defined: in its own module, or in
@@ -222,16 +235,18 @@ class Checker:
             fix = FixResult(rule.id, status, rule.title, rule.prs + rule.unmerged_prs, tuple(evidence), "", reason)
             return restate(rule, fix, status, reason, cause)
 
+        engine = self.tree.engine
         applies = located[(rule.applies.file, rule.applies.symbol)]
         if isinstance(applies, SourceError):
-            return result(UNKNOWN, reason=f"cannot tell whether this vLLM has DFlash: {applies}", cause=UNREADABLE)
+            return result(UNKNOWN, reason=f"cannot tell whether this {engine.display} has DFlash: {applies}",
+                          cause=UNREADABLE.format(engine=engine.display))
         if not applies:
-            return result(UNKNOWN, reason=f"cannot tell whether this vLLM has DFlash: {rule.applies.symbol} not found in {rule.applies.file} or elsewhere",
-                          cause=NOT_VLLM)
+            return result(UNKNOWN, reason=f"cannot tell whether this {engine.display} has DFlash: {rule.applies.symbol} not found in {rule.applies.file} or elsewhere",
+                          cause=NOT_ENGINE.format(engine=engine.display, package=engine.package))
         if not _applies(rule, applies):
             where = applies[0]
             evidence = [Evidence(where.file, where.line, where.qualname, "no-dflash", f"no {rule.applies.literal!r} in {where.qualname}")]
-            return result(NOT_APPLICABLE, evidence, reason="this vLLM has no DFlash support at all")
+            return result(NOT_APPLICABLE, evidence, reason=f"this {engine.display} has no DFlash support at all")
 
         verdicts: set[str] = set()
         evidence: list[Evidence] = []
@@ -241,7 +256,7 @@ class Checker:
             symbols = located[(anchor.file, anchor.symbol)]
             if isinstance(symbols, SourceError):
                 problems.append(str(symbols))
-                causes.append(UNREADABLE)
+                causes.append(UNREADABLE.format(engine=engine.display))
                 continue
             if not symbols:
                 if self._required(anchor):
@@ -262,7 +277,7 @@ class Checker:
                     site = evaluate_site(rule, anchor, symbol)
                 except (SourceError, cst.ParserSyntaxError) as exc:
                     problems.append(f"{symbol.file}: {exc}")
-                    causes.append(UNREADABLE)
+                    causes.append(UNREADABLE.format(engine=engine.display))
                     continue
                 evidence.extend(site.evidence)
                 if not site.verdicts:

@@ -1,4 +1,4 @@
-"""Targets: where the engine's tree to check lives (vLLM's, today). One file per kind."""
+"""Targets: where the engine's tree to check lives (vLLM's or SGLang's). One file per kind."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import contextlib
 import dataclasses
 import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
+from ..engines import Engine
 from ..model import TargetInfo
 from ..patching.files import LocalFiles, TreeFiles
 from ..paths import cache_dir
@@ -36,14 +38,19 @@ class ResolvedTarget:
     no_files: str = COPIES
 
 
+def releases_dir(engine: Engine) -> Path:
+    """Where the engine's extracted releases are kept in the user cache: one directory per release, named by its version."""
+    return cache_dir() / engine.cache / "releases"
+
+
 def local(tree: DirectoryTree, info: TargetInfo) -> ResolvedTarget:
     """A tree on this machine: its code runs in the isolated child process, and
     its files are written in place, unless it is in the release cache."""
-    releases = (cache_dir() / "releases").resolve()
+    releases = releases_dir(tree.engine).resolve()
     if tree.root.resolve().is_relative_to(releases):
         return ResolvedTarget(tree, info, behaviour=_child_session, no_files=(
             f"it is in dflash-doctor's read-only release cache ({releases}), a download cache, not an installation: "
-            "patch a copy of it, or an installed vLLM"))
+            f"patch a copy of it, or an installed {tree.engine.display}"))
     return ResolvedTarget(tree, info, behaviour=_child_session, files=functools.partial(LocalFiles, tree.root, tree.package))
 
 

@@ -11,7 +11,7 @@ import dataclasses
 import tempfile
 from pathlib import Path
 
-from ..engines import VLLM, Engine
+from ..engines import ENGINES, VLLM, Engine
 from ..model import TargetInfo
 from ..paths import cache_dir, caches_disabled
 from ..provenance import find_dist_info
@@ -32,10 +32,10 @@ class ImageOptions:
 
 
 class ImageTarget:
-    def __init__(self, reference: str, options: ImageOptions, engine: Engine = VLLM) -> None:
+    def __init__(self, reference: str, options: ImageOptions, engine: Engine | None = VLLM) -> None:
         self.reference = reference
         self.options = options
-        self.engine = engine
+        self.engine = engine  # None: the first registered engine whose package the image holds
         self._scratch: tempfile.TemporaryDirectory | None = None
 
     def resolve(self) -> ResolvedTarget:
@@ -43,7 +43,8 @@ class ImageTarget:
 
         source = open_source(self.reference, self.options.insecure, self.options.timeout)
         try:
-            tree = image_tree(source, self.options.platform, self._images_dir(), self.engine, self.options.progress)
+            engines = tuple(ENGINES.values()) if self.engine is None else (self.engine,)
+            tree = image_tree(source, self.options.platform, self._images_dir(), engines, self.options.progress)
         finally:
             source.close()
         details = (
@@ -57,7 +58,7 @@ class ImageTarget:
         commit = dict(tree.labels).get(REVISION_LABEL)
         # The image's code runs only in the isolated child, like any tree on this machine.
         info = TargetInfo("image", tree.reference, details, name=f"{tree.reference}@{tree.digest}")
-        resolved = local(DirectoryTree(tree.root, find_dist_info(tree.root, self.engine.package), self.engine), info)
+        resolved = local(DirectoryTree(tree.root, find_dist_info(tree.root, tree.engine.package), tree.engine), info)
         return dataclasses.replace(resolved, build_commit=(commit, f"{REVISION_LABEL} label") if commit else None,
                                    files=None, no_files=READ_ONLY)
 

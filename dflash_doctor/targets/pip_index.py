@@ -45,9 +45,10 @@ class Located:
         return redact_auth_from_url(self.url)
 
 
-def locate(project: str, requirement: str) -> Located:
+def locate(project: str, requirement: str, missing: str | None = None) -> Located:
     """The newest wheel of ``project`` satisfying ``requirement`` (PEP 508) on the indexes pip is
-    configured with; a ToolError saying an index cannot be reached, or that no wheel matches."""
+    configured with; a ToolError saying an index cannot be reached, or that no wheel matches
+    (``missing``, else a sentence naming the requirement)."""
     try:
         from pip._internal.commands import create_command
         from pip._vendor.packaging.requirements import InvalidRequirement, Requirement
@@ -78,9 +79,7 @@ def locate(project: str, requirement: str) -> Located:
         unreachable = unreachable_index("\n".join(log))
         if unreachable:
             raise ToolError(f"{unreachable}, so {requirement} could not be downloaded: {UNREACHABLE_HINT}")
-        if project == "vllm":
-            raise ToolError(f"vLLM release {requirement.split('==')[-1]} is not on the package index")
-        raise ToolError(f"no wheel of {requirement} is on the package index")
+        raise ToolError(missing or f"no wheel of {requirement} is on the package index")
     link = best.link
     sha256 = link.hash if link.hash_name == "sha256" else None
     return Located(link.url_without_fragment, link.filename, sha256, session)

@@ -56,13 +56,15 @@ def probe_request(rules: tuple[Rule, ...], engine: Engine = VLLM) -> dict:
     from ..behaviour.reference import reference_configs
     from ..behaviour.transformers import collected_files
 
+    rules = tuple(rule for rule in rules if rule.engine == engine.name)  # another engine's rules read nothing here
     files = {relpath for rule in rules for relpath in rule.files}  # anchors, applicability, behaviour
     # the package __init__.py files Python runs before each of them (a rebinding there replaces their code)
     files |= {"/".join(relpath.split("/")[:depth]) + "/__init__.py" for relpath in set(files) for depth in range(1, relpath.count("/") + 1)}
     files |= set(collected_files(str(d.data["model_type"]) for _, d in reference_configs() if isinstance(d.data.get("model_type"), str)))
     anchors = {(a.file, search_name(a.symbol)) for rule in rules for a in rule.anchors if not a.optional}
     anchors |= {(rule.applies.file, search_name(rule.applies.symbol)) for rule in rules}
-    return {"package": engine.package, "files": sorted(files | {engine.version_file}), "anchors": sorted(map(list, anchors))}
+    return {"package": engine.package, "version_file": engine.version_file, "files": sorted(files | {engine.version_file}),
+            "anchors": sorted(map(list, anchors))}
 
 
 def answered(output: bytes) -> bool:

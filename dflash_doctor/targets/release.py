@@ -1,8 +1,9 @@
-"""A released vLLM wheel from the package index, kept in the user cache; and the
-transformers wheel a vLLM requires, fetched the same way.
+"""A released engine wheel (vLLM's, SGLang's) from the package index, kept in the
+user cache; and the transformers wheel a release requires, fetched the same way.
 
 pip says which wheel and how to reach it (``pip_index``: the user's pip
-configuration). Only ``vllm/**/*.py`` and the dist-info are kept: where the
+configuration). Only the engine's ``.py`` files (``vllm/**/*.py``) and the
+dist-info are kept: where the
 server honours range requests only those members are fetched (``wheel_http``,
 ``wheel_ranges``), else (or with ``--full-wheel``) the whole wheel is
 downloaded, checked against the index's sha256, and deleted once read. Either
@@ -28,10 +29,11 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from ..engines import VLLM, Engine
 from ..model import ToolError
 from ..paths import FULL_WHEEL, OFFLINE, cache_dir, write_atomically
 from ..terminal import progress
-from . import ResolvedTarget
+from . import ResolvedTarget, releases_dir
 from .path import PathTarget
 from .pip_index import locate
 from .wheel_http import RangeSource, download, open_wheel
@@ -40,7 +42,6 @@ from .wheel_ranges import FileSource, extract
 RELEASE = re.compile(r"\d+(\.\d+){1,3}((a|b|rc|\.post|\.dev)\d+)?")
 DOWNLOAD_TIMEOUT_S = 1800
 COMPLETE = ".complete"
-VLLM_KEPT = ("vllm/**.py",)  # of a vLLM wheel, besides its dist-info
 
 def canonical_release(version: str) -> str:
     """The one spelling a release is checked and cached under: the tag form
@@ -56,29 +57,31 @@ def canonical_release(version: str) -> str:
     return ".".join(parts + ["0"] * (3 - len(parts))) + (suffix or "")
 
 
-def release_tree(version: str) -> Path:
-    """The extracted tree of ``vllm==version``, fetching it if needed."""
+def release_tree(version: str, engine: Engine = VLLM) -> Path:
+    """The extracted tree of the engine's release ``version``, fetching it if needed."""
     version = canonical_release(version)
-    dest = cache_dir() / "releases" / version
+    dest = releases_dir(engine) / version
+    project = engine.distribution
     with _one_fetch(dest):
         if (dest / COMPLETE).is_file():
             return dest
         if OFFLINE:
-            raise ToolError(f"vLLM release {version} is not in the cache, and --offline fetches nothing")
+            raise ToolError(f"{engine.display} release {version} is not in the cache, and --offline fetches nothing")
         with _staging() as staging:
-            with progress(f"vllm {version}: downloading the wheel", transfer=True) as update:
-                tree, _ = _fetch("vllm", f"vllm=={version}", VLLM_KEPT, staging, update,
-                                 functools.partial(_same_release, version))
+            with progress(f"{project} {version}: downloading the wheel", transfer=True) as update:
+                tree, _ = _fetch(project, f"{project}=={version}", engine.kept(), staging, update,
+                                 functools.partial(_same_release, project, version),
+                                 missing=f"{engine.display} release {version} is not on the package index")
             return _publish(tree, dest, version)
 
 
-def _same_release(version: str, filename: str) -> None:
+def _same_release(project: str, version: str, filename: str) -> None:
     try:
         same = canonical_release(filename.split("-")[1]) == version
     except (IndexError, ToolError):
         same = False
     if not same:
-        raise ToolError(f"pip chose {filename} for vllm=={version}")
+        raise ToolError(f"pip chose {filename} for {project}=={version}")
 
 
 # The transformers sources behaviour reads: the config base, the auto mapping, each model's config module.
@@ -162,11 +165,12 @@ def _publish(tree: Path, dest: Path, version: str) -> Path:
 
 
 def _fetch(project: str, requirement: str, kept: tuple[str, ...], staging: Path, update: Callable[..., None],
-           named: Callable[[str], None] = lambda filename: None) -> tuple[Path, str]:
+           named: Callable[[str], None] = lambda filename: None, missing: str | None = None) -> tuple[Path, str]:
     """The tree of ``kept`` files (and the dist-info) of the wheel pip would download for ``requirement``,
     and the wheel's file name (first checked by ``named``). Read by range requests where the server honours
-    them, else downloaded whole (``--full-wheel``, a ``file://`` index, a server that ignores ranges)."""
-    located = locate(project, requirement)
+    them, else downloaded whole (``--full-wheel``, a ``file://`` index, a server that ignores ranges).
+    ``missing`` is the error when the index has no such wheel."""
+    located = locate(project, requirement, missing)
     tree, whole = staging / "tree", bool(FULL_WHEEL)
     label = f"{project} {located.filename.split('-')[1]}"  # what the bar says throughout: "vllm 0.34.0"
     deadline = time.monotonic() + DOWNLOAD_TIMEOUT_S
@@ -205,11 +209,12 @@ def _matches(name: str, pattern: str) -> bool:
 
 
 class ReleaseTarget:
-    def __init__(self, version: str) -> None:
+    def __init__(self, version: str, engine: Engine = VLLM) -> None:
         self.version = canonical_release(version)
+        self.engine = engine
 
     def resolve(self) -> ResolvedTarget:
-        tree = release_tree(self.version)
-        resolved = PathTarget(tree, kind="release", details=(("release", self.version),)).resolve()
+        tree = release_tree(self.version, self.engine)
+        resolved = PathTarget(tree, kind="release", details=(("release", self.version),), engine=self.engine).resolve()
         # The tree is the tool's cached copy: the release is named by its version (the SARIF category).
         return dataclasses.replace(resolved, info=dataclasses.replace(resolved.info, name=self.version))

@@ -18,6 +18,7 @@ from .hosts import SshOptions
 from .image import ImageOptions
 
 if TYPE_CHECKING:
+    from ..engines import Engine
     from ..rules import Rule
     from . import Target
 
@@ -38,10 +39,15 @@ class TargetSpec:
     images: tuple[str, ...] = ()
     ssh: SshOptions = SshOptions()
     image: ImageOptions = ImageOptions()
+    engine: str = "auto"  # auto: every engine a local install holds; for an image the first; vLLM for releases and hosts
 
 
 def select_targets(spec: TargetSpec, rules: tuple[Rule, ...]) -> tuple[list[tuple[str, Target]], bool]:
-    """The targets the spec names, each with its name, and whether they make a fleet (one report per host or image)."""
+    """The targets the spec names, each with its name, and whether they make a fleet (one report per host or
+    image, or per engine of a local install that holds several)."""
+    from ..engines import from_option
+
+    chosen = None if spec.engine == "auto" else from_option(spec.engine)
     hosts = [check_host(host, "--host") for host in spec.hosts]
     hosts += read_hosts_file(spec.hosts_file) if spec.hosts_file is not None else []
     remote = bool(hosts) or spec.hosts_file is not None
@@ -52,7 +58,7 @@ def select_targets(spec: TargetSpec, rules: tuple[Rule, ...]) -> tuple[list[tupl
             raise ToolError(f"give --image or {given[0]}, not both")
         from .image import ImageTarget
 
-        return [(ref, ImageTarget(ref, spec.image)) for ref in spec.images], len(spec.images) > 1
+        return [(ref, ImageTarget(ref, spec.image, chosen)) for ref in spec.images], len(spec.images) > 1
     if remote and local:
         raise ToolError(f"give hosts or {local[0]}, not both")
     if len(local) > 1:
@@ -60,19 +66,28 @@ def select_targets(spec: TargetSpec, rules: tuple[Rule, ...]) -> tuple[list[tupl
     if remote:
         if not hosts:
             raise ToolError(f"no hosts in {spec.hosts_file}")
-        return [(host, ssh_target(host, spec, rules)) for host in hosts], len(hosts) > 1 or spec.hosts_file is not None
+        return [(host, ssh_target(host, spec, rules, chosen)) for host in hosts], len(hosts) > 1 or spec.hosts_file is not None
     if spec.from_probe is not None:
         return _probe_files(spec.from_probe)
-    return [("local", select_target(spec.path, spec.python, spec.release))], False
+    given = [name for name, value in (("--path", spec.path), ("--python", spec.python), ("--release", spec.release)) if value]
+    if len(given) > 1:
+        raise ToolError(f"give one target, not {' and '.join(given)}")
+    from .detect import local_targets
+
+    found = local_targets(spec.path, spec.python or sys.executable, spec.release, chosen)
+    if len(found) == 1:
+        return [("local", found[0][1])], False
+    return [(f"local {each.display}", target) for each, target in found], True
 
 
-def ssh_target(host: str, spec: TargetSpec, rules: tuple[Rule, ...]) -> Target:
+def ssh_target(host: str, spec: TargetSpec, rules: tuple[Rule, ...], engine: Engine | None = None) -> Target:
+    """One host's target: its collector asks for ``engine``'s package (vLLM when none is named)."""
     from ..engines import VLLM
     from .probing import probe_request
     from .ssh import SshTarget
 
     options = dataclasses.replace(spec.ssh, python=spec.python or "python3")
-    return SshTarget(host, options, probe_request(rules, VLLM))
+    return SshTarget(host, options, probe_request(rules, engine or VLLM))
 
 
 def _probe_files(from_probe: Path) -> tuple[list[tuple[str, Target]], bool]:
@@ -89,7 +104,7 @@ def _probe_files(from_probe: Path) -> tuple[list[tuple[str, Target]], bool]:
 
 
 def select_target(path: Path | None, python: str | None, release: str | None) -> Target:
-    """The one local target named; the current interpreter when none."""
+    """The one local vLLM target named; the current interpreter when none."""
     chosen = [name for name, value in (("--path", path), ("--python", python), ("--release", release)) if value]
     if len(chosen) > 1:
         raise ToolError(f"give one target, not {' and '.join(chosen)}")
