@@ -20,7 +20,6 @@ from typing import Any, Callable
 
 import jsonschema
 import pytest
-from referencing import Registry, Resource
 
 from dflash_doctor.engines import SGLANG, VLLM
 from dflash_doctor.model import UNKNOWN, ToolError, engine_json, exit_code_for
@@ -33,18 +32,15 @@ from dflash_doctor.targets.detect import path_targets
 from dflash_doctor.targets.probing import parse_probe_output
 from dflash_doctor.targets.release import release_tree
 
-from conftest import assert_error, run_cli
+from conftest import assert_error, fleet_validator, run_cli
 from registry import SITE, python_files, tree_files, write_image
 
+pytestmark = pytest.mark.release  # real SGLang wheels, fetched once into the user cache
+
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
-CHECK_V2, CHECK_V1, FLEET_V2 = (json.loads((SCHEMAS / f"{name}.schema.json").read_text())
-                                for name in ("check-v2", "check-v1", "fleet-v2"))
+CHECK_V2, CHECK_V1 = (json.loads((SCHEMAS / f"{name}.schema.json").read_text())
+                      for name in ("check-v2", "check-v1"))
 LAST_WITHOUT, FIRST_WITH = "0.5.10.post1", "0.5.11"
-
-
-def fleet_validator() -> jsonschema.Draft202012Validator:
-    registry = Registry().with_resource(CHECK_V2["$id"], Resource.from_contents(CHECK_V2))
-    return jsonschema.Draft202012Validator(FLEET_V2, registry=registry)
 
 
 def string_constants(path: Path) -> set[str]:
@@ -80,7 +76,6 @@ def test_sglangs_descriptor_is_what_its_wheels_say() -> None:
         for target in ast.walk(node) if isinstance(target, ast.Name)}
 
 
-@pytest.mark.release
 @pytest.mark.parametrize("version", [LAST_WITHOUT, FIRST_WITH])
 def test_check_release_of_sglang_answers_unknown_with_the_reason_never_vllms_verdicts(version: str) -> None:
     proc = run_cli("check", "--release", version, "--engine", "sglang", "--format", "json")
@@ -103,7 +98,6 @@ def test_check_release_of_sglang_answers_unknown_with_the_reason_never_vllms_ver
     assert sarif["runs"][0]["properties"]["sglang"]["version"] == version
 
 
-@pytest.mark.release
 def test_a_release_is_vllms_unless_engine_says() -> None:
     """A version alone does not say whose release it is: 0.5.11 is SGLang's, and no vLLM release on the index."""
     assert_error(run_cli("check", "--release", FIRST_WITH), "vLLM release 0.5.11 is not on the package index")
@@ -299,7 +293,6 @@ def test_a_fix_has_a_rule_per_engine_and_each_tree_is_judged_by_its_own(both: Pa
     assert_error(proc, "a rule with the id 'layer-offset' is already loaded for sglang")
 
 
-@pytest.mark.release
 def test_the_release_matrix_of_sglang_lists_its_releases_unjudged_and_says_whose() -> None:
     for version in (LAST_WITHOUT, FIRST_WITH):
         release_tree(version, SGLANG)  # --offline answers from the cache

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from .engines import named
+from ..engines import named
 from .liveness import dead_nodes, module_constants
 from ..model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, Evidence, FixResult
 from .patterns import Match, NodeIndex, subtree_ids
