@@ -31,7 +31,6 @@ from ..model import ToolError
 from ..probe import read_regular
 from ..provenance import find_dist_info
 from ..source import DirectoryTree, SourceError, SourceTree, Symbol
-from .definitions import absolute_module, parsed_or_none, top_level_bindings
 
 VLLM_REGISTRY = ("vllm/transformers_utils/config.py", "_CONFIG_REGISTRY")
 VLLM_CONFIGS = "vllm/transformers_utils/configs/__init__.py"
@@ -222,6 +221,8 @@ def config_class(tree: SourceTree, transformers: Transformers | str, model_type:
 
 
 def _top_class(tree: SourceTree, file: str, name: str) -> Symbol | str:
+    from .definitions import parsed_or_none  # here: the results cache's key needs only identity(), not definitions
+
     try:
         parsed = parsed_or_none(tree, file)
     except ToolError as exc:
@@ -236,6 +237,8 @@ def _top_class(tree: SourceTree, file: str, name: str) -> Symbol | str:
 
 def _vllm_class(tree: SourceTree, name: str) -> Symbol | str:
     """A class of ``vllm.transformers_utils.configs`` by the name the registry gives it."""
+    from .definitions import absolute_module, parsed_or_none, top_level_bindings
+
     try:
         parsed = parsed_or_none(tree, VLLM_CONFIGS)
     except ToolError as exc:
@@ -262,6 +265,8 @@ def _string_pairs(tree: SourceTree, file: str, name: str) -> dict[str, str]:
 def _read_pairs(tree: SourceTree, file: str, name: str) -> dict[str, str]:
     """``(key, value)`` tuples, dict literals and keywords in the assignments of ``name``
     and in ``name.update(...)``."""
+    from .definitions import parsed_or_none
+
     try:
         parsed = parsed_or_none(tree, file)
     except ToolError:
