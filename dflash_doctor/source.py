@@ -326,6 +326,7 @@ class DirectoryTree(SourceTree):
         super().__init__()
         self.engine = engine
         self._shadows: dict[str, str | None] = {}
+        self._listings: dict[str, list[str]] = {}  # directory -> its names, for loaded_instead
         self._plugins: tuple[Plugin, ...] | None = None
         self.root = root
         self.dist_info = dist_info
@@ -349,7 +350,7 @@ class DirectoryTree(SourceTree):
     def shadowed(self, relpath: str) -> str | None:
         # asked for every file read, by the verdicts and again by the results cache: once per file
         if relpath not in self._shadows:
-            self._shadows[relpath] = loaded_instead(self.root, relpath)
+            self._shadows[relpath] = loaded_instead(self.root, relpath, self._listings)
         return self._shadows[relpath]
 
     def plugins(self) -> tuple[Plugin, ...]:

@@ -136,7 +136,8 @@ def test_formats_come_from_the_registry_and_an_unknown_one_is_an_error():
 
     assert FORMATS == tuple(REPORTERS) and "table" in FORMATS
     for name in FORMATS:
-        assert type(reporter(name)) is REPORTERS[name]
+        module, _, cls = REPORTERS[name].partition(":")
+        assert type(reporter(name)).__qualname__ == cls and type(reporter(name)).__module__.endswith(f"reporters.{module}")
     with pytest.raises(ToolError, match="unknown report format 'xml'"):
         reporter("xml")
 

@@ -132,7 +132,7 @@ def check(
     waiver_list = load_waivers(waivers, {rule.id for rule in load_rules()}) if waivers is not None else None
     ssh = ssh_options(identity, known_hosts, ssh_config, connect_timeout, probe_timeout, accept_new_host_key)
     # One image on a terminal shows a bar per layer; a fleet shows its own progress.
-    image_opts = image_options(platform, insecure_registry, registry_timeout, progress=sys.stderr.isatty() and len(image or []) == 1)
+    image_opts = image_options(platform, insecure_registry, registry_timeout, progress=sys.stderr.isatty() and len(image) == 1) if image else None
     targets, fleet = choose_targets(path, python, release, host, hosts_file, from_probe, ssh, rules, image, image_opts)
     if fleet and (host or hosts_file):
         import threading
