@@ -7,12 +7,16 @@ no place to run code); and each ``--previous`` engine, a ``git worktree`` of
 that revision (default: main) in a temporary directory run with the same
 interpreter. Measured side by side in one run, each a fresh process,
 interleaved, median of N runs; beside them the floor, the interpreter starting
-with nothing to do (its site-packages' .pth files run at every start):
+with nothing to do (its site-packages' .pth files run at every start), and
+the same interpreter importing the CLI framework (typer) and nothing else:
 
     python benchmarks/bench_check.py [--runs 7] [--release 0.33.0] [--previous main [--previous REV]]
 
 It prints the figures for the README. The results cache is measured both off
-(cold: every rule evaluated) and on (warm: the second and later runs).
+(cold: every rule evaluated) and on (warm: the second and later runs). Each
+engine's package is byte-compiled first, as ``pip install`` leaves it: under
+PYTHONDONTWRITEBYTECODE (set on the machines these figures come from) every run would otherwise compile the
+package's sources again (~0.2 s a run, a cost an installed tool never pays).
 """
 
 from __future__ import annotations
@@ -84,6 +88,7 @@ def _measure(args, root: Path, files: list[str], repo: Path, previous: dict[str,
     base_env = {k: v for k, v in os.environ.items() if k not in ("DFLASH_DOCTOR_NO_CACHE", "PYTHONPATH")}
     runs: dict[str, tuple[list[str], dict]] = {}
     for name, source in (("this engine", repo), *((f"previous engine ({rev})", tree) for rev, tree in previous.items())):
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(source / "dflash_doctor")], check=True, stdout=subprocess.DEVNULL)
         cache = {"DFLASH_DOCTOR_CACHE": str(scratch / f"cache-{len(runs)}"), "PYTHONPATH": str(source)}
         runs[f"{name}, cache off"] = (check, {**base_env, **cache, "DFLASH_DOCTOR_NO_CACHE": "1"})
         runs[f"{name}, cache on "] = (check, {**base_env, **cache})
@@ -91,9 +96,11 @@ def _measure(args, root: Path, files: list[str], repo: Path, previous: dict[str,
     structure = "this engine, structure only, cache off"
     runs[structure] = ([sys.executable, "-c", STRUCTURE_ONLY, *options], runs["this engine, cache off"][1])
     floor = [sys.executable, "-c", "pass"]  # this interpreter's start-up with its site-packages (.pth files run)
-    samples: dict[str, list[tuple[float, float]]] = {"baseline": [], "floor": [], **{name: [] for name in runs}}
+    framework = [sys.executable, "-c", "import typer"]  # what any command of this CLI pays before its own code
+    samples: dict[str, list[tuple[float, float]]] = {"baseline": [], "floor": [], "framework": [], **{name: [] for name in runs}}
     for _ in range(args.runs):  # interleaved, so that machine noise hits all of them alike
         samples["floor"].append(timed(floor, runs["this engine, cache off"][1], scratch))
+        samples["framework"].append(timed(framework, runs["this engine, cache off"][1], scratch))
         samples["baseline"].append(timed(baseline, runs["this engine, cache off"][1], scratch))
         for name, (command, env) in runs.items():
             samples[name].append(timed(command, env, scratch))
@@ -102,6 +109,7 @@ def _measure(args, root: Path, files: list[str], repo: Path, previous: dict[str,
         median = {name: statistics.median(values[index] for values in samples[name]) for name in samples}
         print(f" {what}:")
         print(f"  floor (python -c pass, the same interpreter and site-packages): {median['floor']:.3f} s")
+        print(f"  the CLI framework (python -c 'import typer'): {median['framework']:.3f} s")
         print(f"  baseline (libcst parse of those files, one process): {median['baseline']:.3f} s")
         for name in runs:
             ratios = [f"{median[name] / median['baseline']:.2f}x baseline"]

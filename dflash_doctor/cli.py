@@ -61,24 +61,12 @@ def _with_help_formatter(command):
     return command
 
 
-app = typer.Typer(
-    name="dflash-doctor",
-    help="Tell whether a vLLM install runs DFlash speculative decoding correctly.",
-    no_args_is_help=True,
-    add_completion=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,  # click's help: paragraphs rewrapped to the terminal, descriptions get the width
-    context_settings={"max_content_width": HELP_MAX_WIDTH},
-)
-
-
 def _print_version(value: bool) -> None:
     if value:
         typer.echo(f"dflash-doctor {__version__}")
         raise typer.Exit(EXIT_OK)
 
 
-@app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
     debug: bool = typer.Option(False, "--debug", help="On an internal error, print the traceback too."),
@@ -87,7 +75,27 @@ def _root(
     # --debug is declared here for --help and parsing; main() reads it from the words (see _debug_requested).
 
 
-register_all(app)
+def _app(name: str | None = None) -> typer.Typer:
+    """The app with every command, or with ``name``'s alone (see ``register_all``)."""
+    app = typer.Typer(
+        name="dflash-doctor",
+        help="Tell whether a vLLM install runs DFlash speculative decoding correctly.",
+        no_args_is_help=True,
+        add_completion=True,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,  # click's help: paragraphs rewrapped to the terminal, descriptions get the width
+        context_settings={"max_content_width": HELP_MAX_WIDTH},
+    )
+    app.callback()(_root)
+    register_all(app, name)
+    return app
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """``cli.app``: the app with every command (its help, the docs' checks); ``main`` builds only the command it runs."""
+    if name == "app":
+        return _app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _fail(message: str) -> int:
@@ -99,7 +107,7 @@ def _fail(message: str) -> int:
 def main(argv: Optional[list[str]] = None) -> None:
     """The one error boundary: a verdict exits 0/1/2, anything else exits 3 with one line."""
     args = sys.argv[1:] if argv is None else argv
-    command = _with_help_formatter(typer.main.get_command(app))
+    command = _with_help_formatter(typer.main.get_command(_app(_command_word(args))))
     try:
         code = command.main(args=args, prog_name="dflash-doctor", standalone_mode=False)
         sys.stdout.flush()  # a reader that left shows here, not as a traceback at exit
@@ -145,6 +153,11 @@ def _output_closed() -> int:
     """Nothing more goes to a reader that left (not even Python's flush at exit)."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return _fail("error: standard output was closed before all of it was written")
+
+
+def _command_word(args: list[str]) -> str | None:
+    """The command the words name: the first that is not an option (the app's own options take no value)."""
+    return next((word for word in args if not word.startswith("-")), None)
 
 
 def _debug_requested(args: list[str]) -> bool:

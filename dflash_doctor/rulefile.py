@@ -4,6 +4,8 @@ naming an unbound metavariable or a patch that does not compile is an error."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import tomllib
@@ -13,10 +15,33 @@ from typing import Any
 
 from .engines import ENGINES, VLLM
 from .model import ABSENT, DECIDERS, PARTIAL, PRESENT, VERDICTS, ToolError
+from .paths import cache_dir, caches_disabled, write_atomically
 from .rules import (
     DIMENSIONS, FORM_VERDICTS, QUESTIONS, Affects, Anchor, Applies, Behaviour, Case, Construct, FixCase, Form, FormPatch, Handing,
     Rewrite, Rule, rules_dir,
 )
+
+def _table(text: str) -> dict[str, Any]:
+    """A rule file's TOML, parsed once per content: kept as JSON in the user cache under the
+    sha256 of its text, so an edited file is parsed again (tomllib took ~6 ms of a warm check).
+    What the cache holds is validated below like a fresh parse; nothing is kept with the cache off."""
+    if caches_disabled():
+        return tomllib.loads(text)
+    kept = cache_dir() / "rules" / f"{hashlib.sha256(text.encode()).hexdigest()}.json"
+    try:
+        data = json.loads(kept.read_text(encoding="utf-8"))
+        if isinstance(data, dict):
+            return data
+    except (OSError, ValueError):
+        pass
+    data = tomllib.loads(text)
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(kept, json.dumps(data))
+    except (OSError, TypeError, ValueError, ToolError):  # TypeError: a TOML date, which JSON has not
+        pass
+    return data
+
 
 def _require(data: dict[str, Any], key: str, where: str) -> Any:
     if key not in data:
@@ -32,7 +57,7 @@ def _prose(text: str) -> str:
 def load_rule(path: Path) -> Rule:
     where = path.name
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = _table(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ToolError(f"{where}: cannot load rule: {exc}") from None
     anchors = tuple(

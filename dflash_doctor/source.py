@@ -100,17 +100,31 @@ class ParsedFile:
             self.tree = parse_python(self.text, relpath)
         except SyntaxError as exc:
             raise SourceError(f"{relpath} does not parse: {exc.msg} (line {exc.lineno})") from None
+        self._by_qualname: dict[str, list[ast.AST]] | None = None
+        self._by_name: dict[str, list[tuple[str, ast.AST]]] | None = None
 
     def symbols(self, qualname: str) -> list[Symbol]:
         """Defs with this qualified name; else defs with the same last name (moved)."""
-        exact, moved = [], []
         wanted_name = search_name(qualname)
-        for found_qualname, node in _walk_defs(self.tree, ""):
-            if found_qualname == qualname:
-                exact.append(Symbol(self.relpath, found_qualname, node, self))
-            elif node.name == wanted_name and not wanted_name.startswith("__"):
-                moved.append(Symbol(self.relpath, found_qualname, node, self))
-        return exact or moved
+        defs = self._defs()
+        exact = [Symbol(self.relpath, qualname, node, self) for node in defs[0].get(qualname, ())]
+        if exact or wanted_name.startswith("__"):
+            return exact
+        return [Symbol(self.relpath, found, node, self) for found, node in defs[1].get(wanted_name, ())]
+
+    def _defs(self) -> tuple[dict[str, list[ast.AST]], dict[str, list[tuple[str, ast.AST]]]]:
+        """The file's defs by qualified name and by name, in file order: walked once
+        (a check asks for hundreds of names, most of them in a few files)."""
+        if self._by_qualname is None:
+            by_qualname: dict[str, list[ast.AST]] = {}
+            by_name: dict[str, list[tuple[str, ast.AST]]] = {}
+            for found, node in _walk_defs(self.tree, ""):
+                by_qualname.setdefault(found, []).append(node)
+                by_name.setdefault(node.name, []).append((found, node))
+            self._by_name = by_name
+            self._by_qualname = by_qualname
+        assert self._by_name is not None
+        return self._by_qualname, self._by_name
 
 
 def search_name(qualname: str) -> str:
@@ -326,6 +340,7 @@ class DirectoryTree(SourceTree):
         super().__init__()
         self.engine = engine
         self._shadows: dict[str, str | None] = {}
+        self._listings: dict[str, list[str]] = {}  # directory -> its names, for loaded_instead
         self._plugins: tuple[Plugin, ...] | None = None
         self.root = root
         self.dist_info = dist_info
@@ -349,7 +364,7 @@ class DirectoryTree(SourceTree):
     def shadowed(self, relpath: str) -> str | None:
         # asked for every file read, by the verdicts and again by the results cache: once per file
         if relpath not in self._shadows:
-            self._shadows[relpath] = loaded_instead(self.root, relpath)
+            self._shadows[relpath] = loaded_instead(self.root, relpath, self._listings)
         return self._shadows[relpath]
 
     def plugins(self) -> tuple[Plugin, ...]:

@@ -136,7 +136,8 @@ def test_formats_come_from_the_registry_and_an_unknown_one_is_an_error():
 
     assert FORMATS == tuple(REPORTERS) and "table" in FORMATS
     for name in FORMATS:
-        assert type(reporter(name)) is REPORTERS[name]
+        module, _, cls = REPORTERS[name].partition(":")
+        assert type(reporter(name)).__qualname__ == cls and type(reporter(name)).__module__.endswith(f"reporters.{module}")
     with pytest.raises(ToolError, match="unknown report format 'xml'"):
         reporter("xml")
 
@@ -249,3 +250,22 @@ def test_section_lines_are_clean_for_a_terminal():
 
     hostile = AncestryReport("/repo\x1b[2J", "c" * 40, None, "main", (PrAncestry(1, "fix\nfake", "missing", "m", (), ""),))
     assert all("\x1b" not in line and "\n" not in line for line in hostile.lines())
+
+
+def test_a_command_run_builds_only_its_own_module_and_the_help_lists_every_command(tmp_path):
+    import subprocess
+    import sys
+
+    program = ("import sys\nfrom dflash_doctor.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+               "print(sorted(m for m in sys.modules if m.startswith('dflash_doctor.commands.')), file=sys.stderr)")
+
+    def run(*words: str) -> tuple[str, str]:
+        done = subprocess.run([sys.executable, "-c", program, *words], capture_output=True, text=True, cwd=tmp_path, check=True)
+        return done.stdout, done.stderr.strip().splitlines()[-1]
+
+    assert run("rules", "list")[1] == "['dflash_doctor.commands.rules']"
+    assert run("--debug", "restore", "--help")[1] == "['dflash_doctor.commands.options', 'dflash_doctor.commands.patch']"
+    page, _ = run("--help")
+    from dflash_doctor.commands import MODULES
+
+    assert all(f"  {name} " in page for name in MODULES)

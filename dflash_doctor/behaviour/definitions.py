@@ -102,15 +102,14 @@ def _lines(text: str) -> list[str]:
 def stripped(node: ast.FunctionDef, text: str) -> ast.FunctionDef:
     """A copy without annotations: they name types the sandbox does not have."""
     definition = _copied(node, text)
-    for inner in ast.walk(definition):
-        if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            inner.returns = None
-            arguments = inner.args
+    for parent in ast.walk(definition):  # one walk: a node's children are queued before it is seen
+        if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            parent.returns = None
+            arguments = parent.args
             for arg in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg, arguments.kwarg]:
                 if arg is not None:
                     arg.annotation = None
-    # Local annotated assignments keep their value and lose the annotation.
-    for parent in ast.walk(definition):
+        # Local annotated assignments keep their value and lose the annotation.
         for field in ("body", "orelse", "finalbody"):
             statements = getattr(parent, field, None)
             if isinstance(statements, list):

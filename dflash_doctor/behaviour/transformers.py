@@ -31,7 +31,6 @@ from ..model import ToolError
 from ..standalone.probe import read_regular
 from ..provenance import find_dist_info
 from ..source import DirectoryTree, SourceError, SourceTree, Symbol
-from .definitions import absolute_module, parsed_or_none, top_level_bindings
 
 AUTO_FILES = ("transformers/models/auto/configuration_auto.py", "transformers/models/auto/auto_mappings.py")
 MAPPING = "CONFIG_MAPPING_NAMES"
@@ -224,6 +223,8 @@ def config_class(tree: SourceTree, transformers: Transformers | str, model_type:
 
 
 def _top_class(tree: SourceTree, file: str, name: str) -> Symbol | str:
+    from .definitions import parsed_or_none  # here: the results cache's key needs only identity(), not definitions
+
     try:
         parsed = parsed_or_none(tree, file)
     except ToolError as exc:
@@ -238,6 +239,8 @@ def _top_class(tree: SourceTree, file: str, name: str) -> Symbol | str:
 
 def _engine_class(tree: SourceTree, package: str, name: str) -> Symbol | str:
     """A class of the engine's configs package by the name its registry gives it."""
+    from .definitions import absolute_module, parsed_or_none, top_level_bindings
+
     try:
         parsed = parsed_or_none(tree, package)
     except ToolError as exc:
@@ -264,6 +267,8 @@ def _string_pairs(tree: SourceTree, file: str, name: str) -> dict[str, str]:
 def _read_pairs(tree: SourceTree, file: str, name: str) -> dict[str, str]:
     """``(key, value)`` tuples, dict literals and keywords in the assignments of ``name``
     and in ``name.update(...)``."""
+    from .definitions import parsed_or_none
+
     try:
         parsed = parsed_or_none(tree, file)
     except ToolError:

@@ -176,6 +176,20 @@ class Checker:
 
     def __init__(self, tree: SourceTree) -> None:
         self.tree = tree
+        self._strings: dict[ast.AST, frozenset[str]] = {}  # a definition -> the str constants in it
+
+    def _applies(self, rule: Rule, symbols: list[Symbol] | SourceError) -> bool:
+        """Whether the rule's literal is in the definition it names: every rule names the same
+        class (SpeculativeConfig, 5,000 nodes on 0.34.0), walked once, not once per rule and question."""
+        if not isinstance(symbols, list):
+            return False
+        for symbol in symbols:
+            if symbol.node not in self._strings:
+                self._strings[symbol.node] = frozenset(
+                    n.value for n in ast.walk(symbol.node) if isinstance(n, ast.Constant) and isinstance(n.value, str))
+            if rule.applies.literal in self._strings[symbol.node]:
+                return True
+        return False
 
     def _locate(self, wanted: set[tuple[str, str]], required: set[tuple[str, str]]) -> dict:
         found, _ = locate(self.tree, wanted, required)
@@ -187,7 +201,7 @@ class Checker:
         ours = [rule for rule in rules if rule.engine == self.tree.engine.name]
         applies = {(rule.applies.file, rule.applies.symbol) for rule in ours}
         located = self._locate(applies, applies)
-        applicable = [rule for rule in ours if _applies(rule, located[(rule.applies.file, rule.applies.symbol)])]
+        applicable = [rule for rule in ours if self._applies(rule, located[(rule.applies.file, rule.applies.symbol)])]
         anchors = {(a.file, a.symbol) for rule in applicable for a in rule.anchors}
         required = {(a.file, a.symbol) for rule in applicable for a in rule.anchors if self._required(a)}
         located.update(self._locate(anchors - applies, required))
@@ -243,7 +257,7 @@ class Checker:
         if not applies:
             return result(UNKNOWN, reason=f"cannot tell whether this {engine.display} has DFlash: {rule.applies.symbol} not found in {rule.applies.file} or elsewhere",
                           cause=NOT_ENGINE.format(engine=engine.display, package=engine.package))
-        if not _applies(rule, applies):
+        if not self._applies(rule, applies):
             where = applies[0]
             evidence = [Evidence(where.file, where.line, where.qualname, "no-dflash", f"no {rule.applies.literal!r} in {where.qualname}")]
             return result(NOT_APPLICABLE, evidence, reason=f"this {engine.display} has no DFlash support at all")
@@ -296,14 +310,6 @@ def forms_read(rule: Rule, evidence: Sequence[Evidence]) -> str:
     """The sentences of the deciding forms the evidence shows, in rule order: the reason a reader gets."""
     shown = {item.form for item in evidence}
     return "; ".join(form.description for form in rule.forms if form.id in shown and form.verdict != IGNORE)
-
-
-def _applies(rule: Rule, symbols: list[Symbol] | SourceError) -> bool:
-    return isinstance(symbols, list) and any(_holds_literal(s.node, rule.applies.literal) for s in symbols)
-
-
-def _holds_literal(node: ast.AST, literal: str) -> bool:
-    return any(isinstance(n, ast.Constant) and n.value == literal for n in ast.walk(node))
 
 
 def warm_up(rules: tuple[Rule, ...]) -> None:
