@@ -40,7 +40,7 @@ from . import stamp
 from .behaviour.reference import reference_dir
 from .model import FixResult, ToolError
 from .paths import cache_dir, OFFLINE, caches_disabled, write_atomically
-from .probe import python_files
+from .standalone.probe import python_files
 from .rules import Rule
 from .source import SourceTree
 
