@@ -115,6 +115,7 @@ def _hit(key: str, tree: SourceTree) -> tuple[FixResult, ...] | None:
     """The fixes of the first candidate under ``key`` the tree still reads the same as."""
     for entry in _load(key):
         try:
+            tree.prefetch(entry["reads"])
             same = all(tree.state(relpath) == state for relpath, state in entry["reads"].items()) and (
                 entry["plugins"] == tree.plugin_state()) and (
                 (entry["stamp"] is not None and tree.package_unchanged(entry["stamp"]))

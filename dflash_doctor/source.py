@@ -277,6 +277,10 @@ class SourceTree:
         """The digest of ``data``, read from ``relpath`` (a snapshot knows it already)."""
         return hashlib.sha256(data).hexdigest()
 
+    def prefetch(self, relpaths: Iterable[str]) -> None:
+        """Make ready to answer ``state`` for each of ``relpaths`` at once (a remote tree asks
+        its host in one round trip what it would otherwise ask one file at a time)."""
+
     def state(self, relpath: str) -> str:
         """What ``relpath`` holds, as one string: its sha256, ``ABSENT``, or the error reading it gave."""
         try:

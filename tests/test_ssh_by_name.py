@@ -125,6 +125,10 @@ class Host:
     def paths_asked(self) -> list[str]:
         return [path for line in self.asked.read_text().splitlines() for path in json.loads(line)]
 
+    def requests(self) -> int:
+        """How many times the collector was asked for more files (a round trip each)."""
+        return len(self.asked.read_text().splitlines())
+
 
 def start(work: Path, tree: Path, lie: str = "pass") -> Host:
     user = keygen(work / "user")
@@ -263,8 +267,10 @@ def test_0_34_0_over_ssh_is_judged_by_behaviour_as_on_this_machine(tmp_path: Pat
     assert "vllm/v1/worker/gpu/spec_decode/speculator_config.py" in asked  # imported by the drafter's config, not sent
     local_code, local = check_json("--path", str(tree))
     assert (local_code, local["fixes"]) == (code, first["fixes"])
+    before = host.requests()
     again, second = check_json(*host.args(), env=env)
     assert host.started() == ["-c"]  # the results cache answered: no behaviour child on the host
+    assert host.requests() - before == 1  # the digests of every file the hit compares, in one round trip
     assert (again, second["fixes"], second["summary"]) == (code, first["fixes"], first["summary"])
     assert second["target"]["bytes_received"] < first["target"]["bytes_received"] / 4
 

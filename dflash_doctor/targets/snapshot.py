@@ -5,13 +5,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..engines import VLLM, Engine, of_package
 from ..model import TargetInfo, ToolError
-from ..standalone.probe import package_module
+from ..standalone.probe import MAX_MORE_FILES, package_module
 from ..source import SourceError, SourceTree
 from . import NOT_RUN_HERE, ResolvedTarget
 from .probing import held_back, parse_probe_output, read_probe_file
@@ -79,19 +79,41 @@ class SnapshotTree(SourceTree):
             return self._sha256[relpath]  # the host's, before the bytes came (they are checked against it when read)
         return super().digest(relpath)
 
-    def _ask_host(self, relpath: str, with_bytes: bool) -> None:
-        """Learn from the host what it holds at ``relpath`` when the collector sent
-        nothing of it: a module file of the package only (it asks the host for no other)."""
+    def prefetch(self, relpaths: Iterable[str]) -> None:
+        """The digests of every file in ``relpaths`` the collector did not send, asked of
+        the host in as few round trips as it takes (a cache hit compares them all)."""
+        if self._more is None:
+            return
+        wanted = [relpath for relpath in dict.fromkeys(relpaths) if self._unasked(relpath, False)]
+        for start in range(0, len(wanted), MAX_MORE_FILES):
+            self._ask(wanted[start:start + MAX_MORE_FILES], False)
+
+    def _unasked(self, relpath: str, with_bytes: bool) -> bool:
+        """Whether the host may be asked for ``relpath``: a module file of the package only
+        (it asks the host for no other), of which the collector sent nothing (or only the digest)."""
+        if relpath in self._more_held:  # its digest came without the bytes
+            return with_bytes
         known = relpath in self._files or relpath in self._errors or relpath in self._held
-        if self._more is None or (known and not (with_bytes and relpath in self._more_held)):
-            return
-        if not package_module(relpath, self.package):
-            return
+        return not known and package_module(relpath, self.package)
+
+    def _ask_host(self, relpath: str, with_bytes: bool) -> None:
+        """Learn from the host what it holds at ``relpath`` when the collector sent nothing of it."""
+        if self._more is not None and self._unasked(relpath, with_bytes):
+            self._ask([relpath], with_bytes)
+
+    def _ask(self, relpaths: list[str], with_bytes: bool) -> None:
+        assert self._more is not None
         try:
-            part = self._more([relpath], with_bytes)
-        except ToolError as exc:  # the host could not be asked: the file is unknown, not absent
-            self._errors[relpath] = f"could not be fetched from the host: {exc}"
+            part = self._more(relpaths, with_bytes)
+        except ToolError as exc:  # the host could not be asked: the files are unknown, not absent
+            for relpath in relpaths:
+                self._errors[relpath] = f"could not be fetched from the host: {exc}"
             return
+        for relpath in relpaths:
+            self._take(relpath, part, with_bytes)
+
+    def _take(self, relpath: str, part: dict, with_bytes: bool) -> None:
+        """What the host's answer ``part`` says of ``relpath`` (nothing else of the answer is taken)."""
         files, sha256, errors = part.get("files", {}), part.get("sha256", {}), part.get("file_errors", {})
         self._more_held.discard(relpath)
         if relpath in errors:
