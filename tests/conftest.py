@@ -28,6 +28,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from hypothesis import settings
 
 import tiers
 from dflash_doctor.behaviour.transformers import requires
@@ -39,6 +40,12 @@ from dflash_doctor.targets.ssh import SshOptions
 from gitrepos import Repo, build_vllm_like
 from http_index import WHEEL, Index, build_wheel
 from sshd import SshServer, client_env, keygen
+
+# The fuzz tests' depth: "thorough" (the default: the README's test command and CI) or, with
+# DFLASH_DOCTOR_FUZZ=quick, for the fast tier while you work (pytest's hypothesis plugin is off).
+settings.register_profile("thorough", max_examples=200, deadline=None)
+settings.register_profile("quick", max_examples=25, deadline=None)
+settings.load_profile(os.environ.get("DFLASH_DOCTOR_FUZZ", "thorough"))
 
 # The rule texts and applicability of the small demo rules that tests write.
 DEMO_RULE_PREAMBLE = '''

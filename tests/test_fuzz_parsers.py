@@ -30,7 +30,7 @@ from dflash_doctor.images.merge import merge
 from dflash_doctor.model import ToolError
 from dflash_doctor.waivers import load_waivers
 
-FUZZ = settings(max_examples=200, deadline=None)
+FUZZ = settings(deadline=None)  # as many examples as the profile says (conftest.py)
 PEAK = 64 * 1024 * 1024
 
 
@@ -182,7 +182,7 @@ def blob(directory: Path, data: bytes) -> str:
     return "sha256:" + digest
 
 
-@settings(max_examples=150, deadline=None)
+@FUZZ
 @given(MANIFEST, MANIFEST, CONFIG, st.sampled_from(["index", "manifest", "nested", "huge"]))
 def test_image_manifests_are_an_image_or_one_line(top, inner, config, shape):
     with tempfile.TemporaryDirectory() as name:
@@ -213,7 +213,7 @@ ARCHIVE_ENTRY = st.fixed_dictionaries({}, optional={"Config": JSON | st.just("co
                                                     "RepoTags": JSON | st.just(["team/vllm:v1"])})
 
 
-@settings(max_examples=150, deadline=None)
+@FUZZ
 @given(st.lists(ARCHIVE_ENTRY, max_size=3) | JSON, CONFIG, st.booleans())
 def test_docker_archive_manifests_are_an_image_or_one_line(listing, config, gzipped):
     data = tar_bytes({"manifest.json": json.dumps(listing).encode(), "config.json": json.dumps(config).encode(), "l.tar": b""})

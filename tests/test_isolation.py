@@ -307,6 +307,7 @@ def test_an_answer_forged_by_the_tree_code_is_refused_not_a_crash(tmp_path, answ
 # -- bounds -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # waits out a real deadline
 def test_cpu_spin_that_swallows_the_call_timer_is_killed_by_the_cpu_limit(tmp_path):
     request = request_for(tmp_path, """
         def spins():
@@ -324,6 +325,7 @@ def test_cpu_spin_that_swallows_the_call_timer_is_killed_by_the_cpu_limit(tmp_pa
     assert time.monotonic() - start < 10
 
 
+@pytest.mark.slow  # waits out a real deadline
 @pytest.mark.parametrize("prelude", ["pass", "_module('os').close(1); _module('os').close(2)"])
 def test_a_child_that_blocks_without_cpu_is_killed_at_the_one_deadline(tmp_path, prelude):
     # With its outputs closed the parent sees their end early: the same deadline still holds.
@@ -420,6 +422,7 @@ def test_a_session_is_one_child_and_each_request_has_fresh_globals(tmp_path):
     assert my_children() == []
 
 
+@pytest.mark.slow  # waits out a real deadline
 def test_a_definition_that_runs_too_long_is_a_gap_under_its_name_and_the_rest_still_answers():
     # A tree constant the interpreter cannot fold: without the call timer around each
     # statement it runs to the request's wall deadline and the whole session breaks.
@@ -458,6 +461,7 @@ def test_a_child_that_cannot_start_leaves_every_request_unknown_not_a_crash(monk
                 ask([], [Call("x", "6 * 7")], {}, {})
 
 
+@pytest.mark.slow  # waits out a real deadline
 def test_a_request_that_hangs_is_killed_and_the_later_ones_are_unknown_with_the_reason(tmp_path):
     chunks, globals_ = program_for(tmp_path, """
         def blocks():
@@ -579,6 +583,7 @@ def test_cli_a_resolver_that_exfiltrates_gets_nothing_out(mini_tree, release, tm
     assert nothing_arrived(listener)
 
 
+@pytest.mark.slow  # waits out a real deadline
 def test_a_branch_whose_other_way_runs_out_of_time_is_a_timeout_not_an_answer():
     """Run both ways, one way of an unknown branch loops: the call is a timeout (which the
     results cache never keeps), not the other way's value nor a plain gap."""
