@@ -125,11 +125,11 @@ def check(request: CheckRequest, warm_up: Callable[[tuple[Rule, ...]], None] | N
 
 def with_ancestry(report: CheckReport, repo: Path, main_ref: str | None, rules: tuple[Rule, ...]) -> CheckReport:
     """The report with an ``ancestry`` section for its recorded build commit."""
-    from .ancestry import judge
+    from .ancestry import trace
 
     if not report.provenance.commit:
         raise ToolError(f"--repo: {report.target.location} records no build commit to look up (version {report.provenance.version})")
-    section = judge(repo, report.provenance.commit, report.provenance.commit_source, rules=rules, main_ref=main_ref)
+    section = trace(repo, report.provenance.commit, report.provenance.commit_source, rules=rules, main_ref=main_ref)
     return dataclasses.replace(report, sections=(*report.sections, section))
 
 
@@ -164,7 +164,7 @@ class Patching:
     checks the tree again, the report the result of the patch."""
 
     def __init__(self, target: Target, resolved: ResolvedTarget, rules: tuple[Rule, ...], dry_run: bool) -> None:
-        from .cache import checked_fixes
+        from .cache import structure_fixes
         from .patching import files_for
         from .patching.plan import plan_patches
 
@@ -172,7 +172,7 @@ class Patching:
         self.location = resolved.info.location
         open_files = files_for(resolved)  # refused before anything is planned or shown
         self._files = None if dry_run else open_files()  # the root is held from before the check reads the tree
-        self.plan: PatchPlan = plan_patches(resolved.tree, rules, checked_fixes(resolved.tree, rules))
+        self.plan: PatchPlan = plan_patches(resolved.tree, rules, structure_fixes(resolved.tree, rules))
 
     @property
     def dry_run_code(self) -> int:
@@ -294,7 +294,7 @@ class AncestryRequest:
 
 
 def ancestry(request: AncestryRequest) -> AncestryReport:
-    from .ancestry import commit_from_target, judge
+    from .ancestry import commit_from_target, trace
     from .rulefile import select
     from .targets.selection import select_targets
 
@@ -308,7 +308,7 @@ def ancestry(request: AncestryRequest) -> AncestryReport:
     else:
         targets, _ = select_targets(spec, rules)
         commit, source = commit_from_target(targets[0][1])
-    return judge(request.repo, commit, source, rules=rules, prs=list(request.prs) or None, main_ref=request.main_ref,
+    return trace(request.repo, commit, source, rules=rules, prs=list(request.prs) or None, main_ref=request.main_ref,
                  remote=request.remote, fetch=request.fetch)
 
 

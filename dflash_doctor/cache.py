@@ -1,6 +1,6 @@
 """Check results remembered with every file they were read from.
 
-Two kinds of result: what the code's forms say (``checked_fixes``, which
+Two kinds of result: what the code's forms say (``structure_fixes``, which
 ``patch`` plans from) and the verdicts with behaviour (``judged_fixes``).
 A key (the tool's own code, the bytes of the selected rule files and reference
 drafter configs, what runs behaviour, and the state of every file the rules
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 MAX_CANDIDATES = 8
 
 
-def checked_fixes(tree: SourceTree, rules: tuple[Rule, ...]) -> tuple[FixResult, ...]:
+def structure_fixes(tree: SourceTree, rules: tuple[Rule, ...]) -> tuple[FixResult, ...]:
     """What the code's forms alone say."""
     files = sorted({a.file for rule in rules for a in rule.anchors} | {rule.applies.file for rule in rules})
     key = None if caches_disabled() else _key(tree, rules, files, "structure")
@@ -62,9 +62,9 @@ def checked_fixes(tree: SourceTree, rules: tuple[Rule, ...]) -> tuple[FixResult,
         fixes = _hit(key, tree)
         if fixes is not None:
             return fixes
-    from .structure.engine import Checker  # heavy: libcst, which a warm check never imports
+    from .structure.forms import FormReader  # heavy: libcst, which a warm check never imports
 
-    fixes = Checker(tree).run(rules)
+    fixes = FormReader(tree).run(rules)
     if key is not None:
         _store(key, tree, fixes)
     return fixes

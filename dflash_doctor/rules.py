@@ -73,7 +73,7 @@ class Affects:
     yes: str
     no: str
 
-    def judge(self, draft: DraftConfig) -> tuple[bool | None, str]:
+    def reaches(self, draft: DraftConfig) -> tuple[bool | None, str]:
         from .structure.affects import DRAFTER_TESTS
 
         affected = DRAFTER_TESTS[self.drafter](draft)
@@ -292,7 +292,7 @@ class Rule:
         """Whether the defect can reach ``draft`` (None: the config does not say), and why."""
         if self.affects is None:
             return True, "the defect can reach every DFlash drafter"
-        return self.affects.judge(draft)
+        return self.affects.reaches(draft)
 
     @property
     def files(self) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from .structure.engine import match_forms
+from .structure.forms import match_forms
 from .model import ABSENT, PARTIAL, ToolError
 from .patching.codemod import PatchRefused, apply_edits, site_edits
 from .rules import IGNORE, FixCase, Rule

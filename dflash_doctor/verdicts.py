@@ -32,9 +32,9 @@ def judge(
     opened = resolved.behaviour if resolved.behaviour is not None and ours else (lambda: contextlib.nullcontext(None))
     with opened() as run:  # first: the child starts while the engine is imported and structure checked
         from .behaviour.combine import combine  # heavy: libcst (both), imported while the child starts
-        from .structure.engine import Checker
+        from .structure.forms import FormReader
 
-        structure = Checker(resolved.tree).run(rules)
+        structure = FormReader(resolved.tree).run(rules)
         watched = _Watched(run) if run is not None else None
         answers, probes = answer_rules(resolved.tree, ours, watched, user) if watched is not None else ({}, None)
     fixes = tuple(combine(rule, fix, answers.get(rule.id), resolved.no_behaviour) if rule.engine == resolved.tree.engine.name else fix
@@ -68,7 +68,7 @@ def _what_python_loads(resolved: ResolvedTarget, rules: tuple[Rule, ...], fixes:
     """A file the check read that Python would not run (a package, an extension
     module or an unchecked-hash .pyc comes first) leaves every judged fix unknown:
     the verdicts speak of code the engine does not import."""
-    from .structure.engine import UNKNOWN_CODE, restate
+    from .structure.forms import UNKNOWN_CODE, restate
 
     shadows = [(relpath, why) for relpath in sorted(resolved.tree.inspected()) if (why := resolved.tree.shadowed(relpath))]
     if not shadows:
@@ -87,7 +87,7 @@ def _plugins_on_route(resolved: ResolvedTarget, rules: tuple[Rule, ...], fixes: 
     """The engine loads its plugins at start, and they may patch its classes: a plugin whose
     code names a definition on a fix's route (or its module) leaves the fix unknown;
     one whose code cannot be read is said to possibly change the answer."""
-    from .structure.engine import UNKNOWN_CODE, restate
+    from .structure.forms import UNKNOWN_CODE, restate
 
     plugins = resolved.tree.plugins()
     if not plugins:

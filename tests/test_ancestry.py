@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from conftest import CACHING, ancestry_json, assert_error, run_cli
-from dflash_doctor.ancestry import apply_pr, judge, render
+from dflash_doctor.ancestry import apply_pr, render, trace
 from dflash_doctor.model import ToolError
 from gitrepos import DFLASH, SCHEDULER, SPECULATIVE, SWA, Repo, generate_history
 
@@ -29,7 +29,7 @@ def statuses(report) -> dict[int, tuple[str, str]]:
 
 def test_main_tip_contains_every_merged_pr_by_merge_commit(history):
     c = history.c
-    report = judge(history.path, "main")
+    report = trace(history.path, "main")
     entries = by_pr(report)
     for pr in (40727, 46104, 47914, 48113, 53388):
         assert (entries[pr]["status"], entries[pr]["method"]) == ("contained", "merge-commit"), entries[pr]
@@ -52,7 +52,7 @@ def test_section_for_the_check_report_is_the_ancestry_report(history):
     built = Provenance("0.20.1", history.c["release"][:9], "version", None)
     report = with_ancestry(CheckReport(TargetInfo("path", "/site"), built, (), "0"), history.path, None, load_rules())
     section = report.to_json()["ancestry"]
-    assert section == judge(history.path, history.c["release"], "version").to_json()
+    assert section == trace(history.path, history.c["release"], "version").to_json()
     assert (section["commit"], section["commit_source"]) == (history.c["release"], "version")
     assert report.sections[-1].lines()[0] == f"ancestry of {section['commit']} in {section['repo']}:"
 
@@ -60,7 +60,7 @@ def test_section_for_the_check_report_is_the_ancestry_report(history):
 def test_one_entry_per_fix_and_pr_from_the_rules(history):
     from dflash_doctor.rulefile import load_rules
 
-    report = judge(history.path, "main")
+    report = trace(history.path, "main")
     expected = [(rule.id, pr) for rule in load_rules() for pr in (*rule.prs, *rule.unmerged_prs)]
     assert [(e.fix, e.pr) for e in report.prs] == expected
     assert {e.fix for e in report.prs if e.pr == 40898} == {"layer-offset", "swa-config", "cache-drop"}
@@ -69,7 +69,7 @@ def test_one_entry_per_fix_and_pr_from_the_rules(history):
 def test_cherry_pick_onto_release_branch_is_found_by_patch_id(history):
     c, repo = history.c, history.repo
     assert c["pick_40727"] != c["40727"] and repo.patch_id(c["pick_40727"]) == repo.patch_id(c["40727"])
-    entry = by_pr(judge(history.path, "releases/v0.20"))[40727]
+    entry = by_pr(trace(history.path, "releases/v0.20"))[40727]
     assert (entry["status"], entry["method"]) == ("contained", "patch-id")
     assert entry["evidence"]["matches"] == [
         {"commit": c["pick_40727"], "same_as": c["40727"], "patch_id": repo.patch_id(c["40727"])}
@@ -80,13 +80,13 @@ def test_backport_that_resolved_a_conflict_is_found_by_merge_tree(history):
     c, repo = history.c, history.repo
     # The backport had to resolve a conflict with the release hotfix: its patch differs.
     assert repo.patch_id(c["release"]) != repo.patch_id(c["46104"])
-    entry = by_pr(judge(history.path, c["release"]))[46104]
+    entry = by_pr(trace(history.path, c["release"]))[46104]
     assert (entry["status"], entry["method"]) == ("contained", "merge-tree"), entry
     assert entry["evidence"]["applied"] == {"base": c["sched"], "tip": c["46104"]}
 
 
 def test_release_branch_lacks_the_prs_it_did_not_pick(history):
-    report = judge(history.path, "releases/v0.20")
+    report = trace(history.path, "releases/v0.20")
     for pr in (47914, 48113, 53388):
         assert statuses(report)[pr] == ("missing", "none")
         assert "is not an ancestor" in by_pr(report)[pr]["reason"]
@@ -94,7 +94,7 @@ def test_release_branch_lacks_the_prs_it_did_not_pick(history):
 
 
 def test_later_edit_of_the_same_line_is_unknown_not_missing(history):
-    entry = by_pr(judge(history.path, "releases/v0.20-later"))[46104]
+    entry = by_pr(trace(history.path, "releases/v0.20-later"))[46104]
     assert (entry["status"], entry["method"]) == ("unknown", "none")
     assert entry["evidence"]["conflicts"] == [DFLASH]
     assert "dflash-doctor check" in entry["reason"]
@@ -102,7 +102,7 @@ def test_later_edit_of_the_same_line_is_unknown_not_missing(history):
 
 def test_branch_built_from_the_pr_before_its_rebase_is_found_by_patch_id(history):
     c = history.c
-    entry = by_pr(judge(history.path, "fork/dflash-swa"), "layer-offset")[40898]
+    entry = by_pr(trace(history.path, "fork/dflash-swa"), "layer-offset")[40898]
     assert (entry["status"], entry["method"]) == ("contained", "patch-id")
     matches = {(m["commit"], m["same_as"]) for m in entry["evidence"]["matches"]}
     rebased = history.repo.git("rev-list", "--reverse", f"{c['main']}..{c['pr_head']}").split()
@@ -111,7 +111,7 @@ def test_branch_built_from_the_pr_before_its_rebase_is_found_by_patch_id(history
 
 
 def test_commit_older_than_the_fixes_misses_them(history):
-    report = judge(history.path, "v0.20.0")
+    report = trace(history.path, "v0.20.0")
     for pr in (40727, 46104, 47914, 48113, 53388, 40898):
         assert statuses(report)[pr] == ("missing", "none"), by_pr(report)[pr]
     # #46104 conflicts with the older tree, but the commit lies on main before it.
@@ -124,10 +124,10 @@ def test_reverted_landing_is_missing(copy):
     subject = copy.git("log", "-1", "--format=%s")
     copy.git("commit", "--amend", "--quiet", "-m", f"{subject} (#1010)")
     revert = copy.sha("HEAD")
-    entry = by_pr(judge(copy.path, "main", prs=[48113]))[48113]
+    entry = by_pr(trace(copy.path, "main", prs=[48113]))[48113]
     assert (entry["status"], entry["evidence"]["reverted_by"]) == ("missing", revert), entry
     assert "reverted" in entry["reason"]
-    assert statuses(judge(copy.path, main, prs=[48113]))[48113] == ("contained", "merge-commit")
+    assert statuses(trace(copy.path, main, prs=[48113]))[48113] == ("contained", "merge-commit")
 
 
 def history_sha(repo: Repo, subject_end: str) -> str:
@@ -171,7 +171,7 @@ def test_partial_clone_does_not_fetch_contents_without_fetch(history, tmp_path):
 def test_absent_objects_give_unknown_never_missing(copy):
     blob = copy.git("rev-parse", f"{history_sha(copy, '(#48113)')}:{DFLASH}")
     (copy.path / ".git" / "objects" / blob[:2] / blob[2:]).unlink()  # loose, as the build left it
-    report = judge(copy.path, "releases/v0.20")
+    report = trace(copy.path, "releases/v0.20")
     for pr in (47914, 48113, 53388):
         entry = by_pr(report)[pr]
         assert (entry["status"], entry["method"]) == ("unknown", "none"), entry
@@ -241,7 +241,7 @@ def test_short_sha_resolves_and_ambiguous_one_lists_candidates(tmp_path):
         shared.setdefault(sha[:4], []).append(kind)
     prefix = next(p for p, kinds in shared.items() if kinds.count("commit") == 1 and len(kinds) > 1)
     commit = next(sha for sha in shas if sha.startswith(prefix))
-    assert judge(repo.path, prefix).commit == commit
+    assert trace(repo.path, prefix).commit == commit
 
 
 def test_commit_from_the_target_provenance(history, tmp_path):
@@ -295,7 +295,7 @@ def test_plain_and_rich_output(history, tmp_path):
     assert lines[0].startswith(f"commit {history.c['release']} (from --commit)")
     assert any(line.startswith("layer-offset #40727: contained (patch-id)") for line in lines)
     assert proc.returncode == 1
-    rich = render(judge(history.path, "releases/v0.20"), terminal=True)
+    rich = render(trace(history.path, "releases/v0.20"), terminal=True)
     assert "merge-tree" in rich and "\x1b[" in rich
     output = tmp_path / "report.json"
     proc = run_cli("ancestry", "--repo", str(history.path), "--commit", "main", "--format", "json", "--output", str(output))
@@ -307,9 +307,9 @@ def test_main_ref_defaults_to_origin_main_and_can_be_named(history, tmp_path):
     subprocess.run(["git", "clone", "--quiet", f"file://{history.path}", str(clone)], check=True)
     Repo(clone).git("checkout", "--quiet", "--detach")
     Repo(clone).git("branch", "-f", "main", history.c["docs"])  # a stale local main
-    entry = judge(clone, "origin/main", prs=[40727]).prs[0]
+    entry = trace(clone, "origin/main", prs=[40727]).prs[0]
     assert (entry.status, dict(entry.evidence)["main_ref"]) == ("contained", "origin/main")
-    entry = judge(clone, "origin/main", prs=[40727], main_ref="main").prs[0]
+    entry = trace(clone, "origin/main", prs=[40727], main_ref="main").prs[0]
     assert entry.status == "unknown"  # the stale main has no landing commit for #40727
     assert_error(run_cli("ancestry", "--repo", str(clone), "--commit", "main", "--main-ref", "nope"), "main ref nope")
 
@@ -328,28 +328,28 @@ def test_bad_repositories(history, tmp_path):
 
 def test_caches_give_the_fresh_answers_and_follow_main(copy, monkeypatch):
     judged = ("main", "releases/v0.20", "releases/v0.20-later", "fork/dflash-swa", "v0.20.0")
-    fresh = {commit: judge(copy.path, commit).to_json() for commit in judged}
+    fresh = {commit: trace(copy.path, commit).to_json() for commit in judged}
     monkeypatch.delenv("DFLASH_DOCTOR_NO_CACHE", raising=False)
-    assert {commit: judge(copy.path, commit).to_json() for commit in judged} == fresh  # writes the caches
+    assert {commit: trace(copy.path, commit).to_json() for commit in judged} == fresh  # writes the caches
     cache = copy.path / ".git" / "dflash-doctor"
     patch_ids = (cache / "patch-ids").read_text().splitlines()
     assert patch_ids[0] == "# dflash-doctor patch-ids v1" and len(patch_ids) > 10
-    assert {commit: judge(copy.path, commit).to_json() for commit in judged} == fresh  # reads them
+    assert {commit: trace(copy.path, commit).to_json() for commit in judged} == fresh  # reads them
     # Main moves on: the landing index is extended, not rebuilt, and sees the new PR.
     new = copy.commit("[Core] A new fix (#53999)", {SCHEDULER: "def schedule(requests):\n    return requests\n"})
-    assert statuses(judge(copy.path, "main", prs=[53999]))[53999] == ("contained", "merge-commit")
+    assert statuses(trace(copy.path, "main", prs=[53999]))[53999] == ("contained", "merge-commit")
     landings = cache / "landings" / "refs%2Fheads%2Fmain"
     assert f"L 53999 {new}" in landings.read_text() and f"tip {new}" in landings.read_text()
     # Main rewritten: the index is rebuilt and forgets the dropped commit.
     copy.git("reset", "--quiet", "--hard", "HEAD~1")
     copy.commit("[Core] Another fix (#53998)", {SCHEDULER: "def schedule(requests):\n    return list(requests)\n"})
-    assert statuses(judge(copy.path, "main", prs=[53999, 53998])) == {
+    assert statuses(trace(copy.path, "main", prs=[53999, 53998])) == {
         53999: ("unknown", "none"), 53998: ("contained", "merge-commit")
     }
     # Damaged cache files are ignored, and the answers stay the same.
     (cache / "patch-ids").write_text("# dflash-doctor patch-ids v1\nnot a patch-id line\n")
     landings.write_text("# dflash-doctor landings v1\ntip 123\nL x y\n")
-    assert judge(copy.path, "releases/v0.20").to_json() == fresh["releases/v0.20"]
+    assert trace(copy.path, "releases/v0.20").to_json() == fresh["releases/v0.20"]
 
 
 # ------------------------------------------------------------------ apply_pr (patch --repo --pr)

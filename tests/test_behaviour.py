@@ -1,4 +1,4 @@
-"""Behaviour decides, structure explains: the judge on observations written
+"""Behaviour decides, structure explains: the decision on observations written
 here, rule validation, and real 0.22.0/0.33.0 trees edited the way forks do."""
 
 from pathlib import Path
@@ -7,7 +7,7 @@ import pytest
 
 from conftest import ProbeAnswerOf
 
-from dflash_doctor.behaviour.judge import judge
+from dflash_doctor.behaviour.decide import decide
 from dflash_doctor.behaviour.observe import QUESTION_KINDS
 from dflash_doctor.check import run_check
 from dflash_doctor.model import Observation, ToolError
@@ -38,47 +38,47 @@ def configs(**links):
 
 def test_every_configuration_working_is_present_and_one_broken_link_is_absent():
     good = configs(a={"v1": (True, True)}, b={"v1": (True, True)}, g={"v1": (True, True)})
-    assert judge(ask(), good, ("a", "b"), ("g",)).status == "present"
+    assert decide(ask(), good, ("a", "b"), ("g",)).status == "present"
     broken = configs(a={"v1": (True, False)}, b={"v1": (True, False)}, g={"v1": (True, True)})
-    answer = judge(ask(), broken, ("a", "b"), ("g",))
+    answer = decide(ask(), broken, ("a", "b"), ("g",))
     assert answer.status == "absent" and "a on the V1 runner" in answer.reason
 
 
 def test_alternatives_that_disagree_are_partial_and_say_which_work():
     mixed = configs(a={"v1": (True, True), "v2": (True, False)}, b={"v1": (True, True), "v2": (True, True)}, g={"v1": (True, True)})
-    answer = judge(ask(), mixed, ("a", "b"), ("g",))
+    answer = decide(ask(), mixed, ("a", "b"), ("g",))
     assert answer.status == "partial"
     assert "a on the V2 runner" in answer.fails[0].label() and "b on the V2 runner" in [r.label() for r in answer.works]
     assert (answer.fails[0].config, answer.fails[0].runner, answer.fails[0].broken.part) == ("a", "v2", "resolver")
     # Runners that are not alternatives must all work: the config fails as a whole.
-    assert judge(ask(alternatives=()), mixed, ("a", "b"), ("g",)).status == "partial"
-    assert judge(ask(alternatives=()), mixed, ("a",), ()).status == "absent"
+    assert decide(ask(alternatives=()), mixed, ("a", "b"), ("g",)).status == "partial"
+    assert decide(ask(alternatives=()), mixed, ("a",), ()).status == "absent"
 
 
 def test_a_runner_that_refuses_the_drafter_does_not_run_it_unless_acceptance_is_a_link():
     refused = configs(a={"v1": (True, True), "v2": (False, False)}, b={"v1": (False, False), "v2": (False, False)}, g={"v1": (True, True)})
-    assert judge(ask(), refused, ("a", "b"), ("g",)).status == "present"  # b runs nowhere: not judged
-    answer = judge(ask(chain=("runner-accepts", "resolver")), refused, ("a", "b"), ("g",))
+    assert decide(ask(), refused, ("a", "b"), ("g",)).status == "present"  # b runs nowhere: not judged
+    answer = decide(ask(chain=("runner-accepts", "resolver")), refused, ("a", "b"), ("g",))
     assert answer.status == "partial" and "b: no runner accepts it" in answer.fails[0].label()
     assert answer.fails[0].refusals and answer.fails[0].broken is None
 
 
 def test_a_broken_guard_makes_present_partial_and_unknowns_are_never_guessed():
     guard = configs(a={"v1": (True, True)}, b={"v1": (True, True)}, g={"v1": (True, False)})
-    assert judge(ask(), guard, ("a", "b"), ("g",)).status == "partial"
+    assert decide(ask(), guard, ("a", "b"), ("g",)).status == "partial"
     unknown = configs(a={"v1": (True, True)}, b={"v1": (True, None)}, g={"v1": (True, True)})
-    answer = judge(ask(), unknown, ("a", "b"), ("g",))
+    answer = decide(ask(), unknown, ("a", "b"), ("g",))
     assert answer.status is None and "why not" in answer.reason
     # Acceptance unknown: where it is a link of the chain, the answer is unknown; where it
     # only chooses whose answers count, the runners that may run the drafter must agree.
     acceptance = configs(a={"v1": (None, True)}, b={"v1": (True, True)}, g={"v1": (True, True)})
-    assert judge(ask(chain=("runner-accepts", "resolver")), acceptance, ("a", "b"), ("g",)).status is None
-    assert judge(ask(), acceptance, ("a", "b"), ("g",)).status == "present"
+    assert decide(ask(chain=("runner-accepts", "resolver")), acceptance, ("a", "b"), ("g",)).status is None
+    assert decide(ask(), acceptance, ("a", "b"), ("g",)).status == "present"
     split = configs(a={"v1": (None, True), "v2": (True, False)}, b={"v1": (True, True)}, g={"v1": (True, True)})
-    answer = judge(ask(), split, ("a", "b"), ("g",))
+    answer = decide(ask(), split, ("a", "b"), ("g",))
     assert answer.status is None and "give different answers" in answer.reason
     agree = configs(a={"v1": (None, False), "v2": (None, False)}, b={"v1": (True, False)}, g={"v1": (True, True)})
-    assert judge(ask(), agree, ("a", "b"), ("g",)).status == "absent"
+    assert decide(ask(), agree, ("a", "b"), ("g",)).status == "absent"
 
 
 def test_every_declared_question_has_its_kind_and_rules_name_only_known_links():
@@ -156,7 +156,7 @@ def test_rules_test_runs_fix_cases_and_fails_a_wrong_expectation(tmp_path):
 
 def test_a_guard_no_runner_accepts_is_not_judged():
     refused_guard = configs(a={"v1": (True, True)}, b={"v1": (True, True)}, g={"v1": (False, False)})
-    assert judge(ask(chain=("runner-accepts", "resolver")), refused_guard, ("a", "b"), ("g",)).status == "present"
+    assert decide(ask(chain=("runner-accepts", "resolver")), refused_guard, ("a", "b"), ("g",)).status == "present"
 
 
 QWEN3_DFLASH = "vllm/model_executor/models/qwen3_dflash.py"

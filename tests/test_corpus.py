@@ -18,7 +18,7 @@ from corpus import Dead, Replace, cache_drop, layer_offset, rename_within, swa_c
 from corpus.summary import CorpusSummary, outcome
 
 from dflash_doctor.check import run_check
-from dflash_doctor.structure.engine import DEAD
+from dflash_doctor.structure.forms import DEAD
 from dflash_doctor.rulefile import load_rules
 from dflash_doctor.targets.path import PathTarget
 from dflash_doctor.targets.release import release_tree

@@ -117,7 +117,7 @@ def test_architecture_names_modules_that_exist():
 
 
 def test_architecture_names_attributes_that_exist():
-    """`engine.Checker`, `rules.QUESTIONS`, `model.exit_code_for`: each an attribute of that module."""
+    """`engine.FormReader`, `rules.QUESTIONS`, `model.exit_code_for`: each an attribute of that module."""
     checked = 0
     for package, paragraph in paragraphs(ARCHITECTURE.read_text()):
         for module, name in re.findall(r"`([a-z_]+)\.([A-Za-z_]+)`", paragraph):

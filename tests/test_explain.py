@@ -14,8 +14,8 @@ import jsonschema
 import pytest
 
 from conftest import DEMO_RULE_PREAMBLE, ProbeAnswerOf, check_json, run_cli
-from dflash_doctor.cache import checked_fixes
-from dflash_doctor.structure.engine import MISSING_CODE, UNKNOWN_CODE, UNREADABLE
+from dflash_doctor.cache import structure_fixes
+from dflash_doctor.structure.forms import MISSING_CODE, UNKNOWN_CODE, UNREADABLE
 from dflash_doctor.model import ToolError
 from dflash_doctor.rulefile import load_rule, load_rules
 from dflash_doctor.targets.path import PathTarget
@@ -118,7 +118,7 @@ def test_a_structure_decided_absent_reads_the_forms_sentence(release):
     the reason for absent is the deciding forms' sentences, not their ids."""
     rules = tuple(rule for rule in load_rules() if rule.id == "cache-drop")
     tree = PathTarget(release("0.24.0")).resolve().tree
-    (fix,) = checked_fixes(tree, rules)
+    (fix,) = structure_fixes(tree, rules)
     assert fix.status == "absent"
     assert fix.reason == ("KV cache manager told to drop for every use_eagle() method, DFlash included; "
                           "hybrid Mamba chunking backs off a block for every use_eagle() method, DFlash included")
@@ -166,7 +166,7 @@ def test_code_in_an_unknown_form_asks_for_a_look_not_an_upgrade(mini_tree):
     assert text.count("use_eagle=self.use_eagle_block_drop,") == 1
     scheduler.write_text(text.replace("use_eagle=self.use_eagle_block_drop,", "use_eagle=policy_table[self.method],"))
     rules = tuple(rule for rule in load_rules() if rule.id == "cache-drop")
-    (fix,) = checked_fixes(PathTarget(tree).resolve().tree, rules)
+    (fix,) = structure_fixes(PathTarget(tree).resolve().tree, rules)
     assert fix.status == "unknown" and "has a form this rule does not know" in fix.reason
     assert fix.remedy == UNKNOWN_CODE and "Upgrade" not in fix.remedy
     assert fix.headline == "Could not tell whether DFlash still drops the last prefix-cache block."
@@ -182,7 +182,7 @@ def test_a_required_definition_missing_says_it_was_not_found(mini_tree):
     assert text.count("    def __init__(") >= 1
     scheduler.write_text(text.replace("class Scheduler(", "class Scheduler0(", 1))
     rules = tuple(rule for rule in load_rules() if rule.id == "cache-drop")
-    (fix,) = checked_fixes(PathTarget(tree).resolve().tree, rules)
+    (fix,) = structure_fixes(PathTarget(tree).resolve().tree, rules)
     assert fix.status == "unknown" and "Scheduler.__init__ not found" in fix.reason
     assert fix.remedy == MISSING_CODE
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from dflash_doctor.structure.engine import DEAD, UNRECOGNISED, Checker, match_forms
+from dflash_doctor.structure.forms import DEAD, UNRECOGNISED, FormReader, match_forms
 from dflash_doctor.structure.liveness import dead_nodes, module_constants
 from dflash_doctor.rulefile import load_rules
 from dflash_doctor.source import DirectoryTree
@@ -174,7 +174,7 @@ def test_the_check_reads_a_dead_form_as_not_there_and_says_so(tmp_path: Path):
     scheduler = SCHEDULER + textwrap.indent(_backoff(BACKOFF_UNKNOWN, "if False:\n" + textwrap.indent(BACKOFF_FIXED, "    ")), "    ")
     (tmp_path / "vllm/v1/core/sched/scheduler.py").write_text(scheduler)
     (rule,) = [rule for rule in load_rules() if rule.id == "cache-drop"]
-    (fix,) = Checker(DirectoryTree(tmp_path, None)).run((rule,))
+    (fix,) = FormReader(DirectoryTree(tmp_path, None)).run((rule,))
     assert fix.status == "unknown", fix.reason
     backoff = [item for item in fix.evidence if item.symbol == "Scheduler._mamba_block_aligned_split"]
     assert [item.form for item in backoff] == [UNRECOGNISED, DEAD]

@@ -377,7 +377,7 @@ def test_dry_run_prints_the_diff_and_changes_nothing(tmp_path, mini_tree):
 
 def test_file_changed_after_the_check_is_refused(tmp_path, mini_tree):
     """The plan holds the bytes the check read; the file changes before the write."""
-    from dflash_doctor.cache import checked_fixes
+    from dflash_doctor.cache import structure_fixes
     from dflash_doctor.model import ToolError
     from dflash_doctor.patching.apply import apply_changes
     from dflash_doctor.patching.files import LocalFiles
@@ -388,7 +388,7 @@ def test_file_changed_after_the_check_is_refused(tmp_path, mini_tree):
     root = mini_tree("0.20.1")
     rules = select(["layer-offset"])
     tree = PathTarget(root).resolve().tree
-    plan = plan_patches(tree, rules, checked_fixes(tree, rules))
+    plan = plan_patches(tree, rules, structure_fixes(tree, rules))
     assert [change.file for change in plan.changes] == [RESOLVER]
     with open(root / RESOLVER, "a") as handle:
         handle.write("# someone else's edit\n")
@@ -535,7 +535,7 @@ patch.rewrite = [{ find = "getattr($H, 'eagle_aux_hidden_state_layer_ids', None)
 
 
 def test_two_fixes_in_one_file_share_one_backup(tmp_path, mini_tree):
-    from dflash_doctor.structure.engine import Checker
+    from dflash_doctor.structure.forms import FormReader
     from dflash_doctor.model import ToolError
     from dflash_doctor.patching.apply import apply_changes, apply_restore, plan_restore
     from dflash_doctor.patching.files import LocalFiles
@@ -549,7 +549,7 @@ def test_two_fixes_in_one_file_share_one_backup(tmp_path, mini_tree):
     files = LocalFiles(root)
     for rules in (select(["layer-offset"]), (load_rule(tmp_path / "demo.toml"),)):
         tree = PathTarget(root).resolve().tree
-        plan = plan_patches(tree, rules, Checker(tree).run(rules))
+        plan = plan_patches(tree, rules, FormReader(tree).run(rules))
         assert [change.file for change in plan.changes] == [RESOLVER] and not plan.refusals
         apply_changes(files, plan.changes, "test")
     manifest = json.loads((root / STATE / "manifest.json").read_text())
@@ -566,14 +566,14 @@ def test_two_fixes_in_one_file_share_one_backup(tmp_path, mini_tree):
 def test_a_fix_read_in_a_file_now_gone_is_refused(tmp_path, mini_tree):
     """Verdicts from an earlier check whose file has since been removed: the fix is
     refused with the file named, never an AttributeError."""
-    from dflash_doctor.structure.engine import Checker
+    from dflash_doctor.structure.forms import FormReader
     from dflash_doctor.patching.plan import Refusal, plan_patches
     from dflash_doctor.rulefile import select
     from dflash_doctor.targets.path import PathTarget
 
     root = mini_tree("0.20.1")
     rules = select(["layer-offset"])
-    fixes = Checker(PathTarget(root).resolve().tree).run(rules)
+    fixes = FormReader(PathTarget(root).resolve().tree).run(rules)
     assert any(item.file == RESOLVER for item in fixes[0].evidence)
     (root / RESOLVER).unlink()
     plan = plan_patches(PathTarget(root).resolve().tree, rules, fixes)

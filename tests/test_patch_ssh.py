@@ -109,7 +109,7 @@ def test_mode_and_owner_are_kept_over_sftp(remote):
 @pytest.mark.slow
 def test_remote_file_changed_after_the_check_is_refused(remote):
     """Between the probe and the write (same connection), someone edits the file."""
-    from dflash_doctor.cache import checked_fixes
+    from dflash_doctor.cache import structure_fixes
     from dflash_doctor.patching import files_for
     from dflash_doctor.patching.apply import apply_changes
     from dflash_doctor.patching.plan import plan_patches
@@ -123,7 +123,7 @@ def test_remote_file_changed_after_the_check_is_refused(remote):
     target = SshTarget(host(remote["srv"]), options, probe_request(rules))
     with target.connected():
         resolved = target.resolve()
-        plan = plan_patches(resolved.tree, rules, checked_fixes(resolved.tree, rules))
+        plan = plan_patches(resolved.tree, rules, structure_fixes(resolved.tree, rules))
         assert [change.file for change in plan.changes] == [RESOLVER]
         edited = (root / RESOLVER).read_bytes() + b"# edited by someone else\n"
         (root / RESOLVER).write_bytes(edited)

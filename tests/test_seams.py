@@ -102,7 +102,7 @@ def test_a_fleet_is_its_worst_host(hosts, expected):
 
 
 def test_ancestry_accept_and_lint_use_the_rule():
-    from dflash_doctor.accept.judge import EXIT_CODES, Diagnosis
+    from dflash_doctor.accept.diagnose import EXIT_CODES, Diagnosis
     from dflash_doctor.ancestry.report import CONTAINED, MISSING, UNKNOWN as NOT_KNOWN, AncestryReport, PrAncestry
 
     def ancestry(*statuses):

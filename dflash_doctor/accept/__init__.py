@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from .. import __version__
 from ..model import ToolError
 from . import metrics
-from .judge import diagnose
+from .diagnose import diagnose
 from .load import LoadResult, LoadSettings, api_base, read_prompts, send_prompts, served_model
 from .measurement import SGLANG_SERVER_INFO, VLLM_METRICS, Measurement
 from .reference import Expected, expected_for, load_reference, no_figures

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from ..terminal import clean, literal, terminal_text
-from .judge import COLLAPSE, NO_REFERENCE, TOO_LITTLE_DATA, WITHIN_BAND, Diagnosis
+from .diagnose import COLLAPSE, NO_REFERENCE, TOO_LITTLE_DATA, WITHIN_BAND, Diagnosis
 from .load import LoadResult
 from .measurement import VLLM_METRICS, Measurement
 from .reference import Expected

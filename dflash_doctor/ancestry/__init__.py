@@ -28,11 +28,11 @@ from __future__ import annotations
 
 from .apply import PatchOutcome, apply_pr
 from .git import GitFailure, run_git
-from .ladder import commit_from_target, judge
+from .ladder import commit_from_target, trace
 from .render import render
 from .report import CONTAINED, MISSING, SCHEMA, UNKNOWN, AncestryReport, PrAncestry
 
 __all__ = [
     "CONTAINED", "MISSING", "SCHEMA", "UNKNOWN", "AncestryReport", "GitFailure", "PatchOutcome", "PrAncestry",
-    "apply_pr", "commit_from_target", "judge", "render", "run_git",
+    "apply_pr", "commit_from_target", "render", "run_git", "trace",
 ]

@@ -215,7 +215,7 @@ def _require_vllm(repository: Repository, commit: str) -> None:
                         "vllm/ package (give --repo a clone of vLLM)")
 
 
-def judge(
+def trace(
     repo: Path,
     commit: str,
     commit_source: str | None = None,

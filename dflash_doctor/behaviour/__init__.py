@@ -9,7 +9,7 @@ drafter config, ``interpret`` reading the outcomes into ``computed.Computed``;
 
 Judging it: each rule declares an end-to-end question (``[behaviour]`` in its
 TOML file); ``observe`` answers every question kind from that one run on the
-reference drafter configs (plus the user's), ``judge`` turns a rule's
+reference drafter configs (plus the user's), ``decide`` turns a rule's
 observations into a verdict by its chain and alternatives, and ``combine``
 puts that verdict beside what the code's forms say: behaviour decides,
 structure explains.

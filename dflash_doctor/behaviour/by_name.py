@@ -23,7 +23,7 @@ from ..source import SourceError, Symbol
 from .definitions import ExtractError, marker_decorator, names_in, neutral_decorator, refuse_dunders, top_level_bindings
 
 if TYPE_CHECKING:
-    from .computed import Runner
+    from .computed import RunProgram
     from .program import ProgramBuilder
 
 # How many times a call runs again for definitions it looked up by name.
@@ -110,7 +110,7 @@ class ByName:
             builder.copying_classes -= 1
 
 
-def run_by_name(builder: ProgramBuilder, run: Runner, calls: list[Call], data: dict[str, Any],
+def run_by_name(builder: ProgramBuilder, run: RunProgram, calls: list[Call], data: dict[str, Any],
                 fixed: dict[str, Any]) -> dict[str, Outcome]:
     """Run ``calls`` on the builder's program; a call that looked up a definition by its
     module's name runs again once it is sent (at most MAX_ROUNDS times). ``fixed``:

@@ -6,7 +6,7 @@ import dataclasses
 from collections import defaultdict
 from collections.abc import Sequence
 
-from ..structure.engine import REBOUND, UNKNOWN_CODE, UNRECOGNISED, restate
+from ..structure.forms import REBOUND, UNKNOWN_CODE, UNRECOGNISED, restate
 from ..model import ABSENT, BEHAVIOUR, PARTIAL, PRESENT, UNKNOWN, BehaviourAnswer, ConfigResult, FixResult
 from ..rules import IGNORE, Rule
 from .reference import reference_words

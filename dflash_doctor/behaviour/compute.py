@@ -20,7 +20,7 @@ from ..draft.config import SPECULATORS, DraftConfig, draft_layer_count
 from ..isolation.sandbox import Call, Outcome, SandboxError
 from ..source import SourceTree, Symbol
 from ..engines.route import Route
-from .computed import Computed, Runner, RunnerSupport
+from .computed import Computed, RunProgram, RunnerSupport
 from .by_name import run_by_name
 from .declared import plan_declared
 from .definitions import ExtractError, Place, parsed_or_none
@@ -44,7 +44,7 @@ class _Hf:
     source: HfSource
 
 
-def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], questions: Questions, run: Runner = sandbox.run) -> tuple[Computed, ...]:
+def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], questions: Questions, run: RunProgram = sandbox.run) -> tuple[Computed, ...]:
     """What the tree computes for every drafter config, planned once and run in one sandbox process
     (``run``: where the program runs, ``sandbox.run`` or a remote host's equivalent)."""
     route = tree.engine.route
@@ -166,7 +166,7 @@ def _nothing(draft: DraftConfig, reason: str, runners: tuple[str, ...] = ()) -> 
     )
 
 
-def _hf_config(tree: SourceTree, route: Route, draft: DraftConfig, run: Runner) -> tuple[dict[str, Any], Place | None]:
+def _hf_config(tree: SourceTree, route: Route, draft: DraftConfig, run: RunProgram) -> tuple[dict[str, Any], Place | None]:
     """The drafter's keys the engine hands its config class (speculators: the tree's translation)."""
     if draft.format != SPECULATORS:
         return dict(draft.data), None

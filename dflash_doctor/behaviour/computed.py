@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from .hf_config import HfSource
 
 # Where a program runs: sandbox.run here, or the same request on the host that holds the tree.
-Runner = Callable[[Sequence[Chunk], Sequence[Call], dict[str, Any], dict[str, Any]], dict[str, Outcome]]
+RunProgram = Callable[[Sequence[Chunk], Sequence[Call], dict[str, Any], dict[str, Any]], dict[str, Outcome]]
 
 
 @dataclasses.dataclass(frozen=True)

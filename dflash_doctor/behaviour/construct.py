@@ -21,7 +21,7 @@ from ..engines import Engine
 from ..engines.route import Route
 from ..rules import Construct
 from ..source import SourceError, SourceTree
-from .computed import Runner
+from .computed import RunProgram
 from .definitions import ExtractError, Locator
 from .program import ProgramBuilder
 
@@ -48,7 +48,7 @@ class Indices:
 
 
 def construct_layers(
-    tree: SourceTree, construct: Construct, hf_configs: list[dict | None], run: Runner, follow: tuple[str, ...],
+    tree: SourceTree, construct: Construct, hf_configs: list[dict | None], run: RunProgram, follow: tuple[str, ...],
     platform: str,
 ) -> list[dict[str, Built]]:
     """For each drafter's hf_config (None: not available), per runner, what its layers
@@ -112,7 +112,7 @@ def _call_id(index: int, runner: str) -> str:
 
 
 def _model_indices(tree: SourceTree, route: Route, construct: Construct, layer, hf_configs: dict[int, dict], data: dict,
-                   run: Runner, follow: tuple[str, ...], platform: str) -> dict[tuple[int, str], Indices]:
+                   run: RunProgram, follow: tuple[str, ...], platform: str) -> dict[tuple[int, str], Indices]:
     """Construct the tree's model class (``construct.model``) for each drafter config
     (by its index), with the layer class a recorded stand-in, and bind each recorded
     layer call to the layer's ``__init__``: the index it received. Keyed by (config, runner)."""

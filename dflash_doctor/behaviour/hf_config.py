@@ -29,7 +29,7 @@ from ..isolation import sandbox
 from ..draft.config import SPECULATORS, DraftConfig
 from ..isolation.sandbox import Call, Chunk, Outcome, SandboxError
 from ..source import ParsedFile, SourceError, SourceTree, Symbol
-from .computed import Runner
+from .computed import RunProgram
 from .definitions import ExtractError, is_static, stripped
 from .interpret import failure
 from .program import ProgramBuilder
@@ -92,7 +92,7 @@ class HfView:
         return True, self.data.get(key)
 
 
-def hf_views(tree: SourceTree, items: Sequence[tuple[DraftConfig, dict[str, Any]]], run: Runner) -> list[HfView]:
+def hf_views(tree: SourceTree, items: Sequence[tuple[DraftConfig, dict[str, Any]]], run: RunProgram) -> list[HfView]:
     """Each drafter's ``data`` (the file's keys; for speculators, the tree's translation)
     as the engine's config class builds it: one sandbox request per class."""
     transformers = transformers_for(tree)
@@ -136,7 +136,7 @@ def _unknown(data: dict[str, Any], source: HfSource) -> HfView:
 _PROGRAMS: weakref.WeakKeyDictionary[SourceTree, dict[str, tuple[list[Chunk], dict[str, Any]] | str]] = weakref.WeakKeyDictionary()
 
 
-def _run_class(tree: SourceTree, symbol: Symbol, datas: list[dict[str, Any]], run: Runner) -> list[dict[str, Any] | str]:
+def _run_class(tree: SourceTree, symbol: Symbol, datas: list[dict[str, Any]], run: RunProgram) -> list[dict[str, Any] | str]:
     """Each of ``datas`` built by the class: its attributes, or why it could not be built."""
     programs = _PROGRAMS.setdefault(tree, {})
     key = f"{symbol.file}:{symbol.qualname}"

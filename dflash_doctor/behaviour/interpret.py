@@ -39,7 +39,7 @@ def interpret(plan: Plan, outcomes: dict[str, Outcome], builder: ProgramBuilder,
             return dataclasses.replace(result, gap=f"{result.gap} ({builder.omitted[result.gap]})")
         return result
 
-    # Runner support and choice: only the runners the tree has.
+    # RunProgram support and choice: only the runners the tree has.
     runners = plan.runners
     layer_results = {runner: outcome(f"layers:{runner}") for runner in runners}
     support = {runner: _support(plan, plan.route.runner(runner), outcome, layer_results[runner]) for runner in runners}

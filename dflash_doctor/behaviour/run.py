@@ -11,9 +11,9 @@ from ..provenance import read_platform
 from ..rules import Rule
 from ..source import SourceTree
 from .compute import compute
-from .computed import Computed, Runner
+from .computed import Computed, RunProgram
 from .construct import construct_layers
-from .judge import judge
+from .decide import decide
 from .observe import QUESTION_KINDS
 from .plan import Questions
 from .reference import reference_configs
@@ -24,7 +24,7 @@ def user_name(draft: DraftConfig) -> str:
 
 
 def answer_rules(
-    tree: SourceTree, rules: tuple[Rule, ...], run: Runner, user: DraftConfig | None = None
+    tree: SourceTree, rules: tuple[Rule, ...], run: RunProgram, user: DraftConfig | None = None
 ) -> tuple[dict[str, BehaviourAnswer], Computed | None]:
     """Each rule's answer by id, and the user's probes (for the report's probes section).
     With a user config its answer gates where it has one, unless it works and the
@@ -52,9 +52,9 @@ def answer_rules(
         observations = tuple(
             item for (name, draft), found, layers in zip(configs, probes, built) for item in kind(name, draft, found, layers)
         )
-        answer = judge(behaviour, observations, behaviour.subjects, behaviour.guards)
+        answer = decide(behaviour, observations, behaviour.subjects, behaviour.guards)
         if user is not None:
-            mine = judge(behaviour, observations, (user_name(user),), ())
+            mine = decide(behaviour, observations, (user_name(user),), ())
             # A working drafter the defect cannot reach keeps the tree's answer (which then does not gate).
             unreachable = mine.status == PRESENT and rule.affects_drafter(user)[0] is False
             if mine.status is not None and not unreachable:

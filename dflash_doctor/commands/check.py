@@ -64,7 +64,7 @@ def parse_outputs(default_format: str, specs: list[str]) -> list[tuple[str, Path
 
 def _warm_up(rules) -> None:
     """Import the engine and compile the patterns while ssh waits on the network."""
-    from ..structure.engine import warm_up
+    from ..structure.forms import warm_up
 
     warm_up(rules)
 

@@ -17,7 +17,7 @@ import re
 
 import libcst as cst
 
-from ..structure.engine import match_forms
+from ..structure.forms import match_forms
 from ..model import ABSENT, PARTIAL, ToolError
 from ..structure.patterns import NodeIndex, PatternError, subtree_ids
 from ..rules import Form

@@ -188,9 +188,9 @@ class PatchedTree(SourceTree):
 def _verify(tree: SourceTree, rules: tuple[Rule, ...], changes: list[FileChange]) -> tuple[FixResult, ...]:
     """Check the tree as the changes would leave it; a patch that does not make
     its fix present through the declared form is a rule bug, and stops the run."""
-    from ..structure.engine import Checker  # heavy: as in plan_patches
+    from ..structure.forms import FormReader  # heavy: as in plan_patches
 
-    after = Checker(PatchedTree(tree, {change.file: change.after for change in changes})).run(rules)
+    after = FormReader(PatchedTree(tree, {change.file: change.after for change in changes})).run(rules)
     by_id = {fix.id: fix for fix in after}
     for change in changes:
         for site in change.sites:

@@ -13,7 +13,7 @@ from ..rules import Behaviour
 ACCEPTS = "runner-accepts"
 
 
-def judge(behaviour: Behaviour, observations: tuple[Observation, ...], subjects: tuple[str, ...], guards: tuple[str, ...]) -> BehaviourAnswer:
+def decide(behaviour: Behaviour, observations: tuple[Observation, ...], subjects: tuple[str, ...], guards: tuple[str, ...]) -> BehaviourAnswer:
     """``subjects`` decide the verdict; a broken ``guard`` makes a present verdict partial."""
     results: dict[tuple[str, str | None, str | None], ConfigResult] = {}
     for config in (*subjects, *guards):

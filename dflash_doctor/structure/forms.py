@@ -171,7 +171,7 @@ def _first_line(statement: ast.stmt) -> int:
     return min([statement.lineno, *(d.lineno for d in decorators)]) if decorators else statement.lineno
 
 
-class Checker:
+class FormReader:
     """Runs rules against one tree; files are located and parsed once."""
 
     def __init__(self, tree: SourceTree) -> None:
