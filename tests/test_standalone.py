@@ -82,6 +82,6 @@ def test_the_collector_answers_under_python_3_6_and_the_answer_is_judged(tmp_pat
     assert answer.stdout.strip() and not answer.stderr.strip()
     (tmp_path / "host.probe").write_text(answer.stdout)
     code, report = check_json("--from-probe", str(tmp_path / "host.probe"))
-    assert report["vllm"]["version"] == "0.33.0"
+    assert report["engine"]["name"] == "vllm" and report["engine"]["version"] == "0.33.0"
     assert {fix["id"]: fix["status"] for fix in report["fixes"]}["layer-offset"] == "present"
     assert code in (0, 2)  # behaviour does not run from a probe file: structure may leave a fix unknown
