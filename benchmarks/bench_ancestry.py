@@ -34,11 +34,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from gitrepos import DFLASH, SPECULATIVE, Repo, generate_history  # noqa: E402
 
 FIX_EDITS = {
-    40727: ("[Spec Decode] Shift DFlash target layer ids by one", DFLASH, "    return list(ids)", "    return [layer_id + 1 for layer_id in ids]"),
-    46104: ("[Spec Decode] Keep the drafter's sliding window", DFLASH, "    window = None", '    window = config.get("sliding_window")'),
-    47914: ("[Spec Decode] Resolve layer types", DFLASH, '    layers = config.get("layer_types")', '    layers = config.get("layer_types") or []'),
-    48113: ("[Spec Decode] Per-layer windows", DFLASH, '    return {"window": window, "layers": layers}', '    return {"window": window, "layers": layers, "per_layer": True}'),
-    53388: ("[Spec Decode] Keep the last prefix-cache block for DFlash", SPECULATIVE, "        return self.use_eagle()\n", '        return self.use_eagle() and self.method != "dflash"\n'),
+    40727: (
+        "[Spec Decode] Shift DFlash target layer ids by one",
+        DFLASH,
+        "    return list(ids)",
+        "    return [layer_id + 1 for layer_id in ids]",
+    ),
+    46104: (
+        "[Spec Decode] Keep the drafter's sliding window",
+        DFLASH,
+        "    window = None",
+        '    window = config.get("sliding_window")',
+    ),
+    47914: (
+        "[Spec Decode] Resolve layer types",
+        DFLASH,
+        '    layers = config.get("layer_types")',
+        '    layers = config.get("layer_types") or []',
+    ),
+    48113: (
+        "[Spec Decode] Per-layer windows",
+        DFLASH,
+        '    return {"window": window, "layers": layers}',
+        '    return {"window": window, "layers": layers, "per_layer": True}',
+    ),
+    53388: (
+        "[Spec Decode] Keep the last prefix-cache block for DFlash",
+        SPECULATIVE,
+        "        return self.use_eagle()\n",
+        '        return self.use_eagle() and self.method != "dflash"\n',
+    ),
 }
 
 
@@ -54,13 +79,23 @@ def build(path: Path, commits: int) -> dict[str, str]:
     main = generate_history(repo, "main", commits, edits={pos: landing(pr) for pr, pos in positions.items()})
     cut = main[late - 1000]
     generate_history(
-        repo, "releases/v0.20", 300, start=cut, first_number=90_000,
+        repo,
+        "releases/v0.20",
+        300,
+        start=cut,
+        first_number=90_000,
         edits={100: landing(40727), 200: landing(46104)},
     )
     pr_commits = generate_history(
-        repo, "pull-40898", 2, start=main[late + 2500], first_number=95_000,
-        edits={0: ("Add SWA support", DFLASH, "def build(", "def swa():\n    return True\n\n\ndef build("),
-               1: ("Shift ids in the SWA path", DFLASH, "    return True\n", "    return 1\n")},
+        repo,
+        "pull-40898",
+        2,
+        start=main[late + 2500],
+        first_number=95_000,
+        edits={
+            0: ("Add SWA support", DFLASH, "def build(", "def swa():\n    return True\n\n\ndef build("),
+            1: ("Shift ids in the SWA path", DFLASH, "    return True\n", "    return 1\n"),
+        },
     )
     repo.git("update-ref", "refs/pull/40898/head", pr_commits[-1])
     repo.git("branch", "-D", "pull-40898")
@@ -93,15 +128,30 @@ def main() -> None:
         repo = Path(scratch) / "vllm"
         start = time.perf_counter()
         shas = build(repo, args.commits)
-        count = subprocess.run(["git", "-C", str(repo), "rev-list", "--count", "--all"], capture_output=True, text=True).stdout.strip()
+        count = subprocess.run(
+            ["git", "-C", str(repo), "rev-list", "--count", "--all"], capture_output=True, text=True
+        ).stdout.strip()
         print(f"generated {count} commits in {time.perf_counter() - start:.1f} s")
         cold_env = {**os.environ, "DFLASH_DOCTOR_NO_CACHE": "1"}
         warm_env = {k: v for k, v in os.environ.items() if k != "DFLASH_DOCTOR_NO_CACHE"}
         startup = [timed([sys.executable, "-m", "dflash_doctor", "--version"], warm_env) for _ in range(args.runs)]
-        print(f"dflash-doctor --version (interpreter + CLI start-up, part of every run): {statistics.median(t for t, _ in startup):.3f} s")
+        print(
+            f"dflash-doctor --version (interpreter + CLI start-up, part of every run): {statistics.median(t for t, _ in startup):.3f} s"
+        )
         for name in ("release", "main"):
             judged = shas[name]
-            command = [sys.executable, "-m", "dflash_doctor", "ancestry", "--repo", str(repo), "--commit", judged, "--format", "json"]
+            command = [
+                sys.executable,
+                "-m",
+                "dflash_doctor",
+                "ancestry",
+                "--repo",
+                str(repo),
+                "--commit",
+                judged,
+                "--format",
+                "json",
+            ]
             cold = [timed(command, cold_env) for _ in range(args.runs)]
             timed(command, warm_env)  # writes the caches
             warm = [timed(command, warm_env) for _ in range(args.runs)]
@@ -109,8 +159,14 @@ def main() -> None:
             report = json.loads(cold[-1][1].stdout)
             assert report == json.loads(warm[-1][1].stdout), "cached and fresh answers differ"
             answers = {e["pr"]: f"{e['status']}/{e['method']}" for e in report["prs"]}
-            ahead = subprocess.run(["git", "-C", str(repo), "rev-list", "--count", f"{judged}...{shas['main']}"], capture_output=True, text=True).stdout.strip()
-            print(f"\njudged: {name} tip {judged[:12]}, {ahead} commits in the merge-base range (ancestry exit {cold[-1][1].returncode})")
+            ahead = subprocess.run(
+                ["git", "-C", str(repo), "rev-list", "--count", f"{judged}...{shas['main']}"],
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            print(
+                f"\njudged: {name} tip {judged[:12]}, {ahead} commits in the merge-base range (ancestry exit {cold[-1][1].returncode})"
+            )
             print(f"  ancestry, all PRs, cold     {statistics.median(t for t, _ in cold):6.3f} s")
             print(f"  ancestry, all PRs, warm     {statistics.median(t for t, _ in warm):6.3f} s")
             print(f"  merge-base --is-ancestor x6 {statistics.median(t for t, _ in base):6.3f} s")

@@ -53,17 +53,24 @@ def measure(name: str, root: Path, runs: int) -> None:
     (entry,) = cache._load(key)[:1]
     reads, scans = entry["reads"], entry["scans"]
     size = sum((root / relpath).stat().st_size for relpath, state in reads.items() if len(state) == 64)
-    print(f"{name}: {len(reads)} files recorded ({sum(len(s) == 64 for s in reads.values())} read, {size / 1e6:.2f} MB; "
-          f"the rest looked for and not there), {len(scans)} package search(es); medians of {runs}:")
+    print(
+        f"{name}: {len(reads)} files recorded ({sum(len(s) == 64 for s in reads.values())} read, {size / 1e6:.2f} MB; "
+        f"the rest looked for and not there), {len(scans)} package search(es); medians of {runs}:"
+    )
     timings = {
         "digest of the tool's own sources (once per process)": cache._tool_digest.__wrapped__,
         "key (rule files, references, the rules' files; the tool digest kept)": lambda: cache._key(
-            PathTarget(root).resolve().tree, rules, files, where, cache._references()),
+            PathTarget(root).resolve().tree, rules, files, where, cache._references()
+        ),
         "re-digest the recorded files": lambda: _states(PathTarget(root).resolve().tree, reads),
         "of which the files the key does not read": lambda: _states(
-            PathTarget(root).resolve().tree, {relpath: state for relpath, state in reads.items() if relpath not in files}),
+            PathTarget(root).resolve().tree,
+            {relpath: state for relpath, state in reads.items() if relpath not in files},
+        ),
         "the hit after the key (load, re-digest what the key did not read, search, rebuild the fixes)": None,
-        "repeat the package search": lambda: [PathTarget(root).resolve().tree.files_defining(names) for names, _ in scans],
+        "repeat the package search": lambda: [
+            PathTarget(root).resolve().tree.files_defining(names) for names, _ in scans
+        ],
         "check the package's stamp instead": lambda: PathTarget(root).resolve().tree.package_unchanged(entry["stamp"]),
         "whole hit (judged_fixes)": lambda: cache.judged_fixes(PathTarget(root).resolve(), rules),
     }

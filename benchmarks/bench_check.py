@@ -35,9 +35,11 @@ from dflash_doctor.rulefile import load_rules
 from dflash_doctor.targets.release import release_tree
 
 # The same CLI with local targets structure only: their ResolvedTarget has no behaviour.
-STRUCTURE_ONLY = ("import dataclasses; from dflash_doctor.targets import path; made = path.local; "
-                  "path.local = lambda tree, info: dataclasses.replace(made(tree, info), behaviour=None); "
-                  "from dflash_doctor.cli import main; main()")
+STRUCTURE_ONLY = (
+    "import dataclasses; from dflash_doctor.targets import path; made = path.local; "
+    "path.local = lambda tree, info: dataclasses.replace(made(tree, info), behaviour=None); "
+    "from dflash_doctor.cli import main; main()"
+)
 BASELINE = """
 import sys, libcst
 root = sys.argv[1]
@@ -62,7 +64,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--release", default="0.33.0")
-    parser.add_argument("--previous", action="append", help="git revision of a previous engine (repeatable; default main)")
+    parser.add_argument(
+        "--previous", action="append", help="git revision of a previous engine (repeatable; default main)"
+    )
     args = parser.parse_args()
     args.previous = args.previous or ["main"]
     root = release_tree(args.release)
@@ -73,8 +77,12 @@ def main() -> None:
         previous = {revision: Path(scratch) / f"previous-{index}" for index, revision in enumerate(args.previous)}
         try:
             for revision, tree in previous.items():
-                subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", str(tree), revision],
-                               check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                subprocess.run(
+                    ["git", "-C", str(repo), "worktree", "add", "--detach", str(tree), revision],
+                    check=True,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
             _measure(args, root, files, repo, previous, Path(scratch))
         finally:
             for tree in previous.values():
@@ -87,8 +95,15 @@ def _measure(args, root: Path, files: list[str], repo: Path, previous: dict[str,
     baseline = [sys.executable, "-c", BASELINE, str(root), *files]
     base_env = {k: v for k, v in os.environ.items() if k not in ("DFLASH_DOCTOR_NO_CACHE", "PYTHONPATH")}
     runs: dict[str, tuple[list[str], dict]] = {}
-    for name, source in (("this engine", repo), *((f"previous engine ({rev})", tree) for rev, tree in previous.items())):
-        subprocess.run([sys.executable, "-m", "compileall", "-q", str(source / "dflash_doctor")], check=True, stdout=subprocess.DEVNULL)
+    for name, source in (
+        ("this engine", repo),
+        *((f"previous engine ({rev})", tree) for rev, tree in previous.items()),
+    ):
+        subprocess.run(
+            [sys.executable, "-m", "compileall", "-q", str(source / "dflash_doctor")],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         cache = {"DFLASH_DOCTOR_CACHE": str(scratch / f"cache-{len(runs)}"), "PYTHONPATH": str(source)}
         runs[f"{name}, cache off"] = (check, {**base_env, **cache, "DFLASH_DOCTOR_NO_CACHE": "1"})
         runs[f"{name}, cache on "] = (check, {**base_env, **cache})
@@ -97,7 +112,12 @@ def _measure(args, root: Path, files: list[str], repo: Path, previous: dict[str,
     runs[structure] = ([sys.executable, "-c", STRUCTURE_ONLY, *options], runs["this engine, cache off"][1])
     floor = [sys.executable, "-c", "pass"]  # this interpreter's start-up with its site-packages (.pth files run)
     framework = [sys.executable, "-c", "import typer"]  # what any command of this CLI pays before its own code
-    samples: dict[str, list[tuple[float, float]]] = {"baseline": [], "floor": [], "framework": [], **{name: [] for name in runs}}
+    samples: dict[str, list[tuple[float, float]]] = {
+        "baseline": [],
+        "floor": [],
+        "framework": [],
+        **{name: [] for name in runs},
+    }
     for _ in range(args.runs):  # interleaved, so that machine noise hits all of them alike
         samples["floor"].append(timed(floor, runs["this engine, cache off"][1], scratch))
         samples["framework"].append(timed(framework, runs["this engine, cache off"][1], scratch))
@@ -117,7 +137,10 @@ def _measure(args, root: Path, files: list[str], repo: Path, previous: dict[str,
                 kind = name.rsplit(", ", 1)[1]
                 if kind == "cache off":
                     ratios.append(f"{median[name] / median[structure]:.2f}x structure only")
-                ratios += [f"{median[name] / median[f'previous engine ({rev}), {kind}']:.2f}x previous ({rev})" for rev in previous]
+                ratios += [
+                    f"{median[name] / median[f'previous engine ({rev}), {kind}']:.2f}x previous ({rev})"
+                    for rev in previous
+                ]
             print(f"  {name}: {median[name]:.3f} s = {', '.join(ratios)}")
 
 

@@ -66,14 +66,36 @@ def main() -> None:
             env = {k: v for k, v in os.environ.items() if k != "DFLASH_DOCTOR_NO_CACHE"}
             for attempt in range(args.runs):
                 target = work / f"skopeo-{attempt}"
-                seconds, _ = run(["skopeo", "copy", "--quiet", "--src-tls-verify=false",
-                                  f"docker://{registry.host}/bench/vllm:a", f"dir:{target}"], env)
+                seconds, _ = run(
+                    [
+                        "skopeo",
+                        "copy",
+                        "--quiet",
+                        "--src-tls-verify=false",
+                        f"docker://{registry.host}/bench/vllm:a",
+                        f"dir:{target}",
+                    ],
+                    env,
+                )
                 samples["skopeo"].append(seconds)
                 shutil.rmtree(target)
                 env["DFLASH_DOCTOR_CACHE"] = str(work / f"cache-{attempt}")
                 for name, tag in (("first", "a"), ("second", "b")):
-                    seconds, peak = run([sys.executable, "-m", "dflash_doctor", "check", "--format", "json", "--image",
-                                         f"{registry.host}/bench/vllm:{tag}", "--insecure-registry", registry.host], env)
+                    seconds, peak = run(
+                        [
+                            sys.executable,
+                            "-m",
+                            "dflash_doctor",
+                            "check",
+                            "--format",
+                            "json",
+                            "--image",
+                            f"{registry.host}/bench/vllm:{tag}",
+                            "--insecure-registry",
+                            registry.host,
+                        ],
+                        env,
+                    )
                     samples[name].append(seconds)
                     memory[name] = max(memory[name], peak)
             layers = len(list((work / "cache-0/images/layers").glob("*.json")))
@@ -82,8 +104,12 @@ def main() -> None:
     skopeo, first, second = (statistics.median(samples[k]) for k in ("skopeo", "first", "second"))
     print(f"base layer {args.base_mb} MB + vLLM layer; {args.runs} run(s), median wall time, loopback registry")
     print(f"  skopeo copy of image A (all blobs to a dir): {skopeo:.2f} s")
-    print(f"  check --image A, empty cache:               {first:.2f} s = {first / skopeo:.2f}x skopeo; peak RSS {memory['first']} MB")
-    print(f"  check --image B, sharing A's base:          {second:.2f} s = {second / skopeo:.2f}x skopeo; peak RSS {memory['second']} MB")
+    print(
+        f"  check --image A, empty cache:               {first:.2f} s = {first / skopeo:.2f}x skopeo; peak RSS {memory['first']} MB"
+    )
+    print(
+        f"  check --image B, sharing A's base:          {second:.2f} s = {second / skopeo:.2f}x skopeo; peak RSS {memory['second']} MB"
+    )
     print(f"  layers read in all: {layers} (A: 2, B: 1 new)")
 
 

@@ -42,15 +42,25 @@ from dflash_doctor.paths import cache_dir
 from dflash_doctor.targets.release import release_tree, transformers_tree
 
 FETCH = "import sys; from dflash_doctor.targets.release import release_tree; release_tree(sys.argv[1])"
-FULL = ("import sys; from dflash_doctor.paths import FULL_WHEEL; from dflash_doctor.targets.release import release_tree\n"
-        "with FULL_WHEEL.on(): release_tree(sys.argv[1])")
+FULL = (
+    "import sys; from dflash_doctor.paths import FULL_WHEEL; from dflash_doctor.targets.release import release_tree\n"
+    "with FULL_WHEEL.on(): release_tree(sys.argv[1])"
+)
 
 
 def run(command: list[str], cache: Path, url: str) -> float:
     """Wall seconds of one process with this cache and only this index."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") and k not in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")}
-    env.update(DFLASH_DOCTOR_CACHE=str(cache), PIP_CONFIG_FILE=os.devnull, PIP_INDEX_URL=url,
-               PIP_CACHE_DIR=str(cache / "pip-cache"))
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PIP_") and k not in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+    }
+    env.update(
+        DFLASH_DOCTOR_CACHE=str(cache),
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_INDEX_URL=url,
+        PIP_CACHE_DIR=str(cache / "pip-cache"),
+    )
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, *command], env=env, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - start
@@ -75,13 +85,17 @@ def plan_on_index(first: str, last: str) -> None:
     for version in in_range(index_releases(), first, last):
         located = locate("vllm", f"vllm=={version}")
         read: list[int] = []  # the bytes of the tail and the central directory, as they arrive
-        opened = open_wheel(located, lambda read=read, **fields: read.append(fields.get("advance", 0)), time.monotonic() + 600)
+        opened = open_wheel(
+            located, lambda read=read, **fields: read.append(fields.get("advance", 0)), time.monotonic() + 600
+        )
         if not isinstance(opened, RangeSource):
             raise SystemExit(f"{located.shown} does not honour range requests")
         kept = [member for member in members(opened, located.filename) if wanted(member.name)]  # the RECORD too
         size = sum(read) + sum(opened.fetched(start, end) for start, end, _ in spans(kept))
         whole, moved = whole + opened.size, moved + size
-        print(f"{version:>8}: wheel {opened.size / 1e6:6.1f} MB, range read {size / 1e6:5.1f} MB ({size / opened.size:5.1%})")
+        print(
+            f"{version:>8}: wheel {opened.size / 1e6:6.1f} MB, range read {size / 1e6:5.1f} MB ({size / opened.size:5.1%})"
+        )
         located.session.close()
     print(f"   total: wheels {whole / 1e9:.2f} GB, range reads {moved / 1e6:.0f} MB ({moved / whole:.1%})")
 
@@ -93,8 +107,12 @@ def main() -> None:
     parser.add_argument("--size-mb", type=int, default=239, help="the built wheel's size (0.34.0's is 239 MB)")
     parser.add_argument("--rate", default="50m", help="nginx limit_rate (bytes per second per connection)")
     parser.add_argument("--runs", type=int, default=2)
-    parser.add_argument("--plan", nargs=2, metavar=("FROM", "TO"),
-                        help="instead: what range reads would move for each release on the configured index")
+    parser.add_argument(
+        "--plan",
+        nargs=2,
+        metavar=("FROM", "TO"),
+        help="instead: what range reads would move for each release on the configured index",
+    )
     args = parser.parse_args()
     if args.plan:
         plan_on_index(*args.plan)
@@ -107,7 +125,9 @@ def main() -> None:
             version = args.version
             tree = release_tree(version)
             python = sum(p.stat().st_size for p in tree.rglob("*.py")) // 4 >> 20  # deflate takes ~3/4 off
-            wheel = build_wheel(work / f"vllm-{version}-py3-none-any.whl", tree, version, blobs=max(8, args.size_mb - python))
+            wheel = build_wheel(
+                work / f"vllm-{version}-py3-none-any.whl", tree, version, blobs=max(8, args.size_mb - python)
+            )
         tree = release_tree(version)
         transformers_tree(requires((tree / f"vllm-{version}.dist-info" / "METADATA").read_text(encoding="utf-8")))
         server = NginxIndex(work / "nginx", [wheel], rate=args.rate)
@@ -129,13 +149,18 @@ def main() -> None:
         finally:
             server.close()
     size = wheel.stat().st_size if args.wheel is not None else None
-    print(f"wheel: {args.wheel.name if args.wheel else f'built from the cached {version} tree'}"
-          f"{f', {size / 1e6:.1f} MB' if size else ''}; nginx limit_rate {args.rate}; {args.runs} runs, medians")
+    print(
+        f"wheel: {args.wheel.name if args.wheel else f'built from the cached {version} tree'}"
+        f"{f', {size / 1e6:.1f} MB' if size else ''}; nginx limit_rate {args.rate}; {args.runs} runs, medians"
+    )
     full_bytes = statistics.median(moved for _, _, moved, _ in figures["full"])
     for way, rows in figures.items():
         fetch, seconds, moved, requests = (statistics.median(row[i] for row in rows) for i in range(4))
-        print(f"{way:>6}: {moved / 1e6:6.1f} MB in {requests:.0f} requests ({moved / full_bytes:6.1%} of the full download); "
-              f"fetch {fetch:5.2f} s; check --release from an empty cache {seconds:5.2f} s")
+        print(
+            f"{way:>6}: {moved / 1e6:6.1f} MB in {requests:.0f} requests ({moved / full_bytes:6.1%} of the full download); "
+            f"fetch {fetch:5.2f} s; check --release from an empty cache {seconds:5.2f} s"
+        )
+
 
 if __name__ == "__main__":
     main()

@@ -49,11 +49,16 @@ def main() -> None:
         warm_env = {k: v for k, v in base_env.items() if k != "DFLASH_DOCTOR_NO_CACHE"}
         matrix = [*cli, "releases", "--from", args.first, "--to", args.last, "--format", "json"]
         subprocess.run([*matrix, "--offline"], env=warm_env, check=True, capture_output=True)  # fill the matrix cache
-        samples: dict[str, list[float]] = {"baseline: check per release": [], "releases, cold": [],
-                                           "releases, warm (--offline)": [], "releases, warm (index asked)": []}
+        samples: dict[str, list[float]] = {
+            "baseline: check per release": [],
+            "releases, cold": [],
+            "releases, warm (--offline)": [],
+            "releases, warm (index asked)": [],
+        }
         for _ in range(args.runs):
             samples["baseline: check per release"].append(
-                sum(timed([*cli, "check", "--release", v, "--format", "json"], cold_env) for v in versions))
+                sum(timed([*cli, "check", "--release", v, "--format", "json"], cold_env) for v in versions)
+            )
             samples["releases, cold"].append(timed([*matrix, "--offline"], cold_env))
             samples["releases, warm (--offline)"].append(timed([*matrix, "--offline"], warm_env))
             samples["releases, warm (index asked)"].append(timed(matrix, warm_env))

@@ -52,13 +52,25 @@ def main() -> None:
             (work / "known_hosts").write_text(server.host_public_key_line)
             env = {**client_env(), "HOME": str(work), "DFLASH_DOCTOR_NO_CACHE": "1"}
             cli = [sys.executable, "-m", "dflash_doctor", "check", "--format", "json"]
-            remote = cli + ["--host", f"127.0.0.1:{server.port}", "--python", str(work / "venv/bin/python"),
-                            "--identity", str(key), "--known-hosts", str(work / "known_hosts")]
+            remote = cli + [
+                "--host",
+                f"127.0.0.1:{server.port}",
+                "--python",
+                str(work / "venv/bin/python"),
+                "--identity",
+                str(key),
+                "--known-hosts",
+                str(work / "known_hosts"),
+            ]
             local = cli + ["--path", str(root)]
             # The same CLI with SshTarget.connected() a no-op: resolve() then holds no connection, no behaviour.
-            unheld = [sys.executable, "-c", "import contextlib; from dflash_doctor.targets.ssh import SshTarget; "
-                      "SshTarget.connected = lambda self: contextlib.nullcontext(); "
-                      "from dflash_doctor.cli import main; main()"] + remote[3:]
+            unheld = [
+                sys.executable,
+                "-c",
+                "import contextlib; from dflash_doctor.targets.ssh import SshTarget; "
+                "SshTarget.connected = lambda self: contextlib.nullcontext(); "
+                "from dflash_doctor.cli import main; main()",
+            ] + remote[3:]
             local_structure = [sys.executable, "-c", STRUCTURE_ONLY] + local[3:]
             before = server.log_count("Connection from"), server.log_count("request exec")
             samples: dict[str, list[float]] = {"local": [], "ssh": [], "structure": [], "local structure": []}
@@ -72,15 +84,25 @@ def main() -> None:
                 samples["local structure"].append(timed(local_structure, env)[0])
             connections = server.log_count("Connection from") - before[0]
             execs = server.log_count("request exec") - before[1] - args.runs  # the baseline's probes
-    local_s, ssh_s, bare_s, local_bare_s = (statistics.median(samples[k]) for k in ("local", "ssh", "structure", "local structure"))
+    local_s, ssh_s, bare_s, local_bare_s = (
+        statistics.median(samples[k]) for k in ("local", "ssh", "structure", "local structure")
+    )
     target = report["target"]
     print(f"vLLM {args.release}, {args.runs} runs each, median wall time, results cache off")
-    print(f"  check --path (local):       {local_s:.3f} s; structure only {local_bare_s:.3f} s: behaviour adds {local_s - local_bare_s:+.3f} s")
+    print(
+        f"  check --path (local):       {local_s:.3f} s; structure only {local_bare_s:.3f} s: behaviour adds {local_s - local_bare_s:+.3f} s"
+    )
     print(f"  check --host (ssh loopback): {ssh_s:.3f} s = {ssh_s / local_s:.2f}x local")
-    print(f"  check --host, structure only (baseline): {bare_s:.3f} s; behaviour on the host adds {ssh_s - bare_s:+.3f} s")
-    print(f"  running behaviour on the host rather than here costs {(ssh_s - bare_s) - (local_s - local_bare_s):+.3f} s")
-    print(f"  per behaviour check: {(connections - args.runs) / args.runs:g} connection(s), {execs / args.runs:g} exec channel(s); "
-          f"{int(target['bytes_sent']):,} bytes sent, {int(target['bytes_received']):,} bytes received")
+    print(
+        f"  check --host, structure only (baseline): {bare_s:.3f} s; behaviour on the host adds {ssh_s - bare_s:+.3f} s"
+    )
+    print(
+        f"  running behaviour on the host rather than here costs {(ssh_s - bare_s) - (local_s - local_bare_s):+.3f} s"
+    )
+    print(
+        f"  per behaviour check: {(connections - args.runs) / args.runs:g} connection(s), {execs / args.runs:g} exec channel(s); "
+        f"{int(target['bytes_sent']):,} bytes sent, {int(target['bytes_received']):,} bytes received"
+    )
 
 
 if __name__ == "__main__":

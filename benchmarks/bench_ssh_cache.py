@@ -84,24 +84,50 @@ def main() -> None:
             known = work / "known_hosts"
             known.write_text(server.host_public_key_line)
             config = work / "ssh_config"
-            config.write_text("".join(f"Host h{i:02d}\n  HostName 127.0.0.1\n  Port {server.port}\n" for i in range(args.hosts)))
+            config.write_text(
+                "".join(f"Host h{i:02d}\n  HostName 127.0.0.1\n  Port {server.port}\n" for i in range(args.hosts))
+            )
             (work / "fleet.txt").write_text("".join(f"h{i:02d}\n" for i in range(args.hosts)))
             cache = work / "cache"
             warm_env = {**client_env(), "HOME": str(work), "DFLASH_DOCTOR_CACHE": str(cache)}
             warm_env.pop("DFLASH_DOCTOR_NO_CACHE", None)
             cold_env = {**warm_env, "DFLASH_DOCTOR_NO_CACHE": "1"}
             cli = [sys.executable, "-m", "dflash_doctor", "check", "--format", "json"]
-            ssh_args = ["--python", str(python), "--identity", str(key), "--known-hosts", str(known), "--ssh-config", str(config)]
+            ssh_args = [
+                "--python",
+                str(python),
+                "--identity",
+                str(key),
+                "--known-hosts",
+                str(known),
+                "--ssh-config",
+                str(config),
+            ]
             remote = cli + ["--host", f"127.0.0.1:{server.port}", *ssh_args]
             local = cli + ["--path", str(root)]
-            ssh_true = [shutil.which("ssh") or "ssh", "-i", str(key), "-p", str(server.port), "-F", "none",
-                        "-o", f"UserKnownHostsFile={known}", "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
-                        "127.0.0.1", "true"]
+            ssh_true = [
+                shutil.which("ssh") or "ssh",
+                "-i",
+                str(key),
+                "-p",
+                str(server.port),
+                "-F",
+                "none",
+                "-o",
+                f"UserKnownHostsFile={known}",
+                "-o",
+                "StrictHostKeyChecking=yes",
+                "-o",
+                "BatchMode=yes",
+                "127.0.0.1",
+                "true",
+            ]
             fleet = cli + ["--hosts-file", str(work / "fleet.txt"), *ssh_args]
             checked(timed(remote, warm_env)[1])  # fills the results cache
             checked(timed(local, warm_env)[1])
-            samples: dict[str, list[float]] = {name: [] for name in (
-                "ssh true", "warm path", "warm host", "cold path", "cold host")}
+            samples: dict[str, list[float]] = {
+                name: [] for name in ("ssh true", "warm path", "warm host", "cold path", "cold host")
+            }
             children = 0
             report = {}
             for _ in range(args.runs):
@@ -128,15 +154,26 @@ def main() -> None:
     warm_floor, cold_floor = m["ssh true"] + m["warm path"], m["ssh true"] + m["cold path"]
     target = report["target"]
     print(f"vLLM {args.release}, {args.runs} runs each, median wall time")
-    print(f"  ssh host true: {m['ssh true']:.3f} s; check --path warm {m['warm path']:.3f} s, cold {m['cold path']:.3f} s")
-    print(f"  check --host warm: {m['warm host']:.3f} s = {m['warm host'] / warm_floor:.2f}x its floor ({warm_floor:.3f} s); "
-          f"{children} behaviour children in {args.runs} checks; {int(target['bytes_received']):,} bytes received")
-    print(f"  check --host cold: {m['cold host']:.3f} s = {m['cold host'] / cold_floor:.2f}x its floor ({cold_floor:.3f} s)")
+    print(
+        f"  ssh host true: {m['ssh true']:.3f} s; check --path warm {m['warm path']:.3f} s, cold {m['cold path']:.3f} s"
+    )
+    print(
+        f"  check --host warm: {m['warm host']:.3f} s = {m['warm host'] / warm_floor:.2f}x its floor ({warm_floor:.3f} s); "
+        f"{children} behaviour children in {args.runs} checks; {int(target['bytes_received']):,} bytes received"
+    )
+    print(
+        f"  check --host cold: {m['cold host']:.3f} s = {m['cold host'] / cold_floor:.2f}x its floor ({cold_floor:.3f} s)"
+    )
     for name, (seconds, answered, started, tries, floor_s) in fleets.items():
-        floor = (f"; `ssh host true` to each, as many at once: {floor_s[0]:.2f} s, {floor_s[1]} failed"
-                 if floor_s is not None else "")
-        print(f"  fleet of {args.hosts} unchanged hosts, {name}: {seconds:.2f} s, {answered} answered "
-              f"({tries} connections tried), {started} behaviour children{floor}")
+        floor = (
+            f"; `ssh host true` to each, as many at once: {floor_s[0]:.2f} s, {floor_s[1]} failed"
+            if floor_s is not None
+            else ""
+        )
+        print(
+            f"  fleet of {args.hosts} unchanged hosts, {name}: {seconds:.2f} s, {answered} answered "
+            f"({tries} connections tried), {started} behaviour children{floor}"
+        )
 
 
 if __name__ == "__main__":

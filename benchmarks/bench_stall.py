@@ -43,7 +43,7 @@ ANCHORS = (
     ("vllm/model_executor/models/qwen3_dflash.py", "class DFlashQwen3Model(nn.Module):"),
 )
 # Inserted at the top of each hostile function's body: ``{once}`` waits only in a request's first call.
-STALL = '''
+STALL = """
 box = []
 
 def walk():
@@ -67,8 +67,13 @@ if ids and not ({once} and ids[0] in seen):
     lock.acquire()
     while not lock.acquire(True, {seconds}) and {forever}:
         pass
-'''
-TREES = {"clean": None, "per-request": (True, 18.0, False), "per-call": (False, 2.5, False), "forever": (True, 60.0, True)}
+"""
+TREES = {
+    "clean": None,
+    "per-request": (True, 18.0, False),
+    "per-call": (False, 2.5, False),
+    "forever": (True, 60.0, True),
+}
 
 
 def mini_tree(dest: Path) -> Path:
@@ -103,8 +108,12 @@ def hostile(clean: Path, dest: Path, once: bool, seconds: float, forever: bool) 
 
 def engine(revision: str, into: Path) -> Path:
     """``dflash_doctor`` and ``rules`` of ``revision``, from git archive (no worktree is made)."""
-    archive = subprocess.run(["git", "archive", revision, "dflash_doctor", "rules"], capture_output=True, check=True,
-                             cwd=Path(__file__).resolve().parent.parent).stdout
+    archive = subprocess.run(
+        ["git", "archive", revision, "dflash_doctor", "rules"],
+        capture_output=True,
+        check=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    ).stdout
     into.mkdir()
     archive_path = into.with_suffix(".tar")
     archive_path.write_bytes(archive)
@@ -117,11 +126,23 @@ def check(tree: Path, pythonpath: Path | None, out: Path) -> tuple[float, int, d
     env = {**os.environ, "DFLASH_DOCTOR_NO_CACHE": "1"}
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
-    command = [sys.executable, "-m", "dflash_doctor", "check", "--path", str(tree), "--format", "json", "--output", f"json={out}"]
+    command = [
+        sys.executable,
+        "-m",
+        "dflash_doctor",
+        "check",
+        "--path",
+        str(tree),
+        "--format",
+        "json",
+        "--output",
+        f"json={out}",
+    ]
     start = time.perf_counter()
     # From the scratch directory: ``python -m`` puts the working directory first on sys.path.
-    code = subprocess.run(command, env=env, cwd=out.parent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                          check=False).returncode
+    code = subprocess.run(
+        command, env=env, cwd=out.parent, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False
+    ).returncode
     wall = time.perf_counter() - start
     statuses = {fix["id"]: fix["status"] for fix in json.loads(out.read_text())["fixes"]}
     return wall, code, statuses
@@ -130,14 +151,18 @@ def check(tree: Path, pythonpath: Path | None, out: Path) -> tuple[float, int, d
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=1)
-    parser.add_argument("--previous", action="append", default=[], help="git revision of a previous engine (repeatable)")
+    parser.add_argument(
+        "--previous", action="append", default=[], help="git revision of a previous engine (repeatable)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-stall-") as scratch:
         root = Path(scratch)
         clean = mini_tree(root / "clean")
         trees = {name: clean if shape is None else hostile(clean, root / name, *shape) for name, shape in TREES.items()}
         engines: dict[str, Path | None] = {"this engine": None}
-        engines.update({revision: engine(revision, root / f"engine-{index}") for index, revision in enumerate(args.previous)})
+        engines.update(
+            {revision: engine(revision, root / f"engine-{index}") for index, revision in enumerate(args.previous)}
+        )
         results: dict[tuple[str, str], list[tuple[float, int, dict[str, str]]]] = {}
         for _ in range(args.runs):
             for tree_name, tree in trees.items():

@@ -36,8 +36,23 @@ if TYPE_CHECKING:
     from .targets import ResolvedTarget, Target
 
 __all__ = [
-    "AncestryRequest", "CheckRequest", "CheckResult", "Patching", "PatchRequest", "ReleasesRequest", "RestoreRequest",
-    "RestoreResult", "TargetSpec", "accept", "ancestry", "check", "patch_pr", "patching", "releases", "restore", "with_ancestry",
+    "AncestryRequest",
+    "CheckRequest",
+    "CheckResult",
+    "Patching",
+    "PatchRequest",
+    "ReleasesRequest",
+    "RestoreRequest",
+    "RestoreResult",
+    "TargetSpec",
+    "accept",
+    "ancestry",
+    "check",
+    "patch_pr",
+    "patching",
+    "releases",
+    "restore",
+    "with_ancestry",
 ]
 
 
@@ -116,7 +131,9 @@ def check(request: CheckRequest, warm_up: Callable[[tuple[Rule, ...]], None] | N
             except ToolError as exc:
                 return HostOutcome(outcome.host, error=str(exc))
 
-        outcomes = tuple(finish_host(o) for o in check_targets(targets, rules, request.jobs, progress=request.progress, **drafter))
+        outcomes = tuple(
+            finish_host(o) for o in check_targets(targets, rules, request.jobs, progress=request.progress, **drafter)
+        )
         return CheckResult(True, outcomes, fleet_exit_code(list(outcomes)))
     with FULL_WHEEL.on(request.full_wheel):  # the release's wheel, and the transformers wheel its behaviour fetches
         report = finish(run_check(targets[0][1], rules, **drafter))
@@ -128,7 +145,9 @@ def with_ancestry(report: CheckReport, repo: Path, main_ref: str | None, rules: 
     from .ancestry import trace
 
     if not report.provenance.commit:
-        raise ToolError(f"--repo: {report.target.location} records no build commit to look up (version {report.provenance.version})")
+        raise ToolError(
+            f"--repo: {report.target.location} records no build commit to look up (version {report.provenance.version})"
+        )
     section = trace(repo, report.provenance.commit, report.provenance.commit_source, rules=rules, main_ref=main_ref)
     return dataclasses.replace(report, sections=(*report.sections, section))
 
@@ -139,13 +158,17 @@ def _with_bottom_line(report: CheckReport, rules: tuple[Rule, ...]) -> CheckRepo
 
     engine = report.provenance.engine
     first_releases = {rule.id: rule.first_release for rule in for_engine(rules, engine.name)}
-    return dataclasses.replace(report, summary=BottomLine.of(report.fixes, first_releases, report.provenance.vendor, engine))
+    return dataclasses.replace(
+        report, summary=BottomLine.of(report.fixes, first_releases, report.provenance.vendor, engine)
+    )
 
 
 # -- patch and restore -------------------------------------------------------------------------
 
 
-RELEASE_REFUSAL = "release trees are dflash-doctor's download cache, not an installation; give --path, --python or --host"
+RELEASE_REFUSAL = (
+    "release trees are dflash-doctor's download cache, not an installation; give --path, --python or --host"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,7 +243,9 @@ class RestoreResult:
 RestoreRequest = PatchRequest  # the same target and fixes; ``only`` restores just those fixes' files
 
 
-def restore(request: RestoreRequest, confirm: Callable[[RestorePlan, str], None] = lambda plan, location: None) -> RestoreResult:
+def restore(
+    request: RestoreRequest, confirm: Callable[[RestorePlan, str], None] = lambda plan, location: None
+) -> RestoreResult:
     """Give back the files ``patch`` changed, byte for byte, then re-check. ``confirm`` is
     shown the plan and the tree's location first, and raises ``ToolError`` to stop (nothing is written then)."""
     from .patching import files_for
@@ -267,7 +292,9 @@ def _rechecked(target: Target, rules: tuple[Rule, ...]) -> CheckReport:
     return _with_bottom_line(run_check(target, rules), rules)
 
 
-def patch_pr(repo: Path, pr: int, main_ref: str | None = None, remote: str = "origin", dry_run: bool = False) -> PatchOutcome:
+def patch_pr(
+    repo: Path, pr: int, main_ref: str | None = None, remote: str = "origin", dry_run: bool = False
+) -> PatchOutcome:
     """A PR's change, 3-way merged into a git checkout's working tree (``dry_run``: only
     whether it would apply, and the diff)."""
     from .ancestry import apply_pr
@@ -308,8 +335,16 @@ def ancestry(request: AncestryRequest) -> AncestryReport:
     else:
         targets, _ = select_targets(spec, rules)
         commit, source = commit_from_target(targets[0][1])
-    return trace(request.repo, commit, source, rules=rules, prs=list(request.prs) or None, main_ref=request.main_ref,
-                 remote=request.remote, fetch=request.fetch)
+    return trace(
+        request.repo,
+        commit,
+        source,
+        rules=rules,
+        prs=list(request.prs) or None,
+        main_ref=request.main_ref,
+        remote=request.remote,
+        fetch=request.fetch,
+    )
 
 
 def accept(options: AcceptOptions) -> AcceptReport:
@@ -346,6 +381,10 @@ def releases(request: ReleasesRequest, said: Callable[[str], None] = lambda line
     versions, note = plan(request.first, request.last, request.offline, digest, chosen)
     if note != "package index":
         said(f"releases from the {note}")
-    with progress("releases", total=len(versions)) as update, OFFLINE.on(request.offline), FULL_WHEEL.on(request.full_wheel):
+    with (
+        progress("releases", total=len(versions)) as update,
+        OFFLINE.on(request.offline),
+        FULL_WHEEL.on(request.full_wheel),
+    ):
         rows = release_rows(versions, rules, digest, update, chosen)
     return Matrix(rules, tuple(rows), note, digest, chosen)

@@ -70,12 +70,18 @@ def structure_fixes(tree: SourceTree, rules: tuple[Rule, ...]) -> tuple[FixResul
     return fixes
 
 
-def judged_fixes(resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftConfig | None = None) -> tuple[tuple[FixResult, ...], Computed | None]:
+def judged_fixes(
+    resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftConfig | None = None
+) -> tuple[tuple[FixResult, ...], Computed | None]:
     """The verdicts: behaviour decides where the target can run the tree's code,
     structure explains; and what the tree computes for ``user``'s config (not cached)."""
     tree = resolved.tree
     files = sorted({relpath for rule in rules for relpath in rule.files})
-    where = f"behaviour on {tree.python or 'this machine'}" if resolved.behaviour is not None else f"structure only: {resolved.no_behaviour}"
+    where = (
+        f"behaviour on {tree.python or 'this machine'}"
+        if resolved.behaviour is not None
+        else f"structure only: {resolved.no_behaviour}"
+    )
     key = None if caches_disabled() or user is not None else _key(tree, rules, files, where, _references())
     if key is None:
         return _judged(resolved, rules, user, None)
@@ -87,7 +93,9 @@ def judged_fixes(resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftC
         return _judged(resolved, rules, user, key)
 
 
-def _judged(resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftConfig | None, key: str | None) -> tuple[tuple[FixResult, ...], Computed | None]:
+def _judged(
+    resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftConfig | None, key: str | None
+) -> tuple[tuple[FixResult, ...], Computed | None]:
     """A fresh evaluation, kept under ``key`` (None: not kept)."""
     from .verdicts import judge  # warm check: verdicts pulls in every behaviour module, which a cache hit never needs
 
@@ -116,10 +124,14 @@ def _hit(key: str, tree: SourceTree) -> tuple[FixResult, ...] | None:
     for entry in _load(key):
         try:
             tree.prefetch(entry["reads"])
-            same = all(tree.state(relpath) == state for relpath, state in entry["reads"].items()) and (
-                entry["plugins"] == tree.plugin_state()) and (
-                (entry["stamp"] is not None and tree.package_unchanged(entry["stamp"]))
-                or all(tree.files_defining(names) == found for names, found in entry["scans"]))
+            same = (
+                all(tree.state(relpath) == state for relpath, state in entry["reads"].items())
+                and (entry["plugins"] == tree.plugin_state())
+                and (
+                    (entry["stamp"] is not None and tree.package_unchanged(entry["stamp"]))
+                    or all(tree.files_defining(names) == found for names, found in entry["scans"])
+                )
+            )
             if same:
                 tree.remember_inspected(entry["inspected"])
                 return tuple(FixResult.from_json(fix) for fix in entry["fixes"])
@@ -130,9 +142,14 @@ def _hit(key: str, tree: SourceTree) -> tuple[FixResult, ...] | None:
 
 def _store(key: str, tree: SourceTree, fixes: tuple[FixResult, ...]) -> None:
     reads = tree.reads()
-    entry = {"reads": reads, "plugins": tree.plugin_state(), "scans": tree.scans(), "stamp": tree.search_stamp,
-             "inspected": tree.inspected(),
-             "fixes": [fix.to_json() for fix in fixes]}
+    entry = {
+        "reads": reads,
+        "plugins": tree.plugin_state(),
+        "scans": tree.scans(),
+        "stamp": tree.search_stamp,
+        "inspected": tree.inspected(),
+        "fixes": [fix.to_json() for fix in fixes],
+    }
     others = [old for old in _load(key) if old.get("reads") != reads]
     try:
         path = _path(key)
@@ -147,7 +164,9 @@ def _references() -> list[str]:
     return [hashlib.sha256(path.read_bytes()).hexdigest() for path in paths]
 
 
-def _key(tree: SourceTree, rules: tuple[Rule, ...], files: list[str], where: str, references: list[str] | None = None) -> str | None:
+def _key(
+    tree: SourceTree, rules: tuple[Rule, ...], files: list[str], where: str, references: list[str] | None = None
+) -> str | None:
     try:
         material = {
             "tool": _tool_digest(),
@@ -180,7 +199,11 @@ def _tool_digest() -> str:
     kept = cache_dir() / "tool.json"
     try:
         remembered = json.loads(kept.read_text(encoding="utf-8"))
-        if isinstance(remembered, dict) and remembered.get("state") == state and isinstance(remembered.get("digest"), str):
+        if (
+            isinstance(remembered, dict)
+            and remembered.get("state") == state
+            and isinstance(remembered.get("digest"), str)
+        ):
             return remembered["digest"]
     except (OSError, ValueError):
         pass

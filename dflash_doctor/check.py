@@ -33,7 +33,9 @@ def run_check(
             from .draft import draft_sections  # warm check: the draft package (lint, render) only with --draft-config
 
             sections, fixes = draft_sections(resolved, rules, draft_config, target_config)
-        counted = getattr(target, "counted", None)  # what the target moved while the check ran (ssh: the bytes a miss fetched)
+        counted = getattr(
+            target, "counted", None
+        )  # what the target moved while the check ran (ssh: the bytes a miss fetched)
         info = counted(resolved.info) if counted is not None else resolved.info
     provenance = read_provenance(resolved.tree)
     report = CheckReport(info, provenance, for_distribution(fixes, provenance), __version__, sections=sections)

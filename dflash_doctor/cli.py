@@ -68,7 +68,9 @@ def _print_version(value: bool) -> None:
 
 
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+    ),
     debug: bool = typer.Option(False, "--debug", help="On an internal error, print the traceback too."),
 ) -> None:
     """Tell whether a vLLM install runs DFlash speculative decoding correctly."""

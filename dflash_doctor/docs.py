@@ -50,19 +50,38 @@ def rule_markdown(rule: Rule) -> str:
             f"Question `{behaviour.question}`, run on the tree's own code for every check that can run it. "
             f"Chain (every link must hold for a configuration to work): {', '.join(f'`{p}`' for p in behaviour.chain)}. "
             f"Alternatives (configurations that may disagree, giving `partial`): drafter configs"
-            + "".join(f", {d}s" for d in behaviour.alternatives) + ". "
+            + "".join(f", {d}s" for d in behaviour.alternatives)
+            + ". "
             f"Subjects: {', '.join(f'`{n}`' for n in behaviour.subjects)}."
-            + (f" Guards (must not break): {', '.join(f'`{n}`' for n in behaviour.guards)}." if behaviour.guards else "")
-            + (f" Not run (their forms join the chain): {', '.join(f'`{a}`' for a in behaviour.uncovered)}." if behaviour.uncovered else "")
-            + (f" Layers built from the tree's own `{behaviour.construct.layer}`, recording `{behaviour.construct.recorded}`."
-               if behaviour.construct else "")
-            + (f" The index each layer receives is read by constructing the tree's own `{behaviour.construct.model}`."
-               if behaviour.construct and behaviour.construct.model else "")
+            + (
+                f" Guards (must not break): {', '.join(f'`{n}`' for n in behaviour.guards)}."
+                if behaviour.guards
+                else ""
+            )
+            + (
+                f" Not run (their forms join the chain): {', '.join(f'`{a}`' for a in behaviour.uncovered)}."
+                if behaviour.uncovered
+                else ""
+            )
+            + (
+                f" Layers built from the tree's own `{behaviour.construct.layer}`, recording `{behaviour.construct.recorded}`."
+                if behaviour.construct
+                else ""
+            )
+            + (
+                f" The index each layer receives is read by constructing the tree's own `{behaviour.construct.model}`."
+                if behaviour.construct and behaviour.construct.model
+                else ""
+            )
             + " With `--draft-config` the user's config is the subject where it can be judged.",
         ]
         if rule.fix_cases:
-            out += ["", "Fix cases (`rules test`): " + "; ".join(
-                f"{case.name} → {case.status} by {case.decided_by}" for case in rule.fix_cases) + "."]
+            out += [
+                "",
+                "Fix cases (`rules test`): "
+                + "; ".join(f"{case.name} → {case.status} by {case.decided_by}" for case in rule.fix_cases)
+                + ".",
+            ]
     out += ["", "## Forms it knows", "", "| form | verdict | where | meaning |", "|---|---|---|---|"]
     for form in rule.forms:
         catch_all = " (catch-all: locates, never decides alone)" if form.catch_all else ""

@@ -18,9 +18,14 @@ if TYPE_CHECKING:
 
 
 def check_targets(
-    named_targets: list[tuple[str, Target]], rules: tuple[Rule, ...], jobs: int, progress: bool, **check_options: Path | None
+    named_targets: list[tuple[str, Target]],
+    rules: tuple[Rule, ...],
+    jobs: int,
+    progress: bool,
+    **check_options: Path | None,
 ) -> list[HostOutcome]:
     """Run ``check`` on each (name, target) in parallel; failures stay per host."""
+
     def one(name: str, target: Target) -> HostOutcome:
         try:
             return HostOutcome(name, report=run_check(target, rules, **check_options))

@@ -17,7 +17,13 @@ UNKNOWN = "unknown"
 VERDICTS = (PRESENT, ABSENT, PARTIAL, NOT_APPLICABLE, UNKNOWN)
 # What kind of remedy fits a verdict: nothing to do, upgrade (or work around), install a
 # release with DFlash at all, or find out why there is no answer.
-REMEDY_KINDS = {PRESENT: "none", ABSENT: "upgrade", PARTIAL: "upgrade", NOT_APPLICABLE: "install", UNKNOWN: "investigate"}
+REMEDY_KINDS = {
+    PRESENT: "none",
+    ABSENT: "upgrade",
+    PARTIAL: "upgrade",
+    NOT_APPLICABLE: "install",
+    UNKNOWN: "investigate",
+}
 
 BEHAVIOUR = "behaviour"  # decided by running the tree's own code
 STRUCTURE = "structure"  # decided by the code's forms alone
@@ -87,15 +93,30 @@ class Observation:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "config": self.config, "runner": self.runner, "setting": self.setting, "part": self.part,
-            "layer": self.layer, "expected": self.expected, "observed": self.observed, "ok": self.ok,
+            "config": self.config,
+            "runner": self.runner,
+            "setting": self.setting,
+            "part": self.part,
+            "layer": self.layer,
+            "expected": self.expected,
+            "observed": self.observed,
+            "ok": self.ok,
             "note": self.note or None,
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Observation":
-        return cls(data["config"], data["runner"], data["setting"], data["part"], data["layer"], data["expected"],
-                   data["observed"], data["ok"], data.get("note") or "")
+        return cls(
+            data["config"],
+            data["runner"],
+            data["setting"],
+            data["part"],
+            data["layer"],
+            data["expected"],
+            data["observed"],
+            data["ok"],
+            data.get("note") or "",
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,16 +149,26 @@ class ConfigResult:
         return f"{label}: {broken.part}{layer} is {broken.observed!r}, needs {broken.expected!r}{note}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"config": self.config, "runner": self.runner, "setting": self.setting, "works": self.works,
-                "broken": None if self.broken is None else self.broken.to_json(),
-                "refusals": [{"runner": runner, "why": why} for runner, why in self.refusals]}
+        return {
+            "config": self.config,
+            "runner": self.runner,
+            "setting": self.setting,
+            "works": self.works,
+            "broken": None if self.broken is None else self.broken.to_json(),
+            "refusals": [{"runner": runner, "why": why} for runner, why in self.refusals],
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "ConfigResult":
         broken = data["broken"]
-        return cls(data["config"], data["runner"], data["setting"], data["works"],
-                   None if broken is None else Observation.from_json(broken),
-                   tuple((item["runner"], item["why"]) for item in data["refusals"]))
+        return cls(
+            data["config"],
+            data["runner"],
+            data["setting"],
+            data["works"],
+            None if broken is None else Observation.from_json(broken),
+            tuple((item["runner"], item["why"]) for item in data["refusals"]),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,9 +203,13 @@ class BehaviourAnswer:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "BehaviourAnswer":
-        return cls(data["question"], data["status"], data["reason"] or "",
-                   tuple(ConfigResult.from_json(item) for item in data["results"]),
-                   tuple(Observation.from_json(item) for item in data["observations"]))
+        return cls(
+            data["question"],
+            data["status"],
+            data["reason"] or "",
+            tuple(ConfigResult.from_json(item) for item in data["results"]),
+            tuple(Observation.from_json(item) for item in data["observations"]),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,10 +259,21 @@ class FixResult:
     def from_json(cls, data: dict[str, Any]) -> "FixResult":
         evidence = tuple(Evidence.from_json(item) for item in data["evidence"])
         behaviour = BehaviourAnswer.from_json(data["behaviour"]) if data.get("behaviour") else None
-        return cls(data["id"], data["status"], data["title"], tuple(data["prs"]), evidence, data["remedy"], data["reason"] or "",
-                   decided_by=data.get("decided_by", STRUCTURE), behaviour=behaviour, structure_status=data.get("structure"),
-                   headline=data.get("headline", ""), affects_drafter=data.get("affects_drafter"),
-                   affects_reason=data.get("affects_reason") or "")
+        return cls(
+            data["id"],
+            data["status"],
+            data["title"],
+            tuple(data["prs"]),
+            evidence,
+            data["remedy"],
+            data["reason"] or "",
+            decided_by=data.get("decided_by", STRUCTURE),
+            behaviour=behaviour,
+            structure_status=data.get("structure"),
+            headline=data.get("headline", ""),
+            affects_drafter=data.get("affects_drafter"),
+            affects_reason=data.get("affects_reason") or "",
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,8 +300,12 @@ class BasedOn:
     files_compared: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"commit": self.commit, "releases": list(self.releases), "files_equal": self.files_equal,
-                "files_compared": self.files_compared}
+        return {
+            "commit": self.commit,
+            "releases": list(self.releases),
+            "files_equal": self.files_equal,
+            "files_compared": self.files_compared,
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -293,7 +343,11 @@ class Provenance:
     def vendor(self) -> str | None:
         """The distribution's name when it is a vendor build or fork, not the engine itself."""
         distribution = self.distribution
-        return distribution.name if distribution is not None and not self.engine.is_own_distribution(distribution.name) else None
+        return (
+            distribution.name
+            if distribution is not None and not self.engine.is_own_distribution(distribution.name)
+            else None
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -360,8 +414,13 @@ class BottomLine:
     engine: str = VLLM.display  # whose release ``release`` is
 
     @classmethod
-    def of(cls, fixes: Iterable[FixResult], first_release: Mapping[str, str | None], vendor: str | None = None,
-           engine: Engine = VLLM) -> "BottomLine":
+    def of(
+        cls,
+        fixes: Iterable[FixResult],
+        first_release: Mapping[str, str | None],
+        vendor: str | None = None,
+        engine: Engine = VLLM,
+    ) -> "BottomLine":
         """From verdicts and each fix's first release (``Rule.first_release``) in ``engine``: waived
         fixes, and fixes whose defect cannot reach the drafter, ask for nothing. ``vendor``: the
         target is that vendor build or fork (``Provenance.vendor``)."""
@@ -372,12 +431,24 @@ class BottomLine:
         return dataclasses.replace(line, vendor=vendor)
 
     @classmethod
-    def needing(cls, todo: Sequence[str], releases: Sequence[str | None], unknown: Sequence[str] = (),
-                selected: int = 0, checked: bool = False, engine: Engine = VLLM) -> "BottomLine":
+    def needing(
+        cls,
+        todo: Sequence[str],
+        releases: Sequence[str | None],
+        unknown: Sequence[str] = (),
+        selected: int = 0,
+        checked: bool = False,
+        engine: Engine = VLLM,
+    ) -> "BottomLine":
         """The fixes ``todo`` need the ``engine``'s releases ``releases`` (None: in no release yet)."""
         if not todo:
-            return cls(INVESTIGATE if unknown else NOTHING, unknown=tuple(unknown), selected=selected, checked=checked,
-                       engine=engine.display)
+            return cls(
+                INVESTIGATE if unknown else NOTHING,
+                unknown=tuple(unknown),
+                selected=selected,
+                checked=checked,
+                engine=engine.display,
+            )
         released = [release for release in releases if release is not None]
         if len(released) < len(releases):
             return cls(UNRELEASED, tuple(todo), None, tuple(unknown), selected, checked, engine=engine.display)
@@ -392,7 +463,9 @@ class BottomLine:
         unreleased = any(line.action == UNRELEASED for line in lines)
         releases = [None] if unreleased else [line.release for line in lines if line.release]
         merged = cls.needing(todo, releases, unknown, max((line.selected for line in lines), default=0))
-        engines = list(dict.fromkeys(line.engine for line in lines if line.fixes))  # a fleet of several engines names each
+        engines = list(
+            dict.fromkeys(line.engine for line in lines if line.fixes)
+        )  # a fleet of several engines names each
         return dataclasses.replace(merged, engine=" or ".join(engines) or VLLM.display)
 
     def _named(self, ids: Sequence[str]) -> str:
@@ -410,18 +483,27 @@ class BottomLine:
         elif self.action == UNRELEASED:
             them = "it" if len(self.fixes) == 1 else "them all"
             where = f"no {self.engine} release checked has" if self.checked else f"no {self.engine} release has"
-            parts.append(f"{self._named(self.fixes)}: {where} {them}" + ("" if self.checked else " yet (see each remedy)"))
+            parts.append(
+                f"{self._named(self.fixes)}: {where} {them}" + ("" if self.checked else " yet (see each remedy)")
+            )
         if self.unknown:
             one = len(self.unknown) == 1
-            parts.append(f"{self._named(self.unknown)} {'was' if one else 'were'} not judged: find out why first "
-                         f"(see {'its remedy' if one else 'their remedies'})")
+            parts.append(
+                f"{self._named(self.unknown)} {'was' if one else 'were'} not judged: find out why first "
+                f"(see {'its remedy' if one else 'their remedies'})"
+            )
         if self.vendor and self.action in (UPGRADE, UNRELEASED):
             parts.append(f"{self.vendor} is a vendor build or fork: ask its vendor for a build with these, or patch")
         return "; ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
-        return {"action": self.action, "fixes": list(self.fixes), "release": self.release,
-                "unknown": list(self.unknown), "text": self.sentence()}
+        return {
+            "action": self.action,
+            "fixes": list(self.fixes),
+            "release": self.release,
+            "unknown": list(self.unknown),
+            "text": self.sentence(),
+        }
 
 
 CHECK_SCHEMA = "dflash-doctor/check/v2"  # v1: the ``engine`` block (without its name) under the key ``vllm``
@@ -522,8 +604,12 @@ def fleet_summary(outcomes: Iterable[HostOutcome]) -> BottomLine | None:
 
 def fleet_json(outcomes: list[HostOutcome]) -> dict[str, Any]:
     summary = fleet_summary(outcomes)
-    return {"schema": FLEET_SCHEMA, "hosts": [o.to_json() for o in outcomes],
-            **({"summary": summary.to_json()} if summary is not None else {}), "exit_code": fleet_exit_code(outcomes)}
+    return {
+        "schema": FLEET_SCHEMA,
+        "hosts": [o.to_json() for o in outcomes],
+        **({"summary": summary.to_json()} if summary is not None else {}),
+        "exit_code": fleet_exit_code(outcomes),
+    }
 
 
 class Section(Protocol):

@@ -16,7 +16,15 @@ from pathlib import Path
 from .standalone import probe
 from .engines import VLLM, Engine
 from .model import (
-    ABSENT, NOT_APPLICABLE, PARTIAL, BasedOn, Distribution, FixResult, Platform, Provenance, ToolError,
+    ABSENT,
+    NOT_APPLICABLE,
+    PARTIAL,
+    BasedOn,
+    Distribution,
+    FixResult,
+    Platform,
+    Provenance,
+    ToolError,
 )
 from .source import SourceError, SourceTree, parse_python
 
@@ -41,7 +49,9 @@ def read_provenance(tree: SourceTree) -> Provenance:
         version_py = tree.read(engine.version_file)
     except SourceError:
         version_py = None
-    version_file = _version_file_values(version_py.decode("utf-8", "replace"), engine.version_file) if version_py else {}
+    version_file = (
+        _version_file_values(version_py.decode("utf-8", "replace"), engine.version_file) if version_py else {}
+    )
     version = version or version_file.get("__version__")
 
     commit, source = None, None
@@ -66,7 +76,9 @@ def read_provenance(tree: SourceTree) -> Provenance:
         releases, equal, compared = nearest_releases(tree.inspected(), engine)
         built_from = commit if source == engine.version_file.rsplit("/", 1)[-1] else None
         based_on = BasedOn(built_from, releases, equal, compared) if built_from or releases else None
-    return Provenance(version, commit, source, modified, distribution, based_on, _platform(distribution, engine), engine)
+    return Provenance(
+        version, commit, source, modified, distribution, based_on, _platform(distribution, engine), engine
+    )
 
 
 def read_platform(tree: SourceTree) -> Platform:
@@ -106,7 +118,9 @@ def nearest_releases(inspected: Mapping[str, str], engine: Engine) -> tuple[tupl
         for dist_info in complete.parent.glob(f"{engine.distribution}-*.dist-info"):
             data, _ = probe.read_regular(str(dist_info / "RECORD"))
             if data is not None:
-                scores[complete.parent.name] = sum(probe.recorded_hash(data, path) == digest for path, digest in wanted.items())
+                scores[complete.parent.name] = sum(
+                    probe.recorded_hash(data, path) == digest for path, digest in wanted.items()
+                )
     releases = []
     for name in scores:
         try:
@@ -125,8 +139,10 @@ def for_distribution(fixes: tuple[FixResult, ...], provenance: Provenance) -> tu
     distribution, engine = provenance.distribution, provenance.engine
     if distribution is None or provenance.vendor is None:
         return fixes
-    this = (f"This is {distribution.name} {distribution.version or ''}".rstrip()
-            + f", a vendor build or fork of {engine.display}, not {engine.display} itself:")
+    this = (
+        f"This is {distribution.name} {distribution.version or ''}".rstrip()
+        + f", a vendor build or fork of {engine.display}, not {engine.display} itself:"
+    )
     asks = {
         ABSENT: "ask its vendor for a build with this fix, or patch it in place (`dflash-doctor patch`).",
         PARTIAL: "ask its vendor for a build with this fix, or patch it in place (`dflash-doctor patch`).",
@@ -134,7 +150,8 @@ def for_distribution(fixes: tuple[FixResult, ...], provenance: Provenance) -> tu
     }
     return tuple(
         dataclasses.replace(fix, remedy=f"{this} {asks[fix.status]} In {engine.display} itself: {fix.remedy}")
-        if fix.status in asks else fix
+        if fix.status in asks
+        else fix
         for fix in fixes
     )
 
@@ -202,7 +219,10 @@ def _modified_files(record: str, inspected: dict[str, str]) -> tuple[str, ...]:
         path = wanted.pop(row.partition(b",")[0], None)  # the first row of a path, as a search finds
         if path is not None:
             found[path] = probe.recorded_hash(row, path)
-    return tuple(sorted(
-        path for path, digest in inspected.items()
-        if (found[path] or "").startswith("sha256=") and found[path] != "sha256=" + record_digest(digest)
-    ))
+    return tuple(
+        sorted(
+            path
+            for path, digest in inspected.items()
+            if (found[path] or "").startswith("sha256=") and found[path] != "sha256=" + record_digest(digest)
+        )
+    )

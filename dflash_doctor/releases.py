@@ -125,8 +125,13 @@ class Matrix:
     @property
     def summary(self) -> BottomLine:
         """The matrix's bottom line: the release from which every fix is present, in every later judged release."""
-        return BottomLine.needing(self.fix_ids, [self.present_from(self.fix_ids)], selected=len(self.fix_ids), checked=True,
-                                  engine=self.engine)
+        return BottomLine.needing(
+            self.fix_ids,
+            [self.present_from(self.fix_ids)],
+            selected=len(self.fix_ids),
+            checked=True,
+            engine=self.engine,
+        )
 
     def to_json(self) -> dict[str, Any]:
         fixes = []
@@ -163,12 +168,24 @@ def index_releases(engine: Engine = VLLM) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="dflash-doctor-") as temp:
         log = Path(temp) / "pip.log"
         command = [
-            sys.executable, "-m", "pip", "index", "versions", project, "--disable-pip-version-check",
-            "--timeout", str(INDEX_TIMEOUT_S), "--retries", "1", "--log", str(log),
+            sys.executable,
+            "-m",
+            "pip",
+            "index",
+            "versions",
+            project,
+            "--disable-pip-version-check",
+            "--timeout",
+            str(INDEX_TIMEOUT_S),
+            "--retries",
+            "1",
+            "--log",
+            str(log),
         ]
         try:
-            proc = subprocess.run(command, capture_output=True, text=True, timeout=INDEX_TIMEOUT_S * 4,
-                                  stdin=subprocess.DEVNULL)
+            proc = subprocess.run(
+                command, capture_output=True, text=True, timeout=INDEX_TIMEOUT_S * 4, stdin=subprocess.DEVNULL
+            )
         except subprocess.TimeoutExpired:
             raise ToolError(f"pip index versions {project} did not answer within {INDEX_TIMEOUT_S * 4} s") from None
         except OSError as exc:
@@ -178,7 +195,7 @@ def index_releases(engine: Engine = VLLM) -> list[str]:
                 versions = [v.strip() for v in line.split(":", 1)[1].split(",")]
                 return sorted((v for v in versions if RELEASE.fullmatch(v)), key=version_key)
         try:
-            unreachable = unreachable_index(log.read_text(encoding="utf-8", errors="replace")[:4 << 20])
+            unreachable = unreachable_index(log.read_text(encoding="utf-8", errors="replace")[: 4 << 20])
         except OSError:
             unreachable = None
     if unreachable:
@@ -208,7 +225,9 @@ def in_range(versions: Iterable[str], first: str | None, last: str | None, engin
     return [v for v in versions if version_key(v) >= low and (high is None or version_key(v) <= high)]
 
 
-def plan(first: str | None, last: str | None, offline: bool, digest: str, engine: Engine = VLLM) -> tuple[list[str], str]:
+def plan(
+    first: str | None, last: str | None, offline: bool, digest: str, engine: Engine = VLLM
+) -> tuple[list[str], str]:
     """The releases to put in the matrix, and where their list came from."""
     # A bad bound is an error before any network use; v0.20.1 and 0.20 mean 0.20.1 and 0.20.0.
     first, last = (canonical_release(bound) if bound is not None else None for bound in (first, last))
@@ -219,7 +238,9 @@ def plan(first: str | None, last: str | None, offline: bool, digest: str, engine
             raise ToolError(f"{exc}; or pass --offline for the releases already in the cache") from None
         releases = in_range(listed, first, last, engine)
         if not releases:
-            raise ToolError(f"the package index lists no {engine.display} release from {first or engine.first_dflash} to {last or 'the newest'}")
+            raise ToolError(
+                f"the package index lists no {engine.display} release from {first or engine.first_dflash} to {last or 'the newest'}"
+            )
         return releases, "package index"
     releases = in_range(cached_releases(digest, engine), first, last, engine)
     if not releases:
@@ -260,8 +281,9 @@ def release_row(release: str, rules: tuple[Rule, ...], digest: str, engine: Engi
     return _row(release, report, cached=False)
 
 
-def release_rows(releases: list[str], rules: tuple[Rule, ...], digest: str, update: Callable[..., None],
-                 engine: Engine = VLLM) -> list[Row]:
+def release_rows(
+    releases: list[str], rules: tuple[Rule, ...], digest: str, update: Callable[..., None], engine: Engine = VLLM
+) -> list[Row]:
     """``release_row`` of each release, ``JOBS`` at a time (their downloads, and their checks), in the order given;
     ``update`` says how many are done and which are being checked. Each runs in a copy of this context: a
     progress bar shown here shows theirs below it."""
@@ -334,7 +356,9 @@ def render_plain(matrix: Matrix) -> str:
     header = ["release", *matrix.fix_ids, "all present"]
     body = [[clean(row.release), *_cells(matrix, row), _all_present(matrix, row)] for row in matrix.rows]
     widths = [max(len(line[i]) for line in [header, *body]) for i in range(len(header) - 1)]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1] for line in [header, *body]]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths)) + "  " + line[-1] for line in [header, *body]
+    ]
     lines = [line.rstrip() for line in lines]
     lines += ["", "present from (every later release checked has it):"]
     lines += [f"  {line}" for line in _since_lines(matrix)]
@@ -347,8 +371,10 @@ def render_terminal(matrix: Matrix, width: int) -> str:
     cut. Where the columns do not fit, each release stands on its own line with its verdicts below it."""
     header = ["release", *matrix.fix_ids, "all present"]
     body = [[clean(row.release), *_cells(matrix, row), _all_present(matrix, row)] for row in matrix.rows]
-    sizes = [max(width_of(line[i]) for line in [header] + [b for b, row in zip(body, matrix.rows) if not row.error])
-             for i in range(len(header))]
+    sizes = [
+        max(width_of(line[i]) for line in [header] + [b for b, row in zip(body, matrix.rows) if not row.error])
+        for i in range(len(header))
+    ]
     table = sum(sizes) + 2 * (len(sizes) - 1) <= width
     lines: list[Line] = [[(f"{matrix.engine.display} releases × DFlash fixes", "bold")]]
     if table:
@@ -358,7 +384,10 @@ def render_terminal(matrix: Matrix, width: int) -> str:
         if row.error:
             lines += wrap(words(cells[1]), width, [(lead if table else cells[0] + "  ", "bold red")], OUTDENT)
         elif table:
-            lines.append([(lead, "")] + [(cell.ljust(size + 2), STYLES.get(cell, "")) for cell, size in zip(cells[1:], sizes[1:])])
+            lines.append(
+                [(lead, "")]
+                + [(cell.ljust(size + 2), STYLES.get(cell, "")) for cell, size in zip(cells[1:], sizes[1:])]
+            )
         else:
             verdicts = [(f"{fix_id} {cell}", STYLES.get(cell, "")) for fix_id, cell in zip(matrix.fix_ids, cells[1:])]
             last = {"yes": "all present", "": ""}.get(cells[-1], cells[-1])

@@ -17,9 +17,24 @@ from .engines import ENGINES, VLLM
 from .model import ABSENT, DECIDERS, PARTIAL, PRESENT, VERDICTS, ToolError
 from .paths import cache_dir, caches_disabled, write_atomically
 from .rules import (
-    DIMENSIONS, FORM_VERDICTS, QUESTIONS, Affects, Anchor, Applies, Behaviour, Case, Construct, FixCase, Form, FormPatch, Handing,
-    Rewrite, Rule, rules_dir,
+    DIMENSIONS,
+    FORM_VERDICTS,
+    QUESTIONS,
+    Affects,
+    Anchor,
+    Applies,
+    Behaviour,
+    Case,
+    Construct,
+    FixCase,
+    Form,
+    FormPatch,
+    Handing,
+    Rewrite,
+    Rule,
+    rules_dir,
 )
+
 
 def _table(text: str) -> dict[str, Any]:
     """A rule file's TOML, parsed once per content: kept as JSON in the user cache under the
@@ -61,8 +76,13 @@ def load_rule(path: Path) -> Rule:
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ToolError(f"{where}: cannot load rule: {exc}") from None
     anchors = tuple(
-        Anchor(_require(a, "id", where), _require(a, "file", where), _require(a, "symbol", where), a.get("optional", False),
-               _optional_path(a, "gone_with", where))
+        Anchor(
+            _require(a, "id", where),
+            _require(a, "file", where),
+            _require(a, "symbol", where),
+            a.get("optional", False),
+            _optional_path(a, "gone_with", where),
+        )
         for a in _require(data, "anchors", where)
     )
     anchor_ids = {anchor.id for anchor in anchors}
@@ -102,7 +122,12 @@ def load_rule(path: Path) -> Rule:
         )
     _check_patches(forms, where)
     cases = tuple(
-        Case(_require(c, "name", where), _require(c, "anchor", where), _require(c, "code", where), tuple(c.get("expect", [])))
+        Case(
+            _require(c, "name", where),
+            _require(c, "anchor", where),
+            _require(c, "code", where),
+            tuple(c.get("expect", [])),
+        )
         for c in data.get("cases", [])
     )
     applies = _require(data, "applies", where)
@@ -115,7 +140,12 @@ def load_rule(path: Path) -> Rule:
         what=_prose(_require(data, "what", where)),
         why=_prose(_require(data, "why", where)),
         remedy=_prose(_require(data, "remedy", where)),
-        applies=Applies(applies["file"], applies["symbol"], applies["literal"], _prose(_require(applies, "remedy", f"{where}: applies"))),
+        applies=Applies(
+            applies["file"],
+            applies["symbol"],
+            applies["literal"],
+            _prose(_require(applies, "remedy", f"{where}: applies")),
+        ),
         headlines=_headlines(_require(data, "headlines", where), where),
         affects=_affects(data.get("affects"), where),
         anchors=anchors,
@@ -167,7 +197,11 @@ def _affects(raw: Any, where: str) -> Affects | None:
     drafter = _require(raw, "drafter", where)
     if drafter not in DRAFTER_TESTS:
         raise ToolError(f"{where}: drafter must be one of {', '.join(DRAFTER_TESTS)}")
-    return Affects(drafter, _sentence(_require(raw, "yes", where), f"{where}.yes"), _sentence(_require(raw, "no", where), f"{where}.no"))
+    return Affects(
+        drafter,
+        _sentence(_require(raw, "yes", where), f"{where}.yes"),
+        _sentence(_require(raw, "no", where), f"{where}.no"),
+    )
 
 
 def _boolean(raw: dict[str, Any], key: str, where: str) -> bool:
@@ -194,8 +228,22 @@ def _behaviour(raw: Any, where: str, anchor_ids: set[str]) -> Behaviour | None:
     where = f"{where}: behaviour"
     if not isinstance(raw, dict):
         raise ToolError(f"{where} must be a table")
-    _known_keys(raw, ("question", "chain", "alternatives", "subjects", "guards", "files", "construct", "uncovered", "resolvers",
-                      "handing"), where)
+    _known_keys(
+        raw,
+        (
+            "question",
+            "chain",
+            "alternatives",
+            "subjects",
+            "guards",
+            "files",
+            "construct",
+            "uncovered",
+            "resolvers",
+            "handing",
+        ),
+        where,
+    )
     question = _require(raw, "question", where)
     if question not in QUESTIONS:
         raise ToolError(f"{where}: question must be one of {', '.join(QUESTIONS)}")
@@ -245,8 +293,11 @@ def _handing(raw: Any, question: str, where: str, anchor_ids: set[str]) -> Handi
         raise ToolError(f"{where}: constructor must be the id of an anchor")
     keywords = _strings(raw, "keywords", where)
     callee, opt_out = _require(raw, "callee", where), raw.get("opt_out")
-    if not keywords or not all(name.isidentifier() for name in (callee, *keywords)) or not (
-            opt_out is None or (isinstance(opt_out, str) and opt_out.isidentifier())):
+    if (
+        not keywords
+        or not all(name.isidentifier() for name in (callee, *keywords))
+        or not (opt_out is None or (isinstance(opt_out, str) and opt_out.isidentifier()))
+    ):
         raise ToolError(f"{where}: callee, keywords and opt_out must be names (and keywords not empty)")
     return Handing(constructor, callee, keywords, opt_out)
 
@@ -254,25 +305,53 @@ def _handing(raw: Any, question: str, where: str, anchor_ids: set[str]) -> Handi
 def _construct(raw: Any, where: str) -> Construct | None:
     if raw is None:
         return None
-    if not isinstance(raw, dict) or not isinstance(raw.get("signature"), dict) or not isinstance(raw.get("assume", {}), dict):
+    if (
+        not isinstance(raw, dict)
+        or not isinstance(raw.get("signature"), dict)
+        or not isinstance(raw.get("assume", {}), dict)
+    ):
         raise ToolError(f"{where} must be a table with a signature table")
-    _known_keys(raw, ("file", "layer", "index_parameters", "recorded", "signature", "window", "causal", "assume", "model",
-                      "platform", "containers", "unset"), where)
+    _known_keys(
+        raw,
+        (
+            "file",
+            "layer",
+            "index_parameters",
+            "recorded",
+            "signature",
+            "window",
+            "causal",
+            "assume",
+            "model",
+            "platform",
+            "containers",
+            "unset",
+        ),
+        where,
+    )
     signature = raw["signature"]
     return Construct(
-        file=_require(raw, "file", where), layer=_require(raw, "layer", where),
-        index_parameters=_strings(raw, "index_parameters", where), recorded=_require(raw, "recorded", where),
-        signature_file=_require(signature, "file", where), signature=_require(signature, "symbol", where),
-        window=_require(raw, "window", where), causal=_require(raw, "causal", where),
-        assume=tuple(sorted(raw.get("assume", {}).items())), model=_optional_name(raw, "model", where),
-        platform=_optional_name(raw, "platform", where), containers=_strings(raw, "containers", where),
+        file=_require(raw, "file", where),
+        layer=_require(raw, "layer", where),
+        index_parameters=_strings(raw, "index_parameters", where),
+        recorded=_require(raw, "recorded", where),
+        signature_file=_require(signature, "file", where),
+        signature=_require(signature, "symbol", where),
+        window=_require(raw, "window", where),
+        causal=_require(raw, "causal", where),
+        assume=tuple(sorted(raw.get("assume", {}).items())),
+        model=_optional_name(raw, "model", where),
+        platform=_optional_name(raw, "platform", where),
+        containers=_strings(raw, "containers", where),
         unset=_strings(raw, "unset", where),
     )
 
 
 def _optional_path(raw: dict[str, Any], key: str, where: str) -> str | None:
     value = raw.get(key)
-    if value is not None and not (isinstance(value, str) and value.endswith(".py") and not value.startswith("/") and ".." not in value):
+    if value is not None and not (
+        isinstance(value, str) and value.endswith(".py") and not value.startswith("/") and ".." not in value
+    ):
         raise ToolError(f"{where}: {key} must be a .py path inside the tree")
     return value
 
@@ -317,7 +396,9 @@ def _form_patch(raw: dict[str, Any], verdict: str, where: str) -> FormPatch | No
     return FormPatch(
         produces=_require(patch, "produces", f"{where}: patch"),
         rewrites=tuple(
-            Rewrite(_require(r, "find", f"{where}: patch.rewrite"), _require(r, "replace", f"{where}: patch.rewrite"), where)
+            Rewrite(
+                _require(r, "find", f"{where}: patch.rewrite"), _require(r, "replace", f"{where}: patch.rewrite"), where
+            )
             for r in rewrites
         ),
     )

@@ -285,7 +285,9 @@ class Rule:
         if status == UNKNOWN:
             return cause
         forms = {form.id: form for form in self.forms}
-        workarounds = dict.fromkeys(forms[item.form].remedy for item in evidence if item.form in forms and forms[item.form].remedy)
+        workarounds = dict.fromkeys(
+            forms[item.form].remedy for item in evidence if item.form in forms and forms[item.form].remedy
+        )
         return " ".join([self.remedy, *workarounds])
 
     def affects_drafter(self, draft: DraftConfig) -> tuple[bool | None, str]:

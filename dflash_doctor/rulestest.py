@@ -78,7 +78,11 @@ def _check_fix_case(rule: Rule, case: FixCase) -> tuple[str, bool]:
         except ToolError as exc:
             return f"{rule.id}: fix case {case.name}: does not run: {exc}", False
     ok = (fix.status, fix.decided_by) == (case.status, case.decided_by)
-    detail = "" if ok else f" (expected {case.status} by {case.decided_by}, got {fix.status} by {fix.decided_by}: {fix.reason})"
+    detail = (
+        ""
+        if ok
+        else f" (expected {case.status} by {case.decided_by}, got {fix.status} by {fix.decided_by}: {fix.reason})"
+    )
     return f"{rule.id}: fix case {case.name}{detail}", ok
 
 

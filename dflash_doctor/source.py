@@ -303,7 +303,10 @@ class SourceTree:
 
     def scans(self) -> list[tuple[list[str], dict[str, list[str]]]]:
         """(names, what ``files_defining`` found) of every search of the package so far."""
-        return [(sorted(names), {name: list(files) for name, files in found.items()}) for names, found in self._scans.items()]
+        return [
+            (sorted(names), {name: list(files) for name, files in found.items()})
+            for names, found in self._scans.items()
+        ]
 
     def parsed(self, relpath: str) -> ParsedFile | None:
         """The parsed file, None when it does not exist; raises SourceError."""

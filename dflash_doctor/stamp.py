@@ -38,8 +38,10 @@ def unchanged(root: str, package: str, rows: list[Row]) -> bool:
     if [row[0] for row in current] != [row[0] for row in rows]:
         return False
     # A file recorded by its digest may have settled since: its bytes decide.
-    return all(now == then or (then[1] == "sha256" and _digest(os.path.join(root, str(then[0]))) == then[2])
-               for now, then in zip(current, rows))
+    return all(
+        now == then or (then[1] == "sha256" and _digest(os.path.join(root, str(then[0]))) == then[2])
+        for now, then in zip(current, rows)
+    )
 
 
 def _digest(path: str) -> str | None:

@@ -175,7 +175,9 @@ def markdown(text: str) -> Markdown:
         def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[RenderableType]:
             (table,) = super().__rich_console__(console, options)
             assert isinstance(table, Table)  # the one table rich's TableElement renders
-            rows = ([self.header.row] if self.header and self.header.row else []) + (self.body.rows if self.body else [])
+            rows = ([self.header.row] if self.header and self.header.row else []) + (
+                self.body.rows if self.body else []
+            )
             cells = "".join(cell.content.plain for row in rows for cell in row.cells)
             shown = "".join(segment.text for line in console.render_lines(table, options) for segment in line)
             if shown.count("…") == cells.count("…"):  # rich cut no word short

@@ -37,8 +37,12 @@ def judge(
         structure = FormReader(resolved.tree).run(rules)
         watched = _Watched(run) if run is not None else None
         answers, probes = answer_rules(resolved.tree, ours, watched, user) if watched is not None else ({}, None)
-    fixes = tuple(combine(rule, fix, answers.get(rule.id), resolved.no_behaviour) if rule.engine == resolved.tree.engine.name else fix
-                  for rule, fix in zip(rules, structure))
+    fixes = tuple(
+        combine(rule, fix, answers.get(rule.id), resolved.no_behaviour)
+        if rule.engine == resolved.tree.engine.name
+        else fix
+        for rule, fix in zip(rules, structure)
+    )
     fixes = _what_python_loads(resolved, rules, fixes)
     fixes = _plugins_on_route(resolved, rules, fixes)
     if user is not None:
@@ -64,26 +68,38 @@ class _Watched:
         return outcomes
 
 
-def _what_python_loads(resolved: ResolvedTarget, rules: tuple[Rule, ...], fixes: tuple[FixResult, ...]) -> tuple[FixResult, ...]:
+def _what_python_loads(
+    resolved: ResolvedTarget, rules: tuple[Rule, ...], fixes: tuple[FixResult, ...]
+) -> tuple[FixResult, ...]:
     """A file the check read that Python would not run (a package, an extension
     module or an unchecked-hash .pyc comes first) leaves every judged fix unknown:
     the verdicts speak of code the engine does not import."""
     from .structure.forms import UNKNOWN_CODE, restate
 
-    shadows = [(relpath, why) for relpath in sorted(resolved.tree.inspected()) if (why := resolved.tree.shadowed(relpath))]
+    shadows = [
+        (relpath, why) for relpath in sorted(resolved.tree.inspected()) if (why := resolved.tree.shadowed(relpath))
+    ]
     if not shadows:
         return fixes
     words = "; ".join(why for _, why in shadows)
     evidence = tuple(Evidence(relpath, None, relpath, SHADOWED, why) for relpath, why in shadows)
     return tuple(
-        fix if fix.status in (UNKNOWN, NOT_APPLICABLE) else restate(
-            rule, dataclasses.replace(fix, evidence=(*fix.evidence, *evidence)), UNKNOWN,
-            f"the code read is not the code that runs: {words}", UNKNOWN_CODE)
+        fix
+        if fix.status in (UNKNOWN, NOT_APPLICABLE)
+        else restate(
+            rule,
+            dataclasses.replace(fix, evidence=(*fix.evidence, *evidence)),
+            UNKNOWN,
+            f"the code read is not the code that runs: {words}",
+            UNKNOWN_CODE,
+        )
         for rule, fix in zip(rules, fixes)
     )
 
 
-def _plugins_on_route(resolved: ResolvedTarget, rules: tuple[Rule, ...], fixes: tuple[FixResult, ...]) -> tuple[FixResult, ...]:
+def _plugins_on_route(
+    resolved: ResolvedTarget, rules: tuple[Rule, ...], fixes: tuple[FixResult, ...]
+) -> tuple[FixResult, ...]:
     """The engine loads its plugins at start, and they may patch its classes: a plugin whose
     code names a definition on a fix's route (or its module) leaves the fix unknown;
     one whose code cannot be read is said to possibly change the answer."""
@@ -100,14 +116,25 @@ def _plugins_on_route(resolved: ResolvedTarget, rules: tuple[Rule, ...], fixes: 
         touching = [(plugin, names) for plugin, names in touching if names]
         unread = [plugin for plugin in plugins if not plugin.read]
         if touching and fix.status not in (UNKNOWN, NOT_APPLICABLE):
-            words = "; ".join(f"plugin {p.name} ({p.group} of {p.distribution}, {p.target}) names {', '.join(names)}"
-                              for p, names in touching)
-            evidence = tuple(Evidence(p.target, None, p.name, PLUGIN, f"names {', '.join(names)}") for p, names in touching)
-            fix = restate(rule, dataclasses.replace(fix, evidence=(*fix.evidence, *evidence)), UNKNOWN,
-                          f"{resolved.tree.engine.display} loads plugins at start that may replace the code on this fix's route: {words}",
-                          UNKNOWN_CODE)
+            words = "; ".join(
+                f"plugin {p.name} ({p.group} of {p.distribution}, {p.target}) names {', '.join(names)}"
+                for p, names in touching
+            )
+            evidence = tuple(
+                Evidence(p.target, None, p.name, PLUGIN, f"names {', '.join(names)}") for p, names in touching
+            )
+            fix = restate(
+                rule,
+                dataclasses.replace(fix, evidence=(*fix.evidence, *evidence)),
+                UNKNOWN,
+                f"{resolved.tree.engine.display} loads plugins at start that may replace the code on this fix's route: {words}",
+                UNKNOWN_CODE,
+            )
         elif unread:
-            note = "; ".join(f"plugin {p.name} ({p.group} of {p.distribution}) could not be read and may change this answer" for p in unread)
+            note = "; ".join(
+                f"plugin {p.name} ({p.group} of {p.distribution}) could not be read and may change this answer"
+                for p in unread
+            )
             fix = dataclasses.replace(fix, reason=f"{fix.reason}; {note}" if fix.reason else note)
         judged.append(fix)
     return tuple(judged)
@@ -126,5 +153,8 @@ def _for_drafter(rule: Rule, fix: FixResult, user: DraftConfig) -> FixResult:
             affected, why = True, "running the tree's code shows this drafter failing, whatever its config says"
         elif behaviour is None or not any(item.config == mine and item.ok for item in behaviour.observations):
             # the config alone never exempts: nothing ran this drafter through the tree's code
-            affected, why = None, f"{why}, but the tree's code could not be run on this drafter here, so the fix still counts"
+            affected, why = (
+                None,
+                f"{why}, but the tree's code could not be run on this drafter here, so the fix still counts",
+            )
     return dataclasses.replace(fix, affects_drafter=affected, affects_reason=why)

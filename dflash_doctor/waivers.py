@@ -126,7 +126,9 @@ def matches_target(waiver: Waiver, target: TargetInfo) -> bool:
     return any(fnmatch.fnmatchcase(value, waiver.target) for value in values)
 
 
-def apply_waivers(report: CheckReport, waivers: tuple[Waiver, ...], source: Path, today: datetime.date | None = None) -> CheckReport:
+def apply_waivers(
+    report: CheckReport, waivers: tuple[Waiver, ...], source: Path, today: datetime.date | None = None
+) -> CheckReport:
     """The report with active waivers set on the fixes they cover, and a ``waivers`` section saying what happened."""
     today = today or datetime.date.today()
     relevant = [w for w in waivers if matches_target(w, report.target) and any(f.id == w.id for f in report.fixes)]

@@ -48,7 +48,7 @@ settings.register_profile("quick", max_examples=25, deadline=None)
 settings.load_profile(os.environ.get("DFLASH_DOCTOR_FUZZ", "thorough"))
 
 # The rule texts and applicability of the small demo rules that tests write.
-DEMO_RULE_PREAMBLE = '''
+DEMO_RULE_PREAMBLE = """
 what = "w"
 why = "y"
 remedy = "r"
@@ -63,7 +63,7 @@ file = "vllm/config/speculative.py"
 symbol = "SpeculativeConfig"
 literal = "dflash"
 remedy = "i"
-'''
+"""
 
 # Files a check of these releases reads, plus what makes a tree a tree.
 TREE_FILES = ["vllm/__init__.py", "vllm/_version.py"]
@@ -165,7 +165,9 @@ def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None) -> sub
             patch.chdir(cwd)
         patch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(), encoding="utf-8"))
         patch.setattr(sys, "stdout", io.TextIOWrapper(out, encoding="utf-8", write_through=True))
-        patch.setattr(sys, "stderr", io.TextIOWrapper(err, encoding="utf-8", errors="backslashreplace", write_through=True))
+        patch.setattr(
+            sys, "stderr", io.TextIOWrapper(err, encoding="utf-8", errors="backslashreplace", write_through=True)
+        )
         with pytest.raises(SystemExit) as ended:
             main([os.fspath(arg) for arg in args])
         stdout, stderr = out.getvalue().decode(), err.getvalue().decode()  # before the wrappers go and close them
@@ -200,8 +202,11 @@ class ProbeAnswerOf:
         from dflash_doctor.targets.snapshot import snapshot_target
 
         files = {str(p.relative_to(self.tree)): p.read_bytes() for p in self.tree.rglob("*.py")}
-        answer = {"root": str(self.tree), "files": {k: v.decode("latin-1") for k, v in files.items()},
-                  "sha256": {k: hashlib.sha256(v).hexdigest() for k, v in files.items()}}
+        answer = {
+            "root": str(self.tree),
+            "files": {k: v.decode("latin-1") for k, v in files.items()},
+            "sha256": {k: hashlib.sha256(v).hexdigest() for k, v in files.items()},
+        }
         return snapshot_target(answer, "probe", "probe file x")
 
 
@@ -211,7 +216,9 @@ THREE = ("0.20.1", "0.22.0", "0.33.0")
 RESOLVERS = ("vllm/v1/worker/gpu_model_runner.py", "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py")
 SHIFT = 'i + 1 for i in (dflash_config.get("target_layer_ids") or [])'  # the shift of layer ids the fix adds
 CACHING = {k: v for k, v in os.environ.items() if k != "DFLASH_DOCTOR_NO_CACHE"}  # conftest turns caches off
-ANCESTRY_SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "schemas" / "ancestry-v1.schema.json").read_text())
+ANCESTRY_SCHEMA = json.loads(
+    (Path(__file__).resolve().parent.parent / "schemas" / "ancestry-v1.schema.json").read_text()
+)
 HOSTILE_TEXT = "\x1b]0;pwned\x07\x1b[2J\x00\x9b\u202e\u2066\ufffe"  # no line break: str.splitlines would end the line
 
 
@@ -226,7 +233,12 @@ def unreachable_index_env(cache: Path) -> dict:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = {k: v for k, v in env_for(cache).items() if not k.startswith("PIP_")}
-    return {**env, "PIP_CONFIG_FILE": os.devnull, "PIP_INDEX_URL": f"http://127.0.0.1:{port}/simple", "PIP_RETRIES": "0"}
+    return {
+        **env,
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_INDEX_URL": f"http://127.0.0.1:{port}/simple",
+        "PIP_RETRIES": "0",
+    }
 
 
 def pip_env(tmp_path: Path, index_url: str | None = None) -> dict[str, str]:
@@ -276,6 +288,7 @@ def assert_inert_xml(text: str) -> ET.Element:
 
 
 # -- fixtures the test modules share ---------------------------------------------------------------
+
 
 @pytest.fixture
 def cli(capsys):
@@ -348,7 +361,12 @@ def client(tmp_path, keys):
     (home / ".ssh").mkdir(parents=True)
     env = {**client_env(), "HOME": str(home)}
     known = home / ".ssh" / "known_hosts"
-    return {"env": env, "known": known, "home": home, "args": ["--identity", str(keys["user"]), "--connect-timeout", "5"]}
+    return {
+        "env": env,
+        "known": known,
+        "home": home,
+        "args": ["--identity", str(keys["user"]), "--connect-timeout", "5"],
+    }
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,10 @@ NEEDS = [
     ({"--host", "--hosts-file"}, "needs ssh hosts with vLLM (tests/test_ssh.py checks a real sshd on 127.0.0.1)"),
     ({"--metrics-url", "--sglang"}, "needs a running vLLM or SGLang server (tests/test_accept.py serves real metrics)"),
     ({"--image"}, "needs a registry or an image built here (tests/test_image.py pushes real ones to a local registry)"),
-    ({"ancestry", "--repo"}, "needs a clone of vLLM's history at ~/src/vllm (tests/test_ancestry.py builds real repos)"),
+    (
+        {"ancestry", "--repo"},
+        "needs a clone of vLLM's history at ~/src/vllm (tests/test_ancestry.py builds real repos)",
+    ),
     ({"--install-completion"}, "writes the shell's startup files"),
     ({"pip"}, "installs into this environment (the tests run the checkout itself)"),
     ({"ansible-playbook"}, "needs an inventory of GPU hosts"),

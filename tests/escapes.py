@@ -20,7 +20,7 @@ from dflash_doctor.source import DirectoryTree
 
 # Out of the restricted builtins, as an attacker would: a running generator's
 # frame leads up the stack to the interpreter's real builtins.
-WALK = '''
+WALK = """
 def _top_frame():
     box = []
 
@@ -40,7 +40,7 @@ def _real(name):
 
 def _module(name):
     return _real("_" + "_import__")(name)
-'''
+"""
 
 
 def program_for(tmp_path: Path, source: str) -> tuple[list[Chunk], dict[str, dict[str, str]]]:
@@ -76,7 +76,7 @@ def session_for(**limits: Any) -> Session:
     return Session(LocalPipe(child_program()), **limits)
 
 
-ESCAPE_BODY = '''
+ESCAPE_BODY = """
         box = []
 
         def walk():
@@ -88,7 +88,7 @@ ESCAPE_BODY = '''
         box.append(walk())
         real = next(box[0]).f_builtins
         os_module = real["_" + "_import__"]("os")
-'''
+"""
 RESOLVER_START = "        if not (self.speculative_config and self.speculative_config.draft_model_config):\n            return None\n"
 
 
@@ -98,6 +98,7 @@ def hostile_tree(mini_tree: Callable[[str], Path], action: str) -> Path:
     runner = tree / "vllm/v1/worker/gpu_model_runner.py"
     text = runner.read_text()
     assert text.count(RESOLVER_START) == 1
-    runner.write_text(text.replace(RESOLVER_START, ESCAPE_BODY + textwrap.indent(action, " " * 8) + "\n" + RESOLVER_START))
+    runner.write_text(
+        text.replace(RESOLVER_START, ESCAPE_BODY + textwrap.indent(action, " " * 8) + "\n" + RESOLVER_START)
+    )
     return tree
-

@@ -81,7 +81,7 @@ SPECULATIVE = "vllm/config/speculative.py"
 SCHEDULER = "vllm/v1/core/sched.py"
 SWA = "vllm/spec_decode/dflash_swa.py"
 
-_DFLASH_TEXT = '''\
+_DFLASH_TEXT = """\
 def target_layer_ids(config):
     ids = config.get("target_layer_ids")
     return list(ids)
@@ -95,9 +95,9 @@ def draft_attention(config):
 
 def build(window, layers):
     return {"window": window, "layers": layers}
-'''
+"""
 
-_SPECULATIVE_TEXT = '''\
+_SPECULATIVE_TEXT = """\
 class SpeculativeConfig:
     method = "eagle"
 
@@ -106,12 +106,12 @@ class SpeculativeConfig:
 
     def drop_last_block(self):
         return self.use_eagle()
-'''
+"""
 
-_SCHEDULER_TEXT = '''\
+_SCHEDULER_TEXT = """\
 def schedule(requests):
     return sorted(requests)
-'''
+"""
 
 
 @dataclasses.dataclass
@@ -139,31 +139,44 @@ def build_vllm_like(path: Path) -> VllmLike:
     c["docs"] = repo.commit("[Docs] Add a README (#1001)", {"README.md": "vLLM-shaped test repository\n"})
     repo.git("tag", "v0.20.0")
     c["tidy"] = repo.edit(
-        "[Spec Decode] Let draft_attention take a cache (#1005)", DFLASH,
-        "def draft_attention(config):", "def draft_attention(config, *, cache=None):",
+        "[Spec Decode] Let draft_attention take a cache (#1005)",
+        DFLASH,
+        "def draft_attention(config):",
+        "def draft_attention(config, *, cache=None):",
     )
     c["40727"] = repo.edit(
-        "[Spec Decode] Shift DFlash target layer ids by one (#40727)", DFLASH,
-        "    return list(ids)", "    return [layer_id + 1 for layer_id in ids]",
+        "[Spec Decode] Shift DFlash target layer ids by one (#40727)",
+        DFLASH,
+        "    return list(ids)",
+        "    return [layer_id + 1 for layer_id in ids]",
     )
-    c["sched"] = repo.edit("[Core] Schedule by arrival (#1002)", SCHEDULER, "sorted(requests)", "sorted(requests, key=id)")
+    c["sched"] = repo.edit(
+        "[Core] Schedule by arrival (#1002)", SCHEDULER, "sorted(requests)", "sorted(requests, key=id)"
+    )
     c["46104"] = repo.edit(
-        "[Spec Decode] Keep the drafter's sliding window (#46104)", DFLASH,
-        "    window = None", '    window = config.get("sliding_window")',
+        "[Spec Decode] Keep the drafter's sliding window (#46104)",
+        DFLASH,
+        "    window = None",
+        '    window = config.get("sliding_window")',
     )
     c["47914"] = repo.edit(
-        "[Spec Decode] Resolve layer types for SWA drafters (#47914)", DFLASH,
-        '    layers = config.get("layer_types")', '    layers = config.get("layer_types") or ["full_attention"]',
+        "[Spec Decode] Resolve layer types for SWA drafters (#47914)",
+        DFLASH,
+        '    layers = config.get("layer_types")',
+        '    layers = config.get("layer_types") or ["full_attention"]',
     )
     c["pr_base"] = repo.commit("[CI] Pin a tool (#1007)", {"ci.txt": "tool==1\n"})
     c["48113"] = repo.edit(
-        "[Spec Decode] Per-layer windows (#48113)", DFLASH,
+        "[Spec Decode] Per-layer windows (#48113)",
+        DFLASH,
         '    return {"window": window, "layers": layers}',
         '    return {"window": window, "layers": layers, "per_layer": True}',
     )
     c["53388"] = repo.edit(
-        "[Spec Decode] Keep the last prefix-cache block for DFlash (#53388)", SPECULATIVE,
-        "        return self.use_eagle()\n", '        return self.use_eagle() and self.method != "dflash"\n',
+        "[Spec Decode] Keep the last prefix-cache block for DFlash (#53388)",
+        SPECULATIVE,
+        "        return self.use_eagle()\n",
+        '        return self.use_eagle() and self.method != "dflash"\n',
     )
     c["main"] = repo.commit("[Misc] Tail commit (#1004)", {"README.md": "vLLM-shaped test repository, tail\n"})
 
@@ -182,7 +195,9 @@ def build_vllm_like(path: Path) -> VllmLike:
     # releases/v0.20: a release-only hotfix on the line #46104 changes, then backports.
     repo.git("checkout", "--quiet", "-b", "releases/v0.20", "v0.20.0")
     repo.git("cherry-pick", "-x", c["tidy"])
-    c["hotfix"] = repo.edit("[Bugfix] Release: full attention for drafters", DFLASH, "    window = None", "    window = None  # release")
+    c["hotfix"] = repo.edit(
+        "[Bugfix] Release: full attention for drafters", DFLASH, "    window = None", "    window = None  # release"
+    )
     repo.git("cherry-pick", "-x", c["40727"])
     c["pick_40727"] = repo.sha("HEAD")
     conflicted = repo.git("cherry-pick", "-x", c["46104"], check=False)
@@ -197,8 +212,10 @@ def build_vllm_like(path: Path) -> VllmLike:
     repo.git("tag", "v0.20.1")
     repo.git("checkout", "--quiet", "-b", "releases/v0.20-later", c["release"])
     c["release_later"] = repo.edit(
-        "[Bugfix] Release: default window", DFLASH,
-        '    window = config.get("sliding_window")', '    window = config.get("sliding_window") or 4096',
+        "[Bugfix] Release: default window",
+        DFLASH,
+        '    window = config.get("sliding_window")',
+        '    window = config.get("sliding_window") or 4096',
     )
     repo.git("checkout", "--quiet", "main")
     return VllmLike(repo, c)
@@ -242,7 +259,9 @@ def generate_history(
             changes = {f"vllm/filler/group_{i % 20}/module_{i % 400}.py": f"VALUE = {i}\n"}
         if i == 0 and not start:
             changes = {**files, **changes}
-        chunks.append(f"commit refs/heads/{branch}\ncommitter Test Committer <committer@example.invalid> {repo.clock} +0000\n".encode())
+        chunks.append(
+            f"commit refs/heads/{branch}\ncommitter Test Committer <committer@example.invalid> {repo.clock} +0000\n".encode()
+        )
         data(f"{subject}\n\nSigned-off-by: Test Author <author@example.invalid>\n")
         if i == 0 and start:
             chunks.append(f"from {start}\n".encode())
@@ -250,7 +269,9 @@ def generate_history(
             chunks.append(f"M 100644 inline {path}\n".encode())
             data(text)
     subprocess.run(
-        ["git", "-C", str(repo.path), "fast-import", "--quiet"], input=b"".join(chunks), check=True,
+        ["git", "-C", str(repo.path), "fast-import", "--quiet"],
+        input=b"".join(chunks),
+        check=True,
         env={**os.environ, **_IDENTITY},
     )
     return repo.git("rev-list", "--first-parent", "--reverse", branch, *([f"^{start}"] if start else [])).split()
@@ -258,8 +279,18 @@ def generate_history(
 
 # Every git hook a command could run; each one would touch a marker.
 HOOKS = (
-    "post-index-change", "reference-transaction", "post-checkout", "post-merge", "post-rewrite", "pre-auto-gc",
-    "post-commit", "pre-commit", "fsmonitor-watchman", "push-to-checkout", "pre-push", "post-update",
+    "post-index-change",
+    "reference-transaction",
+    "post-checkout",
+    "post-merge",
+    "post-rewrite",
+    "pre-auto-gc",
+    "post-commit",
+    "pre-commit",
+    "fsmonitor-watchman",
+    "push-to-checkout",
+    "pre-push",
+    "post-update",
 )
 
 

@@ -80,7 +80,7 @@ class Index:
                 self.end_headers()
                 step = -(-len(body) // index.chunks) if slow else len(body)
                 for start in range(0, len(body), step):
-                    self.wfile.write(body[start:start + step])
+                    self.wfile.write(body[start : start + step])
                     self.wfile.flush()
                     if slow:
                         time.sleep(index.seconds / index.chunks)
@@ -92,4 +92,3 @@ class Index:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
-

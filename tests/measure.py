@@ -41,17 +41,29 @@ os.write(report, f"{os.waitstatus_to_exitcode(status)} {time.monotonic() - start
 """
 
 
-def run_measured(*args: str, env: dict | None = None, timeout: float = 120.0, address_space_mb: int | None = None) -> Measured:
-    return measured([sys.executable, "-m", "dflash_doctor", *args], env=env, timeout=timeout, address_space_mb=address_space_mb)
+def run_measured(
+    *args: str, env: dict | None = None, timeout: float = 120.0, address_space_mb: int | None = None
+) -> Measured:
+    return measured(
+        [sys.executable, "-m", "dflash_doctor", *args], env=env, timeout=timeout, address_space_mb=address_space_mb
+    )
 
 
-def measured(argv: list[str], env: dict | None = None, timeout: float = 120.0, address_space_mb: int | None = None) -> Measured:
+def measured(
+    argv: list[str], env: dict | None = None, timeout: float = 120.0, address_space_mb: int | None = None
+) -> Measured:
     """``argv`` run from the small reaper above, measured."""
     read, write = os.pipe()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, os.fdopen(read, "rb") as report:
         try:
-            reaper = subprocess.run([sys.executable, "-c", REAPER, str(timeout), str(write), str((address_space_mb or 0) << 20), *argv],
-                                    stdout=out, stderr=err, env=env, pass_fds=(write,), timeout=timeout + 60)
+            reaper = subprocess.run(
+                [sys.executable, "-c", REAPER, str(timeout), str(write), str((address_space_mb or 0) << 20), *argv],
+                stdout=out,
+                stderr=err,
+                env=env,
+                pass_fds=(write,),
+                timeout=timeout + 60,
+            )
         finally:
             os.close(write)
         answer = report.read().decode()

@@ -90,12 +90,19 @@ class FakeEngine:
         self.drafts = counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.")
         self.draft_tokens = counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.")
         self.accepted = counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.")
-        self.per_pos = counter("vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.", ("position",))
-        self.prompt_histogram = prometheus_client.Histogram(
-            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", labels,
-            buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000), registry=self.registry,
+        self.per_pos = counter(
+            "vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.", ("position",)
         )
-        prometheus_client.Counter("vllm:request_success", "Finished requests.", labels + ["finished_reason"], registry=self.registry)
+        self.prompt_histogram = prometheus_client.Histogram(
+            "vllm:request_prompt_tokens",
+            "Number of prefill tokens processed.",
+            labels,
+            buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000),
+            registry=self.registry,
+        )
+        prometheus_client.Counter(
+            "vllm:request_success", "Finished requests.", labels + ["finished_reason"], registry=self.registry
+        )
         for model in self.profiles:  # vLLM creates every series at start-up, at 0
             for engine in range(self.engines):
                 for metric in (self.drafts, self.draft_tokens, self.accepted, self.prompt_histogram):
@@ -171,7 +178,9 @@ def _handler(engine: FakeEngine):
                     return self._send(200, engine.metrics_body.encode(), "text/html")
                 return self._send(200, body, prometheus_client.CONTENT_TYPE_LATEST)
             if self.path == "/v1/models":
-                return self._json(200, {"object": "list", "data": [{"id": name, "object": "model"} for name in engine.profiles]})
+                return self._json(
+                    200, {"object": "list", "data": [{"id": name, "object": "model"} for name in engine.profiles]}
+                )
             if self.path in ("/server_info", "/get_server_info") and engine.server_info is not None:
                 return self._json(200, engine.server_info)
             self._json(404, {"detail": "Not Found"})
@@ -194,8 +203,15 @@ def _handler(engine: FakeEngine):
                 engine.in_flight -= 1
             if not known:
                 return self._json(404, {"error": {"message": f"The model `{body.get('model')}` does not exist."}})
-            usage = {"prompt_tokens": engine.prompt_tokens, "completion_tokens": 100, "total_tokens": engine.prompt_tokens + 100}
-            self._json(200, {"id": "cmpl-1", "object": "text_completion", "model": body["model"], "choices": [], "usage": usage})
+            usage = {
+                "prompt_tokens": engine.prompt_tokens,
+                "completion_tokens": 100,
+                "total_tokens": engine.prompt_tokens + 100,
+            }
+            self._json(
+                200,
+                {"id": "cmpl-1", "object": "text_completion", "model": body["model"], "choices": [], "usage": usage},
+            )
 
     return Handler
 
@@ -262,5 +278,6 @@ def status(handler: BaseHTTPRequestHandler, line: str, headers: dict[str, str], 
 
 
 def ok(body: bytes, content_type: str = "text/plain") -> Callable[[BaseHTTPRequestHandler], None]:
-    return lambda h: status(h, "HTTP/1.1 200 OK", {"Content-Type": content_type, "Content-Length": str(len(body))}, body)
-
+    return lambda h: status(
+        h, "HTTP/1.1 200 OK", {"Content-Type": content_type, "Content-Length": str(len(body))}, body
+    )

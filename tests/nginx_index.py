@@ -31,8 +31,15 @@ def record_digest(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode().rstrip("=")
 
 
-def build_wheel(path: Path, tree: Path, version: str, only: Iterable[str] | None = None, blobs: int = 0,
-                altered: str | None = None, extra: dict[str, bytes] | None = None) -> Path:
+def build_wheel(
+    path: Path,
+    tree: Path,
+    version: str,
+    only: Iterable[str] | None = None,
+    blobs: int = 0,
+    altered: str | None = None,
+    extra: dict[str, bytes] | None = None,
+) -> Path:
     """A wheel at ``path`` of the ``vllm/**.py`` files (or ``only`` those) and the dist-info of the release
     ``tree``, its RECORD rewritten to the bytes written, plus ``blobs`` MB of incompressible ``.so`` members
     spread among them and the ``extra`` members; ``altered`` names a member whose bytes then differ from its
@@ -60,8 +67,15 @@ def build_wheel(path: Path, tree: Path, version: str, only: Iterable[str] | None
 class NginxIndex:
     """nginx serving ``wheels`` as the simple index of ``vllm`` at ``self.url``."""
 
-    def __init__(self, root: Path, wheels: list[Path], ranges: bool = True, tls: tuple[Path, Path] | None = None,
-                 users: dict[str, str] | None = None, rate: str | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        wheels: list[Path],
+        ranges: bool = True,
+        tls: tuple[Path, Path] | None = None,
+        users: dict[str, str] | None = None,
+        rate: str | None = None,
+    ) -> None:
         self.root, self.wheels = root, wheels
         www = root / "www"
         (www / "simple" / "vllm").mkdir(parents=True)
@@ -72,13 +86,22 @@ class NginxIndex:
                 os.link(wheel, www / "files" / wheel.name)
             except OSError:
                 shutil.copy(wheel, www / "files" / wheel.name)
-            links.append(f'<a href="/files/{wheel.name}#sha256={hashlib.sha256(wheel.read_bytes()).hexdigest()}">{wheel.name}</a>')
-        (www / "simple" / "vllm" / "index.html").write_text("<!DOCTYPE html><html><body>\n" + "\n".join(links) + "\n</body></html>\n")
+            links.append(
+                f'<a href="/files/{wheel.name}#sha256={hashlib.sha256(wheel.read_bytes()).hexdigest()}">{wheel.name}</a>'
+            )
+        (www / "simple" / "vllm" / "index.html").write_text(
+            "<!DOCTYPE html><html><body>\n" + "\n".join(links) + "\n</body></html>\n"
+        )
         lines = []
         if users:
             htpasswd = root / "htpasswd"
-            entries = [f"{user}:" + subprocess.run(["openssl", "passwd", "-apr1", password], capture_output=True,
-                                                      text=True, check=True).stdout.strip() for user, password in users.items()]
+            entries = [
+                f"{user}:"
+                + subprocess.run(
+                    ["openssl", "passwd", "-apr1", password], capture_output=True, text=True, check=True
+                ).stdout.strip()
+                for user, password in users.items()
+            ]
             htpasswd.write_text("\n".join(entries) + "\n")
             lines += ['auth_basic "index";', f"auth_basic_user_file {htpasswd};"]
         if not ranges:
@@ -109,15 +132,18 @@ http {{
     types {{ text/html html; }}
     default_type application/octet-stream;
     server {{
-        listen 127.0.0.1:{self.port}{' ssl' if tls else ''};
+        listen 127.0.0.1:{self.port}{" ssl" if tls else ""};
         root {www};
         index index.html;
-        {' '.join(lines)}
+        {" ".join(lines)}
     }}
 }}
 """)
-        self.process = subprocess.Popen([NGINX, "-p", str(root), "-c", str(root / "nginx.conf"), "-e", str(root / "error.log")],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            [NGINX, "-p", str(root), "-c", str(root / "nginx.conf"), "-e", str(root / "error.log")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 10
         while not (root / "nginx.pid").exists():
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -142,7 +168,26 @@ http {{
 def self_signed(root: Path) -> tuple[Path, Path]:
     """A certificate for 127.0.0.1 made by openssl, and its key."""
     cert, key = root / "cert.pem", root / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return cert, key

@@ -75,8 +75,23 @@ def strace_ok() -> bool:
     """strace is here and can hold an fsync (the kill-point tests need it)."""
     if shutil.which("strace") is None:
         return False
-    probe = subprocess.run(["strace", "-f", "--seccomp-bpf", "-o", "/dev/null", "-e", "trace=fsync",
-                            "-e", "inject=fsync:delay_enter=1000", sys.executable, "-c", "pass"], capture_output=True)
+    probe = subprocess.run(
+        [
+            "strace",
+            "-f",
+            "--seccomp-bpf",
+            "-o",
+            "/dev/null",
+            "-e",
+            "trace=fsync",
+            "-e",
+            "inject=fsync:delay_enter=1000",
+            sys.executable,
+            "-c",
+            "pass",
+        ],
+        capture_output=True,
+    )
     return probe.returncode == 0
 
 
@@ -87,4 +102,3 @@ def kill(proc: subprocess.Popen) -> None:
     for stream in (proc.stdout, proc.stderr):
         if stream is not None:
             stream.close()
-

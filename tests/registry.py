@@ -126,8 +126,14 @@ def write_layer(layout: Path, entries: dict[str, object]) -> tuple[dict, str]:
     return {"mediaType": OCI_LAYER, "digest": digest, "size": outer.size}, "sha256:" + inner.sha.hexdigest()
 
 
-def write_image(layout: Path, tag: str | None, layers: list, env: dict[str, str] | None = None,
-                labels: dict[str, str] | None = None, platform: tuple[str, str] = ("linux", "amd64")) -> dict:
+def write_image(
+    layout: Path,
+    tag: str | None,
+    layers: list,
+    env: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    platform: tuple[str, str] = ("linux", "amd64"),
+) -> dict:
     """An image in the layout (tagged in index.json when ``tag``); returns its manifest descriptor.
     A layer is a dict of entries, or what ``write_layer`` returned (a layer shared with another image)."""
     layout.mkdir(parents=True, exist_ok=True)
@@ -135,14 +141,26 @@ def write_image(layout: Path, tag: str | None, layers: list, env: dict[str, str]
     written = [entries if isinstance(entries, tuple) else write_layer(layout, entries) for entries in layers]
     env = env or {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
     config = {
-        "architecture": platform[1], "os": platform[0],
+        "architecture": platform[1],
+        "os": platform[0],
         "config": {"Env": [f"{k}={v}" for k, v in env.items()], "Labels": labels or {}},
         "rootfs": {"type": "layers", "diff_ids": [diff_id for _, diff_id in written]},
     }
-    config_descriptor = {"mediaType": "application/vnd.oci.image.config.v1+json", **put_blob(layout, json.dumps(config).encode())}
-    manifest = {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": config_descriptor, "layers": [d for d, _ in written]}
-    descriptor = {"mediaType": OCI_MANIFEST, **put_blob(layout, json.dumps(manifest).encode()),
-                  "platform": {"architecture": platform[1], "os": platform[0]}}
+    config_descriptor = {
+        "mediaType": "application/vnd.oci.image.config.v1+json",
+        **put_blob(layout, json.dumps(config).encode()),
+    }
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": config_descriptor,
+        "layers": [d for d, _ in written],
+    }
+    descriptor = {
+        "mediaType": OCI_MANIFEST,
+        **put_blob(layout, json.dumps(manifest).encode()),
+        "platform": {"architecture": platform[1], "os": platform[0]},
+    }
     if tag is not None:
         tag_image(layout, descriptor, tag)
     return descriptor
@@ -161,7 +179,9 @@ def tag_image(layout: Path, descriptor: dict, tag: str) -> None:
     index = json.loads(path.read_text()) if path.exists() else {"schemaVersion": 2, "manifests": []}
     entry = {k: v for k, v in descriptor.items() if k != "platform"}
     entry["annotations"] = {"org.opencontainers.image.ref.name": tag}
-    index["manifests"] = [m for m in index["manifests"] if m.get("annotations", {}).get("org.opencontainers.image.ref.name") != tag]
+    index["manifests"] = [
+        m for m in index["manifests"] if m.get("annotations", {}).get("org.opencontainers.image.ref.name") != tag
+    ]
     index["manifests"].append(entry)
     path.write_text(json.dumps(index))
 
@@ -170,16 +190,30 @@ class Registry:
     """``docker-registry serve`` on 127.0.0.1, storage in ``workdir``; basic auth for ``users``
     (htpasswd, bcrypt), TLS with ``tls`` (cert, key), or other ``auth`` config lines."""
 
-    def __init__(self, workdir: Path, users: dict[str, str] | None = None, tls: tuple[Path, Path] | None = None,
-                 auth: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        users: dict[str, str] | None = None,
+        tls: tuple[Path, Path] | None = None,
+        auth: list[str] | None = None,
+    ) -> None:
         tiers.require("slow", "starts an image registry")
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir, self.port, self.tls = workdir, free_port(), tls
         self.storage = workdir / "storage"
         lines = [
-            "version: 0.1", "log:", "  level: error", "  accesslog:", "    disabled: true",
-            "storage:", "  filesystem:", f"    rootdirectory: {self.storage}", "  delete:", "    enabled: true",
-            "http:", f"  addr: 127.0.0.1:{self.port}",
+            "version: 0.1",
+            "log:",
+            "  level: error",
+            "  accesslog:",
+            "    disabled: true",
+            "storage:",
+            "  filesystem:",
+            f"    rootdirectory: {self.storage}",
+            "  delete:",
+            "    enabled: true",
+            "http:",
+            f"  addr: 127.0.0.1:{self.port}",
         ]
         if tls:
             lines += ["  tls:", f"    certificate: {tls[0]}", f"    key: {tls[1]}"]
@@ -187,12 +221,18 @@ class Registry:
             import bcrypt
 
             htpasswd = workdir / "htpasswd"
-            htpasswd.write_text("".join(f"{u}:{bcrypt.hashpw(p.encode(), bcrypt.gensalt(rounds=5)).decode()}\n" for u, p in users.items()))
+            htpasswd.write_text(
+                "".join(
+                    f"{u}:{bcrypt.hashpw(p.encode(), bcrypt.gensalt(rounds=5)).decode()}\n" for u, p in users.items()
+                )
+            )
             lines += ["auth:", "  htpasswd:", "    realm: test-realm", f"    path: {htpasswd}"]
         lines += auth or []
         (workdir / "config.yml").write_text("\n".join(lines) + "\n")
         self.log = open(workdir / "registry.log", "wb")
-        self.process = subprocess.Popen([REGISTRY, "serve", str(workdir / "config.yml")], stdout=self.log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            [REGISTRY, "serve", str(workdir / "config.yml")], stdout=self.log, stderr=subprocess.STDOUT
+        )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             try:
@@ -212,8 +252,16 @@ class Registry:
     def push(self, layout: Path, tag: str, name: str, creds: str | None = None, all_platforms: bool = False) -> str:
         """skopeo copy oci:LAYOUT:TAG docker://HOST/NAME; returns the pushed reference."""
         ref = f"{self.host}/{name}"
-        command = ["skopeo", "copy", "--quiet", "--dest-tls-verify=false", *(["--all"] if all_platforms else []),
-                   *(["--dest-creds", creds] if creds else []), f"oci:{layout}:{tag}", f"docker://{ref}"]
+        command = [
+            "skopeo",
+            "copy",
+            "--quiet",
+            "--dest-tls-verify=false",
+            *(["--all"] if all_platforms else []),
+            *(["--dest-creds", creds] if creds else []),
+            f"oci:{layout}:{tag}",
+            f"docker://{ref}",
+        ]
         subprocess.run(command, check=True, capture_output=True, timeout=600)
         return ref
 
@@ -236,9 +284,26 @@ def make_cert(workdir: Path) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 made with openssl: (cert, key); the cert is its own CA."""
     cert, key = workdir / "cert.pem", workdir / "key.pem"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
     )
     return cert, key
 
@@ -268,7 +333,11 @@ class TokenServer:
 
         self.service, self.issuer = service, "test-issuer"
         private = serialization.load_pem_private_key(key.read_bytes(), password=None)
-        chain = [base64.b64encode(x509.load_pem_x509_certificate(cert.read_bytes()).public_bytes(serialization.Encoding.DER)).decode()]
+        chain = [
+            base64.b64encode(
+                x509.load_pem_x509_certificate(cert.read_bytes()).public_bytes(serialization.Encoding.DER)
+            ).decode()
+        ]
         owner = self
         self.requests: list[str] = []
 
@@ -295,8 +364,16 @@ class TokenServer:
                     if user is not None and kind == "repository":
                         access.append({"type": kind, "name": name, "actions": actions.split(",")})
                 now = int(time.time())
-                claims = {"iss": owner.issuer, "sub": user or "", "aud": query.get("service", [""])[0], "exp": now + 600,
-                          "nbf": now - 60, "iat": now - 60, "jti": os.urandom(8).hex(), "access": access}
+                claims = {
+                    "iss": owner.issuer,
+                    "sub": user or "",
+                    "aud": query.get("service", [""])[0],
+                    "exp": now + 600,
+                    "nbf": now - 60,
+                    "iat": now - 60,
+                    "jti": os.urandom(8).hex(),
+                    "access": access,
+                }
                 head = _b64url(json.dumps({"alg": "RS256", "typ": "JWT", "x5c": chain}).encode())
                 body = _b64url(json.dumps(claims).encode())
                 signature = private.sign(f"{head}.{body}".encode(), padding.PKCS1v15(), hashes.SHA256())
@@ -316,8 +393,14 @@ class TokenServer:
 
     def registry_auth(self, cert: Path) -> list[str]:
         """The registry config lines that send clients here."""
-        return ["auth:", "  token:", f"    realm: {self.realm}", f"    service: {self.service}",
-                f"    issuer: {self.issuer}", f"    rootcertbundle: {cert}"]
+        return [
+            "auth:",
+            "  token:",
+            f"    realm: {self.realm}",
+            f"    service: {self.service}",
+            f"    issuer: {self.issuer}",
+            f"    rootcertbundle: {cert}",
+        ]
 
     def stop(self) -> None:
         self.server.shutdown()

@@ -99,7 +99,9 @@ def host(srv: SshServer) -> str:
 
 def target_for(srv: SshServer, options: SshOptions, python: Path, **changes) -> SshTarget:
     """The target ``python`` on this server, as ``check --host`` makes it."""
-    return SshTarget(f"127.0.0.1:{srv.port}", replace(options, python=str(python), **changes), probe_request(load_rules()))
+    return SshTarget(
+        f"127.0.0.1:{srv.port}", replace(options, python=str(python), **changes), probe_request(load_rules())
+    )
 
 
 def descendants(pid: int) -> set[int]:

@@ -213,7 +213,9 @@ def test_counters_going_backwards_mean_a_restart(expose_created, accept):
         code, report = accept("--metrics-url", engine.metrics_url, "--window", "0.2")
     assert code == 0
     assert report["restarted"] is True
-    assert report["drafts"] == 1000 and report["acceptance_length"] == pytest.approx(acceptance_length(HEALTHY), abs=0.01)
+    assert report["drafts"] == 1000 and report["acceptance_length"] == pytest.approx(
+        acceptance_length(HEALTHY), abs=0.01
+    )
     assert all(rate >= 0 for rate in report["per_position"]) and report["draft_acceptance_rate"] > 0
     assert any("restarted" in note for note in report["notes"])
 
@@ -275,7 +277,9 @@ def test_non_prometheus_body(cli):
 @pytest.mark.slow
 def test_prometheus_without_spec_decode_counters(cli):
     registry = prometheus_client.CollectorRegistry()
-    prometheus_client.Gauge("vllm:num_requests_running", "Running requests.", ["model_name"], registry=registry).labels("m").set(3)
+    prometheus_client.Gauge("vllm:num_requests_running", "Running requests.", ["model_name"], registry=registry).labels(
+        "m"
+    ).set(3)
     with FakeEngine(metrics_body=prometheus_client.generate_latest(registry).decode()) as engine:
         assert_error(cli("accept", "--metrics-url", engine.metrics_url), "speculative decoding is not enabled")
 
@@ -300,7 +304,10 @@ def test_second_sample_unreadable_is_an_error(tmp_path):
         (("--sglang", "http://127.0.0.1:1", "--window", "1"), "--window needs --metrics-url"),
         (("--metrics-url", "http://127.0.0.1:1/metrics", "--dataset", "gsm8k"), "give --drafter too"),
         (("--metrics-url", "http://127.0.0.1:1/metrics", *QWEN3_8B, "--dataset", "nope"), "published: gsm8k"),
-        (("--metrics-url", "http://127.0.0.1:1/metrics", "--drafter", "Qwen3.8-27B-DFlash2"), "temperature 0 (published: 1)"),
+        (
+            ("--metrics-url", "http://127.0.0.1:1/metrics", "--drafter", "Qwen3.8-27B-DFlash2"),
+            "temperature 0 (published: 1)",
+        ),
         (("--metrics-url", "http://127.0.0.1:1/metrics", "--base-url", "http://127.0.0.1:1"), "give --prompts too"),
     ],
 )
@@ -362,7 +369,10 @@ def test_prompts_are_sent_between_the_samples(tmp_path, accept):
         tmp_path / "prompts.jsonl",
         [
             "What is 2 + 2?",
-            {"messages": [{"role": "user", "content": "Write a haiku."}], "chat_template_kwargs": {"enable_thinking": False}},
+            {
+                "messages": [{"role": "user", "content": "Write a haiku."}],
+                "chat_template_kwargs": {"enable_thinking": False},
+            },
             {"prompt": "def fib(n):", "max_tokens": 32},
             {"turns": ["Explain TCP.", "And UDP?"]},
             None,
@@ -370,7 +380,9 @@ def test_prompts_are_sent_between_the_samples(tmp_path, accept):
         ],
     )
     with FakeEngine({"m": HEALTHY}, on_scrape=idle, request_seconds=0.1, drafts_per_request=60) as engine:
-        code, report = accept("--metrics-url", engine.metrics_url, "--prompts", prompts, "--concurrency", "3", "--max-tokens", "64")
+        code, report = accept(
+            "--metrics-url", engine.metrics_url, "--prompts", prompts, "--concurrency", "3", "--max-tokens", "64"
+        )
         requests = engine.requests
         max_in_flight = engine.max_in_flight
     assert code == 0
@@ -395,7 +407,9 @@ def test_prompts_are_sent_between_the_samples(tmp_path, accept):
 def test_prompts_with_window_wait_for_the_window(tmp_path, accept):
     prompts = write_prompts(tmp_path / "p.jsonl", ["one", "two"])
     with FakeEngine({"m": HEALTHY}, on_scrape=idle, drafts_per_request=60) as engine:
-        code, report = accept("--metrics-url", engine.metrics_url, "--prompts", prompts, "--window", "0.5", "--min-drafts", "100")
+        code, report = accept(
+            "--metrics-url", engine.metrics_url, "--prompts", prompts, "--window", "0.5", "--min-drafts", "100"
+        )
     assert report["window_s"] >= 0.5 and report["drafts"] == 120 and code == 0
 
 
@@ -416,14 +430,26 @@ def test_prompt_timeouts_are_counted_not_fatal(tmp_path, accept):
 def test_workload_model_and_base_url(tmp_path, cli):
     prompts = write_prompts(tmp_path / "p.jsonl", ["one", "two"])
     with FakeEngine({"m": HEALTHY}, on_scrape=idle) as engine:
-        proc = cli("accept", "--metrics-url", engine.metrics_url, "--prompts", prompts, "--base-url", engine.url + "/v1/")
+        proc = cli(
+            "accept", "--metrics-url", engine.metrics_url, "--prompts", prompts, "--base-url", engine.url + "/v1/"
+        )
         assert proc.returncode == 0  # the served model is asked for (GET /v1/models)
         other = cli("accept", "--metrics-url", engine.metrics_url, "--prompts", prompts, "--model", "m")
         assert other.returncode == 0
     with FakeEngine({"m": HEALTHY}, on_scrape=idle) as engine:
         unreachable = f"http://127.0.0.1:{free_port()}"
         assert_error(
-            cli("accept", "--metrics-url", engine.metrics_url, "--prompts", prompts, "--base-url", unreachable, "--model", "m"),
+            cli(
+                "accept",
+                "--metrics-url",
+                engine.metrics_url,
+                "--prompts",
+                prompts,
+                "--base-url",
+                unreachable,
+                "--model",
+                "m",
+            ),
             "none of the 2 prompts was answered",
         )
 
@@ -432,7 +458,10 @@ def test_workload_model_and_base_url(tmp_path, cli):
 def test_several_served_models_need_model(tmp_path, cli):
     prompts = write_prompts(tmp_path / "p.jsonl", ["one"])
     with FakeEngine({"a": HEALTHY, "b": HEALTHY}, on_scrape=idle) as engine:
-        assert_error(cli("accept", "--metrics-url", engine.metrics_url, "--prompts", prompts), "serves 2 models (a, b): give --model")
+        assert_error(
+            cli("accept", "--metrics-url", engine.metrics_url, "--prompts", prompts),
+            "serves 2 models (a, b): give --model",
+        )
 
 
 @pytest.mark.slow
@@ -464,7 +493,10 @@ def test_missing_prompts_file(tmp_path, cli):
 
 
 def sglang_info(**state) -> dict:
-    return {"status": "ready", "internal_states": [{"speculative_algorithm": "DFLASH", "last_gen_throughput": 120.0, **state}]}
+    return {
+        "status": "ready",
+        "internal_states": [{"speculative_algorithm": "DFLASH", "last_gen_throughput": 120.0, **state}],
+    }
 
 
 @pytest.mark.slow
@@ -513,7 +545,9 @@ def test_output_file_and_table(tmp_path):
     target = tmp_path / "accept.json"
     with FakeEngine({"m": COLLAPSED}) as engine:
         to_file = run_cli("accept", "--metrics-url", engine.metrics_url, "--format", "json", "--output", str(target))
-        table = run_cli("accept", "--metrics-url", engine.metrics_url, "--window", "0.1", *QWEN3_8B, "--dataset", "mt-bench")
+        table = run_cli(
+            "accept", "--metrics-url", engine.metrics_url, "--window", "0.1", *QWEN3_8B, "--dataset", "mt-bench"
+        )
     assert to_file.returncode == 1 and to_file.stdout == "" and to_file.stderr == ""
     assert json.loads(target.read_text())["diagnosis"]["code"] == "collapse"
     assert table.returncode == 1

@@ -89,7 +89,9 @@ def test_redirects_elsewhere_are_refused_and_same_host_ones_followed(cli):
 
         with RawServer(redirect) as server:
             for path in ("/ftp", "/file", "/other-host"):
-                assert_error(cli("accept", "--metrics-url", server.url + path), "only http(s) on the same host is followed")
+                assert_error(
+                    cli("accept", "--metrics-url", server.url + path), "only http(s) on the same host is followed"
+                )
             followed = cli("accept", "--metrics-url", server.url + "/same-host", "--format", "json")
         assert other.requests == []
         assert followed.returncode == 0, followed.stderr
@@ -99,29 +101,47 @@ def test_redirects_elsewhere_are_refused_and_same_host_ones_followed(cli):
 @pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf", "-5"])
 def test_counters_that_are_not_counts_are_bad_data(value, cli):
     with FakeEngine(metrics_body=COUNTERS.format(drafts=value, accepted="10")) as engine:
-        assert_error(cli("accept", "--metrics-url", engine.metrics_url),
-                     "a counter is a finite number, never negative")
+        assert_error(cli("accept", "--metrics-url", engine.metrics_url), "a counter is a finite number, never negative")
     with FakeEngine(metrics_body=COUNTERS.format(drafts="100", accepted=value)) as engine:
-        assert_error(cli("accept", "--metrics-url", engine.metrics_url), "vllm:spec_decode_num_accepted_tokens_total is")
+        assert_error(
+            cli("accept", "--metrics-url", engine.metrics_url), "vllm:spec_decode_num_accepted_tokens_total is"
+        )
 
 
-@pytest.mark.parametrize("usage", [b'{"prompt_tokens": 1e999}', b'{"prompt_tokens": -3}', b'{"prompt_tokens": "12"}',
-                                   b'{"completion_tokens": 1.5}'])
+@pytest.mark.parametrize(
+    "usage",
+    [b'{"prompt_tokens": 1e999}', b'{"prompt_tokens": -3}', b'{"prompt_tokens": "12"}', b'{"completion_tokens": 1.5}'],
+)
 def test_token_counts_past_any_float_are_a_bad_answer(usage, cli, tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('"hello"\n')
     body = b'{"id": "x", "choices": [], "usage": ' + usage + b"}"
     with FakeEngine() as engine, RawServer(ok(body, "application/json")) as api:
-        proc = cli("accept", "--metrics-url", engine.metrics_url, "--prompts", str(prompts), "--base-url", api.url,
-                   "--model", "m")
+        proc = cli(
+            "accept",
+            "--metrics-url",
+            engine.metrics_url,
+            "--prompts",
+            str(prompts),
+            "--base-url",
+            api.url,
+            "--model",
+            "m",
+        )
     assert_error(proc, "none of the 1 prompts was answered")
     assert "answer is not an OpenAI completion" in proc.stderr
 
 
-@pytest.mark.parametrize("body", [b'{"internal_states": [{"avg_spec_accept_length": 1e999}]}',
-                                  b'{"internal_states": [{"avg_spec_accept_length": NaN}]}',
-                                  b'{"internal_states": [{"avg_spec_accept_length": true}]}',
-                                  b"[" * 100_000 + b"]" * 100_000], ids=["1e999", "NaN", "true", "nested"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"internal_states": [{"avg_spec_accept_length": 1e999}]}',
+        b'{"internal_states": [{"avg_spec_accept_length": NaN}]}',
+        b'{"internal_states": [{"avg_spec_accept_length": true}]}',
+        b"[" * 100_000 + b"]" * 100_000,
+    ],
+    ids=["1e999", "NaN", "true", "nested"],
+)
 def test_sglang_numbers_that_are_not_numbers(body, cli):
     with RawServer(ok(body, "application/json")) as server:
         proc = cli("accept", "--sglang", server.url)
@@ -133,8 +153,10 @@ def test_a_model_list_nested_deep_is_a_bad_answer(cli, tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('"hello"\n')
     with FakeEngine() as engine, RawServer(ok(b'{"data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")) as api:
-        assert_error(cli("accept", "--metrics-url", engine.metrics_url, "--prompts", str(prompts), "--base-url", api.url),
-                     "did not answer an OpenAI model list")
+        assert_error(
+            cli("accept", "--metrics-url", engine.metrics_url, "--prompts", str(prompts), "--base-url", api.url),
+            "did not answer an OpenAI model list",
+        )
 
 
 ESCAPES = "\x1b]0;pwned\x07\x1b[2J\x1b[32mpresent\x1b[0m\r"
@@ -165,15 +187,19 @@ def test_a_position_past_any_speculative_token_is_bad_data_not_a_tuple_of_its_le
     """position="99999999999" made a tuple of 10^11 counts: now refused at the cap, in little memory."""
     body = (COUNTERS.format(drafts="5", accepted="5") + PER_POSITION.format(position="99999999999")).encode()
     with RawServer(ok(body)) as server:
-        result = run_measured("accept", "--metrics-url", server.url + "/metrics", "--timeout", "20", timeout=60,
-                              address_space_mb=2048)
-    one_line(result, 'position="99999999999": a position is a number of speculative tokens, below 1024 (the cap on positions)')
+        result = run_measured(
+            "accept", "--metrics-url", server.url + "/metrics", "--timeout", "20", timeout=60, address_space_mb=2048
+        )
+    one_line(
+        result,
+        'position="99999999999": a position is a number of speculative tokens, below 1024 (the cap on positions)',
+    )
     assert result.peak_rss < 250 * MIB, result.peak_rss
 
 
 @pytest.mark.parametrize("position", ["\u00b2", "\u0663", "-1", "1024", "0x1"])
 def test_a_position_that_is_not_an_ascii_count_is_bad_data(position, cli):
-    """"²" passed str.isdigit() and then int() raised: an internal error."""
+    """ "²" passed str.isdigit() and then int() raised: an internal error."""
     body = COUNTERS.format(drafts="5", accepted="5") + PER_POSITION.format(position=position)
     with FakeEngine(metrics_body=body) as engine:
         assert_error(cli("accept", "--metrics-url", engine.metrics_url), "(the cap on positions)")
@@ -185,8 +211,10 @@ def test_a_line_of_120000_labels_is_refused_before_the_quadratic_parser(cli):
     body = COUNTERS.format(drafts="5", accepted="5") + f"vllm:spec_decode_num_drafts_total{{{labels}}} 1\n"
     assert len(body) > 1_300_000
     with FakeEngine(metrics_body=body) as engine:
-        assert_error(cli("accept", "--metrics-url", engine.metrics_url),
-                     "a vllm:spec_decode_num_drafts_total line has more than 32 labels (the cap on labels per line)")
+        assert_error(
+            cli("accept", "--metrics-url", engine.metrics_url),
+            "a vllm:spec_decode_num_drafts_total line has more than 32 labels (the cap on labels per line)",
+        )
 
 
 def test_other_series_never_reach_the_parser_and_series_lines_are_capped(cli, monkeypatch):
@@ -204,4 +232,7 @@ def test_other_series_never_reach_the_parser_and_series_lines_are_capped(cli, mo
     assert seen and all(text.count("\n") == 2 and "cache_config_info" not in text for text in seen)
     many = "".join(f'vllm:spec_decode_num_drafts_total{{model_name="m",engine="{i}"}} 1\n' for i in range(10_001))
     with FakeEngine(metrics_body=many) as engine:
-        assert_error(cli("accept", "--metrics-url", engine.metrics_url), "more than 10000 spec-decode sample lines (the cap on series lines)")
+        assert_error(
+            cli("accept", "--metrics-url", engine.metrics_url),
+            "more than 10000 spec-decode sample lines (the cap on series lines)",
+        )

@@ -23,11 +23,19 @@ def edit(tree: Path, relpath: str, old: str, new: str, count: int = 1) -> None:
 
 def test_decoy_plus_one_in_comment_and_capture_loop_stays_absent(mini_tree):
     tree = mini_tree("0.20.1")
-    edit(tree, RESOLVER, 'layer_ids = dflash_config.get("target_layer_ids")',
-         'layer_ids = dflash_config.get("target_layer_ids")  # i + 1 for i in target_layer_ids')
-    edit(tree, RESOLVER, "    def _get_eagle3_aux_layers_from_config(self)",
-         "    def _capture(self, hidden):\n        return [hidden[layer_idx + 1] for layer_idx in range(4)]\n\n"
-         "    def _get_eagle3_aux_layers_from_config(self)")
+    edit(
+        tree,
+        RESOLVER,
+        'layer_ids = dflash_config.get("target_layer_ids")',
+        'layer_ids = dflash_config.get("target_layer_ids")  # i + 1 for i in target_layer_ids',
+    )
+    edit(
+        tree,
+        RESOLVER,
+        "    def _get_eagle3_aux_layers_from_config(self)",
+        "    def _capture(self, hidden):\n        return [hidden[layer_idx + 1] for layer_idx in range(4)]\n\n"
+        "    def _get_eagle3_aux_layers_from_config(self)",
+    )
     code, report = check_json("--path", str(tree), "--only", "layer-offset")
     assert statuses(report) == {"layer-offset": "absent"}
     assert code == 1
@@ -59,18 +67,24 @@ def test_renamed_anchor_is_unknown_never_present(mini_tree):
 
 def test_reformatted_fix_is_still_present(mini_tree):
     tree = mini_tree("0.22.0")
-    edit(tree, RESOLVER,
-         'layer_ids = [\n                    i + 1 for i in (dflash_config.get("target_layer_ids") or [])\n                ]',
-         "layer_ids = [ 1+idx for idx in (dflash_config.get( 'target_layer_ids' ) or ( ))]")
+    edit(
+        tree,
+        RESOLVER,
+        'layer_ids = [\n                    i + 1 for i in (dflash_config.get("target_layer_ids") or [])\n                ]',
+        "layer_ids = [ 1+idx for idx in (dflash_config.get( 'target_layer_ids' ) or ( ))]",
+    )
     _, report = check_json("--path", str(tree), "--only", "layer-offset")
     assert statuses(report) == {"layer-offset": "present"}
 
 
 def test_removing_the_shift_locally_is_absent_and_shows_as_modified(mini_tree):
     tree = mini_tree("0.22.0")
-    edit(tree, RESOLVER,
-         'layer_ids = [\n                    i + 1 for i in (dflash_config.get("target_layer_ids") or [])\n                ]',
-         'layer_ids = dflash_config.get("target_layer_ids")')
+    edit(
+        tree,
+        RESOLVER,
+        'layer_ids = [\n                    i + 1 for i in (dflash_config.get("target_layer_ids") or [])\n                ]',
+        'layer_ids = dflash_config.get("target_layer_ids")',
+    )
     _, report = check_json("--path", str(tree))
     assert statuses(report)["layer-offset"] == "absent"
     assert report["engine"]["modified_files"] == [RESOLVER]
@@ -78,9 +92,12 @@ def test_removing_the_shift_locally_is_absent_and_shows_as_modified(mini_tree):
 
 def test_half_fixed_tree_is_partial(mini_tree):
     tree = mini_tree("0.33.0")
-    edit(tree, "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py",
-         'layer_ids = [i + 1 for i in (dflash_config.get("target_layer_ids") or [])]',
-         'layer_ids = dflash_config.get("target_layer_ids")')
+    edit(
+        tree,
+        "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py",
+        'layer_ids = [i + 1 for i in (dflash_config.get("target_layer_ids") or [])]',
+        'layer_ids = dflash_config.get("target_layer_ids")',
+    )
     code, report = check_json("--path", str(tree), "--only", "layer-offset")
     assert statuses(report) == {"layer-offset": "partial"}
     assert code == 1
@@ -88,11 +105,19 @@ def test_half_fixed_tree_is_partial(mini_tree):
 
 def test_pr_40898_swa_form_is_recognised(mini_tree):
     tree = mini_tree("0.22.0")
-    edit(tree, QD, "            attn_type=attn_type,\n        )",
-         "            attn_type=attn_type,\n            per_layer_sliding_window=sliding_window,\n        )")
-    edit(tree, QD, "        self.self_attn = DFlashQwen3Attention(",
-         "        sliding_window = (\n            config.sliding_window if layer_type == \"sliding_attention\" else None\n        )\n"
-         "        self.self_attn = DFlashQwen3Attention(")
+    edit(
+        tree,
+        QD,
+        "            attn_type=attn_type,\n        )",
+        "            attn_type=attn_type,\n            per_layer_sliding_window=sliding_window,\n        )",
+    )
+    edit(
+        tree,
+        QD,
+        "        self.self_attn = DFlashQwen3Attention(",
+        '        sliding_window = (\n            config.sliding_window if layer_type == "sliding_attention" else None\n        )\n'
+        "        self.self_attn = DFlashQwen3Attention(",
+    )
     _, report = check_json("--path", str(tree), "--only", "swa-config")
     fix = report["fixes"][0]
     assert fix["structure"] == "present"
@@ -147,22 +172,34 @@ def test_package_dir_and_source_checkout_forms_of_path(mini_tree):
     # from the raw JSON; the capture ids do not depend on it (both runners agree on them)
     assert code == 2
     fixes = {fix["id"]: fix for fix in report["fixes"]}
-    assert {name: fix["status"] for name, fix in fixes.items()} == {"cache-drop": "present", "layer-offset": "present", "swa-config": "unknown"}
+    assert {name: fix["status"] for name, fix in fixes.items()} == {
+        "cache-drop": "present",
+        "layer-offset": "present",
+        "swa-config": "unknown",
+    }
     assert "no transformers is installed beside this vLLM" in fixes["swa-config"]["reason"]
     assert report["engine"]["version"] == "0.33.0"  # from vllm/_version.py
     assert report["engine"]["modified_files"] is None  # nothing to compare against
     # a source checkout states its transformers in requirements/common.txt: the config class runs
     (tree / "requirements").mkdir()
-    (tree / "requirements" / "common.txt").write_text("# a checkout's own dependencies\ntransformers >= 5.16.1, < 5.21.0\n")
+    (tree / "requirements" / "common.txt").write_text(
+        "# a checkout's own dependencies\ntransformers >= 5.16.1, < 5.21.0\n"
+    )
     code, report = check_json("--path", str(tree))
-    assert code == 0 and statuses(report) == {"cache-drop": "present", "layer-offset": "present", "swa-config": "present"}
+    assert code == 0 and statuses(report) == {
+        "cache-drop": "present",
+        "layer-offset": "present",
+        "swa-config": "present",
+    }
 
 
 def test_direct_url_commit_wins(mini_tree):
     tree = mini_tree("0.33.0")
     dist_info = next(tree.glob("vllm-*.dist-info"))
     sha = "3cfc8f8b7" + "0" * 31
-    (dist_info / "direct_url.json").write_text(json.dumps({"url": "https://example.invalid/vllm.git", "vcs_info": {"vcs": "git", "commit_id": sha}}))
+    (dist_info / "direct_url.json").write_text(
+        json.dumps({"url": "https://example.invalid/vllm.git", "vcs_info": {"vcs": "git", "commit_id": sha}})
+    )
     _, report = check_json("--path", str(tree))
     assert (report["engine"]["commit"], report["engine"]["commit_source"]) == (sha, "direct_url.json")
 
@@ -174,4 +211,7 @@ def test_local_version_commit(mini_tree):
     (tree / "vllm/_version.py").write_text("__version__ = version = '0.1.dev16016+g3cfc8f8b7'\n")
     _, report = check_json("--path", str(tree))
     assert (report["engine"]["version"], report["engine"]["commit"], report["engine"]["commit_source"]) == (
-        "0.1.dev16016+g3cfc8f8b7", "3cfc8f8b7", "version")
+        "0.1.dev16016+g3cfc8f8b7",
+        "3cfc8f8b7",
+        "version",
+    )

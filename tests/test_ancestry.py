@@ -15,6 +15,7 @@ from gitrepos import DFLASH, SCHEDULER, SPECULATIVE, SWA, Repo, generate_history
 
 pytestmark = pytest.mark.slow
 
+
 def by_pr(report, fix: str | None = None) -> dict[int, dict]:
     """pr -> JSON entry (the entries of one fix when ``fix`` is given)."""
     return {e["pr"]: e for e in report.to_json()["prs"] if fix is None or e["fix"] == fix}
@@ -142,7 +143,10 @@ def test_shallow_clone_says_unknown_never_missing(history, tmp_path):
     subprocess.run(["git", "clone", "--quiet", "--depth", "3", f"file://{history.path}", str(clone)], check=True)
     code, report = ancestry_json("--repo", str(clone), "--commit", "HEAD", env=CACHING)
     entries = {e["pr"]: e for e in report["prs"]}
-    assert {pr: e["status"] for pr, e in entries.items() if e["status"] == "contained"} == {48113: "contained", 53388: "contained"}
+    assert {pr: e["status"] for pr, e in entries.items() if e["status"] == "contained"} == {
+        48113: "contained",
+        53388: "contained",
+    }
     for pr in (40727, 46104, 47914, 40898, 54163):
         assert entries[pr]["status"] == "unknown" and "shallow" in entries[pr]["reason"], entries[pr]
         assert "fetch --unshallow" in entries[pr]["reason"]
@@ -210,7 +214,9 @@ def test_commit_not_in_the_repository_is_a_clear_error(history):
     proc = run_cli("ancestry", "--repo", str(history.path), "--commit", "0123456789abcdef0123456789abcdef01234567")
     assert_error(proc, "commit 0123456789abcdef0123456789abcdef01234567 is not in the repository")
     assert "--fetch" in proc.stderr
-    assert_error(run_cli("ancestry", "--repo", str(history.path), "--commit", "no-such-branch"), "is not in the repository")
+    assert_error(
+        run_cli("ancestry", "--repo", str(history.path), "--commit", "no-such-branch"), "is not in the repository"
+    )
 
 
 def test_a_clone_that_is_not_vllm_is_refused_in_one_line(tmp_path):
@@ -260,9 +266,7 @@ def test_commit_from_the_target_provenance(history, tmp_path):
     proc = run_cli("ancestry", "--repo", str(history.path), "--path", str(tree))
     assert_error(proc, "records no build commit")
     assert "--commit v0.20.1" in proc.stderr
-    assert_error(
-        run_cli("ancestry", "--repo", str(history.path), "--path", str(tree), "--commit", "main"), "not both"
-    )
+    assert_error(run_cli("ancestry", "--repo", str(history.path), "--path", str(tree), "--commit", "main"), "not both")
 
 
 # ------------------------------------------------------------------ options, output, exit codes
@@ -282,7 +286,11 @@ def test_any_pr_number_can_be_asked(history):
     code, report = ancestry_json("--repo", str(history.path), "--commit", "main", "--pr", "1002")
     assert report["prs"] == [
         {
-            "pr": 1002, "fix": None, "status": "contained", "method": "merge-commit", "reason": report["prs"][0]["reason"],
+            "pr": 1002,
+            "fix": None,
+            "status": "contained",
+            "method": "merge-commit",
+            "reason": report["prs"][0]["reason"],
             "evidence": {"landing": history.c["sched"], "pr_head": None, "main_ref": "main"},
         }
     ]
@@ -298,7 +306,9 @@ def test_plain_and_rich_output(history, tmp_path):
     rich = render(trace(history.path, "releases/v0.20"), terminal=True)
     assert "merge-tree" in rich and "\x1b[" in rich
     output = tmp_path / "report.json"
-    proc = run_cli("ancestry", "--repo", str(history.path), "--commit", "main", "--format", "json", "--output", str(output))
+    proc = run_cli(
+        "ancestry", "--repo", str(history.path), "--commit", "main", "--format", "json", "--output", str(output)
+    )
     assert proc.stdout == "" and json.loads(output.read_text())["schema"] == "dflash-doctor/ancestry/v1"
 
 
@@ -344,7 +354,8 @@ def test_caches_give_the_fresh_answers_and_follow_main(copy, monkeypatch):
     copy.git("reset", "--quiet", "--hard", "HEAD~1")
     copy.commit("[Core] Another fix (#53998)", {SCHEDULER: "def schedule(requests):\n    return list(requests)\n"})
     assert statuses(trace(copy.path, "main", prs=[53999, 53998])) == {
-        53999: ("unknown", "none"), 53998: ("contained", "merge-commit")
+        53999: ("unknown", "none"),
+        53998: ("contained", "merge-commit"),
     }
     # Damaged cache files are ignored, and the answers stay the same.
     (cache / "patch-ids").write_text("# dflash-doctor patch-ids v1\nnot a patch-id line\n")
@@ -359,7 +370,11 @@ def snapshot(repo: Repo) -> dict[str, bytes]:
     """Every working-tree file, what git status says, and the index file's bytes."""
     state = {"status": repo.git("status", "--porcelain").encode()}  # may refresh the index: first
     state[".git/index"] = (repo.path / ".git" / "index").read_bytes()
-    state.update((str(p.relative_to(repo.path)), p.read_bytes()) for p in repo.path.rglob("*") if p.is_file() and ".git" not in p.parts)
+    state.update(
+        (str(p.relative_to(repo.path)), p.read_bytes())
+        for p in repo.path.rglob("*")
+        if p.is_file() and ".git" not in p.parts
+    )
     return state
 
 
@@ -372,7 +387,11 @@ def test_apply_pr_applies_a_missing_landing_then_knows_it_is_there(copy):
     assert '+        return self.use_eagle() and self.method != "dflash"' in dry.diff
     assert snapshot(copy) == before
     outcome = apply_pr(copy.path, 53388)
-    assert (outcome.status, outcome.files, dict(outcome.change)) == ("applied", (SPECULATIVE,), {"landing": copy.sha("main~1")})
+    assert (outcome.status, outcome.files, dict(outcome.change)) == (
+        "applied",
+        (SPECULATIVE,),
+        {"landing": copy.sha("main~1")},
+    )
     assert outcome.diff == dry.diff
     assert 'self.method != "dflash"' in (copy.path / SPECULATIVE).read_text()
     assert "(local note)" in (copy.path / "README.md").read_text()

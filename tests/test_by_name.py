@@ -99,8 +99,17 @@ def tree_of(root: Path, files: dict[str, str]) -> DirectoryTree:
 
 @pytest.fixture
 def registry_tree(tmp_path: Path) -> DirectoryTree:
-    return tree_of(tmp_path, {"vllm/__init__.py": "", "vllm/registry.py": REGISTRY, "vllm/kinds/__init__.py": "",
-                              "vllm/kinds/base.py": BASE, "vllm/kinds/dflash.py": DFLASH, "vllm/kinds/eagle.py": EAGLE})
+    return tree_of(
+        tmp_path,
+        {
+            "vllm/__init__.py": "",
+            "vllm/registry.py": REGISTRY,
+            "vllm/kinds/__init__.py": "",
+            "vllm/kinds/base.py": BASE,
+            "vllm/kinds/dflash.py": DFLASH,
+            "vllm/kinds/eagle.py": EAGLE,
+        },
+    )
 
 
 def ask(tree: SourceTree, *expressions: str) -> list[Outcome]:
@@ -115,8 +124,12 @@ def ask(tree: SourceTree, *expressions: str) -> list[Outcome]:
 
 def test_a_registry_of_qualified_names_is_followed_into_the_classes_it_names(registry_tree: DirectoryTree) -> None:
     dflash, eagle, described, window = ask(
-        registry_tree, "build('dflash')", "build('eagle')", "resolve(_BY_METHOD['dflash']).describe()",
-        "resolve(_BY_METHOD['dflash']).window")
+        registry_tree,
+        "build('dflash')",
+        "build('eagle')",
+        "resolve(_BY_METHOD['dflash']).describe()",
+        "resolve(_BY_METHOD['dflash']).window",
+    )
     assert dflash.ok and dflash.value == {"$constructed": "vllm.kinds.dflash.DFlashProposer"}, dflash
     assert eagle.ok and eagle.value == {"$constructed": "vllm.kinds.eagle.EagleProposer"}, eagle
     assert described.ok and described.value == "vllm.kinds.dflash.DFlashProposer"  # a classmethod of the in-tree base
@@ -130,8 +143,9 @@ def test_what_python_would_raise_for_a_missing_module_or_name_is_raised(registry
 
 
 def test_a_method_that_reaches_outside_the_tree_is_a_gap_only_when_called(registry_tree: DirectoryTree) -> None:
-    called, not_called = ask(registry_tree, "resolve(_BY_METHOD['dflash'])().unknown_here()",
-                             "resolve(_BY_METHOD['dflash']).builds")
+    called, not_called = ask(
+        registry_tree, "resolve(_BY_METHOD['dflash'])().unknown_here()", "resolve(_BY_METHOD['dflash']).builds"
+    )
     assert called.gap and not called.ok, called
     assert not_called.ok
 
@@ -142,10 +156,17 @@ def test_a_module_outside_the_tree_imported_by_name_is_a_gap(registry_tree: Dire
 
 
 def test_a_class_decorator_behaviour_cannot_reproduce_leaves_that_class_a_gap(tmp_path: Path) -> None:
-    tree = tree_of(tmp_path, {"vllm/__init__.py": "", "vllm/registry.py": REGISTRY, "vllm/kinds/__init__.py": "",
-                              "vllm/kinds/base.py": BASE,
-                              "vllm/kinds/dflash.py": "from vllm.kinds.base import Kind\nfrom somewhere import register\n\n\n"
-                                                      "@register\nclass DFlashKind(Kind):\n    builds = 'x.y'\n"})
+    tree = tree_of(
+        tmp_path,
+        {
+            "vllm/__init__.py": "",
+            "vllm/registry.py": REGISTRY,
+            "vllm/kinds/__init__.py": "",
+            "vllm/kinds/base.py": BASE,
+            "vllm/kinds/dflash.py": "from vllm.kinds.base import Kind\nfrom somewhere import register\n\n\n"
+            "@register\nclass DFlashKind(Kind):\n    builds = 'x.y'\n",
+        },
+    )
     (outcome,) = ask(tree, "build('dflash')")
     assert outcome.gap and "register" in outcome.gap, outcome
 
@@ -153,16 +174,29 @@ def test_a_class_decorator_behaviour_cannot_reproduce_leaves_that_class_a_gap(tm
 def test_a_base_from_outside_the_tree_knows_nothing_and_markers_change_nothing(tmp_path: Path) -> None:
     """A class whose base comes from outside the copied code (torch) is still a class:
     what its own body defines is known; anything else may be the foreign base's."""
-    model = ("from abc import ABC, abstractmethod\nfrom typing import final\n\nfrom torch import nn\n\n"
-             "from vllm.kinds.base import Kind\n\n\n"
-             "class Model(nn.Module, ABC):\n    declares = Kind\n\n    @final\n    def size(self):\n        return 3\n\n"
-             "    @abstractmethod\n    def forward(self):\n        ...\n")
-    tree = tree_of(tmp_path, {"vllm/__init__.py": "", "vllm/registry.py": REGISTRY, "vllm/kinds/__init__.py": "",
-                              "vllm/kinds/base.py": BASE, "vllm/model.py": model})
-    declared, sized, unknown, missing = ask(tree, "resolve('vllm.model.Model').declares.describe()",
-                                            "resolve('vllm.model.Model').size(None)",
-                                            "resolve('vllm.model.Model').parameters",
-                                            "getattr(resolve('vllm.model.Model'), 'speculator', None)")
+    model = (
+        "from abc import ABC, abstractmethod\nfrom typing import final\n\nfrom torch import nn\n\n"
+        "from vllm.kinds.base import Kind\n\n\n"
+        "class Model(nn.Module, ABC):\n    declares = Kind\n\n    @final\n    def size(self):\n        return 3\n\n"
+        "    @abstractmethod\n    def forward(self):\n        ...\n"
+    )
+    tree = tree_of(
+        tmp_path,
+        {
+            "vllm/__init__.py": "",
+            "vllm/registry.py": REGISTRY,
+            "vllm/kinds/__init__.py": "",
+            "vllm/kinds/base.py": BASE,
+            "vllm/model.py": model,
+        },
+    )
+    declared, sized, unknown, missing = ask(
+        tree,
+        "resolve('vllm.model.Model').declares.describe()",
+        "resolve('vllm.model.Model').size(None)",
+        "resolve('vllm.model.Model').parameters",
+        "getattr(resolve('vllm.model.Model'), 'speculator', None)",
+    )
     assert declared.ok and declared.value is None, declared  # Kind.builds, through the in-tree class it names
     assert sized.ok and sized.value == 3, sized
     assert unknown.gap and "outside the copied code" in unknown.gap, unknown
@@ -175,8 +209,11 @@ def test_a_module_the_collector_did_not_send_is_not_an_absent_one() -> None:
     from dflash_doctor.targets.snapshot import SnapshotTree
 
     files = {"vllm/__init__.py": "", "vllm/registry.py": textwrap.dedent(REGISTRY)}
-    answer = {"root": "/srv/site-packages", "files": files,
-              "sha256": {relpath: hashlib.sha256(text.encode("latin-1")).hexdigest() for relpath, text in files.items()}}
+    answer = {
+        "root": "/srv/site-packages",
+        "files": files,
+        "sha256": {relpath: hashlib.sha256(text.encode("latin-1")).hexdigest() for relpath, text in files.items()},
+    }
     (outcome,) = ask(SnapshotTree(answer), "build('dflash')")
     assert outcome.gap and "not collected" in outcome.gap, outcome
 
@@ -188,11 +225,15 @@ def test_a_class_only_named_on_the_route_sends_no_methods_until_one_is_reached(r
     parsed = registry_tree.parsed("vllm/registry.py")
     for name in ("resolve", "_BY_METHOD"):
         builder.resolve_name(parsed, "vllm/registry.py", name)
-    (window,) = run_by_name(builder, sandbox.run, [Call("window", "resolve(_BY_METHOD['dflash']).window")], {}, {}).values()
+    (window,) = run_by_name(
+        builder, sandbox.run, [Call("window", "resolve(_BY_METHOD['dflash']).window")], {}, {}
+    ).values()
     assert window.value == 2048
     kind = next(chunk.source for chunk in builder.chunks if chunk.name == "Kind")
     assert "_lazy_method('vllm.kinds.base', 'Kind.describe')" in kind and "def describe" not in kind
-    (described,) = run_by_name(builder, sandbox.run, [Call("described", "resolve(_BY_METHOD['dflash']).describe()")], {}, {}).values()
+    (described,) = run_by_name(
+        builder, sandbox.run, [Call("described", "resolve(_BY_METHOD['dflash']).describe()")], {}, {}
+    ).values()
     assert described.value == "vllm.kinds.dflash.DFlashProposer"
     kind = next(chunk.source for chunk in builder.chunks if chunk.name == "Kind")
     assert "def describe" in kind and "def unknown_here" in kind  # reached: the class's methods are sent
@@ -201,11 +242,22 @@ def test_a_class_only_named_on_the_route_sends_no_methods_until_one_is_reached(r
 def test_a_constructor_that_reaches_a_method_not_sent_yet_runs_again_once_it_is(tmp_path: Path) -> None:
     """Building a class copied by name runs its constructor; a method it calls is sent when
     reached (the call runs again), so the instance is built, not left a record of its class."""
-    kinds = BASE.replace("        window: int = 0\n", "        window: int = 0\n\n        def __init__(self, spec):\n"
-                                                       "            self.spec = self.normalised(spec)\n\n"
-                                                       "        def normalised(self, spec):\n            return spec.upper()\n")
-    tree = tree_of(tmp_path, {"vllm/__init__.py": "", "vllm/registry.py": REGISTRY, "vllm/kinds/__init__.py": "",
-                              "vllm/kinds/base.py": kinds, "vllm/kinds/dflash.py": DFLASH})
+    kinds = BASE.replace(
+        "        window: int = 0\n",
+        "        window: int = 0\n\n        def __init__(self, spec):\n"
+        "            self.spec = self.normalised(spec)\n\n"
+        "        def normalised(self, spec):\n            return spec.upper()\n",
+    )
+    tree = tree_of(
+        tmp_path,
+        {
+            "vllm/__init__.py": "",
+            "vllm/registry.py": REGISTRY,
+            "vllm/kinds/__init__.py": "",
+            "vllm/kinds/base.py": kinds,
+            "vllm/kinds/dflash.py": DFLASH,
+        },
+    )
     (built,) = ask(tree, "resolve(_BY_METHOD['dflash'])('dflash').spec")
     assert built.ok and built.value == "DFLASH", built
 

@@ -23,9 +23,12 @@ def test_cached_answer_equals_fresh_and_follows_edits(tmp_path, mini_tree):
     assert fresh == first == second
 
     resolver = tree / RESOLVER
-    resolver.write_text(resolver.read_text().replace(
-        'layer_ids = [\n                    i + 1 for i in (dflash_config.get("target_layer_ids") or [])\n                ]',
-        'layer_ids = dflash_config.get("target_layer_ids")'))
+    resolver.write_text(
+        resolver.read_text().replace(
+            'layer_ids = [\n                    i + 1 for i in (dflash_config.get("target_layer_ids") or [])\n                ]',
+            'layer_ids = dflash_config.get("target_layer_ids")',
+        )
+    )
     code, report = check_json("--path", str(tree), env=cached_env)
     assert statuses(report)["layer-offset"] == "absent"
     assert report["engine"]["modified_files"] == [RESOLVER]
@@ -69,13 +72,21 @@ def test_the_tools_digest_follows_an_edit_of_its_sources(tmp_path):
     import dflash_doctor
 
     copy = tmp_path / "tool"
-    shutil.copytree(Path(dflash_doctor.__file__).parent, copy / "dflash_doctor", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        Path(dflash_doctor.__file__).parent, copy / "dflash_doctor", ignore=shutil.ignore_patterns("__pycache__")
+    )
     env = {**os.environ, "PYTHONPATH": str(copy), "DFLASH_DOCTOR_CACHE": str(tmp_path / "cache")}
     env.pop("DFLASH_DOCTOR_NO_CACHE", None)
 
     def digest() -> str:
-        run = subprocess.run([sys.executable, "-c", "from dflash_doctor.cache import _tool_digest; print(_tool_digest())"],
-                             env=env, cwd=tmp_path, capture_output=True, text=True, check=True)
+        run = subprocess.run(
+            [sys.executable, "-c", "from dflash_doctor.cache import _tool_digest; print(_tool_digest())"],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return run.stdout.strip()
 
     before = digest()

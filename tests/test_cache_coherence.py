@@ -108,10 +108,17 @@ def test_a_deleted_file_on_the_route_is_seen(mini_tree: MiniTree, cached: Cached
     assert (code, report) == fresh(tree)
 
 
-@pytest.mark.parametrize("route, shadow", [
-    ("vllm/dflash_shift/__init__.py", "vllm/dflash_shift.py"),  # a new module beside the package on the route
-    ("vllm/dflash_shift.py", "vllm/dflash_shift/__init__.py"),  # a new package beside the module (Python imports the package)
-], ids=["module-beside-package", "package-beside-module"])
+@pytest.mark.parametrize(
+    "route, shadow",
+    [
+        ("vllm/dflash_shift/__init__.py", "vllm/dflash_shift.py"),  # a new module beside the package on the route
+        (
+            "vllm/dflash_shift.py",
+            "vllm/dflash_shift/__init__.py",
+        ),  # a new package beside the module (Python imports the package)
+    ],
+    ids=["module-beside-package", "package-beside-module"],
+)
 def test_a_new_module_shadowing_one_on_the_route_is_seen(
     mini_tree: MiniTree, cached: CachedCheck, route: str, shadow: str
 ) -> None:
@@ -140,8 +147,14 @@ def unreadable_resolver(tree: Path) -> None:
 
 
 def watched_check(tree: Path, env: dict, cwd: Path) -> tuple[subprocess.CompletedProcess, list[str]]:
-    proc = subprocess.run([sys.executable, "-c", WATCHED, "check", "--path", str(tree), "--format", "json"],
-                          capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", WATCHED, "check", "--path", str(tree), "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=600,
+    )
     return proc, [line for line in proc.stderr.splitlines() if line.startswith("SPAWNED ")]
 
 
@@ -159,7 +172,9 @@ def test_an_unknown_answer_is_served_from_the_cache_without_a_child(
     assert (2, json.loads(second.stdout)) == fresh(tree)
 
 
-def test_code_that_moved_into_a_new_file_is_seen_after_a_cached_search(mini_tree: MiniTree, cached: CachedCheck) -> None:
+def test_code_that_moved_into_a_new_file_is_seen_after_a_cached_search(
+    mini_tree: MiniTree, cached: CachedCheck
+) -> None:
     """An answer that searched the package is cached with what the search found:
     a new file defining the missing code changes the search, so the cache misses."""
     tree = mini_tree("0.33.0")
@@ -173,7 +188,9 @@ def test_code_that_moved_into_a_new_file_is_seen_after_a_cached_search(mini_tree
     assert (code, after) == fresh(tree)
 
 
-def test_an_answer_with_a_call_that_timed_out_is_not_kept(mini_tree: MiniTree, cached: CachedCheck, tmp_path: Path) -> None:
+def test_an_answer_with_a_call_that_timed_out_is_not_kept(
+    mini_tree: MiniTree, cached: CachedCheck, tmp_path: Path
+) -> None:
     """A call that runs out of time says as much about the machine's load as
     about the tree: the next check runs the tree's code again."""
     tree = mini_tree("0.33.0")

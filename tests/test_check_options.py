@@ -25,8 +25,10 @@ def test_draft_config_adds_lint_and_probes_to_the_check(release):
 
 @pytest.mark.release
 def test_target_config_needs_a_draft_config(release):
-    assert_error(run_cli("check", "--release", "0.33.0", "--target-config", str(DRAFTERS / "qwen3-8b-dflash-b16.json")),
-                 "--target-config needs --draft-config")
+    assert_error(
+        run_cli("check", "--release", "0.33.0", "--target-config", str(DRAFTERS / "qwen3-8b-dflash-b16.json")),
+        "--target-config needs --draft-config",
+    )
 
 
 @pytest.mark.slow

@@ -43,8 +43,23 @@ def wheelhouse(tmp_path_factory) -> Path:
     init = source / "dflash_doctor" / "__init__.py"
     init.write_text(re.sub(r'__version__ = "[^"]+"', f'__version__ = "{VERSION}"', init.read_text()))
     house = tmp_path_factory.mktemp("wheels")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--wheel-dir", str(house), str(source)], check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(house),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     (wheel,) = house.glob("*.whl")
     (house / "tampered").mkdir()
     (house / "tampered" / wheel.name).write_bytes(wheel.read_bytes() + b"\0")  # still a zip, other bytes
@@ -99,9 +114,19 @@ def empty_checkout(tmp_path) -> Path:
 
 def environment(checkout: Path, index: str = "http://127.0.0.1:9/simple") -> dict[str, str]:
     """The venv first on PATH (as setup-python puts its Python), no pip.conf, ``index`` (by default none that answers)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "GPU_HOST", "DFLASH_DOCTOR_TARGET")}
-    return {**env, "PATH": f"{checkout / 'venv' / 'bin'}:{env['PATH']}", "PIP_CONFIG_FILE": os.devnull,
-            "PIP_INDEX_URL": index, "PIP_RETRIES": "0", "PIP_NO_INPUT": "1"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("VIRTUAL_ENV", "PYTHONPATH", "GPU_HOST", "DFLASH_DOCTOR_TARGET")
+    }
+    return {
+        **env,
+        "PATH": f"{checkout / 'venv' / 'bin'}:{env['PATH']}",
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_INDEX_URL": index,
+        "PIP_RETRIES": "0",
+        "PIP_NO_INPUT": "1",
+    }
 
 
 def install_step() -> str:
@@ -113,8 +138,15 @@ def install_step() -> str:
 
 def run_step(run: str, checkout: Path, **index: str) -> subprocess.CompletedProcess:
     """A workflow ``run`` as GitHub's runner starts it: ``bash -e`` in the repository's directory."""
-    return subprocess.run(["bash", "-e", "-c", run], check=False, cwd=checkout / "repo", env=environment(checkout, **index),
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        ["bash", "-e", "-c", run],
+        check=False,
+        cwd=checkout / "repo",
+        env=environment(checkout, **index),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def installed_version(checkout: Path) -> str | None:
@@ -182,8 +214,15 @@ def test_workflow_install_step_fails_without_the_requirements_file(checkout):
 
 def gate(checkout: Path, **env: str) -> subprocess.CompletedProcess:
     """docs/ci/gate.sh run by sh in the repository's directory, with ``env`` added."""
-    return subprocess.run(["sh", str(CI / "gate.sh")], check=False, cwd=checkout / "repo", env={**environment(checkout), **env},
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        ["sh", str(CI / "gate.sh")],
+        check=False,
+        cwd=checkout / "repo",
+        env={**environment(checkout), **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.fixture
@@ -197,7 +236,9 @@ def bare(tmp_path) -> Path:
 def test_gate_without_a_target_could_not_run(bare):
     proc = gate(bare)
     assert proc.returncode == 3, (proc.returncode, proc.stderr)
-    assert proc.stderr == "dflash-doctor: the check could not run: set GPU_HOST or DFLASH_DOCTOR_TARGET: not deploying\n"
+    assert (
+        proc.stderr == "dflash-doctor: the check could not run: set GPU_HOST or DFLASH_DOCTOR_TARGET: not deploying\n"
+    )
     assert not list((bare / "repo").iterdir())  # no report, nothing installed
 
 
@@ -207,8 +248,9 @@ def test_gate_with_a_tampered_wheel_could_not_run(wheelhouse, served, checkout):
     proc = gate(checkout, GPU_HOST="127.0.0.1")
     assert proc.returncode == 3, (proc.returncode, proc.stderr)
     assert "DO NOT MATCH THE HASHES" in proc.stderr
-    assert proc.stderr.endswith("cannot install the pinned dflash-doctor from .dflash-doctor/requirements.txt: "
-                                "not deploying\n"), proc.stderr
+    assert proc.stderr.endswith(
+        "cannot install the pinned dflash-doctor from .dflash-doctor/requirements.txt: not deploying\n"
+    ), proc.stderr
     assert installed_version(checkout) != f"dflash-doctor {VERSION}"
     assert not (checkout / "repo" / "dflash-doctor.sarif").exists()
 

@@ -114,7 +114,9 @@ def test_no_confident_wrong_verdict(edit, base_tree, rules_by_fix, summary, tmp_
         through_cache = None if draft_config else run_check(PathTarget(tree), rules)
     report = run_check(PathTarget(tree), rules, draft_config)
     if through_cache is not None:
-        assert [fix.to_json() for fix in through_cache.fixes] == [fix.to_json() for fix in report.fixes], "a stale cached answer"
+        assert [fix.to_json() for fix in through_cache.fixes] == [fix.to_json() for fix in report.fixes], (
+            "a stale cached answer"
+        )
     (fix,) = report.fixes
     summary.record(edit, fix.status)
     assert outcome(edit.kind, fix.status) != "wrong", (
@@ -136,7 +138,9 @@ def test_the_gating_draft_config_tells_the_edit_apart(edit, base_tree, rules_by_
     # behaviour gives absent; the structure's exact mixed-needs-v2 form reads present,
     # so the check is the loud behaviour/structure disagreement (unknown), never present
     assert broken.behaviour.status == "absent", broken.behaviour.reason
-    assert broken.status in ("absent", "unknown") and "the sliding window of layer 0 is 4096, needs 1024" in broken.reason
+    assert (
+        broken.status in ("absent", "unknown") and "the sliding window of layer 0 is 4096, needs 1024" in broken.reason
+    )
     assert any(item.config.startswith("user:") and item.ok is False for item in broken.behaviour.observations)
 
 
@@ -153,8 +157,11 @@ def test_causality_is_observed_not_judged(edit, base_tree, rules_by_fix, tmp_pat
     assert (fix.status, fix.decided_by) == (kept.status, kept.decided_by) == ("present", "behaviour"), fix.reason
 
     def causality(result):
-        return {(item.config, item.runner, item.layer): (item.expected, item.observed)
-                for item in result.behaviour.observations if item.part == "causality"}
+        return {
+            (item.config, item.runner, item.layer): (item.expected, item.observed)
+            for item in result.behaviour.observations
+            if item.part == "causality"
+        }
 
     before, after = causality(kept), causality(fix)
     assert before.keys() == after.keys() and before
@@ -205,7 +212,9 @@ def test_an_edit_that_does_not_match_exactly_is_refused():
 
 def test_dead_code_that_python_would_run_is_refused():
     source = "def f(y):\n    x = 1\n    return x\n"
-    assert "if False:\n        x = 2\n" in Dead("f.py", "    x = 1\n", "    if False:\n        x = 2\n", "        x = 2\n").apply(source)
+    assert "if False:\n        x = 2\n" in Dead(
+        "f.py", "    x = 1\n", "    if False:\n        x = 2\n", "        x = 2\n"
+    ).apply(source)
     with pytest.raises(AssertionError, match="of the dead copy are compiled to run"):
         Dead("f.py", "    x = 1\n", "    if y:\n        x = 2\n", "        x = 2\n").apply(source)
 

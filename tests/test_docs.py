@@ -22,18 +22,28 @@ from dflash_doctor.waivers import load_waivers
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
+
+
 # Options the docs use that land with another piece of work (ssh targets); drop a name once `check --help` has it.
 def build(config: Path, site: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(config), "--site-dir", str(site)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
 def test_docs_build_strict(tmp_path):
     proc = build(REPO / "mkdocs.yml", tmp_path / "site")
     assert proc.returncode == 0, proc.stderr
-    for page in ("index.html", "guide/index.html", "ci/index.html", "exit-codes/index.html", "fixes/layer-offset/index.html"):
+    for page in (
+        "index.html",
+        "guide/index.html",
+        "ci/index.html",
+        "exit-codes/index.html",
+        "fixes/layer-offset/index.html",
+    ):
         assert (tmp_path / "site" / page).is_file(), page
     assert (tmp_path / "site" / "ci" / "github-actions.yml").is_file()
 
@@ -92,7 +102,10 @@ def test_github_actions_workflow():
     command = steps["Check the DFlash fixes"]["run"]
     assert command.startswith("dflash-doctor check ") and "--format sarif --output dflash-doctor.sarif" in command
     upload = steps["Upload to code scanning"]
-    assert upload["uses"].startswith("github/codeql-action/upload-sarif@") and upload["with"]["sarif_file"] == "dflash-doctor.sarif"
+    assert (
+        upload["uses"].startswith("github/codeql-action/upload-sarif@")
+        and upload["with"]["sarif_file"] == "dflash-doctor.sarif"
+    )
     assert upload["if"].startswith("always()")
     help_text = run_cli("check", "--help", env={**os.environ, "COLUMNS": "200"}).stdout
     for option in set(re.findall(r"(--[a-z-]+)", command)):
@@ -113,8 +126,14 @@ def test_shell_gate_step(tmp_path, mini_tree):
         assert len(log["runs"][0]["results"]) == (3 if expected else 0)
         assert (work / "dflash-doctor.xml").read_text().startswith("<?xml")
         assert ("not deploying" in proc.stderr) == bool(expected)
-    proc = subprocess.run([str(gate)], cwd=tmp_path, env={k: v for k, v in os.environ.items() if k not in ("GPU_HOST", "DFLASH_DOCTOR_TARGET")},
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [str(gate)],
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k not in ("GPU_HOST", "DFLASH_DOCTOR_TARGET")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 3 and "set GPU_HOST or DFLASH_DOCTOR_TARGET" in proc.stderr
 
 
@@ -136,9 +155,11 @@ def test_schema_files_are_valid_and_named_after_their_reports():
 def test_check_reports_match_the_check_schema(tmp_path, release, mini_tree):
     validator = schema("check-v2")
     waivers = tmp_path / "w.toml"
-    waivers.write_text('[[waiver]]\nid = "cache-drop"\nreason = "r"\nuntil = 2099-01-01\n'
-                       '[[waiver]]\nid = "swa-config"\nreason = "old"\nuntil = 2020-01-01\n'
-                       '[[waiver]]\nid = "layer-offset"\nreason = "not needed"\n')
+    waivers.write_text(
+        '[[waiver]]\nid = "cache-drop"\nreason = "r"\nuntil = 2099-01-01\n'
+        '[[waiver]]\nid = "swa-config"\nreason = "old"\nuntil = 2020-01-01\n'
+        '[[waiver]]\nid = "layer-offset"\nreason = "not needed"\n'
+    )
     renamed = mini_tree("0.33.0")
     resolver = renamed / "vllm/v1/worker/gpu_model_runner.py"
     resolver.write_text(resolver.read_text().replace("def _get_eagle3_aux_layers_from_config(", "def _x("))
@@ -165,8 +186,20 @@ def test_version_and_shell_completion():
     assert version.returncode == 0 and version.stdout == f"dflash-doctor {__version__}\n"
     # --show-completion detects the shell from the processes above it: started from bash, as a user does
     # (a second command keeps bash from exec-ing the last one in its own place)
-    shown = subprocess.run(["bash", "-c", f"{shlex.quote(sys.executable)} -m dflash_doctor --show-completion; exit $?"],
-                           capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60)
+    shown = subprocess.run(
+        ["bash", "-c", f"{shlex.quote(sys.executable)} -m dflash_doctor --show-completion; exit $?"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
     assert shown.returncode == 0 and "_DFLASH_DOCTOR_COMPLETE" in shown.stdout, shown.stderr
-    completing = run_cli(env={**os.environ, "_DFLASH_DOCTOR_COMPLETE": "complete_bash", "COMP_WORDS": "dflash-doctor rel", "COMP_CWORD": "1"})
+    completing = run_cli(
+        env={
+            **os.environ,
+            "_DFLASH_DOCTOR_COMPLETE": "complete_bash",
+            "COMP_WORDS": "dflash-doctor rel",
+            "COMP_CWORD": "1",
+        }
+    )
     assert "releases" in completing.stdout.split()

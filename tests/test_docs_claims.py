@@ -155,5 +155,7 @@ def test_counts_in_words_are_the_code_counts():
 
 def test_the_readme_counts_the_documentation_tests_that_skip():
     skipped = sum(documented.why_not_here(command) is not None for command in documented.COMMANDS)
-    stated = re.findall(r"skips (\d+) of the tests that run each command the\s+docs show", (REPO / "README.md").read_text())
+    stated = re.findall(
+        r"skips (\d+) of the tests that run each command the\s+docs show", (REPO / "README.md").read_text()
+    )
     assert stated == [str(skipped)]

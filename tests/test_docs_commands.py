@@ -29,10 +29,14 @@ DRAFTER = REPO / "tests" / "data" / "drafters" / "qwen3.6-27b-dflash.json"
 SITE = "{site}"  # a site-packages with vllm (a copy of the real 0.20.1 tree's files the rules read)
 PYTHON = "{python}"  # an interpreter whose sys.path holds SITE
 PLACEHOLDERS = {
-    "/path/to/site-packages": SITE, "...": SITE,
+    "/path/to/site-packages": SITE,
+    "...": SITE,
     "/opt/venvs/serve/lib/python3.11/site-packages": SITE,
-    "/opt/venv/lib/python3.11/site-packages": SITE, "/opt/venv/lib/python3.12/site-packages": SITE,
-    "/root/ml-env/bin/python": PYTHON, "/opt/venvs/serve/bin/python": PYTHON, "/opt/venv/bin/python": PYTHON,
+    "/opt/venv/lib/python3.11/site-packages": SITE,
+    "/opt/venv/lib/python3.12/site-packages": SITE,
+    "/root/ml-env/bin/python": PYTHON,
+    "/opt/venvs/serve/bin/python": PYTHON,
+    "/opt/venv/bin/python": PYTHON,
 }
 
 # Exit codes the docs state for a command; any other command may exit 0, 1 or 2 (never 3).
@@ -84,8 +88,12 @@ def session(tmp_path_factory):
     env.pop("XDG_CACHE_HOME", None)
     # `run python3 probe.py > HOST.probe on each host` (docs/ssh.md): one host's answer, made here
     (work / "answers").mkdir(parents=True)
-    probe = subprocess.run(["dflash-doctor", "probe-script"], env=env, capture_output=True, text=True, timeout=60, check=True).stdout
-    answer = subprocess.run([str(python), "-"], input=probe, env=env, capture_output=True, text=True, timeout=60, check=True)
+    probe = subprocess.run(
+        ["dflash-doctor", "probe-script"], env=env, capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    answer = subprocess.run(
+        [str(python), "-"], input=probe, env=env, capture_output=True, text=True, timeout=60, check=True
+    )
     (work / "answers" / "gpu-01.probe").write_text(answer.stdout)
     return {"site": str(site), "python": str(python), "cwd": str(work), "env": env}
 
@@ -114,8 +122,9 @@ def test_documented_command_runs_as_pasted(command, session):
     if reason:
         pytest.skip(f"{command.text}: {reason}")
     line = pasted(command, session)
-    proc = subprocess.run(["sh", "-c", line], cwd=session["cwd"], env=session["env"],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        ["sh", "-c", line], cwd=session["cwd"], env=session["env"], capture_output=True, text=True, timeout=300
+    )
     expected = STATED.get(command.text.split("#")[0].strip(), {0, 1, 2})
     assert proc.returncode in expected, f"{command}\n  ran: {line}\n  exit {proc.returncode}: {proc.stderr.strip()}"
     assert "Traceback" not in proc.stderr, proc.stderr
@@ -125,7 +134,9 @@ def test_documented_command_runs_as_pasted(command, session):
 def test_config_notes_say_what_to_do_or_nothing(session):
     """Info findings carry a note or nothing: no "fix: nothing to do" under every line,
     and no pointer to probes that the standalone command does not have."""
-    proc = subprocess.run(["dflash-doctor", "config", str(DRAFTER)], env=session["env"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["dflash-doctor", "config", str(DRAFTER)], env=session["env"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     assert "nothing to do" not in proc.stdout and "see the probes" not in proc.stdout, proc.stdout
     lines = proc.stdout.splitlines()

@@ -34,9 +34,17 @@ def altered(tmp_path: Path, source: Path, change) -> Path:
 # -- published configs ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path, fmt", [
-    (QWEN36, ZLAB), (QWEN36_PARTIAL, ZLAB), (QWEN3_8B, ZLAB), (DFLASH2, ZLAB), (MIMO, ZLAB), (SPECULATORS_CONFIG, SPECULATORS),
-])
+@pytest.mark.parametrize(
+    "path, fmt",
+    [
+        (QWEN36, ZLAB),
+        (QWEN36_PARTIAL, ZLAB),
+        (QWEN3_8B, ZLAB),
+        (DFLASH2, ZLAB),
+        (MIMO, ZLAB),
+        (SPECULATORS_CONFIG, SPECULATORS),
+    ],
+)
 def test_published_configs_have_no_errors(path, fmt):
     report = lint_report(path)
     assert report.config.format == fmt
@@ -81,7 +89,11 @@ def test_causal_overrides_are_reported(tmp_path):
 
 
 def test_speculators_tokens_must_match_block_size(tmp_path):
-    path = altered(tmp_path, SPECULATORS_CONFIG, lambda d: d["speculators_config"]["proposal_methods"][0].update(speculative_tokens=16))
+    path = altered(
+        tmp_path,
+        SPECULATORS_CONFIG,
+        lambda d: d["speculators_config"]["proposal_methods"][0].update(speculative_tokens=16),
+    )
     assert "spec-tokens-mismatch" in codes(lint_report(path), "warning")
 
 
@@ -122,15 +134,18 @@ def test_sliding_layers_without_a_window(tmp_path):
     assert "window-missing" in codes(lint_report(path), "error")
 
 
-@pytest.mark.parametrize("change, code, severity", [
-    (lambda d: d["dflash_config"].pop("mask_token_id"), "mask-missing", "error"),
-    (lambda d: (d.pop("block_size"), d["dflash_config"].pop("block_size")), "block-missing", "warning"),
-    (lambda d: d.update(block_size=16), "block-conflict", "error"),
-    (lambda d: d.pop("num_hidden_layers"), "missing-key", "error"),
-    (lambda d: d.update(num_hidden_layers=10**9), "missing-key", "error"),
-    (lambda d: d.pop("dflash_config"), "format", "error"),
-    (lambda d: d["dflash_config"].update(target_layer_ids="1,16"), "ids-invalid", "error"),
-])
+@pytest.mark.parametrize(
+    "change, code, severity",
+    [
+        (lambda d: d["dflash_config"].pop("mask_token_id"), "mask-missing", "error"),
+        (lambda d: (d.pop("block_size"), d["dflash_config"].pop("block_size")), "block-missing", "warning"),
+        (lambda d: d.update(block_size=16), "block-conflict", "error"),
+        (lambda d: d.pop("num_hidden_layers"), "missing-key", "error"),
+        (lambda d: d.update(num_hidden_layers=10**9), "missing-key", "error"),
+        (lambda d: d.pop("dflash_config"), "format", "error"),
+        (lambda d: d["dflash_config"].update(target_layer_ids="1,16"), "ids-invalid", "error"),
+    ],
+)
 def test_missing_and_conflicting_keys(tmp_path, change, code, severity):
     path = altered(tmp_path, MIMO, change)
     assert code in codes(lint_report(path), severity)

@@ -83,8 +83,11 @@ def site(tmp_path: Path) -> Path:
     plugin.mkdir()
     (plugin / "METADATA").write_text("Metadata-Version: 2.1\nName: toyplug\nVersion: 0.1\n\n")
     (plugin / "entry_points.txt").write_text(
-        "[toyengine.plugins]\nfast = toyplug:register\n\n[vllm.general_plugins]\nother = vllmplug:register\n")
-    (root / "toyplug.py").write_text("def register():\n    from toyengine.scheduler import Scheduler\n    Scheduler.schedule = None\n")
+        "[toyengine.plugins]\nfast = toyplug:register\n\n[vllm.general_plugins]\nother = vllmplug:register\n"
+    )
+    (root / "toyplug.py").write_text(
+        "def register():\n    from toyengine.scheduler import Scheduler\n    Scheduler.schedule = None\n"
+    )
     (root / "vllmplug.py").write_text("def register():\n    pass\n")
     return root
 
@@ -123,7 +126,9 @@ def test_the_toy_engines_own_distribution_is_no_vendor_build_and_its_default_pla
 
 def test_only_the_toy_engines_plugin_groups_are_read(site: Path) -> None:
     plugins = DirectoryTree(site, None, TOY).plugins()
-    assert [(p.distribution, p.group, p.name, p.target) for p in plugins] == [("toyplug", "toyengine.plugins", "fast", "toyplug:register")]
+    assert [(p.distribution, p.group, p.name, p.target) for p in plugins] == [
+        ("toyplug", "toyengine.plugins", "fast", "toyplug:register")
+    ]
     assert plugins[0].touches({"Scheduler", "schedule"}) == ["Scheduler", "schedule"]
     vllm_plugins = DirectoryTree(site, None, VLLM).plugins()
     assert [(p.group, p.name) for p in vllm_plugins] == [("vllm.general_plugins", "other")]
@@ -132,10 +137,19 @@ def test_only_the_toy_engines_plugin_groups_are_read(site: Path) -> None:
 def test_the_collector_finds_and_reads_the_package_its_request_names(site: Path, registered: Engine) -> None:
     request = probe_request((), registered)
     assert request["package"] == "toyengine" and "toyengine/build_info.py" in request["files"]
-    request["anchors"] = [["toyengine/__init__.py", "Scheduler"]]  # not defined there: the collector searches the package
+    request["anchors"] = [
+        ["toyengine/__init__.py", "Scheduler"]
+    ]  # not defined there: the collector searches the package
     env = {"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([sys.executable, "-S", "-", "collect", encode_request(request)], check=False, input=probe_source(),
-                          capture_output=True, text=True, timeout=60, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-S", "-", "collect", encode_request(request)],
+        check=False,
+        input=probe_source(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     answer = parse_probe_output(proc.stdout, "the collector")
     assert answer.get("error") is None, answer.get("error")
     assert (answer["package"], answer["root"]) == ("toyengine", str(site))
@@ -151,8 +165,15 @@ def test_the_staged_collector_sends_the_engines_version_file_first_and_holds_bac
     """A report reads the version file even when the results cache answers: it comes in the first part."""
     request = probe_request((), TOY)
     request["files"] = ["toyengine/__init__.py", "toyengine/scheduler.py", TOY.version_file]
-    proc = subprocess.run([sys.executable, "-S", "-", "stage", encode_request(request)], check=False, input=probe_source(),
-                          capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [sys.executable, "-S", "-", "stage", encode_request(request)],
+        check=False,
+        input=probe_source(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+    )
     first = parse_probe_output(proc.stdout, "the collector")
     assert set(first["files"]) == {TOY.version_file} and "GIT_SHA" in first["files"][TOY.version_file]
     assert set(first["sha256"]) == set(request["files"])
@@ -166,7 +187,12 @@ def test_a_collector_answer_for_an_unknown_package_is_a_clear_error() -> None:
 def test_a_path_target_of_the_toy_engine_resolves_its_tree(site: Path) -> None:
     tree = PathTarget(site / "toyengine", engine=TOY).resolve().tree
     assert isinstance(tree, DirectoryTree)
-    assert (tree.root, tree.engine, tree.package, tree.dist_info) == (site, TOY, "toyengine", site / "toyengine_npu-2.0.0+npu3.dist-info")
+    assert (tree.root, tree.engine, tree.package, tree.dist_info) == (
+        site,
+        TOY,
+        "toyengine",
+        site / "toyengine_npu-2.0.0+npu3.dist-info",
+    )
     with pytest.raises(ToolError, match="no toyengine package under"):
         PathTarget(site / "toyengine_npu-2.0.0+npu3.dist-info", engine=TOY).resolve()
 
@@ -220,7 +246,9 @@ def test_remedies_of_a_vendor_build_name_its_engine(site: Path) -> None:
     provenance = read_provenance(DirectoryTree(site, find_dist_info(site, TOY.package), TOY))
     fix = FixResult("a-fix", ABSENT, "A fix", (), (), "Upgrade.", "")
     (remedied,) = for_distribution((fix,), provenance)
-    assert remedied.remedy.startswith("This is toyengine-npu 2.0.0+npu3, a vendor build or fork of ToyEngine, not ToyEngine itself:")
+    assert remedied.remedy.startswith(
+        "This is toyengine-npu 2.0.0+npu3, a vendor build or fork of ToyEngine, not ToyEngine itself:"
+    )
     assert remedied.remedy.endswith("In ToyEngine itself: Upgrade.")
 
 

@@ -46,7 +46,10 @@ def test_every_rule_has_a_headline_per_verdict_distinct_from_its_title():
 
 
 def test_a_rule_without_a_headline_for_a_verdict_is_refused(tmp_path):
-    text = "id = 'demo'\ntitle = 't'\n" + DEMO_RULE_PREAMBLE.replace('partial = "pa"\n', "") + """
+    text = (
+        "id = 'demo'\ntitle = 't'\n"
+        + DEMO_RULE_PREAMBLE.replace('partial = "pa"\n', "")
+        + """
 [[anchors]]
 id = "site"
 file = "vllm/x.py"
@@ -58,6 +61,7 @@ description = "the good form"
 anchors = ["site"]
 patterns = ["good()"]
 """
+    )
     path = tmp_path / "demo.toml"
     path.write_text(text)
     with pytest.raises(ToolError, match="headlines: missing partial"):
@@ -65,7 +69,9 @@ patterns = ["good()"]
     path.write_text(text.replace('unknown = "u"', 'unknown = "u"\nmaybe = "m"\npartial = "pa"'))
     with pytest.raises(ToolError, match="unknown key maybe"):
         load_rule(path)
-    path.write_text(text.replace('unknown = "u"', 'unknown = "u"\npartial = "pa"').replace('description = "the good form"\n', ""))
+    path.write_text(
+        text.replace('unknown = "u"', 'unknown = "u"\npartial = "pa"').replace('description = "the good form"\n', "")
+    )
     with pytest.raises(ToolError, match="description must be a non-empty sentence"):
         load_rule(path)
 
@@ -88,9 +94,14 @@ def test_0_30_cache_drop_partial_names_the_opt_out_in_words():
     code, report = check_json("--release", "0.30.0", "--only", "cache-drop")
     fix = fixes_of(report)["cache-drop"]
     assert fix["status"] == "partial" and code == 1
-    assert fix["headline"] == "DFlash still drops the last prefix-cache block in some configurations (e.g. unless disable_eagle_block_drop is set)."
+    assert (
+        fix["headline"]
+        == "DFlash still drops the last prefix-cache block in some configurations (e.g. unless disable_eagle_block_drop is set)."
+    )
     assert fix["title"] == "DFlash is exempt from EAGLE's prefix-cache block drop"
-    assert fix["reason"].startswith("fails for z-lab drafters with full attention only by default: the block-drop flag handed")
+    assert fix["reason"].startswith(
+        "fails for z-lab drafters with full attention only by default: the block-drop flag handed"
+    )
     assert "works for z-lab drafters with full attention only with disable_eagle_block_drop set" in fix["reason"]
     assert fix["remedy_kind"] == "upgrade"
     assert fix["remedy"].startswith("Upgrade to vLLM 0.33.0") and '"disable_eagle_block_drop": true' in fix["remedy"]
@@ -120,8 +131,10 @@ def test_a_structure_decided_absent_reads_the_forms_sentence(release):
     tree = PathTarget(release("0.24.0")).resolve().tree
     (fix,) = structure_fixes(tree, rules)
     assert fix.status == "absent"
-    assert fix.reason == ("KV cache manager told to drop for every use_eagle() method, DFlash included; "
-                          "hybrid Mamba chunking backs off a block for every use_eagle() method, DFlash included")
+    assert fix.reason == (
+        "KV cache manager told to drop for every use_eagle() method, DFlash included; "
+        "hybrid Mamba chunking backs off a block for every use_eagle() method, DFlash included"
+    )
     assert fix.headline == "DFlash still drops the last prefix-cache block on every turn."
 
 
@@ -134,7 +147,9 @@ def test_0_19_without_dflash_gets_one_remedy_install_dflash():
     fixes = fixes_of(report)
     assert code == 1 and {fix["status"] for fix in fixes.values()} == {"not-applicable"}
     for fix in fixes.values():
-        assert fix["remedy"] == "Install a vLLM release with DFlash (0.20.0 or later); no fix of DFlash applies before it."
+        assert (
+            fix["remedy"] == "Install a vLLM release with DFlash (0.20.0 or later); no fix of DFlash applies before it."
+        )
         assert fix["remedy_kind"] == "install" and fix["headline"].startswith("This vLLM has no DFlash")
         assert "Upgrade" not in fix["remedy"] and "eagle_aux_hidden_state_layer_ids" not in fix["remedy"]
     table = run_cli("check", "--release", "0.19.0").stdout
@@ -195,7 +210,9 @@ def test_unknown_where_behaviour_cannot_run_says_where_to_run_it(mini_tree):
 
     tree = mini_tree("0.33.0")
     scheduler = tree / "vllm/v1/core/sched/scheduler.py"
-    scheduler.write_text(scheduler.read_text().replace("use_eagle=self.use_eagle_block_drop,", "use_eagle=policy_table[self.method],"))
+    scheduler.write_text(
+        scheduler.read_text().replace("use_eagle=self.use_eagle_block_drop,", "use_eagle=policy_table[self.method],")
+    )
     rules = tuple(rule for rule in load_rules() if rule.id == "cache-drop")
     (fix,) = run_check(ProbeAnswerOf(tree), rules).fixes
     assert fix.status == "unknown" and fix.decided_by == "structure"
@@ -228,7 +245,9 @@ def test_sliding_drafter_on_0_24_is_affected_and_gates():
     code, report = check_json("--release", "0.24.0", "--only", "swa-config", "--draft-config", str(SLIDING))
     swa = fixes_of(report)["swa-config"]
     assert swa["status"] == "absent" and swa["affects_drafter"] is True and code == 1
-    assert swa["reason"].startswith(f"fails for your drafter ({SLIDING.name}) on the V1 and V2 runners: the sliding window of layer 0")
+    assert swa["reason"].startswith(
+        f"fails for your drafter ({SLIDING.name}) on the V1 and V2 runners: the sliding window of layer 0"
+    )
 
 
 @pytest.mark.release
@@ -241,6 +260,7 @@ def test_speculators_drafter_is_not_affected_by_the_missing_shift_on_0_20_1():
     fix = fixes_of(report)["layer-offset"]
     assert fix["status"] == "absent" and fix["affects_drafter"] is True and code == 1
 
+
 def _shift_speculators_ids_twice(tree: Path) -> None:
     """update_dflash (not update_dspark, which has the same line) hands on its ids shifted once more."""
     algos = tree / "vllm/transformers_utils/configs/speculators/algos.py"
@@ -249,7 +269,9 @@ def _shift_speculators_ids_twice(tree: Path) -> None:
     start = text.index("def update_dflash(")
     at = text.index(line, start)
     assert at < text.index("\ndef ", start + 1)
-    algos.write_text(text[:at] + line.replace("= aux_layer_ids", "= [i + 1 for i in aux_layer_ids]") + text[at + len(line):])
+    algos.write_text(
+        text[:at] + line.replace("= aux_layer_ids", "= [i + 1 for i in aux_layer_ids]") + text[at + len(line) :]
+    )
 
 
 @pytest.mark.release
@@ -263,7 +285,9 @@ def test_behaviour_failing_the_drafter_overrules_its_config(mini_tree):
     fix = fixes_of(report)["layer-offset"]
     assert fix["status"] in ("absent", "unknown") and code != 0
     assert fix["affects_drafter"] is True and "shows this drafter failing" in fix["affects_reason"]
-    _, unedited = check_json("--path", str(mini_tree("0.33.0", "unedited")), "--only", "layer-offset", "--draft-config", str(SPECULATORS))
+    _, unedited = check_json(
+        "--path", str(mini_tree("0.33.0", "unedited")), "--only", "layer-offset", "--draft-config", str(SPECULATORS)
+    )
     assert fixes_of(unedited)["layer-offset"]["status"] == "present"
     assert fixes_of(unedited)["layer-offset"]["affects_drafter"] is False
 
@@ -274,17 +298,40 @@ def test_behaviour_failing_the_drafter_overrules_its_config(mini_tree):
 @pytest.mark.release
 def test_sarif_and_junit_messages_lead_with_the_headline(tmp_path):
     sarif, junit = tmp_path / "r.sarif", tmp_path / "j.xml"
-    run_cli("check", "--release", "0.30.0", "--only", "cache-drop", "--output", f"sarif={sarif}", "--output", f"junit={junit}")
+    run_cli(
+        "check",
+        "--release",
+        "0.30.0",
+        "--only",
+        "cache-drop",
+        "--output",
+        f"sarif={sarif}",
+        "--output",
+        f"junit={junit}",
+    )
     (result,) = json.loads(sarif.read_text())["runs"][0]["results"]
     assert "DFlash still drops the last prefix-cache block in some configurations" in result["message"]["text"]
-    assert "works for z-lab drafters with full attention only with disable_eagle_block_drop set" in result["message"]["text"]
+    assert (
+        "works for z-lab drafters with full attention only with disable_eagle_block_drop set"
+        in result["message"]["text"]
+    )
     assert 'message="partial: DFlash still drops the last prefix-cache block' in junit.read_text()
 
 
 @pytest.mark.release
 def test_a_fix_that_cannot_reach_the_drafter_is_a_note_in_sarif_and_skipped_in_junit(tmp_path):
     sarif, junit = tmp_path / "r.sarif", tmp_path / "j.xml"
-    run_cli("check", "--release", "0.24.0", "--draft-config", str(ALL_FULL), "--output", f"sarif={sarif}", "--output", f"junit={junit}")
+    run_cli(
+        "check",
+        "--release",
+        "0.24.0",
+        "--draft-config",
+        str(ALL_FULL),
+        "--output",
+        f"sarif={sarif}",
+        "--output",
+        f"junit={junit}",
+    )
     levels = {result["ruleId"]: result["level"] for result in json.loads(sarif.read_text())["runs"][0]["results"]}
     assert levels["swa-config"] == "note" and levels["cache-drop"] == "error"
     cases = {case.get("name"): case for case in ET.parse(junit).getroot().iter("testcase")}
@@ -292,7 +339,6 @@ def test_a_fix_that_cannot_reach_the_drafter_is_a_note_in_sarif_and_skipped_in_j
     cache = next(case for name, case in cases.items() if "cache-drop" in name)
     assert swa.find("skipped") is not None and swa.find("failure") is None
     assert cache.find("failure") is not None
-
 
 
 @pytest.mark.release
@@ -306,8 +352,13 @@ def test_without_behaviour_the_config_alone_never_exempts_a_fix(mini_tree, tmp_p
     script.write_text(run_cli("probe-script").stdout)
     answer = tmp_path / "node.probe"
     # -S: the collector puts PYTHONPATH and the site directories on sys.path itself, as on a host
-    probed = subprocess.run([sys.executable, "-I", "-S", str(script)], capture_output=True, text=True, timeout=120,
-                            env={"PYTHONPATH": str(tree), "PATH": os.environ["PATH"]})
+    probed = subprocess.run(
+        [sys.executable, "-I", "-S", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(tree), "PATH": os.environ["PATH"]},
+    )
     assert probed.returncode == 0, probed.stderr
     answer.write_text(probed.stdout)
     code, report = check_json("--from-probe", str(answer), "--only", "layer-offset", "--draft-config", str(SPECULATORS))

@@ -106,17 +106,24 @@ def test_a_partial_clone_fetching_on_demand_runs_no_upload_pack_command(history,
     shutil.copytree(history.path, origin, symlinks=True)
     Repo(origin).git("config", "uploadpack.allowFilter", "true")
     partial = tmp_path / "partial"
-    subprocess.run(["git", "clone", "--quiet", "--no-checkout", "--filter=blob:none", f"file://{origin}", str(partial)], check=True)
+    subprocess.run(
+        ["git", "clone", "--quiet", "--no-checkout", "--filter=blob:none", f"file://{origin}", str(partial)], check=True
+    )
     Repo(partial).git("checkout", "--quiet", "origin/releases/v0.20")  # fetches this tree's blobs, not the rest
     markers = plant(Repo(partial), tmp_path)
     Repo(partial).git("config", "remote.origin.uploadpack", f"touch {markers / 'uploadpack'}; git-upload-pack")
     args = ("--repo", str(partial), "--commit", "origin/releases/v0.20", "--pr", "40727", "--pr", "46104", "--fetch")
     assert_error(run_cli("ancestry", *args), "sets remote.origin.uploadpack")
-    assert_error(run_cli("patch", "--repo", str(partial), "--pr", "53388", "--dry-run"), "sets remote.origin.uploadpack")
+    assert_error(
+        run_cli("patch", "--repo", str(partial), "--pr", "53388", "--dry-run"), "sets remote.origin.uploadpack"
+    )
     assert ran(markers) == []
     Repo(partial).git("config", "--unset-all", "remote.origin.uploadpack")
     code, report = ancestry_json(*args)  # the blobs fetched on demand, the rest of the planted setup still there
-    assert [(e["status"], e["method"]) for e in report["prs"]] == [("contained", "patch-id"), ("contained", "merge-tree")]
+    assert [(e["status"], e["method"]) for e in report["prs"]] == [
+        ("contained", "patch-id"),
+        ("contained", "merge-tree"),
+    ]
     assert ran(markers) == [] and code == 0
 
 

@@ -29,13 +29,19 @@ SURFACE = ("__name__", "__qualname__", "__module__")
 
 
 def surface_of(value) -> list[str]:
-    return [repr(value), str(value), *(getattr(value, name) for name in SURFACE),
-            *(getattr(type(value), name) for name in SURFACE)]
+    return [
+        repr(value),
+        str(value),
+        *(getattr(value, name) for name in SURFACE),
+        *(getattr(type(value), name) for name in SURFACE),
+    ]
 
 
 def test_every_exposed_builtin_presents_itself_as_the_real_one(tmp_path):
     # The tree's own frame holds its built-ins; the real ``type`` and ``getattr`` come from the frame walk.
-    chunks, globals_ = program_for(tmp_path, """
+    chunks, globals_ = program_for(
+        tmp_path,
+        """
         def surface():
             box = []
 
@@ -52,7 +58,8 @@ def test_every_exposed_builtin_presents_itself_as_the_real_one(tmp_path):
                 typed = [get(kind(value), "_" + "_" + attr + "__") for attr in ("name", "qualname", "module")]
                 seen[name] = [repr(value), str(value)] + named + typed
             return seen
-    """)
+    """,
+    )
     seen = run(chunks, [Call("x", "surface()")], {}, globals_)["x"].value
     assert sorted(seen) == sorted([*SAFE_BUILTIN_NAMES, "__import__", "__build_class__"])
     for name, found in seen.items():
@@ -103,11 +110,12 @@ lock.acquire()  # forever, and without using CPU
 """
 # How a call can keep the child's own timer from ending it.
 STALLS = {
-    "timer-blocked": 'signals = _module("signal")\nsignals.pthread_sigmask(signals.SIG_BLOCK, [signals.SIGALRM])' + FOREVER,
+    "timer-blocked": 'signals = _module("signal")\nsignals.pthread_sigmask(signals.SIG_BLOCK, [signals.SIGALRM])'
+    + FOREVER,
     "timer-ignored": 'signals = _module("signal")\nsignals.signal(signals.SIGALRM, signals.SIG_IGN)' + FOREVER,
     # With its outputs closed, the parent waits for its exit instead: by the same deadline.
     "outputs-closed": 'os, signals = _module("os"), _module("signal")\nos.close(1)\nos.close(2)\n'
-                      "signals.pthread_sigmask(signals.SIG_BLOCK, [signals.SIGALRM])" + FOREVER,
+    "signals.pthread_sigmask(signals.SIG_BLOCK, [signals.SIGALRM])" + FOREVER,
     # No escape at all: C code that never returns to the interpreter, where the timer's handler would run.
     "c-loop": "sum(range(10 ** 12))",
 }
@@ -115,6 +123,8 @@ STALLS = {
 
 def stalling(body: str) -> str:
     return "def stalls():\n" + textwrap.indent(body, "    ") + "\n    return 1\n"
+
+
 BOUND_S = CALL_TIMEOUT_S + CALL_GRACE_S + 2  # the step's deadline, its grace, and a margin for a loaded machine
 
 
@@ -130,8 +140,11 @@ def test_a_call_that_defeats_the_childs_timer_is_stopped_at_its_deadline(tmp_pat
         took = time.monotonic() - started
         assert str(raised.value) == "the call x ran past its 2 s deadline: the behaviour child was stopped"
         assert my_children() == []  # its whole process group, killed at the deadline
-        with pytest.raises(SandboxError, match="^the behaviour child stopped at an earlier request of this check: "
-                                               "the call x ran past its 2 s deadline"):
+        with pytest.raises(
+            SandboxError,
+            match="^the behaviour child stopped at an earlier request of this check: "
+            "the call x ran past its 2 s deadline",
+        ):
             child.run([], [Call("y", "6 * 7")], {}, {})
     finally:
         child.close()
@@ -149,7 +162,9 @@ def test_a_definition_that_defeats_the_childs_timer_is_stopped_at_its_deadline()
 @pytest.mark.slow  # waits out the session's 6 s budget
 def test_a_call_that_stalls_within_its_deadline_each_time_cannot_stretch_the_check(tmp_path):
     # Each call answers, just inside the parent's step deadline: the check's one budget ends the session.
-    chunks, globals_ = program_for(tmp_path, f"""
+    chunks, globals_ = program_for(
+        tmp_path,
+        f"""
         def slow():
             signals = _module("signal")
             signals.pthread_sigmask(signals.SIG_BLOCK, [signals.SIGALRM])
@@ -157,7 +172,8 @@ def test_a_call_that_stalls_within_its_deadline_each_time_cannot_stretch_the_che
             lock.acquire()
             lock.acquire(True, {CALL_TIMEOUT_S + CALL_GRACE_S - 0.5})
             return 1
-    """)
+    """,
+    )
     child = session_for(wall_s=6)
     started = time.monotonic()
     try:
@@ -175,11 +191,13 @@ def test_a_call_that_stalls_within_its_deadline_each_time_cannot_stretch_the_che
 def test_cli_a_tree_that_blocks_the_childs_timer_cannot_stall_the_check(mini_tree, release):
     # Before the parent held each step's deadline, this tree ran every request of the check to its 20 s
     # deadline; a tree that stops just short of it kept its verdicts.
-    action = ('signals = real["_" + "_import__"]("signal")\n'
-              "signals.pthread_sigmask(signals.SIG_BLOCK, [signals.SIGALRM])\n"
-              'lock = real["_" + "_import__"]("_thread").allocate_lock()\n'
-              "lock.acquire()\n"
-              "lock.acquire()\n")
+    action = (
+        'signals = real["_" + "_import__"]("signal")\n'
+        "signals.pthread_sigmask(signals.SIG_BLOCK, [signals.SIGALRM])\n"
+        'lock = real["_" + "_import__"]("_thread").allocate_lock()\n'
+        "lock.acquire()\n"
+        "lock.acquire()\n"
+    )
     tree = hostile_tree(mini_tree, action)
     started = time.monotonic()
     code, report = check_json("--path", str(tree), env={**os.environ, "DFLASH_DOCTOR_NO_CACHE": "1"})
@@ -197,7 +215,8 @@ def test_cli_a_tree_that_blocks_the_childs_timer_cannot_stall_the_check(mini_tre
 @pytest.mark.slow
 @pytest.mark.release
 def test_over_ssh_a_call_that_blocks_the_childs_timer_is_stopped_at_its_deadline_and_killed_on_the_host(
-        host, remote_python, tmp_path):
+    host, remote_python, tmp_path
+):
     srv, options = host
     target = target_for(srv, options, remote_python)
     chunks, globals_ = program_for(tmp_path, stalling(STALLS["timer-blocked"]))
@@ -210,7 +229,9 @@ def test_over_ssh_a_call_that_blocks_the_childs_timer_is_stopped_at_its_deadline
         took = time.monotonic() - started
         with pytest.raises(SandboxError, match="stopped at an earlier request of this check: the call x ran past"):
             run_there([], [Call("y", "6 * 7")], {}, {})
-    assert str(raised.value) == f"the call x ran past its 2 s deadline: the behaviour child on {target.given} was stopped"
+    assert (
+        str(raised.value) == f"the call x ran past its 2 s deadline: the behaviour child on {target.given} was stopped"
+    )
     assert took < BOUND_S, took
     # Killed on the host as soon as the client stopped waiting, not at the end of its lifetime there
     # (2 x 60 s + 20 s); polled by pid, as once the session closes sshd is no longer their ancestor.

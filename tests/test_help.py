@@ -59,7 +59,7 @@ def _render_on_pty(columns: int) -> dict[tuple[str, ...], list[str]]:
     pages: dict[tuple[str, ...], list[str]] = {}
     for line in proc.stdout.replace("\r\n", "\n").split("\n"):
         if line.startswith(MARK):
-            page = pages.setdefault(tuple(line[len(MARK):].split()), [])
+            page = pages.setdefault(tuple(line[len(MARK) :].split()), [])
         else:
             page.append(line)
     assert set(pages) == {words for words, _ in COMMANDS}
@@ -89,8 +89,14 @@ def _continuations(lines: list[str]):
             continue
         if in_text and above.startswith("  ") and below.startswith("  ") and not below.startswith("   "):
             yield above, below
-        elif column and len(above) > column and above[column - 2:column] == "  " and above[column] != " " \
-                and below[:column].isspace() and below[column] != " ":
+        elif (
+            column
+            and len(above) > column
+            and above[column - 2 : column] == "  "
+            and above[column] != " "
+            and below[:column].isspace()
+            and below[column] != " "
+        ):
             yield above, below
 
 

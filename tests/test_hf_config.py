@@ -34,9 +34,15 @@ from dflash_doctor.targets.snapshot import SnapshotTree
 ASKED = questions_of([rule for rule in load_rules() if rule.behaviour is not None])[0]  # every shipped rule's question
 
 HERE = Path(__file__).parent
-CONFIGS = sorted((HERE / "data" / "drafter-configs").glob("*.json")) + sorted((rules_dir() / "reference" / "drafters").glob("*.json"))
-NO_FLAG = HERE / "data" / "drafter-configs" / "z-lab__Qwen3.6-27B-DFlash.partial.json"  # sliding layers, no use_sliding_window
-FLAG = HERE / "data" / "drafter-configs" / "specforge-template__qwen3.6-27b-dflash.json"  # the same layout, use_sliding_window true
+CONFIGS = sorted((HERE / "data" / "drafter-configs").glob("*.json")) + sorted(
+    (rules_dir() / "reference" / "drafters").glob("*.json")
+)
+NO_FLAG = (
+    HERE / "data" / "drafter-configs" / "z-lab__Qwen3.6-27B-DFlash.partial.json"
+)  # sliding layers, no use_sliding_window
+FLAG = (
+    HERE / "data" / "drafter-configs" / "specforge-template__qwen3.6-27b-dflash.json"
+)  # the same layout, use_sliding_window true
 
 
 def _codes(report: dict) -> set[str]:
@@ -78,7 +84,9 @@ def _beside(mini_tree, version: str, transformers: str) -> Path:
 
 
 @pytest.mark.release
-@pytest.mark.parametrize(("config", "window", "nulled"), [(NO_FLAG, None, True), (FLAG, 2048, False)], ids=["no-flag", "flag"])
+@pytest.mark.parametrize(
+    ("config", "window", "nulled"), [(NO_FLAG, None, True), (FLAG, 2048, False)], ids=["no-flag", "flag"]
+)
 def test_transformers_4_installed_beside_vllm_0_22_decides_the_window(mini_tree, config, window, nulled):
     """transformers 4.57.6 (allowed by vLLM 0.22.0) installed beside the tree: its
     Qwen3Config.__init__ runs; without use_sliding_window it drops the window."""
@@ -86,14 +94,19 @@ def test_transformers_4_installed_beside_vllm_0_22_decides_the_window(mini_tree,
     _, report = check_json("--path", str(tree), "--draft-config", str(config))
     source = report["probes"]["hf_config"]
     assert source["transformers"] == "4.57.6" and source["transformers_from"].startswith("installed beside vllm")
-    assert source["config_class"] == "transformers/models/qwen3/configuration_qwen3.py:Qwen3Config" and source["reason"] is None
+    assert (
+        source["config_class"] == "transformers/models/qwen3/configuration_qwen3.py:Qwen3Config"
+        and source["reason"] is None
+    )
     assert report["draft"]["hf_config"] == source
     assert ("window-nulled" in _codes(report)) is nulled
     assert _swa(report) == "absent"  # 0.22.0 has no per-layer windows at all
 
 
 @pytest.mark.release
-@pytest.mark.parametrize(("config", "window", "swa"), [(NO_FLAG, None, "absent"), (FLAG, 2048, "present")], ids=["no-flag", "flag"])
+@pytest.mark.parametrize(
+    ("config", "window", "swa"), [(NO_FLAG, None, "absent"), (FLAG, 2048, "present")], ids=["no-flag", "flag"]
+)
 def test_transformers_5_that_vllm_0_33_requires_decides_the_window(config, window, swa):
     """--release 0.33.0: the newest transformers satisfying the wheel's requirement
     (5.20.x), fetched into the user cache; its dataclass Qwen3Config (fields, then
@@ -128,8 +141,15 @@ def test_the_collector_sends_the_hosts_own_transformers(mini_tree):
     vllm with the vLLM files, and the drafter's config is built with that
     transformers (here 4.57.6 beside 0.22.0), not one fetched by requirement."""
     site = _beside(mini_tree, "0.22.0", "4.57.6")
-    proc = subprocess.run([sys.executable, "-S", "-", "collect", encode_request(probe_request(load_rules()))],
-                          input=probe_source(), capture_output=True, text=True, env={"PYTHONPATH": str(site)}, timeout=120, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-S", "-", "collect", encode_request(probe_request(load_rules()))],
+        input=probe_source(),
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(site)},
+        timeout=120,
+        check=True,
+    )
     tree = SnapshotTree(parse_probe_output(proc.stdout, "the collector"))
     found = compute(tree, (load_draft_config(NO_FLAG), load_draft_config(FLAG)), ASKED)
     sources = [computed.hf_source for computed in found]
@@ -148,7 +168,9 @@ def test_an_image_is_checked_with_the_transformers_it_holds(mini_tree, tmp_path)
     write_image(layout, "with-transformers", [python_files(), tree_files(site)])
     _, report = check_json("--image", f"oci:{layout}:with-transformers", "--draft-config", str(NO_FLAG))
     source = report["probes"]["hf_config"]
-    assert source["transformers"] == "4.57.6" and source["transformers_from"].startswith("installed beside vllm"), source
+    assert source["transformers"] == "4.57.6" and source["transformers_from"].startswith("installed beside vllm"), (
+        source
+    )
     assert "window-nulled" in _codes(report)
 
 
@@ -158,13 +180,24 @@ def test_no_transformers_to_run_makes_the_window_unknown_not_the_raw_value(mini_
     class derives are unknown, with the reason, never the file's raw sliding_window."""
     tree = mini_tree("0.33.0")
     metadata = next(tree.glob("vllm-*.dist-info")) / "METADATA"
-    metadata.write_text("".join(line for line in metadata.read_text().splitlines(keepends=True)
-                                if not line.startswith("Requires-Dist: transformers")))
+    metadata.write_text(
+        "".join(
+            line
+            for line in metadata.read_text().splitlines(keepends=True)
+            if not line.startswith("Requires-Dist: transformers")
+        )
+    )
     _, report = check_json("--path", str(tree), "--draft-config", str(FLAG), "--only", "swa-config")
     source = report["probes"]["hf_config"]
-    assert source["transformers"] is None and "Requires-Dist" in source["reason"] and "requirements/common.txt" in source["reason"]
+    assert (
+        source["transformers"] is None
+        and "Requires-Dist" in source["reason"]
+        and "requirements/common.txt" in source["reason"]
+    )
     assert report["probes"]["layers"] is None
-    assert "of the drafter's hf_config (no transformers is installed beside this vLLM" in json.dumps(report["probes"]["reason"])
+    assert "of the drafter's hf_config (no transformers is installed beside this vLLM" in json.dumps(
+        report["probes"]["reason"]
+    )
     assert _swa(report) != "present"
     assert "window-unchecked" in _codes(report)
 
@@ -173,9 +206,15 @@ def test_keys_the_tool_could_not_compute_are_gaps_in_the_sandbox():
     """A config key listed under UNKNOWN_KEYS stops the code that reads it (plainly or
     with a getattr default) with the reason; the other keys read as they are."""
     data = {"hf": {"sliding_window": 2048, "num_hidden_layers": 5, UNKNOWN_KEYS: {"sliding_window": "why not known"}}}
-    calls = [Call(name, expr, (("config", config_object("hf_config", "hf")),)) for name, expr in (
-        ("plain", "config.sliding_window + 0"), ("default", "getattr(config, 'sliding_window', None) or 1"),
-        ("other", "config.num_hidden_layers"), ("user", "config.__unknown__"))]
+    calls = [
+        Call(name, expr, (("config", config_object("hf_config", "hf")),))
+        for name, expr in (
+            ("plain", "config.sliding_window + 0"),
+            ("default", "getattr(config, 'sliding_window', None) or 1"),
+            ("other", "config.num_hidden_layers"),
+            ("user", "config.__unknown__"),
+        )
+    ]
     outcomes = run([], calls, data, {})
     assert outcomes["plain"].gap == "why not known"
     # read with a default, the unknown key decides a branch (``or``): run both ways, the outcomes differ
@@ -185,10 +224,15 @@ def test_keys_the_tool_could_not_compute_are_gaps_in_the_sandbox():
 
 
 def test_the_requirement_is_read_as_pip_takes_it():
-    metadata = ("Name: vllm\nRequires-Dist: transformers-stream-generator; extra == 'x'\n"
-                "Requires-Dist: transformers (<5.21.0,>=5.16.1)\nRequires-Dist: transformers>=4; extra == 'audio'\n")
+    metadata = (
+        "Name: vllm\nRequires-Dist: transformers-stream-generator; extra == 'x'\n"
+        "Requires-Dist: transformers (<5.21.0,>=5.16.1)\nRequires-Dist: transformers>=4; extra == 'audio'\n"
+    )
     assert requires(metadata) == "transformers<5.21.0,>=5.16.1"
-    assert requires("Requires-Dist: transformers!=5.0.*,>=4.56.0 ; python_version >= '3.9'\n") == "transformers!=5.0.*,>=4.56.0"
+    assert (
+        requires("Requires-Dist: transformers!=5.0.*,>=4.56.0 ; python_version >= '3.9'\n")
+        == "transformers!=5.0.*,>=4.56.0"
+    )
     assert requires("Requires-Dist: torch==2.9\n") is None
     # pip is handed versions only: a host's METADATA cannot point it at a URL or an option
     assert requires("Requires-Dist: transformers @ https://127.0.0.1:9/x.whl\n") is None

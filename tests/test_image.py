@@ -24,8 +24,20 @@ import pytest
 
 from conftest import HOSTILE_TEXT, assert_inert_xml, fleet_validator, run_cli
 from registry import (
-    OCI_LAYER, SITE, WHITEOUT, Link, Random, Registry, TokenServer, make_cert, put_blob, python_files, tag_image, tree_files,
-    write_image, write_index,
+    OCI_LAYER,
+    SITE,
+    WHITEOUT,
+    Link,
+    Random,
+    Registry,
+    TokenServer,
+    make_cert,
+    put_blob,
+    python_files,
+    tag_image,
+    tree_files,
+    write_image,
+    write_index,
 )
 
 SCHEDULER = "vllm/v1/core/sched/scheduler.py"
@@ -88,20 +100,37 @@ def layout(tmp_path_factory, trees):
     out = tmp_path_factory.mktemp("layout") / "oci"
     old, new = tree_files(trees["0.22.0"]), tree_files(trees["0.33.0"])
     digests = {}
-    digests["plain"] = write_image(out, "plain", [BASE, old], labels={"org.opencontainers.image.revision": "feedface"})["digest"]
-    digests["layered"] = write_image(out, "layered", [
-        BASE, old,
-        {f"{SITE}/{SCHEDULER}": (trees["0.33.0"] / SCHEDULER).read_bytes()},
-        {f"{SITE}/{DFLASH_MODEL}": WHITEOUT},
-    ])["digest"]
+    digests["plain"] = write_image(out, "plain", [BASE, old], labels={"org.opencontainers.image.revision": "feedface"})[
+        "digest"
+    ]
+    digests["layered"] = write_image(
+        out,
+        "layered",
+        [
+            BASE,
+            old,
+            {f"{SITE}/{SCHEDULER}": (trees["0.33.0"] / SCHEDULER).read_bytes()},
+            {f"{SITE}/{DFLASH_MODEL}": WHITEOUT},
+        ],
+    )["digest"]
     # An earlier vllm hidden by an opaque directory, then 0.33.0 written over it in the same layer.
-    digests["opaque"] = write_image(out, "opaque", [BASE, old, {f"{SITE}/vllm/.wh..wh..opq": b"", **{
-        k: v for k, v in new.items() if "/vllm/" in k}}])["digest"]
-    venv = {"opt/venv/pyvenv.cfg": b"home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.12.3\n",
-            "opt/venv/bin/python3": Link("/usr/bin/python3"), "opt/venv/bin/python": Link("python3"),
-            **tree_files(trees["0.33.0"], VENV_SITE)}
-    digests["two-pythons"] = write_image(out, "two-pythons", [BASE, old, venv], env={"PATH": "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin"})["digest"]
-    digests["system-python"] = write_image(out, "system-python", [BASE, old, venv], env={"PATH": "/usr/local/bin:/usr/bin:/bin"})["digest"]
+    digests["opaque"] = write_image(
+        out,
+        "opaque",
+        [BASE, old, {f"{SITE}/vllm/.wh..wh..opq": b"", **{k: v for k, v in new.items() if "/vllm/" in k}}],
+    )["digest"]
+    venv = {
+        "opt/venv/pyvenv.cfg": b"home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.12.3\n",
+        "opt/venv/bin/python3": Link("/usr/bin/python3"),
+        "opt/venv/bin/python": Link("python3"),
+        **tree_files(trees["0.33.0"], VENV_SITE),
+    }
+    digests["two-pythons"] = write_image(
+        out, "two-pythons", [BASE, old, venv], env={"PATH": "/opt/venv/bin:/usr/local/bin:/usr/bin:/bin"}
+    )["digest"]
+    digests["system-python"] = write_image(
+        out, "system-python", [BASE, old, venv], env={"PATH": "/usr/local/bin:/usr/bin:/bin"}
+    )["digest"]
     amd = write_image(out, None, [BASE, new])
     arm = write_image(out, None, [BASE, old], platform=("linux", "arm64"))
     digests["multi"] = write_index(out, "multi", [amd, arm])["digest"]
@@ -179,11 +208,17 @@ def test_oci_layout_and_docker_archive_on_disk(layout, trees, tmp_path):
     assert report["fixes"] == path_fixes(trees["layered"]), stderr
     assert report["target"]["digest"] == digests["layered"]
     archive = tmp_path / "image.tar"
-    subprocess.run(["skopeo", "copy", "--quiet", f"oci:{directory}:layered", f"docker-archive:{archive}:team/vllm:layered"],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        ["skopeo", "copy", "--quiet", f"oci:{directory}:layered", f"docker-archive:{archive}:team/vllm:layered"],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     code, report, stderr = image_check("--image", f"docker-archive:{archive}")
     assert report["fixes"] == path_fixes(trees["layered"]), stderr
-    config_id = json.loads(subprocess.run(["tar", "-xOf", str(archive), "manifest.json"], capture_output=True, check=True).stdout)[0]["Config"]
+    config_id = json.loads(
+        subprocess.run(["tar", "-xOf", str(archive), "manifest.json"], capture_output=True, check=True).stdout
+    )[0]["Config"]
     assert report["target"]["digest"] == "sha256:" + config_id.removesuffix(".json")  # the image ID
     code, _, stderr = image_check("--image", f"oci:{directory}:nosuchtag")
     one_line_error(code, stderr, "no image tagged 'nosuchtag'")
@@ -284,7 +319,9 @@ def test_registry_that_never_answers_hits_the_deadline():
         threading.Thread(target=lambda: accepted.append(server.accept()), daemon=True).start()
         host = f"127.0.0.1:{server.getsockname()[1]}"
         start = time.monotonic()
-        code, _, stderr = image_check("--image", f"{host}/team/vllm:v1", "--insecure-registry", host, "--registry-timeout", "1")
+        code, _, stderr = image_check(
+            "--image", f"{host}/team/vllm:v1", "--insecure-registry", host, "--registry-timeout", "1"
+        )
         assert time.monotonic() - start < 30
         assert accepted  # it connected, then waited
         one_line_error(code, stderr, "did not answer within 1 s")
@@ -300,13 +337,26 @@ def test_several_images_make_a_report_each_and_reports_name_the_image(registry, 
     assert proc.returncode == 3 and len(fleet["hosts"]) == 2
     assert fleet["hosts"][0]["target"]["reference"] == good and "not found" in fleet["hosts"][1]["error"]
     junit, sarif = tmp_path / "junit.xml", tmp_path / "report.sarif"
-    proc = run_cli("check", "--image", good, "--insecure-registry", registry.host, "--format", "junit", "--output", str(junit),
-                   "--output", f"sarif={sarif}")
+    proc = run_cli(
+        "check",
+        "--image",
+        good,
+        "--insecure-registry",
+        registry.host,
+        "--format",
+        "junit",
+        "--output",
+        str(junit),
+        "--output",
+        f"sarif={sarif}",
+    )
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite.get("name") == f"dflash-doctor check image {good}", proc.stderr
     run = json.loads(sarif.read_text())["runs"][0]
     digest = fleet["hosts"][0]["target"]["digest"]
-    assert run["automationDetails"]["id"] == f"dflash-doctor/image:{good}@{digest}/"  # the image, by reference and digest
+    assert (
+        run["automationDetails"]["id"] == f"dflash-doctor/image:{good}@{digest}/"
+    )  # the image, by reference and digest
     assert run["originalUriBaseIds"]["VLLM_ROOT"] == {"description": {"text": f"image {good}"}}
 
 
@@ -322,11 +372,18 @@ def test_patch_refuses_an_image_and_ancestry_reads_the_revision_label(registry, 
     shutil.copytree(trees["0.22.0"], no_commit)
     (no_commit / "vllm/_version.py").write_text("__version__ = '0.22.0'\n")
     directory = tmp_path / "oci"
-    write_image(directory, "labelled", [BASE, tree_files(no_commit)], labels={"org.opencontainers.image.revision": history.c["main"]})
+    write_image(
+        directory,
+        "labelled",
+        [BASE, tree_files(no_commit)],
+        labels={"org.opencontainers.image.revision": history.c["main"]},
+    )
     write_image(directory, "unlabelled", [BASE, tree_files(no_commit)])
     proc = run_cli("ancestry", "--repo", str(history.path), "--image", f"oci:{directory}:labelled", "--format", "json")
     report = json.loads(proc.stdout)
-    assert report["commit"] == history.c["main"] and report["commit_source"] == "org.opencontainers.image.revision label", proc.stderr
+    assert (
+        report["commit"] == history.c["main"] and report["commit_source"] == "org.opencontainers.image.revision label"
+    ), proc.stderr
     assert {e["pr"]: e["status"] for e in report["prs"]}[40727] == "contained"
     proc = run_cli("ancestry", "--repo", str(history.path), "--image", f"oci:{directory}:unlabelled")
     one_line_error(proc.returncode, proc.stderr, "records no build commit")
@@ -353,7 +410,9 @@ def test_zstd_layers_and_huge_tar_headers_are_refused(tmp_path):
         info = tarfile.TarInfo(f"{SITE}/vllm/__init__.py")
         info.pax_headers = {"comment": "x" * (2 << 20)}
         tar.addfile(info, io.BytesIO(b""))
-    retagged_with_layer(directory, "pax", {"mediaType": OCI_LAYER, **put_blob(directory, gzip.compress(raw.getvalue()))})
+    retagged_with_layer(
+        directory, "pax", {"mediaType": OCI_LAYER, **put_blob(directory, gzip.compress(raw.getvalue()))}
+    )
     code, _, stderr = image_check("--image", f"oci:{directory}:pax")
     one_line_error(code, stderr, "extended tar header")
 
@@ -400,7 +459,7 @@ def test_basic_auth_over_tls_with_credentials_from_docker_config(tmp_path, layou
         helpers.mkdir()
         seen = tmp_path / "helper-asked"
         helper = helpers / "docker-credential-testhelper"
-        helper.write_text(f"#!/bin/sh\ncat > {seen}\necho '{{\"Username\": \"alice\", \"Secret\": \"s3cret\"}}'\n")
+        helper.write_text(f'#!/bin/sh\ncat > {seen}\necho \'{{"Username": "alice", "Secret": "s3cret"}}\'\n')
         helper.chmod(0o755)
         helped = docker_config(tmp_path / "helped", {"credHelpers": {reg.host: "testhelper"}})
         env = {**helped, "SSL_CERT_FILE": str(tls[0]), "PATH": f"{helpers}:{os.environ['PATH']}"}
@@ -420,15 +479,23 @@ def test_bearer_token_challenge_flow(tmp_path, layout, trees, tls):
     try:
         reg.push(directory, "plain", "team/vllm:plain", creds="bob:hunter2")
         image = ("--image", f"{reg.host}/team/vllm:plain")
-        env = {**docker_config(tmp_path / "good", {"auths": {reg.host: basic_auth("bob", "hunter2")}}), "SSL_CERT_FILE": str(tls[0])}
+        env = {
+            **docker_config(tmp_path / "good", {"auths": {reg.host: basic_auth("bob", "hunter2")}}),
+            "SSL_CERT_FILE": str(tls[0]),
+        }
         tokens.requests.clear()
         code, report, stderr = image_check(*image, env=env)
         assert report["fixes"] == path_fixes(trees["0.22.0"]), stderr
-        assert tokens.requests and all("scope=repository%3Ateam%2Fvllm%3Apull" in r and "service=test-registry" in r for r in tokens.requests)
+        assert tokens.requests and all(
+            "scope=repository%3Ateam%2Fvllm%3Apull" in r and "service=test-registry" in r for r in tokens.requests
+        )
         anonymous = {**docker_config(tmp_path / "none", {}), "SSL_CERT_FILE": str(tls[0])}
         code, _, stderr = image_check(*image, env=anonymous)
         one_line_error(code, stderr, "needs credentials")
-        wrong = {**docker_config(tmp_path / "wrong", {"auths": {reg.host: basic_auth("bob", "guess")}}), "SSL_CERT_FILE": str(tls[0])}
+        wrong = {
+            **docker_config(tmp_path / "wrong", {"auths": {reg.host: basic_auth("bob", "guess")}}),
+            "SSL_CERT_FILE": str(tls[0]),
+        }
         code, _, stderr = image_check(*image, env=wrong)
         one_line_error(code, stderr, "the credentials were refused")
     finally:
@@ -446,8 +513,11 @@ def test_a_progress_bar_per_layer_on_a_terminal(layout, tmp_path):
     leader, follower = pty.openpty()
     # The report goes to a file: a pipe nobody reads while the terminal is drained would fill and stall the check.
     report = (tmp_path / "report.json").open("w+b")
-    proc = subprocess.Popen([sys.executable, "-m", "dflash_doctor", "check", "--image", f"oci:{directory}:plain", "--format", "json"],
-                            stdout=report, stderr=follower)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dflash_doctor", "check", "--image", f"oci:{directory}:plain", "--format", "json"],
+        stdout=report,
+        stderr=follower,
+    )
     os.close(follower)
     drawn = b""
     while True:
@@ -466,14 +536,20 @@ def test_a_progress_bar_per_layer_on_a_terminal(layout, tmp_path):
         assert layer["digest"][7:19].encode() in drawn, drawn[-2000:]
 
 
-@pytest.mark.parametrize("given, expected", [
-    ("vllm/vllm-openai:v0.20.1", ("docker.io", "vllm/vllm-openai", "v0.20.1", None)),
-    ("python", ("docker.io", "library/python", "latest", None)),
-    ("index.docker.io/library/ubuntu", ("docker.io", "library/ubuntu", "latest", None)),
-    ("localhost:5000/team/vllm:rc1", ("localhost:5000", "team/vllm", "rc1", None)),
-    ("nvcr.io/nvidia/vllm:25.09-py3", ("nvcr.io", "nvidia/vllm", "25.09-py3", None)),
-    (f"registry.example.com:5000/team/vllm@sha256:{'ab' * 32}", ("registry.example.com:5000", "team/vllm", None, f"sha256:{'ab' * 32}")),
-])
+@pytest.mark.parametrize(
+    "given, expected",
+    [
+        ("vllm/vllm-openai:v0.20.1", ("docker.io", "vllm/vllm-openai", "v0.20.1", None)),
+        ("python", ("docker.io", "library/python", "latest", None)),
+        ("index.docker.io/library/ubuntu", ("docker.io", "library/ubuntu", "latest", None)),
+        ("localhost:5000/team/vllm:rc1", ("localhost:5000", "team/vllm", "rc1", None)),
+        ("nvcr.io/nvidia/vllm:25.09-py3", ("nvcr.io", "nvidia/vllm", "25.09-py3", None)),
+        (
+            f"registry.example.com:5000/team/vllm@sha256:{'ab' * 32}",
+            ("registry.example.com:5000", "team/vllm", None, f"sha256:{'ab' * 32}"),
+        ),
+    ],
+)
 def test_references_follow_dockers_grammar_and_docker_hub_defaults(given, expected):
     from dflash_doctor.images.registry import RegistrySource, parse_reference
 
@@ -488,8 +564,12 @@ def test_references_follow_dockers_grammar_and_docker_hub_defaults(given, expect
 def test_junit_escapes_control_and_bidi_characters_of_an_image_label(tmp_path, trees):
 
     directory = tmp_path / "oci"
-    write_image(directory, "labelled", [BASE, tree_files(trees["0.22.0"])],
-                labels={"org.opencontainers.image.version": "v1" + HOSTILE_TEXT + "\n\x85fake line"})
+    write_image(
+        directory,
+        "labelled",
+        [BASE, tree_files(trees["0.22.0"])],
+        labels={"org.opencontainers.image.version": "v1" + HOSTILE_TEXT + "\n\x85fake line"},
+    )
     proc = run_cli("check", "--image", f"oci:{directory}:labelled", "--format", "junit")
     assert proc.stdout.startswith("<?xml"), proc.stderr
     root = assert_inert_xml(proc.stdout)
@@ -502,14 +582,18 @@ def test_a_plugin_installed_in_the_image_is_named_as_one_that_may_change_the_ans
     """vLLM loads the general plugins every distribution in the image declares; the image's
     entry points are kept (not the plugin's code), so each plugin is named in the reasons
     rather than left unseen."""
-    files = {**tree_files(trees["0.33.0"]),
-             f"{SITE}/old_sched-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: old_sched\nVersion: 1.0\n",
-             f"{SITE}/old_sched-1.0.dist-info/entry_points.txt": b"[vllm.general_plugins]\nold_sched = old_sched:register\n",
-             f"{SITE}/old_sched.py": b"def register():\n    pass\n"}
+    files = {
+        **tree_files(trees["0.33.0"]),
+        f"{SITE}/old_sched-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: old_sched\nVersion: 1.0\n",
+        f"{SITE}/old_sched-1.0.dist-info/entry_points.txt": b"[vllm.general_plugins]\nold_sched = old_sched:register\n",
+        f"{SITE}/old_sched.py": b"def register():\n    pass\n",
+    }
     out = tmp_path / "oci"
     write_image(out, "plugged", [BASE, files])
     code, report, stderr = image_check("--image", f"oci:{out}:plugged")
     assert report is not None, stderr
     reasons = [fix["reason"] or "" for fix in report["fixes"]]
-    assert all("plugin old_sched (vllm.general_plugins of old_sched) could not be read and may change this answer" in reason
-               for reason in reasons), reasons
+    assert all(
+        "plugin old_sched (vllm.general_plugins of old_sched) could not be read and may change this answer" in reason
+        for reason in reasons
+    ), reasons

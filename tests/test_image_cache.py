@@ -36,8 +36,10 @@ def layout(tmp_path: Path, mini_tree: Callable[..., Path]) -> Path:
     """Images ``a`` and ``b``: different bases (so different digests), the same vLLM files."""
     tree = tree_files(mini_tree("0.33.0"))
     out = tmp_path / "oci"
-    digests = [write_image(out, tag, [{**python_files(), "usr/share/base.bin": Random(1 << 16, seed)}, tree])["digest"]
-               for tag, seed in (("a", 1), ("b", 2))]
+    digests = [
+        write_image(out, tag, [{**python_files(), "usr/share/base.bin": Random(1 << 16, seed)}, tree])["digest"]
+        for tag, seed in (("a", 1), ("b", 2))
+    ]
     assert digests[0] != digests[1]
     return out
 
@@ -47,8 +49,13 @@ def check(tmp_path: Path, *references: str) -> tuple[int, dict, int]:
     env = {k: v for k, v in os.environ.items() if k != "DFLASH_DOCTOR_NO_CACHE"}
     env["DFLASH_DOCTOR_CACHE"] = str(tmp_path / "cache")
     images = [a for reference in references for a in ("--image", reference)]
-    proc = subprocess.run([sys.executable, "-c", WATCHED, "check", *images, "--format", "json", "--jobs", "4"],
-                          env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-c", WATCHED, "check", *images, "--format", "json", "--jobs", "4"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.stdout, proc.stderr
     return proc.returncode, json.loads(proc.stdout), proc.stderr.count("CHILD\n")
 

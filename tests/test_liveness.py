@@ -32,39 +32,29 @@ DEAD_CASES = {
     "after raise": "ran.append('live')\nraise StopIteration\nran.append('dead')",
     "after continue": "for item in [1]:\n    ran.append('live')\n    continue\n    ran.append('dead')",
     "after break": "while x:\n    ran.append('live')\n    break\n    ran.append('dead')",
-    "after an if whose branches both return":
-        "if x:\n    ran.append('live')\n    return\nelse:\n    return\nran.append('dead')",
-    "after an if/elif/else that all end":
-        "if x:\n    return\nelif not x:\n    raise ValueError\nelse:\n    return\nran.append('dead')",
-    "after while True without break":
-        "while True:\n    ran.append('live')\n    for item in [1]:\n        break\n    return\nran.append('dead')",
-    "after try whose body and handlers end":
-        "try:\n    ran.append('live')\n    return\nexcept ValueError:\n    raise\nran.append('dead')",
-    "after a finally that returns":
-        "try:\n    ran.append('live')\nfinally:\n    return\nran.append('dead')",
+    "after an if whose branches both return": "if x:\n    ran.append('live')\n    return\nelse:\n    return\nran.append('dead')",
+    "after an if/elif/else that all end": "if x:\n    return\nelif not x:\n    raise ValueError\nelse:\n    return\nran.append('dead')",
+    "after while True without break": "while True:\n    ran.append('live')\n    for item in [1]:\n        break\n    return\nran.append('dead')",
+    "after try whose body and handlers end": "try:\n    ran.append('live')\n    return\nexcept ValueError:\n    raise\nran.append('dead')",
+    "after a finally that returns": "try:\n    ran.append('live')\nfinally:\n    return\nran.append('dead')",
     "untaken arm of a conditional expression": "ran.append('live') if True else ran.append('dead')",
     "right of a false and": "False and ran.append('dead')\nran.append('live')",
     "right of a true or": "(1 or ran.append('dead')) and ran.append('live')",
     "nested dead inside live": "if x:\n    ran.append('live')\n    if ():\n        ran.append('dead')",
-    "a nested function nothing calls":
-        "def helper():\n    ran.append('dead')\nran.append('live')",
+    "a nested function nothing calls": "def helper():\n    ran.append('dead')\nran.append('live')",
 }
 LIVE_CASES = {
     "an unknown test": "if x:\n    ran.append('live')",
-    "while True with its own break":
-        "while True:\n    break\nran.append('live')",
-    "a handler that falls through":
-        "try:\n    if x:\n        raise ValueError\n    return\nexcept ValueError:\n    pass\nran.append('live')",
-    "a with block (its exit may swallow the raise)":
-        "import contextlib\nwith contextlib.suppress(ValueError):\n    raise ValueError\nran.append('live')",
+    "while True with its own break": "while True:\n    break\nran.append('live')",
+    "a handler that falls through": "try:\n    if x:\n        raise ValueError\n    return\nexcept ValueError:\n    pass\nran.append('live')",
+    "a with block (its exit may swallow the raise)": "import contextlib\nwith contextlib.suppress(ValueError):\n    raise ValueError\nran.append('live')",
     "one branch returns": "if x:\n    return\nran.append('live')",
     "a comparison with an unknown side": "if x == 1 or x != 1:\n    ran.append('live')",
     "a loop over a starred tuple": "for item in (*[1],):\n    ran.append('live')",
     "a bare TYPE_CHECKING nothing vouches for": "if TYPE_CHECKING:\n    ran.append('live')",
     "a nested function called": "def helper():\n    ran.append('live')\nif x:\n    helper()",
     "a nested function handed on": "def helper():\n    ran.append('live')\nlist(map(lambda f: f(), [helper]))",
-    "a nested function a decorator may call":
-        "def call(function):\n    function()\n    return function\n@call\ndef helper():\n    ran.append('live')",
+    "a nested function a decorator may call": "def call(function):\n    function()\n    return function\n@call\ndef helper():\n    ran.append('live')",
     "a nested function reached through locals()": "def helper():\n    ran.append('live')\nlocals()['helper']()",
 }
 
@@ -119,10 +109,16 @@ def test_code_that_may_run_is_live(name):
 def test_type_checking_is_a_constant_only_when_it_comes_from_typing():
     block = "if TYPE_CHECKING:\n    ran.append('dead')\nif typing.TYPE_CHECKING:\n    ran.append('dead')\n"
     assert module_constants(ast.parse("import typing\nfrom typing import TYPE_CHECKING\n")) == {
-        "TYPE_CHECKING": False, "typing.TYPE_CHECKING": False}
+        "TYPE_CHECKING": False,
+        "typing.TYPE_CHECKING": False,
+    }
     assert all(_marked(block, {"TYPE_CHECKING": False, "typing.TYPE_CHECKING": False})["dead"])
-    for rebinding in ("TYPE_CHECKING = True\n", "def g(TYPE_CHECKING=True):\n    pass\n",
-                      "from mylib import TYPE_CHECKING\n", "from typing import TYPE_CHECKING as T, Any as TYPE_CHECKING\n"):
+    for rebinding in (
+        "TYPE_CHECKING = True\n",
+        "def g(TYPE_CHECKING=True):\n    pass\n",
+        "from mylib import TYPE_CHECKING\n",
+        "from typing import TYPE_CHECKING as T, Any as TYPE_CHECKING\n",
+    ):
         assert "TYPE_CHECKING" not in module_constants(ast.parse("from typing import TYPE_CHECKING\n" + rebinding))
     assert "typing.TYPE_CHECKING" not in module_constants(ast.parse("import typing\ntyping = object()\n"))
     assert not any(_marked(block, {})["dead"])
@@ -143,11 +139,15 @@ def _forms(code: str) -> list[str]:
     return [hit.form.id for hit in match_forms(rule.forms_for("mamba-backoff"), cst.parse_module(code))]
 
 
-@pytest.mark.parametrize("dead", [
-    "if False:\n" + textwrap.indent(BACKOFF_FIXED, "    "),
-    "return last\n" + BACKOFF_FIXED,
-    "while 0:\n" + textwrap.indent(BACKOFF_FIXED, "    "),
-], ids=["if-false", "after-return", "while-0"])
+@pytest.mark.parametrize(
+    "dead",
+    [
+        "if False:\n" + textwrap.indent(BACKOFF_FIXED, "    "),
+        "return last\n" + BACKOFF_FIXED,
+        "while 0:\n" + textwrap.indent(BACKOFF_FIXED, "    "),
+    ],
+    ids=["if-false", "after-return", "while-0"],
+)
 def test_a_form_in_dead_code_does_not_count(dead):
     assert _forms(_backoff(BACKOFF_FIXED)) == ["backoff-exempts-dflash"]
     assert _forms(_backoff(BACKOFF_UNKNOWN, dead)) == []
@@ -171,7 +171,9 @@ def test_the_check_reads_a_dead_form_as_not_there_and_says_so(tmp_path: Path):
     (tmp_path / "vllm/config").mkdir(parents=True)
     (tmp_path / "vllm/config/speculative.py").write_text(SPEC)
     (tmp_path / "vllm/v1/core/sched").mkdir(parents=True)
-    scheduler = SCHEDULER + textwrap.indent(_backoff(BACKOFF_UNKNOWN, "if False:\n" + textwrap.indent(BACKOFF_FIXED, "    ")), "    ")
+    scheduler = SCHEDULER + textwrap.indent(
+        _backoff(BACKOFF_UNKNOWN, "if False:\n" + textwrap.indent(BACKOFF_FIXED, "    ")), "    "
+    )
     (tmp_path / "vllm/v1/core/sched/scheduler.py").write_text(scheduler)
     (rule,) = [rule for rule in load_rules() if rule.id == "cache-drop"]
     (fix,) = FormReader(DirectoryTree(tmp_path, None)).run((rule,))

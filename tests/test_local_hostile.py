@@ -209,12 +209,16 @@ def test_debug_shows_the_traceback(memory_hungry_tree, tmp_path):
 def test_reader_that_leaves_early_is_one_line(mini_tree):
     proc = subprocess.Popen(
         [sys.executable, "-m", "dflash_doctor", "check", "--path", str(mini_tree("0.33.0"))],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
     )
     proc.stdout.close()  # gone before the report is written, like `| head -0`
     stderr = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 3
-    assert stderr.splitlines() == ["dflash-doctor: error: standard output was closed before all of it was written"], stderr
+    assert stderr.splitlines() == ["dflash-doctor: error: standard output was closed before all of it was written"], (
+        stderr
+    )
 
 
 @pytest.mark.release

@@ -31,7 +31,10 @@ def in_pty(*args: str, stderr: Path) -> str:
     Standard error goes to a file, so rich's progress bar does not mix its cursor moves in."""
     command = shlex.join([sys.executable, "-m", "dflash_doctor", *args]) + " 2>" + shlex.quote(str(stderr))
     proc = subprocess.run(
-        ["script", "-qefc", command, "/dev/null"], capture_output=True, timeout=120, stdin=subprocess.DEVNULL,
+        ["script", "-qefc", command, "/dev/null"],
+        capture_output=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
         env={**os.environ, "COLUMNS": "400", "LINES": "50", "TERM": "xterm-256color"},
     )
     return proc.stdout.decode("utf-8").replace("\r\n", "\n")
@@ -40,7 +43,13 @@ def in_pty(*args: str, stderr: Path) -> str:
 def assert_inert(output: str) -> str:
     """No control character but rich's SGR styling and line breaks; returns the text without styling."""
     text = SGR.sub("", output)
-    controls = sorted({hex(ord(c)) for c in text if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F or 0x202A <= ord(c) <= 0x202E})
+    controls = sorted(
+        {
+            hex(ord(c))
+            for c in text
+            if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F or 0x202A <= ord(c) <= 0x202E
+        }
+    )
     assert not controls, controls
     return text
 

@@ -55,7 +55,7 @@ def function_source(path: Path, qualname: str) -> str:
     """A def cut out of a file with the stdlib ast (decorators dropped), dedented."""
     text = path.read_text()
     node = _find_def(ast.parse(text), qualname.split("."))
-    return textwrap.dedent("".join(text.splitlines(keepends=True)[node.lineno - 1: node.end_lineno]))
+    return textwrap.dedent("".join(text.splitlines(keepends=True)[node.lineno - 1 : node.end_lineno]))
 
 
 def _find_def(node: ast.AST, parts: list[str]) -> ast.AST:
@@ -78,23 +78,25 @@ def run_python(code: str):
 def resolver_answers(root: Path) -> list:
     """The V1 resolver of this tree on a z-lab config, on a speculators config
     translated by the tree's own update_dflash, and on an EAGLE config."""
-    code = "\n".join([
-        "from __future__ import annotations",
-        "import json",
-        "from types import SimpleNamespace as NS",
-        function_source(root / RESOLVER, "GPUModelRunner._get_eagle3_aux_layers_from_config"),
-        function_source(root / ALGOS, "update_dflash"),
-        "def resolve(hf):",
-        "    runner = NS(speculative_config=NS(draft_model_config=NS(hf_config=hf)))",
-        "    return _get_eagle3_aux_layers_from_config(runner)",
-        "zlab = resolve(NS(dflash_config={'target_layer_ids': [1, 16, 31, 46, 61]}))",
-        "zlab_small = resolve(NS(dflash_config={'target_layer_ids': [0, 16, 31]}))",
-        "pre = {}",
-        "update_dflash({'aux_hidden_state_layer_ids': [2, 17, 32, 47, 62], 'mask_token_id': 7, 'draft_vocab_size': 9}, pre)",
-        "speculators = resolve(NS(**pre))",
-        "eagle = resolve(NS(eagle_aux_hidden_state_layer_ids=[3, 5]))",
-        "print(json.dumps([zlab, zlab_small, speculators, eagle]))",
-    ])
+    code = "\n".join(
+        [
+            "from __future__ import annotations",
+            "import json",
+            "from types import SimpleNamespace as NS",
+            function_source(root / RESOLVER, "GPUModelRunner._get_eagle3_aux_layers_from_config"),
+            function_source(root / ALGOS, "update_dflash"),
+            "def resolve(hf):",
+            "    runner = NS(speculative_config=NS(draft_model_config=NS(hf_config=hf)))",
+            "    return _get_eagle3_aux_layers_from_config(runner)",
+            "zlab = resolve(NS(dflash_config={'target_layer_ids': [1, 16, 31, 46, 61]}))",
+            "zlab_small = resolve(NS(dflash_config={'target_layer_ids': [0, 16, 31]}))",
+            "pre = {}",
+            "update_dflash({'aux_hidden_state_layer_ids': [2, 17, 32, 47, 62], 'mask_token_id': 7, 'draft_vocab_size': 9}, pre)",
+            "speculators = resolve(NS(**pre))",
+            "eagle = resolve(NS(eagle_aux_hidden_state_layer_ids=[3, 5]))",
+            "print(json.dumps([zlab, zlab_small, speculators, eagle]))",
+        ]
+    )
     return run_python(code)
 
 
@@ -115,32 +117,41 @@ def scheduler_answers(root: Path) -> dict:
     call = next(n for n in ast.walk(init) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "KVCacheManager")
     manager_arg = ast.unparse(next(k.value for k in call.keywords if k.arg == "use_eagle"))
     split = _find_def(ast.parse((root / SCHEDULER).read_text()), ["Scheduler", "_mamba_block_aligned_split"])
-    backoff = next(ast.unparse(n.test) for n in ast.walk(split) if isinstance(n, ast.If) and "use_eagle" in ast.unparse(n.test))
-    code = "\n".join([
-        "import json",
-        "from types import SimpleNamespace as NS",
-        function_source(root / SPECULATIVE, "SpeculativeConfig.use_eagle"),
-        function_source(root / SPECULATIVE, "SpeculativeConfig.use_dflash"),
-        SPEC_STUB,
-        "Spec.use_eagle, Spec.use_dflash = use_eagle, use_dflash",
-        "def scheduler(method):",
-        "    spec = Spec(method)",
-        "    return NS(use_eagle=spec.use_eagle(), vllm_config=NS(speculative_config=spec))",
-        f"print(json.dumps({{m: [bool(eval({manager_arg!r}, {{'self': scheduler(m)}})), "
-        f"bool(eval({backoff!r}, {{'self': scheduler(m)}}))] for m in {METHODS!r}}}))",
-    ])
+    backoff = next(
+        ast.unparse(n.test) for n in ast.walk(split) if isinstance(n, ast.If) and "use_eagle" in ast.unparse(n.test)
+    )
+    code = "\n".join(
+        [
+            "import json",
+            "from types import SimpleNamespace as NS",
+            function_source(root / SPECULATIVE, "SpeculativeConfig.use_eagle"),
+            function_source(root / SPECULATIVE, "SpeculativeConfig.use_dflash"),
+            SPEC_STUB,
+            "Spec.use_eagle, Spec.use_dflash = use_eagle, use_dflash",
+            "def scheduler(method):",
+            "    spec = Spec(method)",
+            "    return NS(use_eagle=spec.use_eagle(), vllm_config=NS(speculative_config=spec))",
+            f"print(json.dumps({{m: [bool(eval({manager_arg!r}, {{'self': scheduler(m)}})), "
+            f"bool(eval({backoff!r}, {{'self': scheduler(m)}}))] for m in {METHODS!r}}}))",
+        ]
+    )
     return run_python(code)
 
 
 def predicate_answers(root: Path) -> dict:
     """SpeculativeConfig.use_eagle_block_drop of this tree, per method, without and with the opt-out flag."""
-    code = "\n".join([
-        "import json",
-        *(function_source(root / SPECULATIVE, f"SpeculativeConfig.{name}") for name in ("use_eagle", "use_dflash", "use_eagle_block_drop")),
-        SPEC_STUB,
-        "Spec.use_eagle, Spec.use_dflash, Spec.use_eagle_block_drop = use_eagle, use_dflash, use_eagle_block_drop",
-        f"print(json.dumps({{m: [Spec(m).use_eagle_block_drop(), Spec(m, True).use_eagle_block_drop()] for m in {METHODS!r}}}))",
-    ])
+    code = "\n".join(
+        [
+            "import json",
+            *(
+                function_source(root / SPECULATIVE, f"SpeculativeConfig.{name}")
+                for name in ("use_eagle", "use_dflash", "use_eagle_block_drop")
+            ),
+            SPEC_STUB,
+            "Spec.use_eagle, Spec.use_dflash, Spec.use_eagle_block_drop = use_eagle, use_dflash, use_eagle_block_drop",
+            f"print(json.dumps({{m: [Spec(m).use_eagle_block_drop(), Spec(m, True).use_eagle_block_drop()] for m in {METHODS!r}}}))",
+        ]
+    )
     return run_python(code)
 
 
@@ -236,22 +247,24 @@ def test_cache_drop_patch_changes_the_mamba_chunking_for_dflash_only(tmp_path, m
     """The whole patched 0.20.1 _mamba_block_aligned_split, run on a 100-token prompt with 16-token blocks."""
     root = mini_tree("0.20.1")
     assert patch(root, "--only", "cache-drop", "--yes").returncode == 0
-    code = "\n".join([
-        "from __future__ import annotations",
-        "import json",
-        "from types import SimpleNamespace as NS",
-        function_source(root / SPECULATIVE, "SpeculativeConfig.use_eagle"),
-        function_source(root / SPECULATIVE, "SpeculativeConfig.use_dflash"),
-        function_source(root / SCHEDULER, "Scheduler._mamba_block_aligned_split"),
-        SPEC_STUB,
-        "Spec.use_eagle, Spec.use_dflash = use_eagle, use_dflash",
-        "def chunk(method):",
-        "    spec = Spec(method)",
-        "    me = NS(use_eagle=spec.use_eagle(), vllm_config=NS(speculative_config=spec), cache_config=NS(block_size=16))",
-        "    request = NS(num_computed_tokens=0, num_prompt_tokens=100, num_tokens=100)",
-        "    return _mamba_block_aligned_split(me, request, 100)",
-        "print(json.dumps({m: chunk(m) for m in ['dflash', 'eagle3', 'ngram']}))",
-    ])
+    code = "\n".join(
+        [
+            "from __future__ import annotations",
+            "import json",
+            "from types import SimpleNamespace as NS",
+            function_source(root / SPECULATIVE, "SpeculativeConfig.use_eagle"),
+            function_source(root / SPECULATIVE, "SpeculativeConfig.use_dflash"),
+            function_source(root / SCHEDULER, "Scheduler._mamba_block_aligned_split"),
+            SPEC_STUB,
+            "Spec.use_eagle, Spec.use_dflash = use_eagle, use_dflash",
+            "def chunk(method):",
+            "    spec = Spec(method)",
+            "    me = NS(use_eagle=spec.use_eagle(), vllm_config=NS(speculative_config=spec), cache_config=NS(block_size=16))",
+            "    request = NS(num_computed_tokens=0, num_prompt_tokens=100, num_tokens=100)",
+            "    return _mamba_block_aligned_split(me, request, 100)",
+            "print(json.dumps({m: chunk(m) for m in ['dflash', 'eagle3', 'ngram']}))",
+        ]
+    )
     assert run_python(code) == {"dflash": 96, "eagle3": 80, "ngram": 96}
 
 
@@ -289,8 +302,12 @@ def test_unchecked_bytecode_of_a_patched_file_is_removed(tmp_path, mini_tree):
     cache = root / "vllm/v1/worker/__pycache__"
     unchecked = cache / "gpu_model_runner.cpython-311.pyc"
     timestamped = cache / "gpu_model_runner.cpython-399.pyc"
-    py_compile.compile(str(root / RESOLVER), cfile=str(unchecked), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
-    py_compile.compile(str(root / RESOLVER), cfile=str(timestamped), invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)
+    py_compile.compile(
+        str(root / RESOLVER), cfile=str(unchecked), invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH
+    )
+    py_compile.compile(
+        str(root / RESOLVER), cfile=str(timestamped), invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP
+    )
     assert patch(root, "--only", "layer-offset", "--yes").returncode == 0
     assert not unchecked.exists()  # Python would have kept running the unpatched code
     assert timestamped.exists()  # notices the new source by itself
@@ -320,7 +337,11 @@ def test_no_dflash_release_is_refused(tmp_path, mini_tree):
 def test_unknown_form_is_refused(tmp_path, mini_tree):
     root = mini_tree("0.20.1")
     path = root / RESOLVER
-    path.write_text(path.read_text().replace('dflash_config.get("target_layer_ids")', 'read_ids(dflash_config, key="target_layer_ids")'))
+    path.write_text(
+        path.read_text().replace(
+            'dflash_config.get("target_layer_ids")', 'read_ids(dflash_config, key="target_layer_ids")'
+        )
+    )
     original = snapshot(root)
     proc = patch(root, "--only", "layer-offset", "--yes")
     assert proc.returncode == 2  # the tree stays unknown
@@ -331,8 +352,12 @@ def test_unknown_form_is_refused(tmp_path, mini_tree):
 def test_variant_the_patch_was_not_written_for_is_refused(tmp_path, mini_tree):
     root = mini_tree("0.20.1")
     path = root / RESOLVER
-    path.write_text(path.read_text().replace('layer_ids = dflash_config.get("target_layer_ids")',
-                                             'layer_ids = tuple(dflash_config.get("target_layer_ids"))'))
+    path.write_text(
+        path.read_text().replace(
+            'layer_ids = dflash_config.get("target_layer_ids")',
+            'layer_ids = tuple(dflash_config.get("target_layer_ids"))',
+        )
+    )
     original = snapshot(root)
     assert statuses(check_json("--path", str(root), "--only", "layer-offset")[1]) == {"layer-offset": "absent"}
     proc = patch(root, "--only", "layer-offset", "--yes")
@@ -370,7 +395,9 @@ def test_dry_run_prints_the_diff_and_changes_nothing(tmp_path, mini_tree):
     assert snapshot(root) == original
     assert f"--- a/{RESOLVER}" in proc.stdout and f"+++ b/{SCHEDULER}" in proc.stdout
     assert '+                layer_ids = [i + 1 for i in (dflash_config.get("target_layer_ids") or [])]' in proc.stdout
-    applied = subprocess.run(["patch", "-p1", "--dry-run", "-d", str(root)], input=proc.stdout, capture_output=True, text=True)
+    applied = subprocess.run(
+        ["patch", "-p1", "--dry-run", "-d", str(root)], input=proc.stdout, capture_output=True, text=True
+    )
     assert applied.returncode == 0, applied.stdout + applied.stderr  # a diff GNU patch accepts
     assert patch(root, "--only", "layer-offset", "--only", "cache-drop", "--dry-run").returncode == 0
 
@@ -403,8 +430,13 @@ def test_file_changed_while_the_prompt_waits_is_refused(tmp_path, mini_tree):
     edited before the answer, and the yes is refused."""
     root = mini_tree("0.20.1")
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "dflash_doctor", "patch", "--path", str(root), "--only", "layer-offset"],
-                            stdin=slave, stdout=slave, stderr=slave, close_fds=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dflash_doctor", "patch", "--path", str(root), "--only", "layer-offset"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        close_fds=True,
+    )
     os.close(slave)
     seen = _read_until(master, b"[y/N]")
     assert b"+                layer_ids = [i + 1" in seen
@@ -426,8 +458,13 @@ def test_answering_no_changes_nothing(tmp_path, mini_tree, answer):
     root = mini_tree("0.20.1")
     original = snapshot(root)
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "dflash_doctor", "patch", "--path", str(root)],
-                            stdin=slave, stdout=slave, stderr=slave, close_fds=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dflash_doctor", "patch", "--path", str(root)],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        close_fds=True,
+    )
     os.close(slave)
     _read_until(master, b"[y/N]")
     os.write(master, answer)
@@ -510,10 +547,13 @@ def test_reinstalled_file_is_recorded_as_changed_and_patched_afresh(tmp_path, mi
     assert (root / RESOLVER).read_bytes() == upgraded and not (root / STATE).exists()
 
 
-DEMO_RULE = """
+DEMO_RULE = (
+    """
 id = "demo"
 title = "a second fix in the same function"
-""" + DEMO_RULE_PREAMBLE + """[[anchors]]
+"""
+    + DEMO_RULE_PREAMBLE
+    + """[[anchors]]
 id = "resolver"
 file = "vllm/v1/worker/gpu_model_runner.py"
 symbol = "GPUModelRunner._get_eagle3_aux_layers_from_config"
@@ -532,6 +572,7 @@ patterns = ["getattr($H, 'eagle_aux_hidden_state_layer_ids', None)"]
 patch.produces = "eagle-ids-or-none"
 patch.rewrite = [{ find = "getattr($H, 'eagle_aux_hidden_state_layer_ids', None)", replace = "getattr($H, 'eagle_aux_hidden_state_layer_ids', None) or None" }]
 """
+)
 
 
 def test_two_fixes_in_one_file_share_one_backup(tmp_path, mini_tree):
@@ -555,7 +596,9 @@ def test_two_fixes_in_one_file_share_one_backup(tmp_path, mini_tree):
     manifest = json.loads((root / STATE / "manifest.json").read_text())
     entry = manifest["files"][RESOLVER]
     assert [p["fix"] for p in entry["patches"]] == ["layer-offset", "demo"]
-    assert entry["sha256_before"] == sha(original[RESOLVER][0]) and entry["sha256_after"] == sha((root / RESOLVER).read_bytes())
+    assert entry["sha256_before"] == sha(original[RESOLVER][0]) and entry["sha256_after"] == sha(
+        (root / RESOLVER).read_bytes()
+    )
     assert len(list((root / STATE / "backups").iterdir())) == 1
     with pytest.raises(ToolError, match="also holds the patch for layer-offset"):
         plan_restore(files, frozenset({"demo"}))
@@ -626,18 +669,23 @@ def _private_mounts(script: str) -> subprocess.CompletedProcess:
     probe = subprocess.run(["unshare", "-m", "true"], capture_output=True)
     if probe.returncode != 0:
         pytest.skip("mount namespaces are not allowed here (needs root or CAP_SYS_ADMIN)")
-    return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-ec", script],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-ec", script], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_read_only_tree_is_refused_and_left_alone(tmp_path, mini_tree):
     root = mini_tree("0.20.1")
     original = snapshot(root)
-    script = (f"mount --bind {root} {root}; mount -o remount,bind,ro {root}; "
-              f"{sys.executable} -m dflash_doctor patch --path {root} --only layer-offset --yes || echo exit=$?")
+    script = (
+        f"mount --bind {root} {root}; mount -o remount,bind,ro {root}; "
+        f"{sys.executable} -m dflash_doctor patch --path {root} --only layer-offset --yes || echo exit=$?"
+    )
     proc = _private_mounts(script)
     assert "exit=3" in proc.stdout, proc.stdout + proc.stderr
-    assert "dflash-doctor: error: cannot create .dflash-doctor" in proc.stderr and "Read-only file system" in proc.stderr
+    assert (
+        "dflash-doctor: error: cannot create .dflash-doctor" in proc.stderr and "Read-only file system" in proc.stderr
+    )
     assert snapshot(root) == original
 
 
@@ -677,13 +725,15 @@ def test_disk_full_leaves_the_old_file(tmp_path, mini_tree, where):
     mount.mkdir()
     (tmp_path / "fill.py").write_text(FILL)
     out = tmp_path / "out"
-    script = "; ".join([
-        f"mount -t tmpfs -o size=16m tmpfs {mount}",
-        f"cp -a {source} {tree}",
-        f"{sys.executable} {tmp_path / 'fill.py'} {mount} {leave}",
-        f"{sys.executable} -m dflash_doctor patch --path {tree} --only layer-offset --yes > {out}.stdout 2> {out}.stderr || echo $? > {out}.code",
-        f"cp -a {tree} {out}.tree",
-    ])
+    script = "; ".join(
+        [
+            f"mount -t tmpfs -o size=16m tmpfs {mount}",
+            f"cp -a {source} {tree}",
+            f"{sys.executable} {tmp_path / 'fill.py'} {mount} {leave}",
+            f"{sys.executable} -m dflash_doctor patch --path {tree} --only layer-offset --yes > {out}.stdout 2> {out}.stderr || echo $? > {out}.code",
+            f"cp -a {tree} {out}.tree",
+        ]
+    )
     proc = _private_mounts(script)
     assert proc.returncode == 0, proc.stderr
     assert (Path(f"{out}.code")).read_text().strip() == "3"
@@ -700,8 +750,23 @@ def test_disk_full_leaves_the_old_file(tmp_path, mini_tree, where):
 def _stalled(args: list[str], at: Path) -> subprocess.Popen:
     """dflash-doctor with the fsync of ``at`` held for 60 s by strace: the write
     stops at that known point, long enough to look and to kill it there."""
-    command = ["strace", "-f", "--seccomp-bpf", "-o", "/dev/null", "-P", str(at), "-e", "trace=fsync",
-               "-e", "inject=fsync:delay_enter=60000000", sys.executable, "-m", "dflash_doctor", *args]
+    command = [
+        "strace",
+        "-f",
+        "--seccomp-bpf",
+        "-o",
+        "/dev/null",
+        "-P",
+        str(at),
+        "-e",
+        "trace=fsync",
+        "-e",
+        "inject=fsync:delay_enter=60000000",
+        sys.executable,
+        "-m",
+        "dflash_doctor",
+        *args,
+    ]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
 
 
@@ -747,7 +812,9 @@ def test_killed_patch_leaves_old_or_new_file_and_recovers(tmp_path, mini_tree, p
     try:
         _wait_for(reached, proc)
         if point == "new file written":  # the lock is held: a second run must not start
-            assert_refused(patch(root, "--only", "layer-offset", "--yes"), "another dflash-doctor patch or restore is running")
+            assert_refused(
+                patch(root, "--only", "layer-offset", "--yes"), "another dflash-doctor patch or restore is running"
+            )
     finally:
         kill(proc)
 
@@ -796,10 +863,13 @@ def _patched_resolver_bytes(mini_tree) -> bytes:
 # ------------------------------------------------- rules: patch declarations
 
 
-RULE = '''
+RULE = (
+    """
 id = "demo"
 title = "demo"
-''' + DEMO_RULE_PREAMBLE + '''[[anchors]]
+"""
+    + DEMO_RULE_PREAMBLE
+    + """[[anchors]]
 id = "site"
 file = "vllm/x.py"
 symbol = "f"
@@ -827,7 +897,8 @@ name = "good call"
 anchor = "site"
 expect = ["good"]
 code = "def f():\\n    return good(1)\\n"
-'''
+"""
+)
 
 
 def _rule(tmp_path: Path, replace: str):
@@ -916,4 +987,6 @@ def test_patch_repo_pr_bad_input(copy, tmp_path):
     assert_error(run_cli("patch", "--repo", str(copy.path)), "give --repo and --pr together")
     assert_error(run_cli("patch", "--repo", str(copy.path), "--pr", "53388", "--path", str(tmp_path)), "without --path")
     assert_error(run_cli("patch", "--repo", str(tmp_path), "--pr", "53388", "--yes"), str(tmp_path))
-    assert_error(run_cli("patch", "--repo", str(copy.path), "--pr", "54163", "--yes"), "fetch origin +refs/pull/54163/head")
+    assert_error(
+        run_cli("patch", "--repo", str(copy.path), "--pr", "54163", "--yes"), "fetch origin +refs/pull/54163/head"
+    )

@@ -71,7 +71,14 @@ def manifest(files: dict) -> str:
 
 def entry(before: bytes, after: bytes) -> dict:
     """A manifest entry as this tool writes it."""
-    patch_record = {"fix": "layer-offset", "symbol": "s", "form": "f", "produces": "p", "tool_version": "0", "applied_at": "t"}
+    patch_record = {
+        "fix": "layer-offset",
+        "symbol": "s",
+        "form": "f",
+        "produces": "p",
+        "tool_version": "0",
+        "applied_at": "t",
+    }
     return {"sha256_before": sha(before), "sha256_after": sha(after), "backup": "x", "patches": [patch_record]}
 
 
@@ -85,9 +92,15 @@ def plant_state(root: Path, files: dict, backups: dict[str, bytes]) -> None:
 # ------------------------------------------------------------ planted state symlinks
 
 
-@pytest.mark.parametrize("planted, restore_code", [
-    (STATE, 3), (f"{STATE}/backups", 0), (f"{STATE}/lock", 0), (f"{STATE}/manifest.json", 3),
-])
+@pytest.mark.parametrize(
+    "planted, restore_code",
+    [
+        (STATE, 3),
+        (f"{STATE}/backups", 0),
+        (f"{STATE}/lock", 0),
+        (f"{STATE}/manifest.json", 3),
+    ],
+)
 def test_planted_state_symlink_is_refused_and_nothing_is_written_outside(hostile, planted, restore_code):
     """restore reads the manifest first: through a planted link it refuses;
     without a manifest it has nothing to restore, and writes nothing either way."""
@@ -106,7 +119,9 @@ def test_planted_state_symlink_is_refused_and_nothing_is_written_outside(hostile
 
     proc = restore(root)
     if restore_code == 3:
-        assert_refused(proc, f"{STATE} in {root} is a symlink" if planted == STATE else f"{planted} in {root} is a symlink")
+        assert_refused(
+            proc, f"{STATE} in {root} is a symlink" if planted == STATE else f"{planted} in {root} is a symlink"
+        )
     else:
         assert proc.returncode == 0 and "nothing to restore" in proc.stderr, proc.stderr
     assert entries(root) == tree
@@ -135,8 +150,18 @@ def test_planted_state_symlink_with_a_manifest_behind_it_restores_nothing(hostil
 # ------------------------------------------------------------ manifests naming paths out of the tree
 
 
-@pytest.mark.parametrize("named", ["../outside/victim.py", "vllm/../../outside/victim.py", "ABSOLUTE", "vllm//x.py",
-                                   "vllm/./x.py", "setup.py", "vllm/x.txt"])
+@pytest.mark.parametrize(
+    "named",
+    [
+        "../outside/victim.py",
+        "vllm/../../outside/victim.py",
+        "ABSOLUTE",
+        "vllm//x.py",
+        "vllm/./x.py",
+        "setup.py",
+        "vllm/x.txt",
+    ],
+)
 def test_manifest_naming_a_path_out_of_vllm_is_refused(hostile, named):
     root, outside = hostile.root, hostile.outside
     named = str(outside / "victim.py") if named == "ABSOLUTE" else named
@@ -165,15 +190,18 @@ def test_manifest_entry_linked_out_of_the_tree_is_refused(hostile):
     hostile.untouched()
 
 
-@pytest.mark.parametrize("files", [
-    [],
-    {RESOLVER: "not an object"},
-    {RESOLVER: {"sha256_before": 5, "sha256_after": "0" * 64, "patches": []}},
-    {RESOLVER: {"sha256_before": "../../../outside/x" + "0" * 46, "sha256_after": "0" * 64, "patches": []}},
-    {RESOLVER: {"sha256_before": "0" * 64, "sha256_after": "0" * 64, "patches": "x"}},
-    {RESOLVER: {"sha256_before": "0" * 64, "sha256_after": "0" * 64, "patches": [{"fix": 1}]}},
-    {RESOLVER: {"sha256_before": "0" * 64, "sha256_after": "0" * 64, "patches": [[1, 2]]}},
-])
+@pytest.mark.parametrize(
+    "files",
+    [
+        [],
+        {RESOLVER: "not an object"},
+        {RESOLVER: {"sha256_before": 5, "sha256_after": "0" * 64, "patches": []}},
+        {RESOLVER: {"sha256_before": "../../../outside/x" + "0" * 46, "sha256_after": "0" * 64, "patches": []}},
+        {RESOLVER: {"sha256_before": "0" * 64, "sha256_after": "0" * 64, "patches": "x"}},
+        {RESOLVER: {"sha256_before": "0" * 64, "sha256_after": "0" * 64, "patches": [{"fix": 1}]}},
+        {RESOLVER: {"sha256_before": "0" * 64, "sha256_after": "0" * 64, "patches": [[1, 2]]}},
+    ],
+)
 def test_manifest_with_fields_of_the_wrong_type_is_one_line_exit_3(hostile, files):
     root = hostile.root
     (root / STATE).mkdir()
@@ -247,7 +275,7 @@ def test_bytecode_behind_a_linked_pycache_is_left_alone(hostile):
     (unknown, exit 2) rather than present."""
     root, outside = hostile.root, hostile.outside
     (outside / "pycache").mkdir()
-    unchecked = (outside / "pycache" / "gpu_model_runner.cpython-311.pyc")
+    unchecked = outside / "pycache" / "gpu_model_runner.cpython-311.pyc"
     unchecked.write_bytes(b"\x00" * 4 + (1).to_bytes(4, "little") + b"\x00" * 8)
     (root / "vllm/v1/worker/__pycache__").symlink_to(outside / "pycache")
     hostile.freeze()
@@ -291,7 +319,9 @@ def over_ssh(hostile, tmp_path, server, client):
     trust(client, srv)
 
     def run(command: str, *args: str):
-        return run_cli(command, *client["args"], "--host", host(srv), "--python", str(python), *ONLY, *args, env=client["env"])
+        return run_cli(
+            command, *client["args"], "--host", host(srv), "--python", str(python), *ONLY, *args, env=client["env"]
+        )
 
     return run
 
@@ -323,15 +353,27 @@ def _link_target_out(root: Path, outside: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("plant, command, fragments", [
-    (_plant_state_link, "patch", (f"{STATE} in ", "is a symlink")),
-    (_plant_state_link, "restore", (f"{STATE} in ", "is a symlink")),
-    (_plant_backups_link, "patch", (f"{STATE}/backups in ", "is a symlink")),
-    (_plant_escaping_manifest, "restore", ("manifest.json in ", "'../outside/victim.py' is not a .py file under vllm/")),
-    (_plant_escaping_manifest, "patch", ("manifest.json in ", "'../outside/victim.py' is not a .py file under vllm/")),
-    (_plant_linked_entry, "restore", ("vllm/evil.py in ", "outside the tree's vllm/")),
-    (_link_target_out, "patch", (f"{RESOLVER} in ", "outside the tree's vllm/")),
-], ids=lambda value: getattr(value, "__name__", None) or (value if isinstance(value, str) else ""))
+@pytest.mark.parametrize(
+    "plant, command, fragments",
+    [
+        (_plant_state_link, "patch", (f"{STATE} in ", "is a symlink")),
+        (_plant_state_link, "restore", (f"{STATE} in ", "is a symlink")),
+        (_plant_backups_link, "patch", (f"{STATE}/backups in ", "is a symlink")),
+        (
+            _plant_escaping_manifest,
+            "restore",
+            ("manifest.json in ", "'../outside/victim.py' is not a .py file under vllm/"),
+        ),
+        (
+            _plant_escaping_manifest,
+            "patch",
+            ("manifest.json in ", "'../outside/victim.py' is not a .py file under vllm/"),
+        ),
+        (_plant_linked_entry, "restore", ("vllm/evil.py in ", "outside the tree's vllm/")),
+        (_link_target_out, "patch", (f"{RESOLVER} in ", "outside the tree's vllm/")),
+    ],
+    ids=lambda value: getattr(value, "__name__", None) or (value if isinstance(value, str) else ""),
+)
 def test_hostile_tree_over_ssh_is_refused_and_nothing_is_written_outside(hostile, over_ssh, plant, command, fragments):
     root = hostile.root
     plant(root, hostile.outside)
@@ -356,7 +398,10 @@ def test_target_symlinked_inside_the_tree_over_ssh_is_patched_at_its_real_path_a
     proc = over_ssh("patch", "--yes")
     assert proc.returncode == 0, proc.stderr
     assert os.readlink(root / RESOLVER) == "runner_impl.py" and real.stat().st_mode & 0o7777 == 0o640
-    assert sha(real.read_bytes()) == json.loads((root / STATE / "manifest.json").read_text())["files"][RESOLVER]["sha256_after"]
+    assert (
+        sha(real.read_bytes())
+        == json.loads((root / STATE / "manifest.json").read_text())["files"][RESOLVER]["sha256_after"]
+    )
     proc = over_ssh("restore", "--yes")
     assert proc.returncode == 0, proc.stderr
     assert entries(root) == tree

@@ -90,9 +90,28 @@ def test_root_swapped_for_a_link_after_the_hash_check_writes_nothing_into_the_ot
     before_root, before_other = entries(root), entries(other)
     marker = sha((other / RESOLVER).read_bytes())
     # Every read(2) of the file is held 1 s: the check's reads, and the hash check's under the lock.
-    traced = ["strace", "-f", "--seccomp-bpf", "-o", "/dev/null", "-P", str(root / RESOLVER), "-e", "trace=read",
-              "-e", "inject=read:delay_enter=1000000", sys.executable, "-m", "dflash_doctor",
-              command, "--path", str(root), "--only", "layer-offset", "--yes"]
+    traced = [
+        "strace",
+        "-f",
+        "--seccomp-bpf",
+        "-o",
+        "/dev/null",
+        "-P",
+        str(root / RESOLVER),
+        "-e",
+        "trace=read",
+        "-e",
+        "inject=read:delay_enter=1000000",
+        sys.executable,
+        "-m",
+        "dflash_doctor",
+        command,
+        "--path",
+        str(root),
+        "--only",
+        "layer-offset",
+        "--yes",
+    ]
     proc = subprocess.Popen(traced, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
@@ -126,8 +145,9 @@ def _sparse(path: Path, size: int) -> None:
 
 def _measured(command: str, root: Path):
     # 1 GiB of address space: a whole read of 4 GiB fails at once instead of filling the machine.
-    return run_measured(command, "--path", str(root), "--only", "layer-offset", "--yes", address_space_mb=1024,
-                        timeout=300)
+    return run_measured(
+        command, "--path", str(root), "--only", "layer-offset", "--yes", address_space_mb=1024, timeout=300
+    )
 
 
 def _assert_capped(result, fragment: str) -> None:
@@ -190,7 +210,9 @@ def test_a_state_directory_of_more_than_10000_names_is_refused(mini_tree):
         (backups / f"planted-{number}").touch()
     before = entries(root)
     result = _measured("patch", root)
-    assert result.returncode == 3 and "over the 10000-entry cap" in result.stderr.strip().splitlines()[-1], result.stderr
+    assert result.returncode == 3 and "over the 10000-entry cap" in result.stderr.strip().splitlines()[-1], (
+        result.stderr
+    )
     assert entries(root) == before
 
 
@@ -251,8 +273,16 @@ def test_patch_repo_dry_run_copies_nothing_of_a_512mib_index(copy, tmp_path):
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
-        result = run_measured("patch", "--repo", str(copy.path), "--pr", "53388", "--dry-run",
-                              env={**os.environ, "TMPDIR": str(private)}, timeout=300)
+        result = run_measured(
+            "patch",
+            "--repo",
+            str(copy.path),
+            "--pr",
+            "53388",
+            "--dry-run",
+            env={**os.environ, "TMPDIR": str(private)},
+            timeout=300,
+        )
     finally:
         done.set()
         watcher.join()
@@ -294,13 +324,45 @@ def test_root_swapped_for_a_link_during_an_sftp_patch_is_refused(tmp_path, mini_
     trust(client, srv)
     moved = tmp_path / "moved"
     before_root, before_other = entries(root), entries(other)
-    tracer = subprocess.Popen(["strace", "-f", "-p", str(srv.process.pid), "-o", "/dev/null", "-P", str(root / RESOLVER),
-                               "-e", "trace=read", "-e", "inject=read:delay_enter=1000000"], stderr=subprocess.PIPE)
+    tracer = subprocess.Popen(
+        [
+            "strace",
+            "-f",
+            "-p",
+            str(srv.process.pid),
+            "-o",
+            "/dev/null",
+            "-P",
+            str(root / RESOLVER),
+            "-e",
+            "trace=read",
+            "-e",
+            "inject=read:delay_enter=1000000",
+        ],
+        stderr=subprocess.PIPE,
+    )
     try:
         time.sleep(1)  # attached
-        proc = subprocess.Popen([sys.executable, "-m", "dflash_doctor", "patch", *client["args"], "--host", host(srv),
-                                 "--python", str(python), "--only", "layer-offset", "--yes"],
-                                env=client["env"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "dflash_doctor",
+                "patch",
+                *client["args"],
+                "--host",
+                host(srv),
+                "--python",
+                str(python),
+                "--only",
+                "layer-offset",
+                "--yes",
+            ],
+            env=client["env"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         try:
             deadline = time.monotonic() + 300
             while not _holding(srv.process.pid, root / STATE / "lock", root / RESOLVER):
@@ -339,8 +401,20 @@ def _holding(pid: int, lock: Path, target: Path) -> bool:
 
 def _traced(log: Path, inject: tuple[str, ...], *args: str) -> subprocess.CompletedProcess:
     """dflash-doctor with its openat2 calls logged (and, with ``inject``, failing as on a kernel before 5.6)."""
-    command = ["strace", "-f", "--seccomp-bpf", "-o", str(log), "-e", "trace=openat2", *inject,
-               sys.executable, "-m", "dflash_doctor", *args]
+    command = [
+        "strace",
+        "-f",
+        "--seccomp-bpf",
+        "-o",
+        str(log),
+        "-e",
+        "trace=openat2",
+        *inject,
+        sys.executable,
+        "-m",
+        "dflash_doctor",
+        *args,
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=600)
 
 

@@ -70,8 +70,12 @@ def test_patch_check_restore_over_ssh_one_connection_per_run(remote):
     _, local = check_json("--path", str(root), *FIXES)
     assert code == 0 and statuses(report) == {"layer-offset": "present", "cache-drop": "present"}
     assert report["fixes"] == local["fixes"]
-    assert all("patched locally by dflash-doctor" in (e.get("note") or "")
-               for fix in report["fixes"] for e in fix["evidence"] if e["file"] in (RESOLVER, SCHEDULER))
+    assert all(
+        "patched locally by dflash-doctor" in (e.get("note") or "")
+        for fix in report["fixes"]
+        for e in fix["evidence"]
+        if e["file"] in (RESOLVER, SCHEDULER)
+    )
     assert all("local dflash-doctor patch" in fix["reason"] for fix in report["fixes"])
     assert report["local_patches"] == local["local_patches"]
     assert {entry["status"] for entry in report["local_patches"]} == {"applied"}
@@ -103,7 +107,10 @@ def test_mode_and_owner_are_kept_over_sftp(remote):
     assert proc.returncode == 0, proc.stderr
     info = (root / RESOLVER).stat()
     assert (info.st_mode & 0o7777, info.st_uid, info.st_gid) == (0o640, 4321, 4321)
-    assert sha((root / RESOLVER).read_bytes()) == json.loads((root / STATE / "manifest.json").read_text())["files"][RESOLVER]["sha256_after"]
+    assert (
+        sha((root / RESOLVER).read_bytes())
+        == json.loads((root / STATE / "manifest.json").read_text())["files"][RESOLVER]["sha256_after"]
+    )
 
 
 @pytest.mark.slow
@@ -222,6 +229,13 @@ def test_the_remote_lock_ends_when_dflash_doctor_dies(remote, tmp_path):
 def test_the_probe_takes_only_package_files_from_a_manifest():
     from dflash_doctor.standalone.probe import patched_files
 
-    manifest = {"files": {RESOLVER: {}, "vllm/../../etc/shadow": {}, "/etc/passwd": {}, "setup.py": {}, "vllm/x.py": {}}}
+    manifest = {
+        "files": {RESOLVER: {}, "vllm/../../etc/shadow": {}, "/etc/passwd": {}, "setup.py": {}, "vllm/x.py": {}}
+    }
     assert patched_files(json.dumps(manifest).encode(), "vllm") == [RESOLVER, "vllm/x.py"]
-    assert patched_files(b"not json", "vllm") == patched_files(b'{"files": 3}', "vllm") == patched_files(None, "vllm") == []
+    assert (
+        patched_files(b"not json", "vllm")
+        == patched_files(b'{"files": 3}', "vllm")
+        == patched_files(None, "vllm")
+        == []
+    )

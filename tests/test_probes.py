@@ -144,8 +144,9 @@ def test_prefix_block_drop_per_release(release):
     fixed = probe(release, "0.33.0", QWEN3_8B)
     assert fixed["drops_prefix_block"] is False
     # what the scheduler hands the KV cache manager: the drop bit and the lookahead hashing
-    assert fixed["prefix_block_predicate"] == ("use_eagle=self.use_eagle_block_drop or "
-                                               "num_hash_lookahead_tokens=self.num_hash_lookahead_tokens")
+    assert fixed["prefix_block_predicate"] == (
+        "use_eagle=self.use_eagle_block_drop or num_hash_lookahead_tokens=self.num_hash_lookahead_tokens"
+    )
 
 
 # -- probes against the code-pattern verdicts -----------------------------------------------
@@ -192,10 +193,13 @@ def test_shift_undone_after_the_comprehension_is_absent_by_behaviour(mini_tree, 
     # The +1 comprehension is still there (the AST says present), but the next
     # line takes it back: the resolver computes the raw ids, and those decide.
     tree = probe_tree(mini_tree, release, "0.22.0")
-    edit(tree, "vllm/v1/worker/gpu_model_runner.py",
-         "        if layer_ids and isinstance(layer_ids, (list, tuple)):\n            return tuple(layer_ids)",
-         "        layer_ids = [i - 1 for i in layer_ids]\n"
-         "        if layer_ids and isinstance(layer_ids, (list, tuple)):\n            return tuple(layer_ids)")
+    edit(
+        tree,
+        "vllm/v1/worker/gpu_model_runner.py",
+        "        if layer_ids and isinstance(layer_ids, (list, tuple)):\n            return tuple(layer_ids)",
+        "        layer_ids = [i - 1 for i in layer_ids]\n"
+        "        if layer_ids and isinstance(layer_ids, (list, tuple)):\n            return tuple(layer_ids)",
+    )
     before, after, sections = check_with_draft(tree, QWEN3_8B)
     assert before["layer-offset"] == "present"
     assert (after["layer-offset"].status, after["layer-offset"].decided_by) == ("absent", "behaviour")
@@ -210,9 +214,12 @@ def test_drop_predicate_changed_under_the_opt_out_flag_makes_cache_drop_unknown(
     # 0.30.0 reads as partial (drops by default, opt-out flag). Here use_eagle()
     # no longer lists dflash, so nothing is dropped: the probe contradicts "partial".
     tree = probe_tree(mini_tree, release, "0.30.0")
-    edit(tree, "vllm/config/speculative.py",
-         'return self.method in ("eagle", "eagle3", "mtp", "dflash", "dspark")',
-         'return self.method in ("eagle", "eagle3", "mtp", "dspark")')
+    edit(
+        tree,
+        "vllm/config/speculative.py",
+        'return self.method in ("eagle", "eagle3", "mtp", "dflash", "dspark")',
+        'return self.method in ("eagle", "eagle3", "mtp", "dspark")',
+    )
     before, after, sections = check_with_draft(tree, QWEN3_8B)
     assert before["cache-drop"] == "partial"
     assert after["cache-drop"].status == "unknown"
@@ -225,9 +232,12 @@ def test_a_drop_a_later_line_turns_into_lookahead_hashing_still_changes_the_bloc
     # state, run both ways): a predicate broken to true for dflash then drops the block, or
     # hashes it with lookahead tokens; either way the manager is told to change it.
     tree = probe_tree(mini_tree, release, "0.33.0")
-    edit(tree, "vllm/config/speculative.py",
-         '    def use_dflash(self) -> bool:\n        return self.method == "dflash"',
-         '    def use_dflash(self) -> bool:\n        return self.method == "dflash-v1"')
+    edit(
+        tree,
+        "vllm/config/speculative.py",
+        '    def use_dflash(self) -> bool:\n        return self.method == "dflash"',
+        '    def use_dflash(self) -> bool:\n        return self.method == "dflash-v1"',
+    )
     before, after, sections = check_with_draft(tree, QWEN3_8B)
     assert sections["probes"].computed.drops_prefix_block is True
     # The forms still read present; running the code shows the change: never present.
@@ -238,10 +248,13 @@ def test_a_drop_a_later_line_turns_into_lookahead_hashing_still_changes_the_bloc
 
 def test_resolver_reading_unknown_state_gives_unknown_layers_not_a_guess(mini_tree, release):
     tree = probe_tree(mini_tree, release, "0.33.0")
-    edit(tree, "vllm/model_executor/models/qwen3_dflash.py",
-         '    dflash_config = getattr(config, "dflash_config", None) or {}\n    layer_types = getattr(config, "layer_types", None)\n    use_swa',
-         '    if get_tensor_model_parallel_world_size() > 1:\n        return None, False\n'
-         '    dflash_config = getattr(config, "dflash_config", None) or {}\n    layer_types = getattr(config, "layer_types", None)\n    use_swa')
+    edit(
+        tree,
+        "vllm/model_executor/models/qwen3_dflash.py",
+        '    dflash_config = getattr(config, "dflash_config", None) or {}\n    layer_types = getattr(config, "layer_types", None)\n    use_swa',
+        "    if get_tensor_model_parallel_world_size() > 1:\n        return None, False\n"
+        '    dflash_config = getattr(config, "dflash_config", None) or {}\n    layer_types = getattr(config, "layer_types", None)\n    use_swa',
+    )
     report = compute(PathTarget(tree).resolve().tree, (load_draft_config(QWEN3_8B),), ASKED)[0].to_json()
     assert report["layers"] is None
     assert "get_tensor_model_parallel_world_size" in report["reason"]["layers"]
@@ -258,7 +271,11 @@ def test_resolver_moved_to_another_file_is_still_run(mini_tree, release):
     runner.write_text(text[:start] + text[end:])
     report = compute(PathTarget(tree).resolve().tree, (load_draft_config(QWEN36),), ASKED)[0].to_json()
     assert report["aux_layer_ids_by_runner"]["v1"] == [1, 16, 31, 46, 61]
-    assert {"file": "vllm/v1/worker/aux_layers.py", "line": 2, "symbol": "GPUModelRunner._get_eagle3_aux_layers_from_config"} in report["evidence"]
+    assert {
+        "file": "vllm/v1/worker/aux_layers.py",
+        "line": 2,
+        "symbol": "GPUModelRunner._get_eagle3_aux_layers_from_config",
+    } in report["evidence"]
 
 
 def test_missing_files_give_reasons_not_guesses(mini_tree, release):
@@ -289,14 +306,17 @@ def run_function(tree: DirectoryTree, name: str, expr: str):
 
 
 def test_sandbox_has_no_open_and_no_real_import(tmp_path):
-    tree = own_tree(tmp_path, """
+    tree = own_tree(
+        tmp_path,
+        """
         def reads_a_file():
             return open("/etc/hostname").read()
 
         def imports_os():
             import os
             return os.getcwd() + "/x"
-    """)
+    """,
+    )
     # open is not a builtin there: the name is a gap, not a file read.
     assert run_function(tree, "reads_a_file", "reads_a_file()").gap is not None
     # an import gives a recording stand-in: nothing runs, and it cannot be used as a value
@@ -304,17 +324,22 @@ def test_sandbox_has_no_open_and_no_real_import(tmp_path):
 
 
 def test_sandbox_stops_a_runaway_call(tmp_path):
-    tree = own_tree(tmp_path, """
+    tree = own_tree(
+        tmp_path,
+        """
         def spins():
             n = 0
             while True:
                 n += 1
-    """)
+    """,
+    )
     assert run_function(tree, "spins", "spins()").timeout
 
 
 def test_gap_cannot_be_swallowed_by_except_exception(tmp_path):
-    tree = own_tree(tmp_path, """
+    tree = own_tree(
+        tmp_path,
+        """
         from vllm.triton_utils import HAS_TRITON
 
         def picks():
@@ -322,13 +347,16 @@ def test_gap_cannot_be_swallowed_by_except_exception(tmp_path):
                 return "v2" if HAS_TRITON else "v1"
             except Exception:
                 return "v1"
-    """)
+    """,
+    )
     outcome = run_function(tree, "picks", "picks()")
     assert outcome.value is None and outcome.gap and "HAS_TRITON" in outcome.gap
 
 
 def test_module_helpers_and_constants_come_along(tmp_path):
-    tree = own_tree(tmp_path, """
+    tree = own_tree(
+        tmp_path,
+        """
         _KINDS = frozenset({"sliding_attention"})
         OFFSET = 1
 
@@ -337,22 +365,31 @@ def test_module_helpers_and_constants_come_along(tmp_path):
 
         def resolve(ids, kind):
             return _shift(ids) if kind in _KINDS else None
-    """)
+    """,
+    )
     assert run_function(tree, "resolve", "resolve([0, 4], 'sliding_attention')").value == [1, 5]
 
 
 def test_dunder_names_through_getattr_are_gaps(tmp_path):
-    tree = own_tree(tmp_path, """
+    tree = own_tree(
+        tmp_path,
+        """
         def escapes():
             return getattr((), "__cl" + "ass__")
-    """)
+    """,
+    )
     assert "dunder" in run_function(tree, "escapes", "escapes()").gap
 
 
 def test_dunder_access_is_refused_before_running(tmp_path):
-    tree = own_tree(tmp_path, """
+    tree = own_tree(
+        tmp_path,
+        """
         def escapes():
             return ().__class__.__bases__[0].__subclasses__()
-    """)
+    """,
+    )
     with pytest.raises(ExtractError, match="uses __"):
-        ProgramBuilder(tree, ()).function(Locator(tree, [("vllm/probed.py", "escapes")]).one("vllm/probed.py", "escapes"))
+        ProgramBuilder(tree, ()).function(
+            Locator(tree, [("vllm/probed.py", "escapes")]).one("vllm/probed.py", "escapes")
+        )

@@ -31,7 +31,9 @@ def test_tag_and_short_forms_name_one_cached_tree(tmp_path, index):
     assert report["target"]["location"].endswith(f"releases/{VERSION}")
     releases = tmp_path / "cache" / "releases"
     assert sorted(os.listdir(releases)) == [VERSION] and (releases / VERSION / ".complete").is_file()
-    assert (releases / VERSION / "vllm/__init__.py").is_file() and not (releases / VERSION / "vllm/padding.bin").exists()
+    assert (releases / VERSION / "vllm/__init__.py").is_file() and not (
+        releases / VERSION / "vllm/padding.bin"
+    ).exists()
     assert server.downloads == [WHEEL]
 
     for spelling in ("0.99", "V0.99.0", "0.99.0.0"):
@@ -87,7 +89,9 @@ def test_releases_without_a_reachable_index_or_a_cache_say_why(tmp_path):
     env = pip_env(tmp_path)
     proc = run_cli("releases", "--format", "json", env=env)
     assert_error(proc, f"the package index {env['PIP_INDEX_URL']}/vllm/ cannot be reached")
-    assert proc.stderr.rstrip().endswith("; or pass --offline for the releases already in the cache") and proc.stdout == ""
+    assert (
+        proc.stderr.rstrip().endswith("; or pass --offline for the releases already in the cache") and proc.stdout == ""
+    )
 
 
 # ------------------------------------------------------------ progress on a terminal

@@ -74,8 +74,9 @@ def kept(tree: Path) -> dict[str, bytes]:
 def wheel_members(wheel: Path) -> dict[str, bytes]:
     """What a full extraction keeps: the .py files and the dist-info."""
     with zipfile.ZipFile(wheel) as archive:
-        return {name: archive.read(name) for name in archive.namelist()
-                if name.endswith(".py") or ".dist-info/" in name}
+        return {
+            name: archive.read(name) for name in archive.namelist() if name.endswith(".py") or ".dist-info/" in name
+        }
 
 
 def only_ranges(server: NginxIndex) -> bool:
@@ -99,32 +100,59 @@ def test_check_reads_only_the_python_and_judges_as_a_full_download(tmp_path, ind
         caches[way].mkdir()
         (caches[way] / "transformers").symlink_to(cache_dir() / "transformers")  # only vLLM comes from this index
         before = server.file_bytes()
-        proc = run_cli("check", "--release", VERSION, *extra, "--format", "json", env=pip_env(caches[way], PIP_INDEX_URL=server.url))
+        proc = run_cli(
+            "check",
+            "--release",
+            VERSION,
+            *extra,
+            "--format",
+            "json",
+            env=pip_env(caches[way], PIP_INDEX_URL=server.url),
+        )
         assert proc.stdout, proc.stderr
         caches[way] = (caches[way], proc, server.file_bytes() - before, only_ranges(server))
 
-    (ranged_cache, ranged, ranged_bytes, ranges_only), (full_cache, full, full_bytes, _) = caches["ranges"], caches["full"]
+    (ranged_cache, ranged, ranged_bytes, ranges_only), (full_cache, full, full_bytes, _) = (
+        caches["ranges"],
+        caches["full"],
+    )
     size = big_wheel.stat().st_size
     assert ranges_only  # the range read asked for ranges only
     assert full_bytes == size  # --full-wheel: the whole file, once
     with zipfile.ZipFile(big_wheel) as archive:
         python = sum(info.compress_size for info in archive.infolist() if not info.filename.endswith(".so"))
-    assert python <= ranged_bytes < python * 1.1 + 2 * 1024 * 1024 and ranged_bytes < size / 5, (ranged_bytes, python, size)
+    assert python <= ranged_bytes < python * 1.1 + 2 * 1024 * 1024 and ranged_bytes < size / 5, (
+        ranged_bytes,
+        python,
+        size,
+    )
 
     assert ranged.returncode == full.returncode
     assert statuses(json.loads(ranged.stdout)) == statuses(json.loads(full.stdout))
     assert kept(fetched(ranged_cache)) == kept(fetched(full_cache))
-    assert {name: data for name, data in kept(fetched(ranged_cache)).items() if name != ".complete"} == wheel_members(big_wheel)
+    assert {name: data for name, data in kept(fetched(ranged_cache)).items() if name != ".complete"} == wheel_members(
+        big_wheel
+    )
 
 
 @pytest.mark.release
 def test_a_server_that_ignores_ranges_gets_the_full_download(tmp_path, index, small_wheel):
     server = index([small_wheel], ranges=False)
-    proc = run_cli("check", "--release", VERSION, "--only", "layer-offset", "--format", "json",
-                   env=pip_env(tmp_path / "cache", PIP_INDEX_URL=server.url))
+    proc = run_cli(
+        "check",
+        "--release",
+        VERSION,
+        "--only",
+        "layer-offset",
+        "--format",
+        "json",
+        env=pip_env(tmp_path / "cache", PIP_INDEX_URL=server.url),
+    )
     assert proc.stdout, proc.stderr
     assert [line.split()[2:4] for line in server.requests()] == [["200", str(small_wheel.stat().st_size)]]
-    assert {k: v for k, v in kept(fetched(tmp_path / "cache")).items() if k != ".complete"} == wheel_members(small_wheel)
+    assert {k: v for k, v in kept(fetched(tmp_path / "cache")).items() if k != ".complete"} == wheel_members(
+        small_wheel
+    )
 
 
 # ------------------------------------------------------------ bytes that are not the RECORD's are refused
@@ -149,8 +177,8 @@ def lie_about_size(wheel: Path, name: str, size: int) -> None:
         local = archive.getinfo(name).header_offset
     data = bytearray(wheel.read_bytes())
     central = data.rfind(name.encode()) - 46  # the central entry's fixed part precedes its name
-    assert data[central:central + 4] == b"PK\x01\x02" and data[local:local + 4] == b"PK\x03\x04"
-    data[central + 24:central + 28] = data[local + 22:local + 26] = size.to_bytes(4, "little")
+    assert data[central : central + 4] == b"PK\x01\x02" and data[local : local + 4] == b"PK\x03\x04"
+    data[central + 24 : central + 28] = data[local + 22 : local + 26] = size.to_bytes(4, "little")
     wheel.write_bytes(bytes(data))
 
 
@@ -167,7 +195,9 @@ def test_a_decompression_bomb_is_refused_in_bounded_memory(tmp_path, index, real
     cache = tmp_path / "cache"
     proc = run_measured("check", "--release", VERSION, env=pip_env(cache, PIP_INDEX_URL=server.url))
     assert proc.returncode == 3 and len(proc.stderr.splitlines()) == 1, proc.stderr
-    assert ("does not match the wheel's RECORD" if lie else "more than 64 MiB") in proc.stderr and "vllm/bomb.py" in proc.stderr
+    assert (
+        "does not match the wheel's RECORD" if lie else "more than 64 MiB"
+    ) in proc.stderr and "vllm/bomb.py" in proc.stderr
     assert proc.peak_rss < 150 << 20, proc.peak_rss  # far below the 200 MB a full inflate would take
     assert not (cache / "releases").exists() and list((cache / "tmp").iterdir()) == []
 
@@ -179,16 +209,30 @@ def test_names_that_climb_out_are_skipped_and_a_name_clash_is_one_line(tmp_path,
     wheel = build_wheel(tmp_path / "climb" / WHEEL, real_tree, VERSION, only=FEW, extra=climbing)
     server = index([wheel])
     cache = tmp_path / "cache"
-    proc = run_cli("check", "--release", VERSION, "--only", "layer-offset", "--format", "json",
-                   env=pip_env(cache, PIP_INDEX_URL=server.url))
+    proc = run_cli(
+        "check",
+        "--release",
+        VERSION,
+        "--only",
+        "layer-offset",
+        "--format",
+        "json",
+        env=pip_env(cache, PIP_INDEX_URL=server.url),
+    )
     assert proc.stdout, proc.stderr
     assert not (cache / "escaped.py").exists() and not (cache / "releases" / "escaped.py").exists()
     assert not Path("/tmp/absolute.py").exists() and not (fetched(cache) / "vllm" / "dot.py").exists()
     assert {k: v for k, v in kept(fetched(cache)).items() if k != ".complete"} == {
-        k: v for k, v in wheel_members(wheel).items() if k not in climbing}
+        k: v for k, v in wheel_members(wheel).items() if k not in climbing
+    }
 
-    clash = build_wheel(tmp_path / WHEEL, real_tree, VERSION, only=FEW,
-                        extra={"vllm/clash.py": b"a = 1\n", "vllm/clash.py/inner.py": b"b = 2\n"})
+    clash = build_wheel(
+        tmp_path / WHEEL,
+        real_tree,
+        VERSION,
+        only=FEW,
+        extra={"vllm/clash.py": b"a = 1\n", "vllm/clash.py/inner.py": b"b = 2\n"},
+    )
     server = index([clash])
     cache = tmp_path / "cache2"
     proc = run_cli("check", "--release", VERSION, env=pip_env(cache, PIP_INDEX_URL=server.url))
@@ -239,7 +283,10 @@ def test_a_certificate_from_pip_conf_is_used(tmp_path, index, small_wheel):
     assert_error(untrusted, f"the package index {server.url}/vllm/ cannot be reached")
     assert "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr and server.requests() == []
 
-    env = {**pip_env(cache), "PIP_CONFIG_FILE": str(write_pip_conf(tmp_path / "pip.conf", cert=str(cert), **{"index-url": server.url}))}
+    env = {
+        **pip_env(cache),
+        "PIP_CONFIG_FILE": str(write_pip_conf(tmp_path / "pip.conf", cert=str(cert), **{"index-url": server.url})),
+    }
     del env["PIP_INDEX_URL"]
     proc = run_cli("check", "--release", VERSION, "--only", "layer-offset", "--format", "json", env=env)
     assert proc.stdout, proc.stderr
@@ -273,8 +320,9 @@ def test_basic_auth_credentials_as_pip_takes_them(tmp_path, index, small_wheel, 
 @pytest.mark.skipif(shutil.which("script") is None, reason="needs script(1) for a pty")
 def test_a_terminal_shows_the_bytes_of_the_parts_fetched(tmp_path, index, small_wheel):
     server = index([small_wheel], rate="30k")  # the parts take a few seconds
-    shown = on_a_terminal(["check", "--release", VERSION, "--only", "layer-offset"],
-                          pip_env(tmp_path / "cache", PIP_INDEX_URL=server.url))
+    shown = on_a_terminal(
+        ["check", "--release", VERSION, "--only", "layer-offset"], pip_env(tmp_path / "cache", PIP_INDEX_URL=server.url)
+    )
     assert f"vllm {VERSION}: fetching the files kept (range requests)" in shown
     total = server.file_bytes()
     assert f"/{total / 1000:.1f} kB" in shown, (total, shown[-3000:])  # done of the total the parts take
@@ -290,14 +338,31 @@ def test_two_processes_fetching_one_release_leave_one_tree(tmp_path, index, smal
     server = index([small_wheel], rate="200k")  # each fetch takes a while: the two overlap
     cache = tmp_path / "cache"
     env = pip_env(cache, PIP_INDEX_URL=server.url)
-    command = [sys.executable, "-m", "dflash_doctor", "check", "--release", VERSION, "--only", "layer-offset", "--format", "json"]
-    procs = [subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    command = [
+        sys.executable,
+        "-m",
+        "dflash_doctor",
+        "check",
+        "--release",
+        VERSION,
+        "--only",
+        "layer-offset",
+        "--format",
+        "json",
+    ]
+    procs = [
+        subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
     answers = [proc.communicate(timeout=300) for proc in procs]
     for proc, (out, err) in zip(procs, answers):
-        assert proc.returncode in (0, 1, 2) and json.loads(out)["target"]["location"].endswith(f"releases/{VERSION}"), err
+        assert proc.returncode in (0, 1, 2) and json.loads(out)["target"]["location"].endswith(f"releases/{VERSION}"), (
+            err
+        )
     assert os.listdir(cache / "releases") == [VERSION] and list((cache / "tmp").iterdir()) == []
     assert {k: v for k, v in kept(fetched(cache)).items() if k != ".complete"} == wheel_members(small_wheel)
-    assert [line.split()[3] for line in server.requests()].count("65536") == 2  # each read the wheel's tail: both fetched
+    assert [line.split()[3] for line in server.requests()].count(
+        "65536"
+    ) == 2  # each read the wheel's tail: both fetched
 
 
 @pytest.mark.release
@@ -312,8 +377,16 @@ def test_releases_fetches_several_releases_at_once(tmp_path, index, release):
     cache = tmp_path / "cache"
     cache.mkdir()
     (cache / "transformers").symlink_to(cache_dir() / "transformers")
-    proc = run_cli("releases", "--from", versions[0], "--to", versions[-1], "--format", "json",
-                   env=pip_env(cache, PIP_INDEX_URL=server.url))
+    proc = run_cli(
+        "releases",
+        "--from",
+        versions[0],
+        "--to",
+        versions[-1],
+        "--format",
+        "json",
+        env=pip_env(cache, PIP_INDEX_URL=server.url),
+    )
     assert proc.stdout, proc.stderr
     assert [row["release"] for row in json.loads(proc.stdout)["releases"]] == versions
     assert sorted(os.listdir(cache / "releases")) == versions
@@ -333,8 +406,17 @@ def test_releases_full_wheel_downloads_each_wheel_whole(tmp_path, index, small_w
     cache = tmp_path / "cache"
     cache.mkdir()
     (cache / "transformers").symlink_to(cache_dir() / "transformers")
-    proc = run_cli("releases", "--from", VERSION, "--to", VERSION, "--full-wheel", "--format", "json",
-                   env=pip_env(cache, PIP_INDEX_URL=server.url))
+    proc = run_cli(
+        "releases",
+        "--from",
+        VERSION,
+        "--to",
+        VERSION,
+        "--full-wheel",
+        "--format",
+        "json",
+        env=pip_env(cache, PIP_INDEX_URL=server.url),
+    )
     assert proc.stdout, proc.stderr
     assert [line.split()[2:4] for line in server.requests()] == [["200", str(small_wheel.stat().st_size)]]
     assert os.listdir(cache / "releases") == [VERSION]
@@ -346,15 +428,25 @@ def test_releases_full_wheel_downloads_each_wheel_whole(tmp_path, index, small_w
 REAL_WHEEL = os.environ.get("DFLASH_DOCTOR_TEST_WHEEL", "")
 
 
-@pytest.mark.skipif(not REAL_WHEEL.endswith(".whl") or not Path(REAL_WHEEL).is_file(),
-                    reason="set DFLASH_DOCTOR_TEST_WHEEL to a downloaded vLLM wheel")
+@pytest.mark.skipif(
+    not REAL_WHEEL.endswith(".whl") or not Path(REAL_WHEEL).is_file(),
+    reason="set DFLASH_DOCTOR_TEST_WHEEL to a downloaded vLLM wheel",
+)
 def test_a_real_wheel_read_by_ranges_equals_its_full_extraction(tmp_path, index):
     wheel = Path(REAL_WHEEL)
     version = wheel.name.split("-")[1]
     server = index([wheel])
     cache = tmp_path / "cache"
-    proc = run_cli("check", "--release", version, "--only", "layer-offset", "--format", "json",
-                   env=pip_env(cache, PIP_INDEX_URL=server.url))
+    proc = run_cli(
+        "check",
+        "--release",
+        version,
+        "--only",
+        "layer-offset",
+        "--format",
+        "json",
+        env=pip_env(cache, PIP_INDEX_URL=server.url),
+    )
     assert proc.stdout, proc.stderr
     assert only_ranges(server) and server.file_bytes() < wheel.stat().st_size * 0.07
     tree = cache / "releases" / version

@@ -88,7 +88,9 @@ def unjudgeable_release(cache: Path, mini_tree) -> None:
     """A release 0.34.0 in the cache whose layer-offset the check cannot judge (its resolver renamed)."""
     tree = mini_tree("0.33.0")
     resolver = tree / "vllm/v1/worker/gpu_model_runner.py"
-    resolver.write_text(resolver.read_text().replace("def _get_eagle3_aux_layers_from_config(", "def _aux_layers_from_cfg("))
+    resolver.write_text(
+        resolver.read_text().replace("def _get_eagle3_aux_layers_from_config(", "def _aux_layers_from_cfg(")
+    )
     tree.rename(cache / "releases" / "0.34.0")
     (cache / "releases" / "0.34.0" / ".complete").write_text("0.34.0\n")
 
@@ -103,7 +105,10 @@ def test_a_release_that_cannot_be_judged_keeps_the_recommendation(release_cache,
     assert data["unjudged"] == ["0.34.0"]
     assert data["all_present_from"] == "0.33.0"
     assert {fix["id"]: fix["present_from"] for fix in data["fixes"]} == {
-        "layer-offset": "0.22.0", "swa-config": "0.33.0", "cache-drop": "0.33.0"}
+        "layer-offset": "0.22.0",
+        "swa-config": "0.33.0",
+        "cache-drop": "0.33.0",
+    }
     assert data["summary"]["text"] == "all three fixes: vLLM 0.33.0 or later"
     table = run_cli("releases", "--offline", "--from", "0.20.0", env=env_for(release_cache)).stdout.splitlines()
     assert table[4].split() == ["0.34.0", "present", "unknown", "present", "not", "judged"]
@@ -115,7 +120,9 @@ def test_a_release_that_cannot_be_judged_keeps_the_recommendation(release_cache,
 def test_a_range_without_releases_is_an_error(tmp_path):
     proc = run_cli("releases", "--from", "0.20.3", "--to", "0.20.9", env=env_for(tmp_path / "empty"))
     assert proc.returncode == 3 and proc.stdout == ""
-    assert proc.stderr.splitlines() == ["dflash-doctor: error: the package index lists no vLLM release from 0.20.3 to 0.20.9"]
+    assert proc.stderr.splitlines() == [
+        "dflash-doctor: error: the package index lists no vLLM release from 0.20.3 to 0.20.9"
+    ]
 
 
 def test_nothing_listed_and_nothing_cached_is_an_error(tmp_path):
@@ -153,7 +160,9 @@ def test_a_release_that_cannot_be_checked_is_marked_and_exits_3(release_cache):
     bad = next(row for row in data["releases"] if row["release"] == "0.21.0")
     assert "no vllm package under" in bad["error"] and data["exit_code"] == 3
     assert len([row for row in data["releases"] if "fixes" in row]) == 3
-    assert proc.stderr.splitlines()[-1].startswith("dflash-doctor: error: release 0.21.0 could not be checked: no vllm package")
+    assert proc.stderr.splitlines()[-1].startswith(
+        "dflash-doctor: error: release 0.21.0 could not be checked: no vllm package"
+    )
     assert not list((release_cache / "matrix").glob("0.21.0-*"))  # a failure is never cached
 
 

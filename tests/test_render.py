@@ -21,6 +21,7 @@ from terminals import in_tmux
 
 RELEASE = pytest.mark.release  # real release trees, read from the download cache
 
+
 def fix_blocks(rows: list[str], ids: list[str]) -> dict[str, list[str]]:
     """Each fix's rows: from the row that starts with its id to the blank row after it."""
     blocks: dict[str, list[str]] = {}
@@ -36,7 +37,7 @@ def fix_blocks(rows: list[str], ids: list[str]) -> dict[str, list[str]]:
 def continued(block: list[str], index: int) -> str:
     """The words of row ``index`` and of the continuation rows (indented deeper than a label) after it."""
     words = block[index].split()
-    for row in block[index + 1:]:
+    for row in block[index + 1 :]:
         if not row.startswith("   "):
             break
         words += row.split()
@@ -50,10 +51,18 @@ def sentence(block: list[str], label: str) -> str:
 
 
 @RELEASE
-@pytest.mark.parametrize(("version", "width", "most"), [
-    ("0.30.0", 80, 35), ("0.30.0", 200, 24), ("0.19.0", 80, 30), ("0.19.0", 200, 22), ("0.33.0", 80, 26),
-    ("0.33.0", 200, 18), ("0.30.0", 60, 42),
-])
+@pytest.mark.parametrize(
+    ("version", "width", "most"),
+    [
+        ("0.30.0", 80, 35),
+        ("0.30.0", 200, 24),
+        ("0.19.0", 80, 30),
+        ("0.19.0", 200, 22),
+        ("0.33.0", 80, 26),
+        ("0.33.0", 200, 18),
+        ("0.30.0", 60, 42),
+    ],
+)
 def test_check_on_a_terminal(version, width, most, tmp_path):
     _, report = check_json("--release", version)
     rows = in_tmux(width, "check", "--release", version, tmp_path=tmp_path)
@@ -75,7 +84,9 @@ def test_check_on_a_terminal(version, width, most, tmp_path):
     if version == "0.30.0":  # partial: the reason says in words which configurations work and which fail
         cache_drop = blocks["cache-drop"]
         why = sentence(cache_drop, "why")
-        assert why.startswith("fails for z-lab drafters") and "works for" in why and "disable_eagle_block_drop" in why, why
+        assert (
+            why.startswith("fails for z-lab drafters") and "works for" in why and "disable_eagle_block_drop" in why
+        ), why
         assert sentence(cache_drop, "remedy").startswith("Upgrade")
 
 
@@ -103,14 +114,22 @@ def test_piped_report_one_line_per_item():
     assert rows[0].startswith("vLLM 0.30.0 commit ") and rows[0].endswith("inspected files match RECORD")
     for fix in report["fixes"]:
         headline = fix["headline"] or fix["title"]
-        assert re.search(rf"^{re.escape(fix['id'])} +{fix['status'].upper()}  {re.escape(headline)}$", proc.stdout, re.M)
+        assert re.search(
+            rf"^{re.escape(fix['id'])} +{fix['status'].upper()}  {re.escape(headline)}$", proc.stdout, re.M
+        )
         for item in fix["evidence"]:
-            assert re.search(rf"^(  evidence)? +{re.escape(item['file'])}:{item['line']} {re.escape(item['symbol'])}$", proc.stdout, re.M)
+            assert re.search(
+                rf"^(  evidence)? +{re.escape(item['file'])}:{item['line']} {re.escape(item['symbol'])}$",
+                proc.stdout,
+                re.M,
+            )
         if fix["reason"]:
             assert f"  why         {fix['reason']}" in rows
     assert "  remedy      " + next(f["remedy"] for f in report["fixes"] if f["id"] == "cache-drop") in rows
     not_present = sum(fix["status"] != "present" for fix in report["fixes"])
-    assert sum(row.startswith("  remedy ") for row in rows) == not_present  # one per fix that is not present, none for present
+    assert (
+        sum(row.startswith("  remedy ") for row in rows) == not_present
+    )  # one per fix that is not present, none for present
     assert "[" not in "".join(row for row in rows if row.startswith("  evidence"))  # no form slugs
 
 
@@ -123,7 +142,9 @@ def fleet_answers(tmp_path, release):
     answers.mkdir()
     for name, version in (("gpu-node-7", "0.30.0"), ("gpu-node-8", "0.33.0")):
         env = {**os.environ, "PYTHONPATH": str(release(version))}
-        out = subprocess.run([sys.executable, str(tmp_path / "probe.py")], capture_output=True, text=True, env=env, check=True)
+        out = subprocess.run(
+            [sys.executable, str(tmp_path / "probe.py")], capture_output=True, text=True, env=env, check=True
+        )
         (answers / f"{name}.probe").write_text(out.stdout)
     (answers / "gpu-node-9.probe").write_text("no probe here\n")
     return answers
@@ -148,7 +169,9 @@ def test_fleet_piped(fleet_answers):
     rows = proc.stdout.splitlines()
     assert proc.returncode == 3 and "\x1b" not in proc.stdout
     assert re.match(r"^gpu-node-7 +PARTIAL +PRESENT +PRESENT$", rows[2]), rows
-    assert re.match(r"^gpu-node-9 +error: probe file answers/gpu-node-9\.probe did not answer the probe \(.*\)$", rows[4])
+    assert re.match(
+        r"^gpu-node-9 +error: probe file answers/gpu-node-9\.probe did not answer the probe \(.*\)$", rows[4]
+    )
     assert rows[4].index("error:") == rows[1].index("cache-drop") and len(rows) == 7
     assert rows[5:] == ["", "bottom line: cache-drop: vLLM 0.33.0 or later"]
 
@@ -167,7 +190,9 @@ def test_fleet_with_a_long_host_stacks_at_80(fleet_answers, tmp_path):
 def test_waiver_and_drafter_shown_on_a_terminal(tmp_path):
     """A waived fix and a fix that cannot affect the given drafter keep their verdict and say so on a line of their own."""
     waivers = tmp_path / "waivers.toml"
-    waivers.write_text('[[waiver]]\nid = "cache-drop"\nreason = "prefix caching is off on this pool"\nuntil = "2099-12-31"\n')
+    waivers.write_text(
+        '[[waiver]]\nid = "cache-drop"\nreason = "prefix caching is off on this pool"\nuntil = "2099-12-31"\n'
+    )
     drafter = Path(__file__).parent / "data" / "drafters" / "qwen3-8b-dflash-b16.json"  # full attention only
     args = ("check", "--release", "0.24.0", "--draft-config", str(drafter), "--waivers", str(waivers))
     _, report = check_json(*args[1:])
@@ -189,7 +214,7 @@ def test_guide_example_is_what_the_tool_prints(tmp_path):
     example = re.search(r"`check --release 0\.30\.0` at 80 columns:\n\n```text\n(.*?)\n```", guide, re.S).group(1)
     rows = in_tmux(80, "check", "--release", "0.30.0", tmp_path=tmp_path)
     documented = example.split("\n")
-    assert documented[documented.index(""):] == rows[rows.index(""):]  # the header names this machine's cache
+    assert documented[documented.index("") :] == rows[rows.index("") :]  # the header names this machine's cache
 
 
 @RELEASE
@@ -204,7 +229,10 @@ def test_a_hostile_version_cannot_fake_a_fix_line_at_80(mini_tree, tmp_path, pad
     rows = in_tmux(80, "check", "--path", str(tree), tmp_path=tmp_path)
     assert not [row for row in rows if re.match(r"^\S+ +PRESENT\b", row)], rows
     assert [row.split()[:2] for row in rows if re.match(r"^\S+ +[A-Z-]+  ", row)] == [
-        ["cache-drop", "NOT-APPLICABLE"], ["layer-offset", "NOT-APPLICABLE"], ["swa-config", "NOT-APPLICABLE"]]
+        ["cache-drop", "NOT-APPLICABLE"],
+        ["layer-offset", "NOT-APPLICABLE"],
+        ["swa-config", "NOT-APPLICABLE"],
+    ]
     assert "  swa-config    PRESENT  The drafter's" in "\n".join(rows)  # shown, indented, as the tree wrote it
 
 
@@ -216,7 +244,11 @@ def test_layout_wraps_words_and_never_cuts_a_token():
 
     path = ("vllm/transformers_utils/configs/speculators/algos.py:122", "")
     assert laid(words("one two three four"), 14, [("label ", "")]) == ["label one two", "    three four"]
-    assert laid([path, *words("is read")], 40, [("evidence", "")], 12) == ["evidence", f"    {path[0]}", " " * 12 + "is read"]
+    assert laid([path, *words("is read")], 40, [("evidence", "")], 12) == [
+        "evidence",
+        f"    {path[0]}",
+        " " * 12 + "is read",
+    ]
     assert laid([path], None, [("evidence ", "")], 12) == [f"evidence {path[0]}"]  # piped: nothing wraps
     assert laid(words("pad    kept here"), 80) == ["pad    kept here"]
     spaced = ("x" * 70 + " fix    PRESENT  fake", "")  # wider than any line, with spaces: split at them

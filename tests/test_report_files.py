@@ -17,7 +17,10 @@ def test_output_files_honour_the_umask(mini_tree, tmp_path, umask, mode):
     report = tmp_path / "report.json"
     proc = subprocess.run(
         [sys.executable, "-m", "dflash_doctor", "check", "--path", str(tree), "--output", f"json={report}"],
-        capture_output=True, text=True, timeout=300, preexec_fn=lambda: os.umask(umask),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=lambda: os.umask(umask),
     )
     assert proc.returncode in (0, 1, 2), proc.stderr
     assert stat.S_IMODE(report.stat().st_mode) == mode

@@ -65,8 +65,10 @@ def test_a_gap_the_trees_code_catches_is_still_a_gap(mini_tree, monkeypatch):
 
 
 SCHEDULER = "vllm/v1/core/sched/scheduler.py"
-OLD_DROP = ("class Scheduler:\n    def __init__(self, *args, **kwargs):\n"
-            "        self.use_eagle = True  # drops the block for every EAGLE method\n")
+OLD_DROP = (
+    "class Scheduler:\n    def __init__(self, *args, **kwargs):\n"
+    "        self.use_eagle = True  # drops the block for every EAGLE method\n"
+)
 
 
 @pytest.mark.release
@@ -86,8 +88,10 @@ def test_a_package_beside_a_module_is_what_python_imports(mini_tree, monkeypatch
     assert spec.origin == str(package / "__init__.py")
     fix = verdicts(tree)["cache-drop"]
     assert fix.status == "unknown"
-    assert ("Python imports the package vllm/v1/core/sched/scheduler/ instead of vllm/v1/core/sched/scheduler.py"
-            in fix.reason)
+    assert (
+        "Python imports the package vllm/v1/core/sched/scheduler/ instead of vllm/v1/core/sched/scheduler.py"
+        in fix.reason
+    )
     assert any(item.form == "shadowed" for item in fix.evidence)
 
 
@@ -110,8 +114,11 @@ def test_an_unchecked_hash_pyc_runs_instead_of_its_source(mini_tree, monkeypatch
     probe = tmp_path / "probe"
     probe.mkdir()
     (probe / "which.py").write_text(real[:0] + "WHICH = 'new'\n")
-    py_compile.compile(str(probe / "which.py"), cfile=importlib.util.cache_from_source(str(probe / "which.py")),
-                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    py_compile.compile(
+        str(probe / "which.py"),
+        cfile=importlib.util.cache_from_source(str(probe / "which.py")),
+        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+    )
     (probe / "which.py").write_text("WHICH = 'edited'\n")
     sys.path.insert(0, str(probe))
     try:
@@ -139,15 +146,27 @@ def test_a_plugin_that_patches_the_scheduler_leaves_its_fix_unknown(mini_tree, m
 
     monkeypatch.setenv("DFLASH_DOCTOR_NO_CACHE", "1")
     tree = mini_tree("0.33.0")
-    install_plugin(tree, "old_sched", "def register():\n"
-                   "    from vllm.v1.core.sched.scheduler import Scheduler\n"
-                   "    from old_sched_impl import init\n"
-                   "    Scheduler.__init__ = init\n")
-    install_plugin(tree, "my_models", "def register():\n    from vllm import ModelRegistry\n"
-                   "    ModelRegistry.register_model('MyModel', 'my_models.model:MyModel')\n")
+    install_plugin(
+        tree,
+        "old_sched",
+        "def register():\n"
+        "    from vllm.v1.core.sched.scheduler import Scheduler\n"
+        "    from old_sched_impl import init\n"
+        "    Scheduler.__init__ = init\n",
+    )
+    install_plugin(
+        tree,
+        "my_models",
+        "def register():\n    from vllm import ModelRegistry\n"
+        "    ModelRegistry.register_model('MyModel', 'my_models.model:MyModel')\n",
+    )
     # the entry points vLLM's plugin loader reads
-    found = {ep.name for dist in importlib.metadata.distributions(path=[str(tree)])
-              for ep in dist.entry_points if ep.group == "vllm.general_plugins"}
+    found = {
+        ep.name
+        for dist in importlib.metadata.distributions(path=[str(tree)])
+        for ep in dist.entry_points
+        if ep.group == "vllm.general_plugins"
+    }
     assert {"old_sched", "my_models"} <= found
     fixes = verdicts(tree)
     fix = fixes["cache-drop"]
@@ -170,7 +189,9 @@ def test_the_newest_release_is_judged_on_the_runner_it_has(release, monkeypatch)
         assert (fixes[fix_id].status, fixes[fix_id].decided_by) == ("present", "behaviour"), fixes[fix_id].reason
     assert {item.runner for item in fixes["layer-offset"].behaviour.observations} == {"v2"}
     accepts = [item for item in fixes["swa-config"].behaviour.observations if item.part == "runner-accepts"]
-    assert accepts and all(item.ok and "Speculator (vllm.v1.worker.gpu.spec_decode.dflash" in item.note for item in accepts), accepts
+    assert accepts and all(
+        item.ok and "Speculator (vllm.v1.worker.gpu.spec_decode.dflash" in item.note for item in accepts
+    ), accepts
     # the drafter with only sliding, non-causal layers declares DFlash2 (its architecture's model class)
     assert any("DFlash2Speculator" in item.note for item in accepts if item.config == "sliding-noncausal")
 
@@ -187,8 +208,11 @@ def test_a_registry_entry_pointing_dflash_at_eagle_is_followed(tmp_path, release
     tree = tmp_path / "tree"
     shutil.copytree(release("0.34.0"), tree, ignore=shutil.ignore_patterns("*.so", "*.pyc"))
     registry = tree / "vllm/v1/worker/gpu/spec_decode/speculator_config.py"
-    edit(registry, '    "dflash": _builtin("dflash.config", "DFlashSpeculatorConfig"),\n',
-         '    "dflash": _builtin("eagle.config", "EagleSpeculatorConfig"),\n')
+    edit(
+        registry,
+        '    "dflash": _builtin("dflash.config", "DFlashSpeculatorConfig"),\n',
+        '    "dflash": _builtin("eagle.config", "EagleSpeculatorConfig"),\n',
+    )
     compile(registry.read_text(encoding="utf-8"), str(registry), "exec")
     fix = verdicts(tree)["swa-config"]
     assert fix.status in ("absent", "partial") and fix.decided_by == "behaviour", fix.reason
@@ -207,16 +231,22 @@ def test_pure_standard_library_code_on_the_route_is_run(mini_tree, monkeypatch):
     tree = mini_tree("0.33.0")
     resolver = tree / V2_RESOLVER
     edit(resolver, "import torch\n", "import operator\nfrom functools import partial\n\nimport torch\n")
-    edit(resolver, SHIFT_033,
-         "            import functools\n"
-         "            shift = functools.reduce(operator.add, [1])\n"
-         '            layer_ids = list(map(partial(operator.add, shift), dflash_config.get("target_layer_ids") or []))\n')
+    edit(
+        resolver,
+        SHIFT_033,
+        "            import functools\n"
+        "            shift = functools.reduce(operator.add, [1])\n"
+        '            layer_ids = list(map(partial(operator.add, shift), dflash_config.get("target_layer_ids") or []))\n',
+    )
     fix = verdicts(tree)["layer-offset"]
     assert (fix.status, fix.decided_by) == ("present", "behaviour"), fix.reason
     # the same route, reaching for a dunder through attrgetter: a gap, never a value
-    edit(resolver, "            shift = functools.reduce(operator.add, [1])\n",
-         "            shift = functools.reduce(operator.add, [1])\n"
-         "            operator.attrgetter('__class__.__subclasses__')(0)\n")
+    edit(
+        resolver,
+        "            shift = functools.reduce(operator.add, [1])\n",
+        "            shift = functools.reduce(operator.add, [1])\n"
+        "            operator.attrgetter('__class__.__subclasses__')(0)\n",
+    )
     fix = verdicts(tree)["layer-offset"]
     assert fix.status == "unknown" and "a dunder attribute" in fix.reason
 
@@ -231,9 +261,12 @@ def test_platform_branches_are_taken_for_the_platform_the_target_is_built_for(mi
     monkeypatch.setenv("DFLASH_DOCTOR_NO_CACHE", "1")
     rules = tuple(rule for rule in load_rules() if rule.id == "swa-config")
     tree = mini_tree("0.33.0")
-    edit(tree / QWEN3_DFLASH, "        self.sliding_window = sliding_window\n        self.attn = Attention(\n",
-         "        if current_platform.is_cpu():\n            sliding_window = None\n"
-         "        self.sliding_window = sliding_window\n        self.attn = Attention(\n")
+    edit(
+        tree / QWEN3_DFLASH,
+        "        self.sliding_window = sliding_window\n        self.attn = Attention(\n",
+        "        if current_platform.is_cpu():\n            sliding_window = None\n"
+        "        self.sliding_window = sliding_window\n        self.attn = Attention(\n",
+    )
     (fix,) = run_check(PathTarget(tree), rules).fixes
     assert (fix.status, fix.decided_by) == ("present", "behaviour"), fix.reason
     metadata = next(tree.glob("vllm-*.dist-info")) / "METADATA"
@@ -252,15 +285,25 @@ def test_a_module_constant_computed_at_import_is_run(mini_tree, monkeypatch):
     monkeypatch.setenv("DFLASH_DOCTOR_NO_CACHE", "1")
     tree = mini_tree("0.33.0")
     resolver = tree / V2_RESOLVER
-    edit(resolver, "import torch\n", "import torch\n\n\ndef _capture_offset(hidden_states_first):\n"
-                                     "    return 1 if hidden_states_first else 0\n\n\n"
-                                     "_CAPTURE_OFFSET = _capture_offset(hidden_states_first=True)\n")
-    edit(resolver, SHIFT_033,
-         '            layer_ids = [i + _CAPTURE_OFFSET for i in (dflash_config.get("target_layer_ids") or [])]\n')
+    edit(
+        resolver,
+        "import torch\n",
+        "import torch\n\n\ndef _capture_offset(hidden_states_first):\n"
+        "    return 1 if hidden_states_first else 0\n\n\n"
+        "_CAPTURE_OFFSET = _capture_offset(hidden_states_first=True)\n",
+    )
+    edit(
+        resolver,
+        SHIFT_033,
+        '            layer_ids = [i + _CAPTURE_OFFSET for i in (dflash_config.get("target_layer_ids") or [])]\n',
+    )
     fix = verdicts(tree)["layer-offset"]
     assert (fix.status, fix.decided_by) == ("present", "behaviour"), fix.reason
-    edit(resolver, "_CAPTURE_OFFSET = _capture_offset(hidden_states_first=True)\n",
-         "_CAPTURE_OFFSET = _capture_offset(hidden_states_first=torch.cuda.is_available())\n")
+    edit(
+        resolver,
+        "_CAPTURE_OFFSET = _capture_offset(hidden_states_first=True)\n",
+        "_CAPTURE_OFFSET = _capture_offset(hidden_states_first=torch.cuda.is_available())\n",
+    )
     fix = verdicts(tree)["layer-offset"]
     assert fix.status == "unknown" and "_CAPTURE_OFFSET" in fix.reason, fix.reason
 
@@ -280,8 +323,12 @@ def test_the_results_cache_sees_a_shadowing_package_and_a_new_plugin(mini_tree, 
     (package / "__init__.py").unlink()
     package.rmdir()
     assert verdicts(tree)["cache-drop"].status == "present"
-    install_plugin(tree, "old_sched", "def register():\n    from vllm.v1.core.sched.scheduler import Scheduler\n"
-                   "    Scheduler.__init__ = lambda self, *a, **k: None\n")
+    install_plugin(
+        tree,
+        "old_sched",
+        "def register():\n    from vllm.v1.core.sched.scheduler import Scheduler\n"
+        "    Scheduler.__init__ = lambda self, *a, **k: None\n",
+    )
     assert verdicts(tree)["cache-drop"].status == "unknown"
 
 
@@ -291,11 +338,15 @@ OLD_INIT = "def _old_init(self, *args, **kwargs):\n    self.use_eagle = True\n\n
 REPLACERS = {
     "a class decorator": (
         OLD_INIT + "def _keep_old_init(cls):\n    cls.__init__ = _old_init\n    return cls\n\n\n",
-        ("class Scheduler(SchedulerInterface):", "@_keep_old_init\nclass Scheduler(SchedulerInterface):"), ""),
+        ("class Scheduler(SchedulerInterface):", "@_keep_old_init\nclass Scheduler(SchedulerInterface):"),
+        "",
+    ),
     "a helper called at import": (
-        OLD_INIT + "def _patch(cls):\n    cls.__init__ = _old_init\n\n\n", None, "\n_patch(Scheduler)\n"),
-    "a setattr with a computed name": (
-        OLD_INIT, None, '\nsetattr(Scheduler, "__" + "init__", _old_init)\n'),
+        OLD_INIT + "def _patch(cls):\n    cls.__init__ = _old_init\n\n\n",
+        None,
+        "\n_patch(Scheduler)\n",
+    ),
+    "a setattr with a computed name": (OLD_INIT, None, '\nsetattr(Scheduler, "__" + "init__", _old_init)\n'),
 }
 
 
@@ -305,8 +356,12 @@ def test_code_run_at_import_that_replaces_the_scheduler_constructor_is_seen(mini
     monkeypatch.setenv("DFLASH_DOCTOR_NO_CACHE", "1")
     helpers, decorate, tail = REPLACERS[how]
     namespace: dict = {}
-    exec(helpers + "class Scheduler:\n    def __init__(self):\n        self.use_eagle = False\n"
-         + (tail if tail else "Scheduler = _keep_old_init(Scheduler)\n"), namespace)
+    exec(
+        helpers
+        + "class Scheduler:\n    def __init__(self):\n        self.use_eagle = False\n"
+        + (tail if tail else "Scheduler = _keep_old_init(Scheduler)\n"),
+        namespace,
+    )
     assert namespace["Scheduler"]().use_eagle is True  # the replaced constructor is what runs
     tree = mini_tree("0.33.0")
     assert verdicts(tree)["cache-drop"].status == "present"
@@ -330,8 +385,12 @@ def test_a_rebinding_in_a_package_init_is_seen(mini_tree, monkeypatch):
     init.parent.mkdir(parents=True, exist_ok=True)
     init.write_text(init.read_text() if init.exists() else "")
     assert verdicts(tree)["cache-drop"].status == "present"
-    init.write_text(init.read_text() + "from vllm.v1.core.sched.scheduler import Scheduler\n\n\n" + OLD_INIT
-                    + "Scheduler.__init__ = _old_init\n")
+    init.write_text(
+        init.read_text()
+        + "from vllm.v1.core.sched.scheduler import Scheduler\n\n\n"
+        + OLD_INIT
+        + "Scheduler.__init__ = _old_init\n"
+    )
     ast.parse(init.read_text())
     fix = verdicts(tree)["cache-drop"]
     assert fix.status == "unknown" and "vllm/v1/core/sched/__init__.py" in fix.reason, fix.reason
@@ -343,7 +402,10 @@ def test_a_translation_that_hands_back_a_wrong_shape_costs_that_drafter_only(min
     answers (no internal error); only what reads it is unknown, with the value named."""
     tree = mini_tree("0.33.0")
     algos = tree / "vllm/transformers_utils/configs/speculators/algos.py"
-    edit(algos, '    pre_trained_config["architectures"] = ["DFlashDraftModel"]\n',
-         '    pre_trained_config["architectures"] = 5\n')
+    edit(
+        algos,
+        '    pre_trained_config["architectures"] = ["DFlashDraftModel"]\n',
+        '    pre_trained_config["architectures"] = 5\n',
+    )
     proc = run_cli("check", "--path", str(tree), "--format", "json")
     assert proc.returncode in (0, 1, 2) and "internal error" not in proc.stderr, proc.stderr

@@ -10,10 +10,13 @@ from dflash_doctor.rulestest import check_rule, run_rule_cases
 
 from conftest import DEMO_RULE_PREAMBLE, run_cli
 
-RULE_HEADER = '''
+RULE_HEADER = (
+    """
 id = "demo"
 title = "demo"
-''' + DEMO_RULE_PREAMBLE + '''[[anchors]]
+"""
+    + DEMO_RULE_PREAMBLE
+    + """[[anchors]]
 id = "site"
 file = "vllm/x.py"
 symbol = "f"
@@ -29,7 +32,8 @@ description = "the bad form"
 verdict = "absent"
 anchors = ["site"]
 patterns = ["bad()"]
-'''
+"""
+)
 
 
 def test_every_shipped_rule_case_passes():
@@ -53,14 +57,18 @@ def test_rule_without_cases_fails(tmp_path: Path):
 
 def test_form_without_a_case_fails(tmp_path: Path):
     path = tmp_path / "demo.toml"
-    path.write_text(RULE_HEADER + '[[cases]]\nname = "g"\nanchor = "site"\nexpect = ["good"]\ncode = "def f():\\n    good()\\n"\n')
+    path.write_text(
+        RULE_HEADER + '[[cases]]\nname = "g"\nanchor = "site"\nexpect = ["good"]\ncode = "def f():\\n    good()\\n"\n'
+    )
     failures = [line for line, ok in check_rule(load_rule(path)) if not ok]
     assert "demo: form bad has no case that matches it" in failures
 
 
 def test_wrong_expectation_fails(tmp_path: Path):
     path = tmp_path / "demo.toml"
-    path.write_text(RULE_HEADER + '[[cases]]\nname = "g"\nanchor = "site"\nexpect = ["bad"]\ncode = "def f():\\n    good()\\n"\n')
+    path.write_text(
+        RULE_HEADER + '[[cases]]\nname = "g"\nanchor = "site"\nexpect = ["bad"]\ncode = "def f():\\n    good()\\n"\n'
+    )
     failures = [line for line, ok in check_rule(load_rule(path)) if not ok]
     assert any("expected ['bad'], got ['good']" in line for line in failures)
 
@@ -69,7 +77,12 @@ def test_wrong_expectation_fails(tmp_path: Path):
     "mutation, message",
     [
         (lambda t: t.replace('verdict = "absent"', 'verdict = "maybe"'), "verdict must be one of"),
-        (lambda t: t.replace('anchors = ["site"]\npatterns = ["bad()"]', 'anchors = ["nowhere"]\npatterns = ["bad()"]'), "anchors must name declared anchors"),
+        (
+            lambda t: t.replace(
+                'anchors = ["site"]\npatterns = ["bad()"]', 'anchors = ["nowhere"]\npatterns = ["bad()"]'
+            ),
+            "anchors must name declared anchors",
+        ),
         (lambda t: t + "[[[", "cannot load rule"),
     ],
 )

@@ -46,7 +46,9 @@ def renamed_anchor_tree(mini_tree) -> Path:
     """0.33.0 with the layer-offset resolver renamed: layer-offset is unknown, the rest present."""
     tree = mini_tree("0.33.0")
     resolver = tree / RESOLVER
-    resolver.write_text(resolver.read_text().replace("def _get_eagle3_aux_layers_from_config(", "def _aux_layers_from_cfg("))
+    resolver.write_text(
+        resolver.read_text().replace("def _get_eagle3_aux_layers_from_config(", "def _aux_layers_from_cfg(")
+    )
     return tree
 
 
@@ -55,7 +57,12 @@ def root_of(log: dict) -> Path:
 
 
 def test_validator_rejects_a_broken_log():
-    assert sarif_errors({"version": "2.1.0", "runs": [{"tool": {"driver": {"name": "x"}}, "results": [{"level": "fatal", "message": {"text": "m"}}]}]})
+    assert sarif_errors(
+        {
+            "version": "2.1.0",
+            "runs": [{"tool": {"driver": {"name": "x"}}, "results": [{"level": "fatal", "message": {"text": "m"}}]}],
+        }
+    )
     assert sarif_errors({"version": "2.0.0", "runs": []})
 
 
@@ -130,8 +137,12 @@ def test_sarif_waived_fix_is_a_suppressed_result(tmp_path, mini_tree):
     assert code == 0 and sarif_errors(log) == []
     [result] = log["runs"][0]["results"]
     assert result["suppressions"] == [
-        {"kind": "external", "status": "accepted", "justification": "prefix caching is off",
-         "properties": {"until": "2099-12-31", "target": None}}
+        {
+            "kind": "external",
+            "status": "accepted",
+            "justification": "prefix caching is off",
+            "properties": {"until": "2099-12-31", "target": None},
+        }
     ]
 
 
@@ -164,7 +175,12 @@ def test_junit_one_testcase_per_fix_with_verdict_and_remedy(release):
     assert "vllm/config/speculative.py:" in failure.text
     for name in ("layer-offset", "swa-config"):
         assert cases[name].find("failure") is None and cases[name].find("error") is None
-    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == ("3", "1", "0", "0")
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"), suite.get("skipped")) == (
+        "3",
+        "1",
+        "0",
+        "0",
+    )
     assert root.get("tests") == "3" and root.get("failures") == "1"
     assert props["vllm.version"] == "0.30.0" and props["exit_code"] == "1"
 
@@ -193,8 +209,15 @@ def test_several_reports_from_one_run(tmp_path, mini_tree):
     out = tmp_path / "out"
     out.mkdir()
     proc = run_cli(
-        "check", "--path", str(tree), "--output", f"json={out / 'r.json'}", "--output", f"sarif={out / 'r.sarif'}",
-        "--output", f"junit={out / 'r.xml'}",
+        "check",
+        "--path",
+        str(tree),
+        "--output",
+        f"json={out / 'r.json'}",
+        "--output",
+        f"sarif={out / 'r.sarif'}",
+        "--output",
+        f"junit={out / 'r.xml'}",
     )
     assert proc.returncode == 1, proc.stderr
     assert re.search(r"^layer-offset +PRESENT ", proc.stdout, re.M)  # the --format report (table) still on stdout
@@ -209,7 +232,17 @@ def test_several_reports_from_one_run(tmp_path, mini_tree):
     assert sorted(p.name for p in out.iterdir()) == ["r.json", "r.sarif", "r.xml"]  # no temporary files left
 
     # A bare path takes the --format report instead of standard output.
-    proc = run_cli("check", "--path", str(tree), "--format", "sarif", "--output", str(out / "bare.sarif"), "--output", f"json={out / 'j.json'}")
+    proc = run_cli(
+        "check",
+        "--path",
+        str(tree),
+        "--format",
+        "sarif",
+        "--output",
+        str(out / "bare.sarif"),
+        "--output",
+        f"json={out / 'j.json'}",
+    )
     assert proc.returncode == 1 and proc.stdout == ""
     assert sarif_errors(json.loads((out / "bare.sarif").read_text())) == []
     assert json.loads((out / "j.json").read_text())["schema"] == "dflash-doctor/check/v2"
@@ -238,7 +271,9 @@ def test_a_failed_write_leaves_the_other_reports_whole(tmp_path, mini_tree):
     tree = mini_tree("0.20.1")
     good = tmp_path / "r.json"
     good.write_text("previous")
-    proc = run_cli("check", "--path", str(tree), "--output", f"json={good}", "--output", f"sarif={tmp_path / 'no-dir' / 'r.sarif'}")
+    proc = run_cli(
+        "check", "--path", str(tree), "--output", f"json={good}", "--output", f"sarif={tmp_path / 'no-dir' / 'r.sarif'}"
+    )
     assert proc.returncode == 3 and proc.stderr.startswith("dflash-doctor: error: cannot write")
     # Reports are written in the order given, each whole: the JSON report is this check's, then the SARIF write fails.
     report = json.loads(good.read_text())

@@ -132,8 +132,14 @@ def on_a_terminal(width: int, args: list[str], env: dict[str, str]) -> list[str]
     each frame of a progress bar included, without the escape sequences."""
     command = shlex.join([sys.executable, "-m", "dflash_doctor", *args])
     env = {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES")}
-    proc = subprocess.run(["script", "-qec", f"stty cols {width} rows 50; {command}", "/dev/null"], env=env,
-                          capture_output=True, timeout=300, stdin=subprocess.DEVNULL, check=False)
+    proc = subprocess.run(
+        ["script", "-qec", f"stty cols {width} rows 50; {command}", "/dev/null"],
+        env=env,
+        capture_output=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
     assert proc.returncode in (0, 1, 2), proc.stdout.decode(errors="replace")[-2000:]
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", proc.stdout.decode("utf-8", "replace"))
     return [line for line in re.split(r"[\r\n]", plain) if line.strip()]

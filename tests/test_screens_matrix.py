@@ -24,8 +24,13 @@ def on_screen(columns: int, args: list[str], env: dict) -> list[str]:
     """The lines standard output shows on a pty of ``columns`` columns (COLUMNS unset: the pty's own size)."""
     command = shlex.join([sys.executable, "-m", "dflash_doctor", *args]) + " 2>/dev/null"
     env = {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES")}
-    proc = subprocess.run(["script", "-qec", f"stty cols {columns} rows 50; {command}", "/dev/null"],
-                          capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        ["script", "-qec", f"stty cols {columns} rows 50; {command}", "/dev/null"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     return SGR.sub("", proc.stdout.replace("\r\n", "\n")).splitlines()
 
 

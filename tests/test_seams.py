@@ -49,37 +49,53 @@ def report(*fixes: FixResult, strict: bool = False, directory: bool = True, loca
 
 # ------------------------------------------------------------------ the one exit-code rule
 
-@pytest.mark.parametrize("codes, expected", [
-    ((), EXIT_OK),
-    ((EXIT_OK,), EXIT_OK),
-    ((EXIT_OK, EXIT_UNKNOWN), EXIT_UNKNOWN),
-    ((EXIT_UNKNOWN, EXIT_MISSING), EXIT_MISSING),
-    ((EXIT_MISSING, EXIT_UNKNOWN, EXIT_OK), EXIT_MISSING),
-    ((EXIT_OK, EXIT_ERROR, EXIT_MISSING), EXIT_ERROR),
-    ((EXIT_UNKNOWN, EXIT_ERROR), EXIT_ERROR),
-])
+
+@pytest.mark.parametrize(
+    "codes, expected",
+    [
+        ((), EXIT_OK),
+        ((EXIT_OK,), EXIT_OK),
+        ((EXIT_OK, EXIT_UNKNOWN), EXIT_UNKNOWN),
+        ((EXIT_UNKNOWN, EXIT_MISSING), EXIT_MISSING),
+        ((EXIT_MISSING, EXIT_UNKNOWN, EXIT_OK), EXIT_MISSING),
+        ((EXIT_OK, EXIT_ERROR, EXIT_MISSING), EXIT_ERROR),
+        ((EXIT_UNKNOWN, EXIT_ERROR), EXIT_ERROR),
+    ],
+)
 def test_the_worst_part_decides(codes, expected):
     assert exit_code_for(iter(codes)) == expected
 
 
-@pytest.mark.parametrize("status, strict, expected", [
-    (PRESENT, False, EXIT_OK), (PRESENT, True, EXIT_OK),
-    (ABSENT, False, EXIT_MISSING), (PARTIAL, False, EXIT_MISSING), (NOT_APPLICABLE, False, EXIT_MISSING),
-    (UNKNOWN, False, EXIT_UNKNOWN), (UNKNOWN, True, EXIT_MISSING),
-])
+@pytest.mark.parametrize(
+    "status, strict, expected",
+    [
+        (PRESENT, False, EXIT_OK),
+        (PRESENT, True, EXIT_OK),
+        (ABSENT, False, EXIT_MISSING),
+        (PARTIAL, False, EXIT_MISSING),
+        (NOT_APPLICABLE, False, EXIT_MISSING),
+        (UNKNOWN, False, EXIT_UNKNOWN),
+        (UNKNOWN, True, EXIT_MISSING),
+    ],
+)
 def test_a_fix_verdicts_part(status, strict, expected):
     assert verdict_code(status, strict) == expected
 
 
-@pytest.mark.parametrize("statuses, strict, expected", [
-    ((PRESENT, PRESENT), False, EXIT_OK),
-    ((PRESENT, UNKNOWN), False, EXIT_UNKNOWN),
-    ((PRESENT, UNKNOWN), True, EXIT_MISSING),
-    ((UNKNOWN, ABSENT), False, EXIT_MISSING),
-    ((NOT_APPLICABLE,), False, EXIT_MISSING),
-])
+@pytest.mark.parametrize(
+    "statuses, strict, expected",
+    [
+        ((PRESENT, PRESENT), False, EXIT_OK),
+        ((PRESENT, UNKNOWN), False, EXIT_UNKNOWN),
+        ((PRESENT, UNKNOWN), True, EXIT_MISSING),
+        ((UNKNOWN, ABSENT), False, EXIT_MISSING),
+        ((NOT_APPLICABLE,), False, EXIT_MISSING),
+    ],
+)
 def test_a_check_report_combines_its_verdicts(statuses, strict, expected):
-    assert report(*(fix(status, fix_id=f"f{i}") for i, status in enumerate(statuses)), strict=strict).exit_code == expected
+    assert (
+        report(*(fix(status, fix_id=f"f{i}") for i, status in enumerate(statuses)), strict=strict).exit_code == expected
+    )
 
 
 def test_a_waived_fix_is_no_part_of_the_code():
@@ -87,16 +103,21 @@ def test_a_waived_fix_is_no_part_of_the_code():
     assert report(fix(ABSENT, waived=True), fix(UNKNOWN, fix_id="other")).exit_code == EXIT_UNKNOWN
 
 
-@pytest.mark.parametrize("hosts, expected", [
-    ([EXIT_OK, EXIT_OK], EXIT_OK),
-    ([EXIT_OK, EXIT_UNKNOWN], EXIT_UNKNOWN),
-    ([EXIT_UNKNOWN, EXIT_MISSING], EXIT_MISSING),
-    ([EXIT_MISSING, None], EXIT_ERROR),  # None: the host could not be checked
-])
+@pytest.mark.parametrize(
+    "hosts, expected",
+    [
+        ([EXIT_OK, EXIT_OK], EXIT_OK),
+        ([EXIT_OK, EXIT_UNKNOWN], EXIT_UNKNOWN),
+        ([EXIT_UNKNOWN, EXIT_MISSING], EXIT_MISSING),
+        ([EXIT_MISSING, None], EXIT_ERROR),  # None: the host could not be checked
+    ],
+)
 def test_a_fleet_is_its_worst_host(hosts, expected):
     by_code = {EXIT_OK: report(fix(PRESENT)), EXIT_UNKNOWN: report(fix(UNKNOWN)), EXIT_MISSING: report(fix(ABSENT))}
-    outcomes = [HostOutcome(f"h{i}", report=by_code[code]) if code is not None else HostOutcome(f"h{i}", error="down")
-                for i, code in enumerate(hosts)]
+    outcomes = [
+        HostOutcome(f"h{i}", report=by_code[code]) if code is not None else HostOutcome(f"h{i}", error="down")
+        for i, code in enumerate(hosts)
+    ]
     assert fleet_exit_code(outcomes) == expected
     assert model.fleet_json(outcomes)["exit_code"] == expected
 
@@ -110,11 +131,16 @@ def test_ancestry_accept_and_lint_use_the_rule():
         return AncestryReport("repo", "c" * 40, None, "main", prs).exit_code
 
     assert [ancestry(), ancestry(CONTAINED), ancestry(CONTAINED, NOT_KNOWN), ancestry(NOT_KNOWN, MISSING)] == [
-        EXIT_OK, EXIT_OK, EXIT_UNKNOWN, EXIT_MISSING]
+        EXIT_OK,
+        EXIT_OK,
+        EXIT_UNKNOWN,
+        EXIT_MISSING,
+    ]
     assert {code: Diagnosis(code, "").exit_code for code in EXIT_CODES} == EXIT_CODES
 
 
 # ------------------------------------------------------------------ HostOutcome and the reporters
+
 
 def imported_modules(path: Path) -> set[str]:
     names = set()
@@ -137,7 +163,9 @@ def test_formats_come_from_the_registry_and_an_unknown_one_is_an_error():
     assert FORMATS == tuple(REPORTERS) and "table" in FORMATS
     for name in FORMATS:
         module, _, cls = REPORTERS[name].partition(":")
-        assert type(reporter(name)).__qualname__ == cls and type(reporter(name)).__module__.endswith(f"reporters.{module}")
+        assert type(reporter(name)).__qualname__ == cls and type(reporter(name)).__module__.endswith(
+            f"reporters.{module}"
+        )
     with pytest.raises(ToolError, match="unknown report format 'xml'"):
         reporter("xml")
 
@@ -154,6 +182,7 @@ def test_every_registered_format_renders_a_report_and_a_fleet():
 
 # ------------------------------------------------------------------ SARIF root from what the target says
 
+
 def sarif_root(target_report: CheckReport) -> dict:
     from dflash_doctor.reporters.sarif import ROOT_ID, SarifReporter
 
@@ -164,7 +193,8 @@ def test_sarif_names_a_local_directory_by_uri_and_anything_else_by_description()
     assert sarif_root(report(fix(ABSENT), directory=True, location="/srv/site")) == {"uri": "file:///srv/site/"}
     # An absolute-looking location that is not a directory here (a probe's host path) gets no file: URI.
     assert sarif_root(report(fix(ABSENT), directory=False, location="/srv/site")) == {
-        "description": {"text": "path /srv/site"}}
+        "description": {"text": "path /srv/site"}
+    }
 
 
 def test_a_fleet_host_that_could_not_be_checked_is_a_failed_invocation_with_exit_3():
@@ -175,6 +205,7 @@ def test_a_fleet_host_that_could_not_be_checked_is_a_failed_invocation_with_exit
 
 
 # ------------------------------------------------------------------ the patch backend is the target's to say
+
 
 def synthetic_tree(root: Path) -> Path:
     (root / "vllm").mkdir(parents=True)
@@ -215,12 +246,19 @@ def test_a_probe_answer_cannot_be_patched(tmp_path):
 
 
 def test_no_type_or_kind_dispatch_is_left_in_the_patch_seam():
-    for path in (PACKAGE / "patching" / "__init__.py", PACKAGE / "commands" / "patch.py", PACKAGE / "reporters" / "sarif.py"):
+    for path in (
+        PACKAGE / "patching" / "__init__.py",
+        PACKAGE / "commands" / "patch.py",
+        PACKAGE / "reporters" / "sarif.py",
+    ):
         text = path.read_text()
-        assert "isinstance(" not in text and ".kind ==" not in text and ".kind !=" not in text and "KINDS" not in text, path
+        assert (
+            "isinstance(" not in text and ".kind ==" not in text and ".kind !=" not in text and "KINDS" not in text
+        ), path
 
 
 # ------------------------------------------------------------------ typed report sections
+
 
 def test_sections_keep_their_json_keys_in_order_and_the_table_only_iterates():
     import datetime
@@ -233,22 +271,33 @@ def test_sections_keep_their_json_keys_in_order_and_the_table_only_iterates():
     prs = (PrAncestry(40727, "layer-offset", "missing", "merge-commit", (), "not on main"),)
     ancestry = AncestryReport("/repo", "c" * 40, "version", "origin/main", prs)
     waived = WaiversSection("waivers.toml", ((ABSENT, waiver),), (), ())
-    checked = CheckReport(TargetInfo("path", "/site"), Provenance(None, None, None, None), (fix(ABSENT),), "0",
-                          sections=(ancestry, waived))
+    checked = CheckReport(
+        TargetInfo("path", "/site"),
+        Provenance(None, None, None, None),
+        (fix(ABSENT),),
+        "0",
+        sections=(ancestry, waived),
+    )
     data = checked.to_json()
     assert list(data)[-4:] == ["ancestry", "waivers", "strict", "exit_code"]
     assert data["ancestry"] == ancestry.to_json() and data["ancestry"]["prs"][0]["pr"] == 40727
-    assert data["waivers"]["waived"] == [{"status": ABSENT, "id": "layer-offset", "target": None, "reason": "known",
-                                          "until": "2030-01-01"}]
+    assert data["waivers"]["waived"] == [
+        {"status": ABSENT, "id": "layer-offset", "target": None, "reason": "known", "until": "2030-01-01"}
+    ]
     plain = TableReporter().render(checked, terminal=False).splitlines()
     assert plain[-2:] == [f"ancestry of {'c' * 40} in /repo:", "    #40727 (layer-offset): missing by merge-commit"]
-    assert waiver_summary(checked) == ["1 fix waived by waivers.toml", "waived layer-offset (absent) until 2030-01-01: known"]
+    assert waiver_summary(checked) == [
+        "1 fix waived by waivers.toml",
+        "waived layer-offset (absent) until 2030-01-01: known",
+    ]
 
 
 def test_section_lines_are_clean_for_a_terminal():
     from dflash_doctor.ancestry.report import AncestryReport, PrAncestry
 
-    hostile = AncestryReport("/repo\x1b[2J", "c" * 40, None, "main", (PrAncestry(1, "fix\nfake", "missing", "m", (), ""),))
+    hostile = AncestryReport(
+        "/repo\x1b[2J", "c" * 40, None, "main", (PrAncestry(1, "fix\nfake", "missing", "m", (), ""),)
+    )
     assert all("\x1b" not in line and "\n" not in line for line in hostile.lines())
 
 
@@ -256,15 +305,21 @@ def test_a_command_run_builds_only_its_own_module_and_the_help_lists_every_comma
     import subprocess
     import sys
 
-    program = ("import sys\nfrom dflash_doctor.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-               "print(sorted(m for m in sys.modules if m.startswith('dflash_doctor.commands.')), file=sys.stderr)")
+    program = (
+        "import sys\nfrom dflash_doctor.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('dflash_doctor.commands.')), file=sys.stderr)"
+    )
 
     def run(*words: str) -> tuple[str, str]:
-        done = subprocess.run([sys.executable, "-c", program, *words], capture_output=True, text=True, cwd=tmp_path, check=True)
+        done = subprocess.run(
+            [sys.executable, "-c", program, *words], capture_output=True, text=True, cwd=tmp_path, check=True
+        )
         return done.stdout, done.stderr.strip().splitlines()[-1]
 
     assert run("rules", "list")[1] == "['dflash_doctor.commands.rules']"
-    assert run("--debug", "restore", "--help")[1] == "['dflash_doctor.commands.options', 'dflash_doctor.commands.patch']"
+    assert (
+        run("--debug", "restore", "--help")[1] == "['dflash_doctor.commands.options', 'dflash_doctor.commands.patch']"
+    )
     page, _ = run("--help")
     from dflash_doctor.commands import MODULES
 

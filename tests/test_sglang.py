@@ -38,22 +38,29 @@ from registry import SITE, python_files, tree_files, write_image
 pytestmark = pytest.mark.release  # real SGLang wheels, fetched once into the user cache
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
-CHECK_V2, CHECK_V1 = (json.loads((SCHEMAS / f"{name}.schema.json").read_text())
-                      for name in ("check-v2", "check-v1"))
+CHECK_V2, CHECK_V1 = (json.loads((SCHEMAS / f"{name}.schema.json").read_text()) for name in ("check-v2", "check-v1"))
 LAST_WITHOUT, FIRST_WITH = "0.5.10.post1", "0.5.11"
 
 
 def string_constants(path: Path) -> set[str]:
-    return {node.value for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-            if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+    return {
+        node.value
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
 
 
 def test_sglangs_wheel_is_fetched_into_its_own_cache_and_keeps_only_its_python() -> None:
     tree = release_tree(FIRST_WITH, SGLANG)
     assert tree == releases_dir(SGLANG) / FIRST_WITH and releases_dir(SGLANG) != releases_dir(VLLM)
     kept = [path.relative_to(tree).as_posix() for path in tree.rglob("*") if path.is_file()]
-    assert kept and all(name.endswith(".py") and name.startswith("sglang/") or name.startswith("sglang-0.5.11.dist-info/")
-                        or name == ".complete" for name in kept)
+    assert kept and all(
+        name.endswith(".py")
+        and name.startswith("sglang/")
+        or name.startswith("sglang-0.5.11.dist-info/")
+        or name == ".complete"
+        for name in kept
+    )
     assert (tree / SGLANG.version_file).is_file()
 
 
@@ -69,11 +76,17 @@ def test_sglangs_descriptor_is_what_its_wheels_say() -> None:
     # The version file names the commit (None in the wheels), read by provenance without running it.
     provenance = read_provenance(DirectoryTree(first, find_dist_info(first, SGLANG.package), SGLANG))
     assert (provenance.version, provenance.commit, provenance.engine) == (FIRST_WITH, None, SGLANG)
-    assert provenance.distribution is not None and provenance.distribution.name == "sglang" and provenance.vendor is None
+    assert (
+        provenance.distribution is not None and provenance.distribution.name == "sglang" and provenance.vendor is None
+    )
     assert (provenance.platform.name, provenance.platform.told_by) == ("cuda", "default")
     assert set(SGLANG.commit_names) <= {
-        target.id for node in ast.parse((first / SGLANG.version_file).read_text()).body if isinstance(node, ast.Assign)
-        for target in ast.walk(node) if isinstance(target, ast.Name)}
+        target.id
+        for node in ast.parse((first / SGLANG.version_file).read_text()).body
+        if isinstance(node, ast.Assign)
+        for target in ast.walk(node)
+        if isinstance(target, ast.Name)
+    }
 
 
 @pytest.mark.parametrize("version", [LAST_WITHOUT, FIRST_WITH])
@@ -92,8 +105,11 @@ def test_check_release_of_sglang_answers_unknown_with_the_reason_never_vllms_ver
         assert fix["reason"] == f"no rule judges this fix in SGLang yet (the rule {fix['id']} describes vLLM's code)"
         assert "SGLang" in fix["remedy"]
     sarif = json.loads(run_cli("check", "--release", version, "--engine", "sglang", "--format", "sarif").stdout)
-    uris = {location["physicalLocation"]["artifactLocation"]["uri"]
-            for result in sarif["runs"][0]["results"] for location in result["locations"]}
+    uris = {
+        location["physicalLocation"]["artifactLocation"]["uri"]
+        for result in sarif["runs"][0]["results"]
+        for location in result["locations"]
+    }
     assert uris == {"sglang/__init__.py"}  # never a vLLM file the tree does not hold
     assert sarif["runs"][0]["properties"]["sglang"]["version"] == version
 
@@ -134,11 +150,15 @@ def test_a_tree_holding_both_engines_is_checked_for_each(both: Path) -> None:
 def test_the_results_cache_keeps_the_engines_of_one_tree_apart(both: Path, tmp_path: Path) -> None:
     env = {**os.environ, "DFLASH_DOCTOR_CACHE": str(tmp_path / "cache")}
     env.pop("DFLASH_DOCTOR_NO_CACHE", None)
-    runs = [json.loads(run_cli("check", "--path", str(both), "--engine", engine, "--format", "json", env=env).stdout)
-            for engine in ("vllm", "sglang", "vllm", "sglang")]
+    runs = [
+        json.loads(run_cli("check", "--path", str(both), "--engine", engine, "--format", "json", env=env).stdout)
+        for engine in ("vllm", "sglang", "vllm", "sglang")
+    ]
     assert len(list((tmp_path / "cache" / "results").rglob("*.json"))) == 2  # one entry per engine
     assert runs[0]["fixes"] == runs[2]["fixes"] and runs[1]["fixes"] == runs[3]["fixes"]
-    assert {fix["status"] for fix in runs[3]["fixes"]} == {UNKNOWN} and UNKNOWN not in {fix["status"] for fix in runs[2]["fixes"]}
+    assert {fix["status"] for fix in runs[3]["fixes"]} == {UNKNOWN} and UNKNOWN not in {
+        fix["status"] for fix in runs[2]["fixes"]
+    }
 
 
 def v1_of(report: dict[str, Any]) -> dict[str, Any]:
@@ -163,7 +183,10 @@ def test_the_tool_reads_its_v1_and_v2_reports(tmp_path: Path, monkeypatch: pytes
     monkeypatch.delenv("DFLASH_DOCTOR_NO_CACHE")
     rules = load_rules()
     digest = rules_digest(rules)
-    for written, release in ((old, "0.33.0"), (dict(report, engine=dict(report["engine"], commit="abc1234")), "0.34.0")):
+    for written, release in (
+        (old, "0.33.0"),
+        (dict(report, engine=dict(report["engine"], commit="abc1234")), "0.34.0"),
+    ):
         path = _row_path(release, digest, VLLM)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(written))
@@ -189,12 +212,19 @@ def test_a_rule_of_another_engine_leaves_its_fix_unknown_on_a_vllm_tree(tmp_path
     rules = tmp_path / "rules"
     rules.mkdir()
     shipped = load_rules()[0]
-    (rules / "sglang-twin.toml").write_text('engine = "sglang"\n' + shipped.source.read_text(encoding="utf-8").replace(
-        f'id = "{shipped.id}"', 'id = "sglang-twin"', 1))
-    proc = run_cli("check", "--path", str(tree), "--format", "json", env={**os.environ, "DFLASH_DOCTOR_RULES": str(rules)})
+    (rules / "sglang-twin.toml").write_text(
+        'engine = "sglang"\n'
+        + shipped.source.read_text(encoding="utf-8").replace(f'id = "{shipped.id}"', 'id = "sglang-twin"', 1)
+    )
+    proc = run_cli(
+        "check", "--path", str(tree), "--format", "json", env={**os.environ, "DFLASH_DOCTOR_RULES": str(rules)}
+    )
     fixes = {fix["id"]: fix for fix in json.loads(proc.stdout)["fixes"]}
     assert fixes["sglang-twin"]["status"] == UNKNOWN
-    assert fixes["sglang-twin"]["reason"] == "no rule judges this fix in vLLM yet (the rule sglang-twin describes SGLang's code)"
+    assert (
+        fixes["sglang-twin"]["reason"]
+        == "no rule judges this fix in vLLM yet (the rule sglang-twin describes SGLang's code)"
+    )
     assert fixes[shipped.id]["status"] != UNKNOWN  # the same code, judged by the vLLM rule
 
 
@@ -203,7 +233,11 @@ def sglang_files(version: str = FIRST_WITH) -> dict[str, bytes]:
     tree = release_tree(version, SGLANG)
     kept = ["sglang/__init__.py", "sglang/version.py", SGLANG.version_file, "sglang/srt/models/dflash.py"]
     files = {relpath: (tree / relpath).read_bytes() for relpath in kept}
-    files |= {path.relative_to(tree).as_posix(): path.read_bytes() for path in (tree / f"sglang-{version}.dist-info").iterdir() if path.is_file()}
+    files |= {
+        path.relative_to(tree).as_posix(): path.read_bytes()
+        for path in (tree / f"sglang-{version}.dist-info").iterdir()
+        if path.is_file()
+    }
     return {f"{SITE}/{relpath}": data for relpath, data in files.items()}
 
 
@@ -219,20 +253,33 @@ def test_an_image_is_checked_for_the_engine_it_holds(tmp_path: Path, mini_tree) 
     assert report["target"]["site"] == "/" + SITE
     again = json.loads(run_cli("check", "--image", f"oci:{layout}:sglang", "--format", "json", env=env).stdout)
     assert again["engine"] == report["engine"] and again["fixes"] == report["fixes"]
-    both = [json.loads(run_cli("check", "--image", f"oci:{layout}:both", *engine, "--format", "json", env=env).stdout)
-            for engine in ((), ("--engine", "sglang"), ("--engine", "vllm"))]
+    both = [
+        json.loads(run_cli("check", "--image", f"oci:{layout}:both", *engine, "--format", "json", env=env).stdout)
+        for engine in ((), ("--engine", "sglang"), ("--engine", "vllm"))
+    ]
     assert [report["engine"]["name"] for report in both] == ["vllm", "sglang", "vllm"]
     assert both[0]["fixes"] == both[2]["fixes"] and UNKNOWN not in {fix["status"] for fix in both[0]["fixes"]}
     assert_error(run_cli("check", "--image", f"oci:{layout}:none", env=env), "no vllm or sglang package in the image")
-    assert_error(run_cli("check", "--image", f"oci:{layout}:none", "--engine", "sglang", env=env), "no sglang package in the image")
+    assert_error(
+        run_cli("check", "--image", f"oci:{layout}:none", "--engine", "sglang", env=env),
+        "no sglang package in the image",
+    )
 
 
-def test_an_editable_sglang_beside_an_installed_vllm_is_found_through_the_interpreter(tmp_path: Path, mini_tree) -> None:
+def test_an_editable_sglang_beside_an_installed_vllm_is_found_through_the_interpreter(
+    tmp_path: Path, mini_tree
+) -> None:
     """As SGLang's images install it: from a source checkout, editable (a PEP 660 .pth and direct_url.json's dir_info)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True, timeout=120)
     python = tmp_path / "venv" / "bin" / "python"
-    purelib = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                  check=True, capture_output=True, text=True).stdout.strip())
+    purelib = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     checkout = tmp_path / "sgl-workspace" / "sglang" / "python"
     for entry, data in sglang_files().items():
         relpath = entry.removeprefix(f"{SITE}/")
@@ -244,7 +291,9 @@ def test_an_editable_sglang_beside_an_installed_vllm_is_found_through_the_interp
     owner.mkdir()
     (owner / "METADATA").write_text(f"Metadata-Version: 2.1\nName: sglang\nVersion: {FIRST_WITH}\n\n")
     (owner / "direct_url.json").write_text(json.dumps({"url": checkout.as_uri(), "dir_info": {"editable": True}}))
-    (owner / "RECORD").write_text(f"{owner.name}/METADATA,,\n__editable__.sglang-{FIRST_WITH}.pth,,\n{owner.name}/RECORD,,\n")
+    (owner / "RECORD").write_text(
+        f"{owner.name}/METADATA,,\n__editable__.sglang-{FIRST_WITH}.pth,,\n{owner.name}/RECORD,,\n"
+    )
     for path in mini_tree("0.33.0").iterdir():  # vLLM installed as a wheel would be
         (shutil.copytree if path.is_dir() else shutil.copy2)(path, purelib / path.name)
     fleet = json.loads(run_cli("check", "--python", str(python), "--format", "json").stdout)
@@ -252,7 +301,10 @@ def test_an_editable_sglang_beside_an_installed_vllm_is_found_through_the_interp
     vllm, sglang = fleet["hosts"]
     assert (vllm["engine"]["name"], vllm["target"]["location"]) == ("vllm", str(purelib))
     assert (sglang["engine"]["name"], sglang["target"]["location"]) == ("sglang", str(checkout))
-    assert sglang["engine"]["version"] == FIRST_WITH and sglang["engine"]["distribution"] == {"name": "sglang", "version": FIRST_WITH}
+    assert sglang["engine"]["version"] == FIRST_WITH and sglang["engine"]["distribution"] == {
+        "name": "sglang",
+        "version": FIRST_WITH,
+    }
     alone = json.loads(run_cli("check", "--python", str(python), "--engine", "sglang", "--format", "json").stdout)
     assert alone["engine"] == sglang["engine"] and alone["target"] == sglang["target"]
     # The same install, collected by the standalone script for SGLang and judged here.
@@ -260,7 +312,9 @@ def test_an_editable_sglang_beside_an_installed_vllm_is_found_through_the_interp
     script.write_text(run_cli("probe-script", "--engine", "sglang").stdout)
     answer = tmp_path / "answers" / "gpu1.probe"
     answer.parent.mkdir()
-    answer.write_text(subprocess.run([str(python), str(script)], check=True, capture_output=True, text=True, timeout=120).stdout)
+    answer.write_text(
+        subprocess.run([str(python), str(script)], check=True, capture_output=True, text=True, timeout=120).stdout
+    )
     collected = parse_probe_output(answer.read_text(), "the script")
     assert not [relpath for relpath in [*collected["files"], *collected["search"]] if relpath.startswith("vllm/")]
     assert SGLANG.version_file in collected["files"] and not collected["search"]  # vLLM's rules ask nothing of SGLang
@@ -280,7 +334,11 @@ def test_a_fix_has_a_rule_per_engine_and_each_tree_is_judged_by_its_own(both: Pa
     fleet = json.loads(run_cli("check", "--path", str(both), "--format", "json", env=env).stdout)
     fleet_validator().validate(fleet)
     vllm, sglang = fleet["hosts"]
-    assert [fix["id"] for fix in vllm["fixes"]] == [fix["id"] for fix in sglang["fixes"]] == [rule.id for rule in load_rules()]
+    assert (
+        [fix["id"] for fix in vllm["fixes"]]
+        == [fix["id"] for fix in sglang["fixes"]]
+        == [rule.id for rule in load_rules()]
+    )
     assert vllm["fixes"] == plain["hosts"][0]["fixes"]  # vLLM's tree is judged by vLLM's rules alone
     by_id = {fix["id"]: fix for fix in sglang["fixes"]}
     assert by_id["cache-drop"]["reason"].startswith("no rule judges this fix in SGLang yet")
@@ -296,7 +354,9 @@ def test_a_fix_has_a_rule_per_engine_and_each_tree_is_judged_by_its_own(both: Pa
 def test_the_release_matrix_of_sglang_lists_its_releases_unjudged_and_says_whose() -> None:
     for version in (LAST_WITHOUT, FIRST_WITH):
         release_tree(version, SGLANG)  # --offline answers from the cache
-    proc = run_cli("releases", "--engine", "sglang", "--offline", "--from", LAST_WITHOUT, "--to", FIRST_WITH, "--format", "json")
+    proc = run_cli(
+        "releases", "--engine", "sglang", "--offline", "--from", LAST_WITHOUT, "--to", FIRST_WITH, "--format", "json"
+    )
     matrix = json.loads(proc.stdout)
     jsonschema.validate(matrix, json.loads((SCHEMAS / "releases-v1.schema.json").read_text()))
     assert proc.returncode == 0 and matrix["engine"] == "sglang"

@@ -98,7 +98,10 @@ def test_fleet_sarif_names_each_host_and_the_fleet_ends_with_one_bottom_line(ser
         dead = f"127.0.0.1:{closed.getsockname()[1]}"
     args = ["--host", host(srv), "--host", dead, "--python", str(remotes["0.20.1"])]
     runs = json.loads(ssh_check(client, *args, "--format", "sarif").stdout)["runs"]
-    assert [run["automationDetails"]["id"] for run in runs] == [f"dflash-doctor/ssh:{host(srv)}/", f"dflash-doctor/ssh:{dead}/"]
+    assert [run["automationDetails"]["id"] for run in runs] == [
+        f"dflash-doctor/ssh:{host(srv)}/",
+        f"dflash-doctor/ssh:{dead}/",
+    ]
     fleet = json.loads(ssh_check(client, *args, "--format", "json").stdout)
     assert list(fleet_validator().iter_errors(fleet)) == []
     assert fleet["summary"]["text"] == "all three fixes: vLLM 0.33.0 or later"
@@ -120,7 +123,9 @@ def test_hosts_file_with_comments_and_worst_exit_code(server, client, remotes, t
 @pytest.mark.release
 def test_unknown_host_key_refused_then_accepted_on_request(server, client, remotes):
     srv = server()
-    fingerprint = subprocess.run(["ssh-keygen", "-lf", f"{srv.host_key}.pub"], capture_output=True, text=True).stdout.split()[1]
+    fingerprint = subprocess.run(
+        ["ssh-keygen", "-lf", f"{srv.host_key}.pub"], capture_output=True, text=True
+    ).stdout.split()[1]
     refused = ssh_check(client, "--host", host(srv), "--python", str(remotes["0.33.0"]))
     assert refused.returncode == 3
     one_line_error(refused, "unknown host key")
@@ -233,11 +238,16 @@ def test_a_fleet_behind_one_bastion_shares_one_connection_to_it(server, client, 
     trust(client, jump, *targets)
     config = client["home"] / ".ssh" / "config"
     entries = [f"Host bastion\n  HostName 127.0.0.1\n  Port {jump.port}\n  User root\n  IdentityFile {keys['user']}\n"]
-    entries += [f"Host gpu{index}\n  HostName 127.0.0.1\n  Port {target.port}\n  User root\n  IdentityFile {keys['user']}\n"
-                "  ProxyJump bastion\n" for index, target in enumerate(targets)]
+    entries += [
+        f"Host gpu{index}\n  HostName 127.0.0.1\n  Port {target.port}\n  User root\n  IdentityFile {keys['user']}\n"
+        "  ProxyJump bastion\n"
+        for index, target in enumerate(targets)
+    ]
     config.write_text("\n".join(entries))
     args = [a for index in range(3) for a in ("--host", f"gpu{index}")]
-    proc = run_cli("check", *args, "--python", str(remotes["0.33.0"]), "--format", "json", "--jobs", "3", env=client["env"])
+    proc = run_cli(
+        "check", *args, "--python", str(remotes["0.33.0"]), "--format", "json", "--jobs", "3", env=client["env"]
+    )
     assert proc.returncode == 0, proc.stderr
     assert [set(statuses(entry).values()) for entry in json.loads(proc.stdout)["hosts"]] == [{"present"}] * 3
     assert jump.log_count("Connection from 127.0.0.1") == 1
@@ -252,7 +262,9 @@ def test_probe_script_and_from_probe(server, client, remotes, tmp_path):
     answers = tmp_path / "answers"
     answers.mkdir()
     for name in ("0.20.1", "0.33.0"):
-        out = subprocess.run([str(remotes[name]), str(tmp_path / "probe.py")], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [str(remotes[name]), str(tmp_path / "probe.py")], capture_output=True, text=True, check=True
+        )
         (answers / f"node-{name}.probe").write_text(out.stdout)
     single = run_cli("check", "--from-probe", str(answers / "node-0.33.0.probe"), "--format", "json")
     assert single.returncode == 0
@@ -290,9 +302,21 @@ def test_ansible_recipe_collects_answers_for_from_probe(server, client, remotes,
     env = {**client["env"], "ANSIBLE_LOCAL_TEMP": str(work / "tmp"), "ANSIBLE_NOCOLOR": "1"}
     ansible_playbook = Path(sys.executable).parent / "ansible-playbook"
     playbook = subprocess.run(
-        [str(ansible_playbook), "-i", "inventory", str(recipe), "-e", f"probe_script={work / 'probe.py'}",
-         "-e", f"answers_dir={work / 'answers'}"],
-        cwd=work, env=env, capture_output=True, text=True, timeout=600,
+        [
+            str(ansible_playbook),
+            "-i",
+            "inventory",
+            str(recipe),
+            "-e",
+            f"probe_script={work / 'probe.py'}",
+            "-e",
+            f"answers_dir={work / 'answers'}",
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert playbook.returncode == 0, playbook.stdout + playbook.stderr
     assert sorted(p.name for p in (work / "answers").iterdir()) == ["node-new.probe", "node-old.probe"]
@@ -312,7 +336,18 @@ def test_ancestry_takes_the_commit_from_a_remote_target(server, client, remotes,
     trust(client, srv)
     repo = Repo.init(tmp_path / "clone")
     repo.commit("Initial import (#1)", {"README.md": "x\n"})
-    proc = run_cli("ancestry", "--repo", str(repo.path), "--host", host(srv), "--python", str(remotes["0.33.0"]),
-                   *client["args"], "--format", "json", env=client["env"])
+    proc = run_cli(
+        "ancestry",
+        "--repo",
+        str(repo.path),
+        "--host",
+        host(srv),
+        "--python",
+        str(remotes["0.33.0"]),
+        *client["args"],
+        "--format",
+        "json",
+        env=client["env"],
+    )
     # the 0.33.0 wheel records commit 4ba787ec9, which this toy clone does not have
     assert proc.returncode == 3 and "4ba787ec9" in proc.stderr, proc.stderr

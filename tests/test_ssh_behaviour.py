@@ -77,10 +77,10 @@ def test_behaviour_outside_a_connection_is_structure_only(host, remote_python):
 def test_the_code_runs_with_nothing_inherited_from_the_hosts_session(host, remote_python, tmp_path):
     srv, options = host
     # The ssh session on the host has SSH_CONNECTION, HOME, PATH...: the child gets none of them, as locally.
-    source = '''
+    source = """
 def environment():
     return dict(_module("os").environ)
-'''
+"""
     outcomes = run_remote(target_for(srv, options, remote_python), tmp_path, source, "environment()")
     # (LC_CTYPE: Python's own C-locale coercion, PEP 538, as in a local child.)
     assert outcomes["c0"].ok and set(outcomes["c0"].value) <= {"LC_CTYPE"}
@@ -89,12 +89,12 @@ def environment():
 def test_hostile_tree_cannot_create_a_marker_from_the_host(host, remote_python, tmp_path):
     srv, options = host
     marker = tmp_path / "escaped"
-    source = f'''
+    source = f"""
 def resolve_layers():
     os = _module("os")
     os.close(os.open({str(marker)!r}, os.O_CREAT | os.O_WRONLY, 0o644))
     return "escaped"
-'''
+"""
     try:
         outcome = run_remote(target_for(srv, options, remote_python), tmp_path, source, "resolve_layers()")["c0"]
     except SandboxError as exc:  # the host's filter killed the child (SIGSYS)
@@ -107,11 +107,11 @@ def resolve_layers():
 def test_the_remote_child_is_gone_after_the_client_gives_up(host, remote_python, tmp_path):
     srv, options = host
     target = target_for(srv, options, remote_python, probe_timeout=3.0)
-    source = '''
+    source = """
 def spin():
     while True:
         pass
-'''
+"""
     seen, failure = [], []
 
     def watch():
@@ -140,17 +140,18 @@ def spin():
     assert not [pid for pid in seen if Path(f"/proc/{pid}").exists()]
 
 
-IGNORES_TERM = '''
+IGNORES_TERM = """
 def ignores_term():
     signal = _module("signal")
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     return 1
-'''
+"""
 
 
 @pytest.mark.parametrize("ignores_term", [False, True], ids=["ended-by-TERM", "killed-after-TERM"])
-def test_a_child_the_hosts_timeout_ended_is_said_so_not_a_crash_or_a_memory_kill(host, remote_python, tmp_path,
-                                                                                  ignores_term):
+def test_a_child_the_hosts_timeout_ended_is_said_so_not_a_crash_or_a_memory_kill(
+    host, remote_python, tmp_path, ignores_term
+):
     # Held idle past its lifetime (a long structure pass between two requests): the host's ``timeout``
     # ends it with TERM (exit 124) or, when the tree code made it ignore TERM, KILL 5 s later (128 + 9).
     srv, options = host
@@ -165,8 +166,10 @@ def test_a_child_the_hosts_timeout_ended_is_said_so_not_a_crash_or_a_memory_kill
             time.sleep(lifetime + (6 if ignores_term else 1) - (time.monotonic() - started))
             with pytest.raises(SandboxError) as raised:
                 run([], [Call("x", "6 * 7")], {}, {})
-    assert str(raised.value) == (f"the host's timeout (--probe-timeout) ended the behaviour child on {target.given} "
-                                 f"at the end of its {lifetime} s lifetime")
+    assert str(raised.value) == (
+        f"the host's timeout (--probe-timeout) ended the behaviour child on {target.given} "
+        f"at the end of its {lifetime} s lifetime"
+    )
 
 
 def test_a_host_without_the_lockdown_gives_unknown_with_the_reason(host, remote_python, tmp_path):
@@ -174,8 +177,9 @@ def test_a_host_without_the_lockdown_gives_unknown_with_the_reason(host, remote_
     SandboxError, as a local child that fails would give."""
     srv, options = host
     wrapper = tmp_path / "python"
-    wrapper.write_text(f'#!/bin/sh\nif [ "$1" = "-I" ]; then echo "lockdown: not Linux" >&2; exit 3; fi\n'
-                       f'exec {remote_python} "$@"\n')
+    wrapper.write_text(
+        f'#!/bin/sh\nif [ "$1" = "-I" ]; then echo "lockdown: not Linux" >&2; exit 3; fi\nexec {remote_python} "$@"\n'
+    )
     wrapper.chmod(0o755)
     with pytest.raises(SandboxError, match=r"exit 3\): lockdown: not Linux"):
         run_remote(target_for(srv, options, wrapper), tmp_path, "def f():\n    return 1\n", "f()")
@@ -200,7 +204,9 @@ def test_no_connection_or_thread_outlives_the_check_through_a_jump_host(host, re
         config.write_text(f"Host gpu\n  HostName 127.0.0.1\n  Port {srv.port}\n  ProxyJump 127.0.0.1:{jump.port}\n")
         from dataclasses import replace
 
-        target = SshTarget("gpu", replace(options, python=str(remote_python), ssh_config=config), probe_request(load_rules()))
+        target = SshTarget(
+            "gpu", replace(options, python=str(remote_python), ssh_config=config), probe_request(load_rules())
+        )
         before = threading.active_count()
         with target.connected():
             resolved = target.resolve()

@@ -35,7 +35,7 @@ from dflash_doctor.targets.ssh import SshTarget
 
 # The staged collector, run from its own source as ``STAGE_BOOT`` would, with ``more_files``
 # wrapped: every list of paths it is asked for is logged, and ``LIE`` may change its answer.
-COLLECTOR = '''
+COLLECTOR = """
 import json, sys
 source = sys.stdin.buffer.read(int(sys.stdin.buffer.readline()))
 collector = {"__name__": "collector"}
@@ -52,7 +52,7 @@ def more_files(root, package, paths, with_bytes):
 if honest is not None:
     collector["more_files"] = more_files
 collector["main"](sys.argv)
-'''
+"""
 REGISTRY = """
     import importlib
 
@@ -102,7 +102,8 @@ class Host:
         self.python.write_text(
             f'#!/bin/sh\nprintf "%s\\n" "$1" >> {self.log}\n'
             f'if [ "$1" = -c ] && [ "$3" = stage ]; then exec {real} -c "$(cat {collector})" "$3" "$4"; fi\n'
-            f'exec {real} "$@"\n')
+            f'exec {real} "$@"\n'
+        )
         self.python.chmod(0o755)
         self.known = work / "known_hosts"
         self.known.write_text(self.server.host_public_key_line)
@@ -110,16 +111,33 @@ class Host:
         self.seen = 0
 
     def options(self) -> SshOptions:
-        return SshOptions(identity=self.user, known_hosts=self.known, ssh_config=self.work / "none",
-                          connect_timeout=5, python=str(self.python))
+        return SshOptions(
+            identity=self.user,
+            known_hosts=self.known,
+            ssh_config=self.work / "none",
+            connect_timeout=5,
+            python=str(self.python),
+        )
 
     def args(self) -> list[str]:
-        return ["--host", self.given, "--python", str(self.python), "--identity", str(self.user),
-                "--known-hosts", str(self.known), "--ssh-config", str(self.work / "none"), "--connect-timeout", "5"]
+        return [
+            "--host",
+            self.given,
+            "--python",
+            str(self.python),
+            "--identity",
+            str(self.user),
+            "--known-hosts",
+            str(self.known),
+            "--ssh-config",
+            str(self.work / "none"),
+            "--connect-timeout",
+            "5",
+        ]
 
     def started(self) -> list[str]:
         lines = self.log.read_text().splitlines()
-        new, self.seen = lines[self.seen:], len(lines)
+        new, self.seen = lines[self.seen :], len(lines)
         return new
 
     def paths_asked(self) -> list[str]:
@@ -144,8 +162,13 @@ def hosts(tmp_path: Path) -> Iterator[list[Host]]:
 
 
 def toy_tree(root: Path) -> Path:
-    files = {"vllm/__init__.py": "", "vllm/registry.py": REGISTRY, "vllm/kinds/__init__.py": "",
-             "vllm/kinds/base.py": BASE, "vllm/kinds/dflash.py": DFLASH}
+    files = {
+        "vllm/__init__.py": "",
+        "vllm/registry.py": REGISTRY,
+        "vllm/kinds/__init__.py": "",
+        "vllm/kinds/base.py": BASE,
+        "vllm/kinds/dflash.py": DFLASH,
+    }
     for relpath, source in files.items():
         (root / relpath).parent.mkdir(parents=True, exist_ok=True)
         (root / relpath).write_text(textwrap.dedent(source))
@@ -168,7 +191,8 @@ ONLY_THE_REGISTRY = {"package": "vllm", "files": ["vllm/__init__.py", "vllm/regi
 
 @pytest.mark.slow
 def test_a_module_looked_up_by_name_that_the_collector_did_not_send_is_asked_of_the_host(
-        tmp_path: Path, hosts: list[Host]) -> None:
+    tmp_path: Path, hosts: list[Host]
+) -> None:
     host = start(tmp_path, toy_tree(tmp_path / "site"))
     hosts.append(host)
     target = SshTarget(host.given, host.options(), ONLY_THE_REGISTRY)
@@ -192,7 +216,7 @@ def test_a_module_looked_up_by_name_that_the_collector_did_not_send_is_asked_of_
 # The hostile host: every answer also carries files it was not asked for (one inside the
 # package, one climbing out of it, one absolute), and the base module's bytes are not
 # the ones it hashed.
-HOSTILE = '''
+HOSTILE = """
     planted = "window = 666\\n"
     import hashlib
     for where in {"vllm/kinds/base.py", "../../planted.py", MARKER} - set(paths):
@@ -200,14 +224,19 @@ HOSTILE = '''
         answer["sha256"][where] = hashlib.sha256(planted.encode()).hexdigest()
     if paths == ["vllm/kinds/dflash.py"] and with_bytes:
         answer["files"]["vllm/kinds/dflash.py"] = answer["files"]["vllm/kinds/dflash.py"].replace("2048", "4096")
-'''
+"""
 
 
 @pytest.mark.slow
-def test_a_hostile_hosts_answers_are_taken_only_for_the_path_asked_and_checked(tmp_path: Path, hosts: list[Host]) -> None:
+def test_a_hostile_hosts_answers_are_taken_only_for_the_path_asked_and_checked(
+    tmp_path: Path, hosts: list[Host]
+) -> None:
     marker = tmp_path / "marker.py"
-    host = start(tmp_path, toy_tree(tmp_path / "site"), textwrap.indent(
-        textwrap.dedent(HOSTILE).replace("MARKER", repr(str(marker))), "    "))
+    host = start(
+        tmp_path,
+        toy_tree(tmp_path / "site"),
+        textwrap.indent(textwrap.dedent(HOSTILE).replace("MARKER", repr(str(marker))), "    "),
+    )
     hosts.append(host)
     target = SshTarget(host.given, host.options(), ONLY_THE_REGISTRY)
     with target.connected():
@@ -261,7 +290,9 @@ def test_0_34_0_over_ssh_is_judged_by_behaviour_as_on_this_machine(tmp_path: Pat
     code, first = check_json(*host.args(), env=env)
     assert "-I" in host.started()  # behaviour ran on the host
     fixes = {fix["id"]: (fix["status"], fix["decided_by"]) for fix in first["fixes"]}
-    assert fixes == {fix: ("present", "behaviour") for fix in ("layer-offset", "swa-config", "cache-drop")}, first["fixes"]
+    assert fixes == {fix: ("present", "behaviour") for fix in ("layer-offset", "swa-config", "cache-drop")}, first[
+        "fixes"
+    ]
     assert code == 0
     asked = host.paths_asked()
     assert "vllm/v1/worker/gpu/spec_decode/speculator_config.py" in asked  # imported by the drafter's config, not sent
@@ -284,8 +315,13 @@ def test_0_34_0_from_a_probe_file_stays_unknown_and_says_what_judges_it(tmp_path
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     (next(venv.glob("lib/python3*/site-packages")) / "tree.pth").write_text(f"{release('0.34.0')}\n")
     (tmp_path / "probe.py").write_text(run_cli("probe-script").stdout)
-    answer = subprocess.run([str(venv / "bin" / "python"), str(tmp_path / "probe.py")], capture_output=True,
-                            text=True, check=True, timeout=120).stdout
+    answer = subprocess.run(
+        [str(venv / "bin" / "python"), str(tmp_path / "probe.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
     (tmp_path / "node.probe").write_text(answer)
     code, report = check_json("--from-probe", str(tmp_path / "node.probe"))
     swa = next(fix for fix in report["fixes"] if fix["id"] == "swa-config")

@@ -41,8 +41,20 @@ class Host:
         self.python.chmod(0o755)
         known = tmp_path / "known_hosts"
         known.write_text("".join(s.host_public_key_line for s in self.servers))
-        self.args = ["--python", str(self.python), "--identity", str(user), "--known-hosts", str(known),
-                     "--ssh-config", str(tmp_path / "no-config"), "--connect-timeout", "5", "--format", "json"]
+        self.args = [
+            "--python",
+            str(self.python),
+            "--identity",
+            str(user),
+            "--known-hosts",
+            str(known),
+            "--ssh-config",
+            str(tmp_path / "no-config"),
+            "--connect-timeout",
+            "5",
+            "--format",
+            "json",
+        ]
         self.env = {**client_env(), "HOME": str(tmp_path), "DFLASH_DOCTOR_CACHE": str(tmp_path / "cache")}
         self.env.pop("DFLASH_DOCTOR_NO_CACHE", None)
 
@@ -55,7 +67,7 @@ class Host:
 
     def started(self) -> list[str]:
         lines = self.log.read_text().splitlines()
-        new, self.seen = lines[self.seen:], len(lines)
+        new, self.seen = lines[self.seen :], len(lines)
         return new
 
     def stop(self) -> None:
@@ -103,7 +115,9 @@ def test_a_one_byte_edit_on_the_host_with_the_mtime_put_back_is_seen(host: Host)
     assert (code, verdicts(cached)) == (fresh_code, verdicts(fresh))
     host.started()
     again, kept = host.check()
-    assert (again, verdicts(kept)) == (code, verdicts(cached)) and host.started() == [COLLECTOR]  # the edited tree's answer is kept
+    assert (again, verdicts(kept)) == (code, verdicts(cached)) and host.started() == [
+        COLLECTOR
+    ]  # the edited tree's answer is kept
 
 
 def test_a_file_deleted_on_the_host_is_seen(host: Host) -> None:
@@ -120,7 +134,9 @@ def test_a_file_deleted_on_the_host_is_seen(host: Host) -> None:
     assert (again, verdicts(kept)) == (code, verdicts(cached)) and host.started() == [COLLECTOR]
 
 
-def test_a_fleet_of_hosts_with_the_same_files_starts_one_behaviour_child(tmp_path: Path, mini_tree: Callable[..., Path]) -> None:
+def test_a_fleet_of_hosts_with_the_same_files_starts_one_behaviour_child(
+    tmp_path: Path, mini_tree: Callable[..., Path]
+) -> None:
     fleet = Host(tmp_path, mini_tree("0.33.0"), keygen(tmp_path / "user"), servers=4)
     try:
         code, document = fleet.check(fleet=True)
@@ -129,18 +145,22 @@ def test_a_fleet_of_hosts_with_the_same_files_starts_one_behaviour_child(tmp_pat
         assert code == 0 and len(document["hosts"]) == 4
         answers = [verdicts(entry) for entry in document["hosts"]]
         assert all(answer == answers[0] for answer in answers)
-        assert {entry["target"]["host"] for entry in document["hosts"]} == {f"127.0.0.1:{s.port}" for s in fleet.servers}
+        assert {entry["target"]["host"] for entry in document["hosts"]} == {
+            f"127.0.0.1:{s.port}" for s in fleet.servers
+        }
     finally:
         fleet.stop()
 
 
 @pytest.mark.parametrize("command, answered", [("true", True), ("false", False)])
-def test_an_ssh_config_match_exec_still_runs_its_command(host: Host, tmp_path: Path, command: str, answered: bool) -> None:
+def test_an_ssh_config_match_exec_still_runs_its_command(
+    host: Host, tmp_path: Path, command: str, answered: bool
+) -> None:
     """paramiko is imported without ``invoke`` (a tenth of a cached check) only when the
     ssh config has no ``Match exec``: with one, its command still decides."""
     config = tmp_path / "exec-config"
     config.write_text(f'Match exec "{command}"\n  HostName 127.0.0.1\n  Port {host.servers[0].port}\n')
-    args = [*host.args[:host.args.index("--ssh-config")], "--ssh-config", str(config), "--connect-timeout", "5"]
+    args = [*host.args[: host.args.index("--ssh-config")], "--ssh-config", str(config), "--connect-timeout", "5"]
     proc = run_cli("check", "--host", "gpu", *args, "--format", "json", env=host.env)
     if answered:
         assert proc.stdout, proc.stderr

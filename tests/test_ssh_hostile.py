@@ -51,9 +51,14 @@ def real_answer(tmp_path_factory, release) -> dict:
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-S", str(work / "probe.py")], capture_output=True, text=True, check=True,
-                         env={"PYTHONPATH": str(release("0.33.0")), "PATH": os.environ["PATH"]}).stdout
-    payload = out.strip().splitlines()[-1][len(MARKER):]
+    out = subprocess.run(
+        [sys.executable, "-S", str(work / "probe.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONPATH": str(release("0.33.0")), "PATH": os.environ["PATH"]},
+    ).stdout
+    payload = out.strip().splitlines()[-1][len(MARKER) :]
     return json.loads(zlib.decompress(base64.b64decode(payload)))
 
 
@@ -71,8 +76,9 @@ def remote(server, client):
 
 
 def ssh_run(client, srv, python: Path, *args: str):
-    return run_measured("check", *client["args"], "--host", host(srv), "--python", str(python), *args,
-                        env=client["env"])
+    return run_measured(
+        "check", *client["args"], "--host", host(srv), "--python", str(python), *args, env=client["env"]
+    )
 
 
 def one_line(result, fragment: str) -> None:
@@ -141,10 +147,13 @@ def test_a_silent_interpreter_times_out(remote, client, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("config", [
-    "Host gpu\n  ProxyJump gpu\n",
-    "Host gpu\n  ProxyJump bastion\nHost bastion\n  ProxyJump edge\nHost edge\n  ProxyJump gpu\n",
-])
+@pytest.mark.parametrize(
+    "config",
+    [
+        "Host gpu\n  ProxyJump gpu\n",
+        "Host gpu\n  ProxyJump bastion\nHost bastion\n  ProxyJump edge\nHost edge\n  ProxyJump gpu\n",
+    ],
+)
 def test_a_proxy_jump_loop_is_refused_in_one_line(config, client, tmp_path):
     (tmp_path / "config").write_text(config)
     result = run_measured("check", "--host", "gpu", "--ssh-config", str(tmp_path / "config"), env=client["env"])
@@ -175,8 +184,19 @@ def _break(answer: dict, how: str) -> dict:
 
 
 @pytest.mark.release
-@pytest.mark.parametrize("how", ["files-list", "file-number", "root-number", "search-text", "search-numbers",
-                                 "sha-null", "dist-info-dict", "error-list"])
+@pytest.mark.parametrize(
+    "how",
+    [
+        "files-list",
+        "file-number",
+        "root-number",
+        "search-text",
+        "search-numbers",
+        "sha-null",
+        "dist-info-dict",
+        "error-list",
+    ],
+)
 def test_a_probe_file_with_a_field_of_the_wrong_type_is_an_error(how, real_answer, tmp_path):
     path = answer_file(tmp_path / "node.probe", _break(real_answer, how))
     assert_error(run_cli("check", "--from-probe", str(path)), "the probe answer is malformed: field")
@@ -217,8 +237,11 @@ def test_remote_without_vllm_says_how_to_point_at_one(remote, client, tmp_path):
     answer.write_text(MARKER + json.dumps({"error": "vllm is not installed in this interpreter's environment"}) + "\n")
     python = hostile_python(tmp_path, f"cat {answer}\n")
     result = ssh_run(client, remote, python)
-    one_line(result, "vllm is not installed in this interpreter's environment (point at the remote interpreter "
-                     "that has vllm with --python)")
+    one_line(
+        result,
+        "vllm is not installed in this interpreter's environment (point at the remote interpreter "
+        "that has vllm with --python)",
+    )
 
 
 @pytest.mark.slow

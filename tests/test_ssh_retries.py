@@ -35,8 +35,12 @@ def client(tmp_path: Path) -> dict:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     (next(venv.glob("lib/python3*/site-packages")) / "tree.pth").write_text(f"{tree}\n")
-    return {"key": key, "home": home, "env": {**client_env(), "HOME": str(home)},
-            "args": ["--identity", str(key), "--connect-timeout", "10", "--python", str(venv / "bin" / "python")]}
+    return {
+        "key": key,
+        "home": home,
+        "env": {**client_env(), "HOME": str(home)},
+        "args": ["--identity", str(key), "--connect-timeout", "10", "--python", str(venv / "bin" / "python")],
+    }
 
 
 def test_a_fleet_on_a_server_past_its_max_startups_finishes_and_counts_the_tries(tmp_path: Path, client: dict) -> None:

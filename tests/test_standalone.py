@@ -23,11 +23,17 @@ OLDEST = (3, 6)
 
 def oldest_python() -> str | None:
     """An interpreter of the oldest promised Python that really runs, or None."""
-    candidates = [os.environ.get("DFLASH_DOCTOR_PYTHON36", ""), *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.6*/bin/python3.6"))),
-                  "/usr/bin/python3.6", "/usr/local/bin/python3.6"]
+    candidates = [
+        os.environ.get("DFLASH_DOCTOR_PYTHON36", ""),
+        *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.6*/bin/python3.6"))),
+        "/usr/bin/python3.6",
+        "/usr/local/bin/python3.6",
+    ]
     for candidate in candidates:
         if candidate and Path(candidate).is_file():
-            probe = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True, text=True)
+            probe = subprocess.run(
+                [candidate, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True, text=True
+            )
             if probe.returncode == 0 and probe.stdout.strip() == str(OLDEST):
                 return candidate
     return None
@@ -44,8 +50,9 @@ def test_standalone_modules_use_the_standard_library_alone_and_python_3_6_gramma
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             assert node.level == 0, f"{module.name}:{node.lineno} imports relatively: it would need the package"
-            assert node.module != "__future__" or all(alias.name != "annotations" for alias in node.names), \
+            assert node.module != "__future__" or all(alias.name != "annotations" for alias in node.names), (
                 f"{module.name}:{node.lineno}: from __future__ import annotations is Python 3.7"
+            )
             names = [node.module or ""]
         elif isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
@@ -54,7 +61,9 @@ def test_standalone_modules_use_the_standard_library_alone_and_python_3_6_gramma
         siblings = {path.stem for path in MODULES}  # sent together, as one program
         for name in names:
             top = name.split(".")[0]
-            assert top in sys.stdlib_module_names or top in siblings, f"{module.name}:{node.lineno} imports {name}, outside the standard library"
+            assert top in sys.stdlib_module_names or top in siblings, (
+                f"{module.name}:{node.lineno} imports {name}, outside the standard library"
+            )
             assert top not in ("dataclasses", "contextvars"), f"{module.name}:{node.lineno}: {top} is Python 3.7"
 
 
@@ -64,8 +73,16 @@ def test_standalone_modules_compile_under_python_3_6(module: Path):
     python = oldest_python()
     if python is None:
         pytest.skip("no Python 3.6 installed here (set DFLASH_DOCTOR_PYTHON36 to one): the grammar test stands in")
-    compiled = subprocess.run([python, "-c", "import sys; compile(open(sys.argv[1], encoding='utf-8').read(), sys.argv[1], 'exec')",
-                               str(module)], capture_output=True, text=True)
+    compiled = subprocess.run(
+        [
+            python,
+            "-c",
+            "import sys; compile(open(sys.argv[1], encoding='utf-8').read(), sys.argv[1], 'exec')",
+            str(module),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert compiled.returncode == 0, compiled.stderr
 
 
@@ -77,8 +94,13 @@ def test_the_collector_answers_under_python_3_6_and_the_answer_is_judged(tmp_pat
         pytest.skip("no Python 3.6 installed here (set DFLASH_DOCTOR_PYTHON36 to one)")
     script = tmp_path / "probe.py"
     script.write_text(run_cli("probe-script").stdout)
-    answer = subprocess.run([python, str(script)], capture_output=True, text=True, check=True,
-                            env={**os.environ, "PYTHONPATH": str(release("0.33.0"))})
+    answer = subprocess.run(
+        [python, str(script)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(release("0.33.0"))},
+    )
     assert answer.stdout.strip() and not answer.stderr.strip()
     (tmp_path / "host.probe").write_text(answer.stdout)
     code, report = check_json("--from-probe", str(tmp_path / "host.probe"))

@@ -45,8 +45,11 @@ def test_imports_of_test_modules_are_found_in_every_form(tmp_path: Path) -> None
     (tmp_path / "test_c.py").write_text("def f():\n    from .test_b import h\n    from . import test_b\n")
     (tmp_path / "helpers.py").write_text("import tiers\nfrom conftest import run_cli\nfrom testing import x\n")
     assert imports_of_test_modules(tmp_path) == [
-        "test_a.py:1: test_b", "test_a.py:2: test_b", "test_a.py:3: tests.test_b",
-        "test_c.py:2: test_b", "test_c.py:3: test_b",
+        "test_a.py:1: test_b",
+        "test_a.py:2: test_b",
+        "test_a.py:3: tests.test_b",
+        "test_c.py:2: test_b",
+        "test_c.py:3: test_b",
     ]
 
 
@@ -55,7 +58,9 @@ def test_the_running_test_is_what_tiers_checks(request: pytest.FixtureRequest) -
 
 
 def test_a_server_helper_fails_a_test_without_the_slow_marker(request: pytest.FixtureRequest, tmp_path: Path) -> None:
-    with pytest.raises(pytest.fail.Exception, match="test_a_server_helper_fails.* starts an OpenSSH server: mark it slow"):
+    with pytest.raises(
+        pytest.fail.Exception, match="test_a_server_helper_fails.* starts an OpenSSH server: mark it slow"
+    ):
         SshServer(tmp_path / "sshd", tmp_path / "no-key")  # refused before anything starts
     assert not (tmp_path / "sshd").exists()
     request.node.add_marker(pytest.mark.slow)

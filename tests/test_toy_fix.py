@@ -115,9 +115,14 @@ def toy_rules(tmp_path, monkeypatch):
 def _code_strings(path: Path) -> set[str]:
     """String constants and names in a module's code (docstrings and comments aside)."""
     tree = ast.parse(path.read_text())
-    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
@@ -158,19 +163,43 @@ def test_the_behaviour_engine_names_no_engine_symbol():
     package = Path(__file__).resolve().parent.parent / "dflash_doctor"
     named = {string for engine in ENGINES.values() for string in _route_strings(engine.route)}
     for rule in load_rules():
-        named |= {anchor.file for anchor in rule.anchors} | {part for anchor in rule.anchors for part in anchor.symbol.split(".")}
+        named |= {anchor.file for anchor in rule.anchors} | {
+            part for anchor in rule.anchors for part in anchor.symbol.split(".")
+        }
         behaviour = rule.behaviour
         if behaviour is not None and behaviour.handing is not None:
             named |= {behaviour.handing.callee, *behaviour.handing.keywords, behaviour.handing.opt_out or ""}
     # Python's own words, and the Hugging Face config's, which every engine shares
-    named -= {"", "method", "ValueError", "NotImplementedError", "__init__", "logger", "os", "hf_config", "architectures"}
+    named -= {
+        "",
+        "method",
+        "ValueError",
+        "NotImplementedError",
+        "__init__",
+        "logger",
+        "os",
+        "hf_config",
+        "architectures",
+    }
     standalone = package / "standalone"
-    modules = [*(package / "behaviour").glob("*.py"), *(package / "isolation").glob("*.py"), standalone / "harness.py", standalone / "lockdown.py"]
+    modules = [
+        *(package / "behaviour").glob("*.py"),
+        *(package / "isolation").glob("*.py"),
+        standalone / "harness.py",
+        standalone / "lockdown.py",
+    ]
     found = {}
     for path in modules:
         strings = _code_strings(path)
-        mine = sorted(name for name in named if name in strings or any(name in text and "/" in name for text in strings))
-        mine += [text for text in strings for engine in ENGINES.values() if f"{engine.package}/" in text or f"{engine.package}." in text]
+        mine = sorted(
+            name for name in named if name in strings or any(name in text and "/" in name for text in strings)
+        )
+        mine += [
+            text
+            for text in strings
+            for engine in ENGINES.values()
+            if f"{engine.package}/" in text or f"{engine.package}." in text
+        ]
         if mine:
             found[path.name] = mine
     assert not found
@@ -197,8 +226,10 @@ def test_the_toy_fix_is_judged_by_behaviour_on_a_real_tree(toy_rules, mini_tree)
     algos = tree / "vllm/transformers_utils/configs/speculators/algos.py"
     text = algos.read_text()
     stated = '    pre_trained_config["eagle_aux_hidden_state_layer_ids"] = aux_layer_ids\n\n    # DFlash configs'
-    edits = (('"target_layer_ids": [i - 1 for i in aux_layer_ids]', '"target_layer_ids": list(aux_layer_ids)'),
-             (stated, "    # DFlash configs"))
+    edits = (
+        ('"target_layer_ids": [i - 1 for i in aux_layer_ids]', '"target_layer_ids": list(aux_layer_ids)'),
+        (stated, "    # DFlash configs"),
+    )
     for old, new in edits:
         assert text.count(old) == 1
         text = text.replace(old, new)

@@ -46,7 +46,12 @@ def test_active_waiver_passes_the_gate_and_says_why(tmp_path, mini_tree):
     assert code == 0 and report["exit_code"] == 0
     fix = next(f for f in report["fixes"] if f["id"] == "cache-drop")
     assert fix["status"] == "partial"  # the verdict is still told
-    assert fix["waiver"] == {"id": "cache-drop", "target": None, "reason": "prefix caching is off on this pool", "until": "2099-12-31"}
+    assert fix["waiver"] == {
+        "id": "cache-drop",
+        "target": None,
+        "reason": "prefix caching is off on this pool",
+        "until": "2099-12-31",
+    }
     assert report["waivers"]["waived"] == [{"status": "partial", **fix["waiver"]}]
     assert report["waivers"]["file"] == str(path)
 
@@ -67,7 +72,9 @@ def test_expired_waiver_is_reported_and_not_applied(tmp_path, mini_tree):
     assert "dflash-doctor: expired waiver not applied: cache-drop (until 2020-01-31): until the rollout" in proc.stderr
     assert "dflash-doctor: 0 fixes waived" in proc.stderr
     report = json.loads(proc.stdout)
-    assert report["waivers"]["expired"] == [{"id": "cache-drop", "target": None, "reason": "until the rollout", "until": "2020-01-31"}]
+    assert report["waivers"]["expired"] == [
+        {"id": "cache-drop", "target": None, "reason": "until the rollout", "until": "2020-01-31"}
+    ]
     assert report["waivers"]["waived"] == []
 
 
@@ -90,7 +97,9 @@ def test_target_pattern_matches_location_or_details(tmp_path, mini_tree):
     other = waivers_file(tmp_path, entry("cache-drop", target='"/srv/other-*"'))
     proc = run_cli("check", "--path", str(tree), "--waivers", str(other))
     assert proc.returncode == 1
-    assert proc.stderr.splitlines() == [f"dflash-doctor: 0 fixes waived by {other}"]  # not for this target: not even expired
+    assert proc.stderr.splitlines() == [
+        f"dflash-doctor: 0 fixes waived by {other}"
+    ]  # not for this target: not even expired
 
 
 @pytest.mark.release
@@ -113,7 +122,9 @@ def test_waiver_for_a_present_fix_is_not_needed(tmp_path, mini_tree):
 def test_strict_fails_unknown_like_absent_and_a_waiver_still_covers_it(tmp_path, mini_tree):
     tree = mini_tree("0.33.0")
     resolver = tree / RESOLVER
-    resolver.write_text(resolver.read_text().replace("def _get_eagle3_aux_layers_from_config(", "def _aux_layers_from_cfg("))
+    resolver.write_text(
+        resolver.read_text().replace("def _get_eagle3_aux_layers_from_config(", "def _aux_layers_from_cfg(")
+    )
     code, report = check_json("--path", str(tree))
     assert statuses(report)["layer-offset"] == "unknown" and code == 2 and report["strict"] is False
     code, report = check_json("--path", str(tree), "--strict")
@@ -156,7 +167,11 @@ def test_missing_or_binary_waivers_file_is_an_error(tmp_path):
 
 
 def test_dates_and_strings_both_work_and_reasons_are_one_line(tmp_path):
-    path = waivers_file(tmp_path, entry("swa-config", until="2030-01-02") + '[[waiver]]\nid = "cache-drop"\nreason = """two\n  lines"""\nuntil = "2030-01-03"\ntarget = "gpu-*"\n')
+    path = waivers_file(
+        tmp_path,
+        entry("swa-config", until="2030-01-02")
+        + '[[waiver]]\nid = "cache-drop"\nreason = """two\n  lines"""\nuntil = "2030-01-03"\ntarget = "gpu-*"\n',
+    )
     first, second = load_waivers(path, KNOWN_IDS)
     assert first.until == datetime.date(2030, 1, 2) and second.until == datetime.date(2030, 1, 3)
     assert second.reason == "two lines" and second.target == "gpu-*"

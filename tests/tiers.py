@@ -24,5 +24,8 @@ def require(marker: str, what: str) -> None:
     if running is not None and running.get_closest_marker(marker) is None:
         import pytest
 
-        pytest.fail(f"{running.nodeid} {what}: mark it {marker} (@pytest.mark.{marker} on the test, "
-                    f"or pytestmark = pytest.mark.{marker} in its module)", pytrace=False)
+        pytest.fail(
+            f"{running.nodeid} {what}: mark it {marker} (@pytest.mark.{marker} on the test, "
+            f"or pytestmark = pytest.mark.{marker} in its module)",
+            pytrace=False,
+        )

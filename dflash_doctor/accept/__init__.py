@@ -82,7 +82,9 @@ def _progress(shown: bool) -> Iterator[_Quiet | _Shown]:
 
 def _validate(options: AcceptOptions) -> str:
     """The one source URL; bad combinations fail before anything is sent."""
-    given = [(flag, url) for flag, url in (("--metrics-url", options.metrics_url), ("--sglang", options.sglang_url)) if url]
+    given = [
+        (flag, url) for flag, url in (("--metrics-url", options.metrics_url), ("--sglang", options.sglang_url)) if url
+    ]
     if len(given) != 1:
         raise ToolError("give one source: --metrics-url (vLLM) or --sglang (SGLang)")
     flag, url = given[0]
@@ -110,7 +112,9 @@ def _load(options: AcceptOptions, source_url: str, progress: _Quiet | _Shown) ->
     prompts = read_prompts(options.prompts)
     base = api_base(options.base_url or metrics.server_origin(source_url))
     model = options.model or served_model(base, options.timeout)
-    settings = LoadSettings(base, model, options.temperature, options.max_tokens, options.concurrency, options.request_timeout)
+    settings = LoadSettings(
+        base, model, options.temperature, options.max_tokens, options.concurrency, options.request_timeout
+    )
 
     def send() -> LoadResult:
         result = send_prompts(prompts, settings, progress.prompts(len(prompts)))
@@ -164,7 +168,9 @@ def _from_counts(
     )
 
 
-def _sglang_measurement(options: AcceptOptions, url: str, send: Callable[[], LoadResult | None]) -> tuple[Measurement, LoadResult | None]:
+def _sglang_measurement(
+    options: AcceptOptions, url: str, send: Callable[[], LoadResult | None]
+) -> tuple[Measurement, LoadResult | None]:
     load = send()
     reading = metrics.read_sglang(url, options.timeout)
     measurement = Measurement(

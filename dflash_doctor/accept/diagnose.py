@@ -52,8 +52,9 @@ def _figure_phrase(expected: Expected) -> str:
     )
 
 
-def diagnose(measurement: Measurement, expected: Expected | None, judgement: Judgement, min_drafts: int,
-             no_figures: str = "") -> Diagnosis:
+def diagnose(
+    measurement: Measurement, expected: Expected | None, judgement: Judgement, min_drafts: int, no_figures: str = ""
+) -> Diagnosis:
     """``no_figures``: why a --drafter given has no published figure to compare with (see reference.no_figures)."""
     length, drafts = measurement.acceptance_length, measurement.drafts
     where = " in the window" if measurement.window_s is not None else ""

@@ -127,7 +127,12 @@ class LoadSettings:
 
 def _send(prompt: Prompt, settings: LoadSettings) -> tuple[int, int]:
     """(prompt tokens, completion tokens) of the answer's usage, 0 when absent."""
-    body = {"temperature": settings.temperature, "max_tokens": settings.max_tokens, **prompt.body, "model": settings.model}
+    body = {
+        "temperature": settings.temperature,
+        "max_tokens": settings.max_tokens,
+        **prompt.body,
+        "model": settings.model,
+    }
     request = urllib.request.Request(
         f"{settings.base_url}/{prompt.endpoint}",
         data=json.dumps(body).encode(),

@@ -114,13 +114,17 @@ def series_lines(text: str, url: str) -> str:
         if not line or line.startswith("#"):
             continue
         name = METRIC_NAME.match(line)
-        if name is None or line[name.end():name.end() + 1] not in ("{", " ", "\t"):
+        if name is None or line[name.end() : name.end() + 1] not in ("{", " ", "\t"):
             first = text.strip().splitlines()[0]
-            raise ToolError(f"{url} did not answer Prometheus text ('{excerpt(line)}' is not a sample; first line: '{excerpt(first)}')")
+            raise ToolError(
+                f"{url} did not answer Prometheus text ('{excerpt(line)}' is not a sample; first line: '{excerpt(first)}')"
+            )
         if name.group() not in SERIES:
             continue
         if line.count("=") > MAX_LABELS:
-            raise ToolError(f"{url}: a {name.group()} line has more than {MAX_LABELS} labels (the cap on labels per line)")
+            raise ToolError(
+                f"{url}: a {name.group()} line has more than {MAX_LABELS} labels (the cap on labels per line)"
+            )
         kept.append(line)
         if len(kept) > MAX_SERIES_LINES:
             raise ToolError(f"{url}: more than {MAX_SERIES_LINES} spec-decode sample lines (the cap on series lines)")
@@ -232,8 +236,10 @@ def _position(label: str | None, url: str) -> None:
     if label is None:
         return
     if not (label.isascii() and label.isdigit()) or len(label) > len(str(MAX_POSITION)) or int(label) >= MAX_POSITION:
-        raise ToolError(f"{url}: {ACCEPTED_PER_POSITION}_total has position=\"{excerpt(label, 20)}\": a position is a number of "
-                        f"speculative tokens, below {MAX_POSITION} (the cap on positions)")
+        raise ToolError(
+            f'{url}: {ACCEPTED_PER_POSITION}_total has position="{excerpt(label, 20)}": a position is a number of '
+            f"speculative tokens, below {MAX_POSITION} (the cap on positions)"
+        )
 
 
 def counts_since_start(sample: Scrape) -> Counts:
@@ -265,7 +271,9 @@ class SglangReading:
 def read_sglang(url: str, timeout: float) -> SglangReading:
     """``internal_states[0].avg_spec_accept_length`` of ``GET /server_info``:
     a running average since the server started, without counts."""
-    info_url = url if url.rstrip("/").endswith(("/server_info", "/get_server_info")) else url.rstrip("/") + "/server_info"
+    info_url = (
+        url if url.rstrip("/").endswith(("/server_info", "/get_server_info")) else url.rstrip("/") + "/server_info"
+    )
     body = http_get(info_url, timeout)
     try:
         info: Any = json.loads(body)
@@ -277,9 +285,13 @@ def read_sglang(url: str, timeout: float) -> SglangReading:
     state = states[0]
     algorithm = state.get("speculative_algorithm", info.get("speculative_algorithm", ""))
     if algorithm is None or (isinstance(algorithm, str) and algorithm.upper() == "NONE"):
-        raise ToolError(f"{info_url}: speculative decoding is not enabled on this server (speculative_algorithm is none)")
+        raise ToolError(
+            f"{info_url}: speculative decoding is not enabled on this server (speculative_algorithm is none)"
+        )
     value = state.get("avg_spec_accept_length")
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+    ):
         raise ToolError(f"{info_url}: avg_spec_accept_length is not a finite number: {excerpt(repr(value))}")
     # Before the first verify step SGLang leaves the key out (or reports 0):
     # an acceptance length is never below 1.

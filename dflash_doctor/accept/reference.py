@@ -137,7 +137,9 @@ def load_reference() -> Reference:
                         source=sources[figures["source"]],
                         temperature=float(figures["temperature"]),
                         block_size=int(figures["block_size"]),
-                        acceptance_length=tuple((key, float(value)) for key, value in figures["acceptance_length"].items()),
+                        acceptance_length=tuple(
+                            (key, float(value)) for key, value in figures["acceptance_length"].items()
+                        ),
                     )
                     for figures in raw.get("figures", [])
                 ),
@@ -179,7 +181,9 @@ def expected_for(drafter_name: str, dataset: str | None, temperature: float) -> 
     matching = [figures for figures in drafter.figures if figures.temperature == temperature]
     if not matching:
         published = ", ".join(sorted({f"{figures.temperature:g}" for figures in drafter.figures}))
-        raise ToolError(f"{drafter.name} has no published figures at temperature {temperature:g} (published: {published})")
+        raise ToolError(
+            f"{drafter.name} has no published figures at temperature {temperature:g} (published: {published})"
+        )
     figures = matching[0]
     by_dataset = dict(figures.acceptance_length)
     if dataset is None:

@@ -89,7 +89,12 @@ def _rows(report: AcceptReport) -> list[tuple[str, str]]:
     if report.load is not None:
         load = report.load
         failed = f"; {len(load.errors)} failed: {', '.join(sorted(set(load.errors)))}" if load.errors else ""
-        rows.append(("load", f"{load.answered} of {load.prompts} prompts answered in {load.seconds:.1f} s by {load.base_url}{failed}"))
+        rows.append(
+            (
+                "load",
+                f"{load.answered} of {load.prompts} prompts answered in {load.seconds:.1f} s by {load.base_url}{failed}",
+            )
+        )
     if report.expected is not None:
         e = report.expected
         dataset = e.dataset or f"unknown mix: lowest figure, {e.figure_dataset}"

@@ -33,6 +33,17 @@ from .render import render
 from .report import CONTAINED, MISSING, SCHEMA, UNKNOWN, AncestryReport, PrAncestry
 
 __all__ = [
-    "CONTAINED", "MISSING", "SCHEMA", "UNKNOWN", "AncestryReport", "GitFailure", "PatchOutcome", "PrAncestry",
-    "apply_pr", "commit_from_target", "render", "run_git", "trace",
+    "CONTAINED",
+    "MISSING",
+    "SCHEMA",
+    "UNKNOWN",
+    "AncestryReport",
+    "GitFailure",
+    "PatchOutcome",
+    "PrAncestry",
+    "apply_pr",
+    "commit_from_target",
+    "render",
+    "run_git",
+    "trace",
 ]

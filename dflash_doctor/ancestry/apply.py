@@ -35,7 +35,9 @@ class PatchOutcome:
         }
 
 
-def apply_pr(repo: Path, pr: int, *, main_ref: str | None = None, remote: str = "origin", dry_run: bool = False) -> PatchOutcome:
+def apply_pr(
+    repo: Path, pr: int, *, main_ref: str | None = None, remote: str = "origin", dry_run: bool = False
+) -> PatchOutcome:
     """3-way apply PR ``pr``'s change to the working tree of ``repo``.
 
     The merge is computed first, on a snapshot of the working tree (tracked files,

@@ -149,7 +149,9 @@ class PatchIds:
         todo = [commit for commit in commits if commit not in self.known]
         if todo:
             out = self.repository.git(
-                "patch-id", "--stable", source=["diff-tree", "--stdin", "-p", "--no-color", *NO_EXTERNAL_DIFF],
+                "patch-id",
+                "--stable",
+                source=["diff-tree", "--stdin", "-p", "--no-color", *NO_EXTERNAL_DIFF],
                 stdin_text="\n".join(todo) + "\n",
             )
             found = {commit: patch_id for patch_id, commit in (line.split() for line in out.splitlines() if line)}

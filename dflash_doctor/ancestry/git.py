@@ -66,9 +66,20 @@ _SAFE_ENV = {
 }
 # Inherited variables that would point git at another repository, index or command.
 _DROPPED_ENV = {
-    "GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE", "GIT_PREFIX", "GIT_SHALLOW_FILE", "GIT_GRAFT_FILE",
-    "GIT_REPLACE_REF_BASE", "GIT_EXTERNAL_DIFF", "GIT_EDITOR", "GIT_SEQUENCE_EDITOR",
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_COMMON_DIR",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_NAMESPACE",
+    "GIT_PREFIX",
+    "GIT_SHALLOW_FILE",
+    "GIT_GRAFT_FILE",
+    "GIT_REPLACE_REF_BASE",
+    "GIT_EXTERNAL_DIFF",
+    "GIT_EDITOR",
+    "GIT_SEQUENCE_EDITOR",
 }
 NO_EXTERNAL_DIFF = ("--no-ext-diff", "--no-textconv")
 # git's stock advice after a failed remote call: says nothing about the cause.
@@ -128,8 +139,13 @@ def run_git(
             upstream: IO[bytes] = feed
             for command in [c for c in (source, args) if c is not None]:
                 proc = subprocess.Popen(
-                    ["git", "--no-pager", *command], cwd=cwd, env=environment, stdin=upstream,
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                    ["git", "--no-pager", *command],
+                    cwd=cwd,
+                    env=environment,
+                    stdin=upstream,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
                 )
                 procs.append(proc)
                 if upstream is not feed:
@@ -210,7 +226,11 @@ class Repository:
         self.config: tuple[tuple[str, str], ...] = ()
         try:
             git_dir, common, in_git_dir, shallow = self.lines(
-                "rev-parse", "--path-format=absolute", "--git-dir", "--git-common-dir", "--is-inside-git-dir",
+                "rev-parse",
+                "--path-format=absolute",
+                "--git-dir",
+                "--git-common-dir",
+                "--is-inside-git-dir",
                 "--is-shallow-repository",
             )
             top = None if in_git_dir == "true" else self.git("rev-parse", "--show-toplevel").strip()
@@ -234,7 +254,11 @@ class Repository:
         """Every filter and merge driver the repository defines, emptied: ``.gitattributes``
         or ``.git/info/attributes`` may select any of them for any file."""
         names = self.git(
-            "config", "-z", "--name-only", "--get-regexp", r"^(filter\..+\.(clean|smudge|process)|merge\..+\.driver)$",
+            "config",
+            "-z",
+            "--name-only",
+            "--get-regexp",
+            r"^(filter\..+\.(clean|smudge|process)|merge\..+\.driver)$",
             ok=(0, 1),
         )
         keys = [key for key in names.split("\0") if key]
@@ -266,7 +290,13 @@ class Repository:
         """stdout of ``git args`` (``run_git`` with this repository's settings)."""
         stdin = (stdin_text or "").encode(errors="surrogateescape")
         return run_git(
-            self.cwd, *args, env={**self.env, **(env or {})}, config=self.config, stdin=stdin, source=source, ok=ok,
+            self.cwd,
+            *args,
+            env={**self.env, **(env or {})},
+            config=self.config,
+            stdin=stdin,
+            source=source,
+            ok=ok,
             timeout=timeout,
         )
 
@@ -309,8 +339,14 @@ class _ThrowAway:
 
     def commit(self, tree: str, parent: str | None = None) -> str:
         who = "dflash-doctor <dflash-doctor@localhost> 0 +0000"
-        text = f"tree {tree}\n" + (f"parent {parent}\n" if parent else "") + f"author {who}\ncommitter {who}\n\nmerge-tree probe\n"
-        written = self.repository.git("hash-object", "-w", "-t", "commit", "--stdin", env=self.bare_env, stdin_text=text)
+        text = (
+            f"tree {tree}\n"
+            + (f"parent {parent}\n" if parent else "")
+            + f"author {who}\ncommitter {who}\n\nmerge-tree probe\n"
+        )
+        written = self.repository.git(
+            "hash-object", "-w", "-t", "commit", "--stdin", env=self.bare_env, stdin_text=text
+        )
         return written.strip()
 
     def close(self) -> None:
@@ -329,8 +365,15 @@ def three_way(repository: Repository, base_tree: str, ours_tree: str, theirs_tre
     base = throw_away.commit(base_tree)
     ours, theirs = throw_away.commit(ours_tree, base), throw_away.commit(theirs_tree, base)
     out = repository.git(
-        "merge-tree", "--write-tree", "-z", "--name-only", "--no-messages", ours, theirs,
-        env=throw_away.bare_env, ok=(0, 1),
+        "merge-tree",
+        "--write-tree",
+        "-z",
+        "--name-only",
+        "--no-messages",
+        ours,
+        theirs,
+        env=throw_away.bare_env,
+        ok=(0, 1),
     )
     fields = [field for field in out.split("\0") if field]
     conflicts = tuple(dict.fromkeys(fields[1:]))

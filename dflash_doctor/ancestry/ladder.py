@@ -34,7 +34,9 @@ class _Case:
 
 
 class _Judge:
-    def __init__(self, repository: Repository, judged: str, main: MainRef, remote: str, fetch: bool, not_on_remote: set[int]) -> None:
+    def __init__(
+        self, repository: Repository, judged: str, main: MainRef, remote: str, fetch: bool, not_on_remote: set[int]
+    ) -> None:
         self.repository = repository
         self.judged = judged
         self.main = main
@@ -95,7 +97,11 @@ class _Judge:
             case.evidence["reverted_by"] = reverts[0]
         elif ancestors:
             case.evidence.update(landing=ancestors[0], main_ref=self.main.name)
-            case.verdict = (CONTAINED, "merge-commit", f"landing commit {short_sha(ancestors[0])} on {self.main.name} is an ancestor")
+            case.verdict = (
+                CONTAINED,
+                "merge-commit",
+                f"landing commit {short_sha(ancestors[0])} on {self.main.name} is an ancestor",
+            )
         return case
 
     def _decide_with_content(self, cases: list[_Case]) -> None:
@@ -111,10 +117,14 @@ class _Judge:
                 return  # objects beyond the shallow boundary: said as such by _undecided
             for case in searchable:
                 if case.verdict is None:
-                    case.verdict = (UNKNOWN, "none", (
-                        f"git could not compare contents ({exc}); fetch what is absent: "
-                        f"git -C {self.repository.location} fetch {self.remote}, or check the clone with git fsck"
-                    ))
+                    case.verdict = (
+                        UNKNOWN,
+                        "none",
+                        (
+                            f"git could not compare contents ({exc}); fetch what is absent: "
+                            f"git -C {self.repository.location} fetch {self.remote}, or check the clone with git fsck"
+                        ),
+                    )
 
     def _patch_ids(self, cases: list[_Case]) -> None:
         repository = self.repository
@@ -124,9 +134,15 @@ class _Judge:
             for case in cases
         }
         patch_ids = PatchIds(repository)
-        ids = patch_ids.of(own + [sha for case in cases for sha in case.landings] + [sha for shas in pr_commits.values() for sha in shas])
+        ids = patch_ids.of(
+            own
+            + [sha for case in cases for sha in case.landings]
+            + [sha for shas in pr_commits.values() for sha in shas]
+        )
         patch_ids.save()
-        patched = {commit: patch_id for commit, patch_id in ids.items() if patch_id}  # the commits that change something
+        patched = {
+            commit: patch_id for commit, patch_id in ids.items() if patch_id
+        }  # the commits that change something
         by_patch: dict[str, str] = {}
         for commit in reversed(own):  # oldest first: the first pick wins
             if commit in patched:
@@ -139,12 +155,22 @@ class _Judge:
             ][:1]
             changed = [sha for sha in pr_commits[case.pr] if sha in patched]
             if not matches and changed and all(patched[sha] in by_patch for sha in changed):
-                matches = [{"commit": by_patch[patched[sha]], "same_as": sha, "patch_id": patched[sha]} for sha in changed]
+                matches = [
+                    {"commit": by_patch[patched[sha]], "same_as": sha, "patch_id": patched[sha]} for sha in changed
+                ]
             if matches:
                 case.evidence["matches"] = matches
-                what = "the landing commit" if matches[0]["same_as"] in case.landings else f"all {len(matches)} commits of refs/pull/{case.pr}/head"
+                what = (
+                    "the landing commit"
+                    if matches[0]["same_as"] in case.landings
+                    else f"all {len(matches)} commits of refs/pull/{case.pr}/head"
+                )
                 where = ", ".join(short_sha(match["commit"]) for match in matches)
-                case.verdict = (CONTAINED, "patch-id", f"{where} in the judged history since the merge base carries the patch of {what}")
+                case.verdict = (
+                    CONTAINED,
+                    "patch-id",
+                    f"{where} in the judged history since the merge base carries the patch of {what}",
+                )
 
     def _merge_trees(self, cases: list[_Case]) -> None:
         repository = self.repository
@@ -162,7 +188,11 @@ class _Judge:
                 if merged.tree == judged_tree:
                     base_commit = repository.git("rev-parse", f"{base}^{{commit}}").strip()
                     case.evidence["applied"] = {"base": base_commit, "tip": tip}
-                    case.verdict = (CONTAINED, "merge-tree", f"the change {short_sha(base_commit)}..{short_sha(tip)} merges into the judged commit as a no-op")
+                    case.verdict = (
+                        CONTAINED,
+                        "merge-tree",
+                        f"the change {short_sha(base_commit)}..{short_sha(tip)} merges into the judged commit as a no-op",
+                    )
                     break
                 conflicts.extend(merged.conflicts)
             case.conflicts = tuple(dict.fromkeys(conflicts))
@@ -171,30 +201,52 @@ class _Judge:
         """``missing`` only when git has everything it needs to say so."""
         location = self.repository.location
         if self.repository.shallow:
-            return UNKNOWN, "none", f"the clone is shallow, so the history is incomplete; fetch it: git -C {location} fetch --unshallow {self.remote}"
+            return (
+                UNKNOWN,
+                "none",
+                f"the clone is shallow, so the history is incomplete; fetch it: git -C {location} fetch --unshallow {self.remote}",
+            )
         if not case.landings and not case.head:
             why = f"no first-parent commit of {self.main.name} ends in (#{case.pr}) and refs/pull/{case.pr}/head is not in the repository"
             if case.pr in self.not_on_remote:
                 return UNKNOWN, "none", f"{why}, and {self.remote} has no refs/pull/{case.pr}/head either"
             return UNKNOWN, "none", f"{why}; fetch: {self.fetch_hint(case.pr, main_too=True)}"
         if self.repository.is_partial_clone and not self.fetch:
-            return UNKNOWN, "none", (
-                "partial clone: patch-id and merge-tree need file contents git would fetch on demand; "
-                "rerun with --fetch to allow that"
+            return (
+                UNKNOWN,
+                "none",
+                (
+                    "partial clone: patch-id and merge-tree need file contents git would fetch on demand; "
+                    "rerun with --fetch to allow that"
+                ),
             )
         if case.conflicts and self.own_history:
             case.evidence["conflicts"] = list(case.conflicts)
-            return UNKNOWN, "none", (
-                f"the change conflicts with the judged commit in {', '.join(case.conflicts)}: git cannot tell; "
-                "`dflash-doctor check` reads the code itself"
+            return (
+                UNKNOWN,
+                "none",
+                (
+                    f"the change conflicts with the judged commit in {', '.join(case.conflicts)}: git cannot tell; "
+                    "`dflash-doctor check` reads the code itself"
+                ),
             )
         if case.reverts:
-            return MISSING, "none", f"landing commit {short_sha(case.landings[0])} was reverted by {short_sha(case.reverts[0])}, and no other test finds the change"
-        steps = [f"landing commit {short_sha(case.landings[0])} is not an ancestor" if case.landings else f"no commit of {self.main.name} lands #{case.pr}"]
+            return (
+                MISSING,
+                "none",
+                f"landing commit {short_sha(case.landings[0])} was reverted by {short_sha(case.reverts[0])}, and no other test finds the change",
+            )
+        steps = [
+            f"landing commit {short_sha(case.landings[0])} is not an ancestor"
+            if case.landings
+            else f"no commit of {self.main.name} lands #{case.pr}"
+        ]
         if self.own_history:
             steps += ["no commit since the merge base carries its patch", "merging its change would alter the tree"]
         else:
-            steps.append(f"the judged commit lies in {self.main.name}'s history, with no commits of its own that could carry it")
+            steps.append(
+                f"the judged commit lies in {self.main.name}'s history, with no commits of its own that could carry it"
+            )
         return MISSING, "none", "; ".join(steps)
 
 
@@ -211,8 +263,10 @@ def _require_vllm(repository: Repository, commit: str) -> None:
     (their landing commits are not there) with advice to fetch vLLM's pull refs from a remote that has none."""
     entry = repository.git("ls-tree", commit, "--", "vllm").split("\t")[0].split()
     if entry[1:2] != ["tree"]:
-        raise ToolError(f"{repository.location} does not look like a vLLM clone: commit {short_sha(commit)} has no "
-                        "vllm/ package (give --repo a clone of vLLM)")
+        raise ToolError(
+            f"{repository.location} does not look like a vLLM clone: commit {short_sha(commit)} has no "
+            "vllm/ package (give --repo a clone of vLLM)"
+        )
 
 
 def trace(
@@ -261,10 +315,14 @@ def commit_from_target(target: Target) -> tuple[str, str | None]:
     if not provenance.commit:
         distribution = provenance.distribution
         if distribution is not None and provenance.vendor:  # its own version is no tag of vLLM's
-            raise ToolError(f"the target records no build commit ({distribution.name} {distribution.version}, a vendor "
-                            "build or fork of vLLM): give --commit SHA, the vLLM commit it is built from")
+            raise ToolError(
+                f"the target records no build commit ({distribution.name} {distribution.version}, a vendor "
+                "build or fork of vLLM): give --commit SHA, the vLLM commit it is built from"
+            )
         if provenance.version:
-            raise ToolError(f"the target records no build commit (version {provenance.version}): give --commit SHA "
-                            f"(for a release, its tag: --commit v{provenance.version})")
+            raise ToolError(
+                f"the target records no build commit (version {provenance.version}): give --commit SHA "
+                f"(for a release, its tag: --commit v{provenance.version})"
+            )
         raise ToolError("the target records neither a version nor a build commit: give --commit SHA")
     return provenance.commit, provenance.commit_source

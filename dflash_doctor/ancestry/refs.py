@@ -17,7 +17,13 @@ def resolve_commit(repository: Repository, spec: str, source: str | None = None)
     where = f" (from {source})" if source and source != "--commit" else ""
     if _HEX.fullmatch(spec):
         objects = repository.lines("rev-parse", f"--disambiguate={spec.lower()}")
-        typed = repository.git("cat-file", "--batch-check=%(objecttype) %(objectname)", stdin_text="".join(f"{o}\n" for o in objects)) if objects else ""
+        typed = (
+            repository.git(
+                "cat-file", "--batch-check=%(objecttype) %(objectname)", stdin_text="".join(f"{o}\n" for o in objects)
+            )
+            if objects
+            else ""
+        )
         commits = [line.split()[1] for line in typed.splitlines() if line.startswith("commit ")]
         if len(commits) == 1:
             return commits[0]
@@ -26,7 +32,9 @@ def resolve_commit(repository: Repository, spec: str, source: str | None = None)
             listing = "; ".join(f"{line[:12]} ({line[41:]})" for line in described)
             raise ToolError(f"short sha {spec}{where} is ambiguous in {repository.location}: candidates {listing}")
     else:
-        found = repository.git("rev-parse", "--verify", "--quiet", "--end-of-options", f"{spec}^{{commit}}", ok=(0, 1)).strip()
+        found = repository.git(
+            "rev-parse", "--verify", "--quiet", "--end-of-options", f"{spec}^{{commit}}", ok=(0, 1)
+        ).strip()
         if found:
             return found
     hint = "the clone is shallow; deepen it (git fetch --unshallow) or " if repository.shallow else ""
@@ -46,9 +54,13 @@ class MainRef:
 def resolve_main_ref(repository: Repository, main_ref: str | None, remote: str) -> MainRef:
     """``main_ref``, else ``<remote>/main`` when it exists, else ``main``."""
     for name in [main_ref] if main_ref else [f"{remote}/main", "main"]:
-        sha = repository.git("rev-parse", "--verify", "--quiet", "--end-of-options", f"{name}^{{commit}}", ok=(0, 1)).strip()
+        sha = repository.git(
+            "rev-parse", "--verify", "--quiet", "--end-of-options", f"{name}^{{commit}}", ok=(0, 1)
+        ).strip()
         if sha:
-            full = repository.git("rev-parse", "--verify", "--quiet", "--symbolic-full-name", "--end-of-options", name, ok=(0, 1))
+            full = repository.git(
+                "rev-parse", "--verify", "--quiet", "--symbolic-full-name", "--end-of-options", name, ok=(0, 1)
+            )
             return MainRef(name, full.strip() or sha, sha)
     if main_ref:
         raise ToolError(f"main ref {main_ref} does not name a commit in {repository.location}")
@@ -82,10 +94,19 @@ def fetch_refs(repository: Repository, remote: str, branch: str | None, prs: Ite
         refspecs = [f"+{source}:{target}" for source, target in wanted.items() if source in present]
         if refspecs:
             repository.git(
-                "fetch", "--quiet", "--no-tags", "--no-recurse-submodules", "--no-write-fetch-head",
-                "--end-of-options", remote, *refspecs, timeout=FETCH_TIMEOUT_S,
+                "fetch",
+                "--quiet",
+                "--no-tags",
+                "--no-recurse-submodules",
+                "--no-write-fetch-head",
+                "--end-of-options",
+                remote,
+                *refspecs,
+                timeout=FETCH_TIMEOUT_S,
             )
     except GitFailure as exc:
-        allowed = f" (dflash-doctor fetches only over {', '.join(ALLOWED_PROTOCOLS)})" if "not allowed" in str(exc) else ""
+        allowed = (
+            f" (dflash-doctor fetches only over {', '.join(ALLOWED_PROTOCOLS)})" if "not allowed" in str(exc) else ""
+        )
         raise ToolError(f"cannot fetch from {remote} ({url}) into {repository.location}: {exc}{allowed}") from None
     return {pr for pr in prs if f"refs/pull/{pr}/head" not in present}

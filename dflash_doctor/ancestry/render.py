@@ -14,7 +14,10 @@ _COMMIT_KEYS = ("landing", "pr_head", "reverted_by", "merge_base")
 def _evidence_lines(entry: PrAncestry) -> list[str]:
     evidence = dict(entry.evidence)
     lines = [f"{key} {short_sha(evidence[key])}" for key in _COMMIT_KEYS if evidence.get(key)]
-    lines += [f"{short_sha(m['commit'])} = {short_sha(m['same_as'])} (patch-id {m['patch_id'][:12]})" for m in evidence.get("matches", [])]
+    lines += [
+        f"{short_sha(m['commit'])} = {short_sha(m['same_as'])} (patch-id {m['patch_id'][:12]})"
+        for m in evidence.get("matches", [])
+    ]
     if evidence.get("applied"):
         lines.append(f"applied {short_sha(evidence['applied']['base'])}..{short_sha(evidence['applied']['tip'])}")
     return lines
@@ -42,8 +45,12 @@ def _on_terminal(report: AncestryReport, width: int) -> str:
     at words to ``width`` (reporters/layout.py: no line wider, no word, sha or path cut)."""
     lines = wrap(words(clean(_header(report))), width, [], OUTDENT)
     for entry in report.prs:
-        first = [(clean(entry.fix or "-"), "bold"), (f"#{entry.pr}", "bold"), (clean(entry.status), STYLES[entry.status]),
-                 (f"({clean(entry.method)})", "")]
+        first = [
+            (clean(entry.fix or "-"), "bold"),
+            (f"#{entry.pr}", "bold"),
+            (clean(entry.status), STYLES[entry.status]),
+            (f"({clean(entry.method)})", ""),
+        ]
         lines += [[]] + wrap(first, width, [], OUTDENT)
         for text in [entry.reason, *_evidence_lines(entry)]:
             lines += wrap(words(clean(text)), width, [(" " * OUTDENT, "")], OUTDENT)

@@ -97,7 +97,11 @@ class ByName:
             return None
         builder.copying_classes += 1
         try:
-            if any(isinstance(node, ast.ClassDef) for node, _ in bindings) and len(bindings) == 1 and not bindings[0][1]:
+            if (
+                any(isinstance(node, ast.ClassDef) for node, _ in bindings)
+                and len(bindings) == 1
+                and not bindings[0][1]
+            ):
                 return class_copy(builder, Symbol(file, name, bindings[0][0], parsed))
             builder.resolve_name(parsed, file, name)
             return name
@@ -110,8 +114,9 @@ class ByName:
             builder.copying_classes -= 1
 
 
-def run_by_name(builder: ProgramBuilder, run: RunProgram, calls: list[Call], data: dict[str, Any],
-                fixed: dict[str, Any]) -> dict[str, Outcome]:
+def run_by_name(
+    builder: ProgramBuilder, run: RunProgram, calls: list[Call], data: dict[str, Any], fixed: dict[str, Any]
+) -> dict[str, Outcome]:
     """Run ``calls`` on the builder's program; a call that looked up a definition by its
     module's name runs again once it is sent (at most MAX_ROUNDS times). ``fixed``:
     globals bound besides the program's gaps."""
@@ -192,8 +197,11 @@ def class_copy(builder: ProgramBuilder, symbol: Symbol, rebuild: bool = False) -
     body = "\n".join(line for line in lines if line) or "pass"
     header = ", ".join([*bases, f"metaclass={META}"])
     dotted = f"{module_name(symbol.file)}.{symbol.qualname}"
-    builder.add_chunk(node.name, f"class {node.name}({header}):\n{textwrap.indent(body, '    ')}\n"
-                                 f"{node.name}._qualified_name = {dotted!r}\n", replace=rebuild)
+    builder.add_chunk(
+        node.name,
+        f"class {node.name}({header}):\n{textwrap.indent(body, '    ')}\n{node.name}._qualified_name = {dotted!r}\n",
+        replace=rebuild,
+    )
     return node.name
 
 
@@ -238,5 +246,6 @@ def _statement(builder: ProgramBuilder, owner: Symbol, statement: ast.stmt, full
         return ""
     if isinstance(statement, ast.ClassDef):
         return f"{statement.name} = {OMITTED}({f'the nested class {statement.name} is not copied'!r})"
-    raise ExtractError(f"{owner.qualname} in {owner.file} has a class-body statement behaviour does not copy "
-                       f"(line {statement.lineno})")
+    raise ExtractError(
+        f"{owner.qualname} in {owner.file} has a class-body statement behaviour does not copy (line {statement.lineno})"
+    )

@@ -14,15 +14,21 @@ from .reference import reference_words
 DECISIVE = (PRESENT, ABSENT, PARTIAL)
 
 # What to do to get an answer, by why behaviour and structure leave a fix unknown.
-DISAGREE = ("Report it with the JSON report (check --format json): running the tree's code and reading its forms "
-            "disagree, so one of them misreads this tree; read the evidence by hand meanwhile.")
-NO_ANSWER = ("Behaviour could not follow this tree's code (the reason says where): report it with the JSON report "
-             "(check --format json), and read the evidence by hand meanwhile.")
+DISAGREE = (
+    "Report it with the JSON report (check --format json): running the tree's code and reading its forms "
+    "disagree, so one of them misreads this tree; read the evidence by hand meanwhile."
+)
+NO_ANSWER = (
+    "Behaviour could not follow this tree's code (the reason says where): report it with the JSON report "
+    "(check --format json), and read the evidence by hand meanwhile."
+)
 
 
 def _run_it(why_not: str) -> str:
-    return (f"Check the tree where its code can run, so behaviour may decide (check --path on the machine or in the "
-            f"container that holds it, or check --host over ssh); here behaviour did not run: {why_not}.")
+    return (
+        f"Check the tree where its code can run, so behaviour may decide (check --path on the machine or in the "
+        f"container that holds it, or check --host over ssh); here behaviour did not run: {why_not}."
+    )
 
 
 def combine(rule: Rule, structure: FixResult, answer: BehaviourAnswer | None, why_not: str) -> FixResult:
@@ -41,24 +47,34 @@ def combine(rule: Rule, structure: FixResult, answer: BehaviourAnswer | None, wh
         words = in_words(answer, notes)
         if structure.status in DECISIVE and exact == structure.status != answer.status and answer.status == PRESENT:
             # a present that an exact form contradicts never opens the gate
-            reason = (f"BEHAVIOUR AND STRUCTURE DISAGREE: running the tree's code gives {answer.status}"
-                      f"{f' ({words})' if words else ''}, but the code's forms read {structure.status}"
-                      f"{f' ({structure.reason})' if structure.reason else ''}; trust neither until checked by hand")
+            reason = (
+                f"BEHAVIOUR AND STRUCTURE DISAGREE: running the tree's code gives {answer.status}"
+                f"{f' ({words})' if words else ''}, but the code's forms read {structure.status}"
+                f"{f' ({structure.reason})' if structure.reason else ''}; trust neither until checked by hand"
+            )
             return restate(rule, decided, UNKNOWN, reason, DISAGREE)
         if structure.status in DECISIVE and exact == structure.status != answer.status:
             # behaviour observed the defect in the values the tree's code computed: they decide,
             # and the forms that read otherwise are said
-            words = (f"{words}; the code's forms read {structure.status}"
-                     f"{f' ({structure.reason})' if structure.reason else ''}, but running the code shows the failure")
+            words = (
+                f"{words}; the code's forms read {structure.status}"
+                f"{f' ({structure.reason})' if structure.reason else ''}, but running the code shows the failure"
+            )
         return restate(rule, decided, answer.status, words)
     if answer is not None:  # behaviour ran on this tree and could not follow its code: no guess from the forms
         reading = f"; the code's forms read {structure.status}" if structure.status in DECISIVE else ""
-        cause = structure.remedy if structure.status == UNKNOWN else NO_ANSWER  # the forms may know why (a file that does not parse)
-        return restate(rule, fix, UNKNOWN, f"behaviour could not answer: {answer.reason}{reading}", cause, decided_by=BEHAVIOUR)
+        cause = (
+            structure.remedy if structure.status == UNKNOWN else NO_ANSWER
+        )  # the forms may know why (a file that does not parse)
+        return restate(
+            rule, fix, UNKNOWN, f"behaviour could not answer: {answer.reason}{reading}", cause, decided_by=BEHAVIOUR
+        )
     if structure.status in DECISIVE and exact != structure.status:
         where = ", ".join(loose)
-        reason = (f"only a catch-all form matched ({where}): it cannot tell the fix's code from other code, "
-                  f"and behaviour did not run: {why_not}")
+        reason = (
+            f"only a catch-all form matched ({where}): it cannot tell the fix's code from other code, "
+            f"and behaviour did not run: {why_not}"
+        )
         return restate(rule, fix, UNKNOWN, reason, _run_it(why_not))
     note = f"behaviour did not run: {why_not}"
     fix = dataclasses.replace(fix, reason=f"{structure.reason}; {note}" if structure.reason else note)
@@ -133,7 +149,9 @@ def _grouped(results: Sequence[ConfigResult]) -> list[tuple[str, str]]:
     words = reference_words()
     out = []
     for (config, setting, why), on in runners.items():
-        who = words.get(config) or (f"your drafter ({config.removeprefix('user:')})" if config.startswith("user:") else config)
+        who = words.get(config) or (
+            f"your drafter ({config.removeprefix('user:')})" if config.startswith("user:") else config
+        )
         if on:
             who += f" on the {' and '.join(on)} runner{'s' if len(on) > 1 else ''}"
         if setting:

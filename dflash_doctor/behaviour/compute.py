@@ -44,7 +44,9 @@ class _Hf:
     source: HfSource
 
 
-def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], questions: Questions, run: RunProgram = sandbox.run) -> tuple[Computed, ...]:
+def compute(
+    tree: SourceTree, drafts: tuple[DraftConfig, ...], questions: Questions, run: RunProgram = sandbox.run
+) -> tuple[Computed, ...]:
     """What the tree computes for every drafter config, planned once and run in one sandbox process
     (``run``: where the program runs, ``sandbox.run`` or a remote host's equivalent)."""
     route = tree.engine.route
@@ -60,7 +62,9 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], questions: Questi
         except (ExtractError, SandboxError) as exc:
             keys.append(f"the drafter's hf_config could not be built: {exc}")
     # the keys through the config class the engine builds the hf_config with (hf_config.py), one request for all
-    views = iter(hf_views(tree, [(draft, item[0]) for draft, item in zip(drafts, keys) if isinstance(item, tuple)], run))
+    views = iter(
+        hf_views(tree, [(draft, item[0]) for draft, item in zip(drafts, keys) if isinstance(item, tuple)], run)
+    )
     hfs: list[_Hf | str | NotRegistered] = []
     for item in keys:
         if isinstance(item, tuple):
@@ -70,7 +74,9 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], questions: Questi
             hfs.append(item)
     builder = ProgramBuilder(tree, route.provided)
     plan, spec_symbol = plan_calls(tree, builder, route, questions)
-    declared = plan_declared(tree, route, builder)  # the class body of the drafter's model config, where it declares a speculator
+    declared = plan_declared(
+        tree, route, builder
+    )  # the class body of the drafter's model config, where it declares a speculator
     failed = None
     spec = route.speculative_config
     if not plan.runners:
@@ -84,12 +90,16 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], questions: Questi
             failed = f"{spec.symbol} could not be stubbed: {exc}"
     if failed:
         runners = plan.runners or route.runner_names  # none in the tree: every runner says why
-        return tuple(_nothing(draft, failed if isinstance(hf, _Hf) else str(hf), runners) for draft, hf in zip(drafts, hfs))
+        return tuple(
+            _nothing(draft, failed if isinstance(hf, _Hf) else str(hf), runners) for draft, hf in zip(drafts, hfs)
+        )
     assert spec_symbol is not None
     plan.evidence.append(Place(spec_symbol.file, spec_symbol.qualname, spec_symbol.line))
     plans: list[Plan] = []  # one per drafter config: its own reasons and evidence
     calls: list[Call] = []
-    owners: dict[str, tuple[int, str]] = {}  # a call's id in the child -> (the drafter config's index, the plan's call id)
+    owners: dict[
+        str, tuple[int, str]
+    ] = {}  # a call's id in the child -> (the drafter config's index, the plan's call id)
     data: dict[str, Any] = {}
     for index, (draft, hf) in enumerate(zip(drafts, hfs)):
         mine = dataclasses.replace(plan, reasons=dict(plan.reasons), evidence=list(plan.evidence))
@@ -104,11 +114,14 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], questions: Questi
         if count is None and "layers" not in mine.reasons:
             mine.reasons["layers"] = "the drafter config has no usable num_hidden_layers"
         fields = route.fields
-        model_config = {fields.hf: sandbox.config_object("hf_config", f"hf{index}"),
-                        fields.architectures: _architectures(hf_data, fields.architectures)}
+        model_config = {
+            fields.hf: sandbox.config_object("hf_config", f"hf{index}"),
+            fields.architectures: _architectures(hf_data, fields.architectures),
+        }
         spec_attrs: dict[str, Any] = {
             fields.method: route.method,
-            fields.draft: sandbox.strict_object(fields.draft, **model_config) if declared is None
+            fields.draft: sandbox.strict_object(fields.draft, **model_config)
+            if declared is None
             else sandbox.class_instance(fields.draft, declared, **model_config),
         }
         block = draft.block_size
@@ -134,13 +147,21 @@ def compute(tree: SourceTree, drafts: tuple[DraftConfig, ...], questions: Questi
     for index, (draft, hf) in enumerate(zip(drafts, hfs)):
         if isinstance(hf, NotRegistered):  # no runner of this tree can load the drafter at all
             refused = RunnerSupport(False, str(hf))
-            answers.append(dataclasses.replace(_nothing(draft, str(hf), plan.runners),
-                                               runner_support=tuple((name, refused) for name in plan.runners)))
+            answers.append(
+                dataclasses.replace(
+                    _nothing(draft, str(hf), plan.runners),
+                    runner_support=tuple((name, refused) for name in plan.runners),
+                )
+            )
             continue
         if isinstance(hf, str):
             answers.append(_nothing(draft, hf, plan.runners))
             continue
-        ours = {local: outcomes[call_id] for call_id, (owner, local) in owners.items() if owner == index and call_id in outcomes}
+        ours = {
+            local: outcomes[call_id]
+            for call_id, (owner, local) in owners.items()
+            if owner == index and call_id in outcomes
+        }
         found = interpret(plans[index], ours, builder, draft, draft.expected_aux_layer_ids(), draft.expected_layers())
         answers.append(dataclasses.replace(found, hf_config=hf.data, hf_source=hf.source))
     return tuple(answers)
@@ -152,21 +173,36 @@ def _architectures(hf_data: dict[str, Any], field: str) -> Any:
     value = hf_data.get("architectures") or []
     if isinstance(value, list) and all(isinstance(item, str) for item in value):
         return list(value)
-    return sandbox.gap(f"the drafter model config's {field} (the hf_config holds {str(value)[:60]!r}, not a list of names)")
+    return sandbox.gap(
+        f"the drafter model config's {field} (the hf_config holds {str(value)[:60]!r}, not a list of names)"
+    )
 
 
 def _nothing(draft: DraftConfig, reason: str, runners: tuple[str, ...] = ()) -> Computed:
     fields = ("aux_layer_ids", "layers", "runner", "drops_prefix_block")
     expected_layers = draft.expected_layers()
     return Computed(
-        aux_layer_ids=None, expected_aux_layer_ids=draft.expected_aux_layer_ids(), aux_by_runner=(), layers=None,
-        expected_layers=None if expected_layers is None else tuple(expected_layers), runner=None, default_runner=None,
-        runner_support=(), drops_prefix_block=None, prefix_block_predicate=None, drops_prefix_block_when_disabled=None,
-        mismatches=(), reasons=tuple((field, reason) for field in fields), evidence=(), runners=runners,
+        aux_layer_ids=None,
+        expected_aux_layer_ids=draft.expected_aux_layer_ids(),
+        aux_by_runner=(),
+        layers=None,
+        expected_layers=None if expected_layers is None else tuple(expected_layers),
+        runner=None,
+        default_runner=None,
+        runner_support=(),
+        drops_prefix_block=None,
+        prefix_block_predicate=None,
+        drops_prefix_block_when_disabled=None,
+        mismatches=(),
+        reasons=tuple((field, reason) for field in fields),
+        evidence=(),
+        runners=runners,
     )
 
 
-def _hf_config(tree: SourceTree, route: Route, draft: DraftConfig, run: RunProgram) -> tuple[dict[str, Any], Place | None]:
+def _hf_config(
+    tree: SourceTree, route: Route, draft: DraftConfig, run: RunProgram
+) -> tuple[dict[str, Any], Place | None]:
     """The drafter's keys the engine hands its config class (speculators: the tree's translation)."""
     if draft.format != SPECULATORS:
         return dict(draft.data), None
@@ -182,11 +218,16 @@ def _hf_config(tree: SourceTree, route: Route, draft: DraftConfig, run: RunProgr
     builder = ProgramBuilder(tree, ())
     symbol = Symbol(translations, updater.name, updater, parsed)
     name = builder.function(symbol)
-    call = Call("translate", f"({name}(config_dict=config_dict, pre_trained_config=pre), pre)[1]",
-                (("config_dict", sandbox.data_ref("draft")), ("pre", sandbox.data_ref("layers"))))
+    call = Call(
+        "translate",
+        f"({name}(config_dict=config_dict, pre_trained_config=pre), pre)[1]",
+        (("config_dict", sandbox.data_ref("draft")), ("pre", sandbox.data_ref("layers"))),
+    )
     layers = draft.data.get("transformer_layer_config")
     globals_ = {gap_name: sandbox.gap(label) for gap_name, label in builder.gaps.items()}
-    outcomes = run(builder.chunks, [call], {"draft": draft.data, "layers": layers if isinstance(layers, dict) else {}}, globals_)
+    outcomes = run(
+        builder.chunks, [call], {"draft": draft.data, "layers": layers if isinstance(layers, dict) else {}}, globals_
+    )
     outcome = outcomes.get("translate", Outcome(gap="no answer"))
     if not outcome.ok or not isinstance(outcome.value, dict):
         raise ExtractError(f"{updater.name} in {translations} {failure(outcome)}")

@@ -63,15 +63,22 @@ class Computed:
     opt_out: str | None = None  # the tree's speculative config has this opt-out flag
     runners: tuple[str, ...] = ()  # the model runners this tree has
     hf_config: dict[str, Any] | None = dataclasses.field(default=None, compare=False)  # as vLLM builds it
-    hf_source: HfSource | None = dataclasses.field(default=None, compare=False)  # the class that built it, from which transformers
+    hf_source: HfSource | None = dataclasses.field(
+        default=None, compare=False
+    )  # the class that built it, from which transformers
 
     def to_json(self) -> dict[str, Any]:
         return {
             "aux_layer_ids": as_list(self.aux_layer_ids),
             "expected_aux_layer_ids": as_list(self.expected_aux_layer_ids),
-            "aux_layer_ids_by_runner": {name: as_list(value) if value != UNKNOWN else UNKNOWN for name, value in self.aux_by_runner},
-            "layers": None if self.layers is None else [
-                {"index": index, "sliding_window": window, "causal": causal} for index, (window, causal) in enumerate(self.layers)
+            "aux_layer_ids_by_runner": {
+                name: as_list(value) if value != UNKNOWN else UNKNOWN for name, value in self.aux_by_runner
+            },
+            "layers": None
+            if self.layers is None
+            else [
+                {"index": index, "sliding_window": window, "causal": causal}
+                for index, (window, causal) in enumerate(self.layers)
             ],
             "expected_layers": None if self.expected_layers is None else list(self.expected_layers),
             "runners": list(self.runners),

@@ -48,7 +48,11 @@ class Indices:
 
 
 def construct_layers(
-    tree: SourceTree, construct: Construct, hf_configs: list[dict | None], run: RunProgram, follow: tuple[str, ...],
+    tree: SourceTree,
+    construct: Construct,
+    hf_configs: list[dict | None],
+    run: RunProgram,
+    follow: tuple[str, ...],
     platform: str,
 ) -> list[dict[str, Built]]:
     """For each drafter's hf_config (None: not available), per runner, what its layers
@@ -84,21 +88,28 @@ def construct_layers(
         data[f"hf{index}"] = hf
         built[index] = hf
         for runner in runners:
-            current = sandbox.strict_object(route.deployment_config.name, **{route.switch.property: runner == route.switch.on})
+            current = sandbox.strict_object(
+                route.deployment_config.name, **{route.switch.property: runner == route.switch.on}
+            )
             config = {**sandbox.config_object("hf_config", f"hf{index}"), "loose": True}
-            bind = [("config", config), ("layer_count", count),
-                    (route.current_config, sandbox.returns(current))]
-            bind += [(parameter, {"$standin": parameter, "assume": assume, "record": record}) for parameter in _stand_in_parameters(layer.node, construct)]
+            bind = [("config", config), ("layer_count", count), (route.current_config, sandbox.returns(current))]
+            bind += [
+                (parameter, {"$standin": parameter, "assume": assume, "record": record})
+                for parameter in _stand_in_parameters(layer.node, construct)
+            ]
             calls.append(Call(_call_id(index, runner), expr, tuple(bind)))
     try:
         outcomes = run(builder.chunks, calls, data, globals_) if calls else {}
     except SandboxError as exc:
         return [{runner: Built(None, str(exc)) for runner in runners} for _ in hf_configs]
-    indices = _model_indices(tree, route, construct, layer, built, data, run, follow, platform) if construct.model else {}
+    indices = (
+        _model_indices(tree, route, construct, layer, built, data, run, follow, platform) if construct.model else {}
+    )
     return [
         {
             runner: dataclasses.replace(
-                _read(outcomes.get(_call_id(index, runner)), parameters, construct, route), indices=indices.get((index, runner))
+                _read(outcomes.get(_call_id(index, runner)), parameters, construct, route),
+                indices=indices.get((index, runner)),
             )
             for runner in runners
         }
@@ -111,8 +122,17 @@ def _call_id(index: int, runner: str) -> str:
     return f"{index}|{runner}"
 
 
-def _model_indices(tree: SourceTree, route: Route, construct: Construct, layer, hf_configs: dict[int, dict], data: dict,
-                   run: RunProgram, follow: tuple[str, ...], platform: str) -> dict[tuple[int, str], Indices]:
+def _model_indices(
+    tree: SourceTree,
+    route: Route,
+    construct: Construct,
+    layer,
+    hf_configs: dict[int, dict],
+    data: dict,
+    run: RunProgram,
+    follow: tuple[str, ...],
+    platform: str,
+) -> dict[tuple[int, str], Indices]:
     """Construct the tree's model class (``construct.model``) for each drafter config
     (by its index), with the layer class a recorded stand-in, and bind each recorded
     layer call to the layer's ``__init__``: the index it received. Keyed by (config, runner)."""
@@ -136,11 +156,20 @@ def _model_indices(tree: SourceTree, route: Route, construct: Construct, layer, 
         config = {**sandbox.config_object("hf_config", f"hf{index}"), "loose": True}
         # the drafter's config reaches the model through the deployment config's speculative config
         fields, holder = route.fields, route.deployment_name
-        speculative = sandbox.strict_object(fields.speculative, **{fields.method: route.method, fields.draft: sandbox.strict_object(
-            fields.draft, **{fields.hf: config})})
-        deployment = {"$standin": holder, "assume": {**assume, f"{holder}.{fields.speculative}": speculative}, "record": record}
-        current = {"$standin": f"{route.current_config}()", "record": record,
-                   "assume": {**assume, f"{route.current_config}().{route.switch.property}": runner == route.switch.on}}
+        speculative = sandbox.strict_object(
+            fields.speculative,
+            **{fields.method: route.method, fields.draft: sandbox.strict_object(fields.draft, **{fields.hf: config})},
+        )
+        deployment = {
+            "$standin": holder,
+            "assume": {**assume, f"{holder}.{fields.speculative}": speculative},
+            "record": record,
+        }
+        current = {
+            "$standin": f"{route.current_config}()",
+            "record": record,
+            "assume": {**assume, f"{route.current_config}().{route.switch.property}": runner == route.switch.on},
+        }
         bind = ((holder, deployment), (route.current_config, sandbox.returns(current)))
         calls.append(Call(_call_id(index, runner), f"(lambda model: _records())({name}({arguments}))", bind))
     try:
@@ -149,14 +178,22 @@ def _model_indices(tree: SourceTree, route: Route, construct: Construct, layer, 
         return {key: Indices(None, f"building {construct.model}: {exc}") for key in keys}
     signature = _bind_signature(_init(layer.node, construct.file), None)
     wanted = [name for name in signature.keywords if name in construct.index_parameters]
-    return {(index, runner): _received(outcomes.get(_call_id(index, runner)), signature, wanted, construct, hf_configs[index])
-            for index, runner in keys}
+    return {
+        (index, runner): _received(
+            outcomes.get(_call_id(index, runner)), signature, wanted, construct, hf_configs[index]
+        )
+        for index, runner in keys
+    }
 
 
 def _assumed(construct: Construct, platform: str, engine: Engine) -> dict[str, Any]:
     """The rule's assumptions, the containers it declares, and the platform stand-in
     answering for ``platform`` among the engine's."""
-    told = {f"{construct.platform}.is_{kind.name}()": kind.name == platform for kind in engine.platforms} if construct.platform else {}
+    told = (
+        {f"{construct.platform}.is_{kind.name}()": kind.name == platform for kind in engine.platforms}
+        if construct.platform
+        else {}
+    )
     containers = {path: {"$container": path} for path in construct.containers}
     unset = dict.fromkeys(construct.unset)
     return {**told, **containers, **unset, **dict(construct.assume)}
@@ -173,17 +210,25 @@ def _model_keywords(node: ast.ClassDef, construct: Construct, deployment: str) -
     return ", ".join(parts)
 
 
-def _received(outcome: Outcome | None, signature: _Signature, wanted: list[str], construct: Construct, hf: dict) -> Indices:
+def _received(
+    outcome: Outcome | None, signature: _Signature, wanted: list[str], construct: Construct, hf: dict
+) -> Indices:
     if outcome is None:
         return Indices(None, "not built")
     if not outcome.ok:
-        return Indices(None, f"building {construct.model} {outcome.unknowable or f'raises {outcome.error_type}: {outcome.error_message}'}")
+        return Indices(
+            None,
+            f"building {construct.model} {outcome.unknowable or f'raises {outcome.error_type}: {outcome.error_message}'}",
+        )
     records = _records(outcome.value)
     if records is None:
         return Indices(None, f"building {construct.model} {WRONG_SHAPE}")
     mine = [item for item in records if item["callee"] == construct.layer]
     if len(mine) != hf.get("num_hidden_layers"):
-        return Indices(None, f"{construct.model} built {len(mine)} {construct.layer} layers for {hf.get('num_hidden_layers')} in the config")
+        return Indices(
+            None,
+            f"{construct.model} built {len(mine)} {construct.layer} layers for {hf.get('num_hidden_layers')} in the config",
+        )
     if not wanted:
         return Indices(tuple(None for _ in mine))
     received = []
@@ -259,7 +304,7 @@ def _bind_signature(function: ast.FunctionDef, parameter: str | None) -> _Signat
     """How calls bind to ``function``'s parameters, and the literal default of ``parameter``."""
     arguments = function.args
     positional = tuple(arg.arg for arg in [*arguments.posonlyargs, *arguments.args][1:])
-    defaults = dict(zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults))
+    defaults = dict(zip(positional[len(positional) - len(arguments.defaults) :], arguments.defaults))
     defaults.update({arg.arg: d for arg, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None})
     known, value = False, None
     if parameter in defaults:
@@ -278,13 +323,18 @@ def _read(outcome: Outcome | None, signature: _Signature, construct: Construct, 
         why = outcome.unknowable or f"raises {outcome.error_type}: {outcome.error_message}"
         return Built(None, f"building the draft layers {why}", refused=outcome.error_type in route.refusals)
     value = outcome.value
-    if not isinstance(value, list) or not all(isinstance(pair, list) and len(pair) == 2 and _records(pair[0]) is not None for pair in value):
+    if not isinstance(value, list) or not all(
+        isinstance(pair, list) and len(pair) == 2 and _records(pair[0]) is not None for pair in value
+    ):
         return Built(None, f"building the draft layers {WRONG_SHAPE}")
     layers = []
     for index, (records, causal) in enumerate(value):
         mine = [item for item in records if item["callee"] == construct.recorded]
         if len(mine) != 1:
-            return Built(None, f"draft layer {index} built {len(mine)} {construct.recorded} layers; the question needs exactly one")
+            return Built(
+                None,
+                f"draft layer {index} built {len(mine)} {construct.recorded} layers; the question needs exactly one",
+            )
         window = _bound(mine[0], signature, construct.window, construct.recorded)
         if isinstance(window, str):
             return Built(None, f"draft layer {index}: {window}")
@@ -302,8 +352,12 @@ def _records(value: Any) -> list[dict] | None:
     if not isinstance(value, list):
         return None
     for item in value:
-        if not (isinstance(item, dict) and isinstance(item.get("callee"), str)
-                and isinstance(item.get("args"), list) and isinstance(item.get("kwargs"), dict)):
+        if not (
+            isinstance(item, dict)
+            and isinstance(item.get("callee"), str)
+            and isinstance(item.get("args"), list)
+            and isinstance(item.get("kwargs"), dict)
+        ):
             return None
     return value
 

@@ -13,7 +13,9 @@ from ..rules import Behaviour
 ACCEPTS = "runner-accepts"
 
 
-def decide(behaviour: Behaviour, observations: tuple[Observation, ...], subjects: tuple[str, ...], guards: tuple[str, ...]) -> BehaviourAnswer:
+def decide(
+    behaviour: Behaviour, observations: tuple[Observation, ...], subjects: tuple[str, ...], guards: tuple[str, ...]
+) -> BehaviourAnswer:
     """``subjects`` decide the verdict; a broken ``guard`` makes a present verdict partial."""
     results: dict[tuple[str, str | None, str | None], ConfigResult] = {}
     for config in (*subjects, *guards):
@@ -24,11 +26,15 @@ def decide(behaviour: Behaviour, observations: tuple[Observation, ...], subjects
         for result in outcome:
             key = _alternative_key(behaviour, result)
             known = results.get(key)
-            if known is None or (known.works and not result.works):  # every collapsed value must work: the first failure stands
+            if known is None or (
+                known.works and not result.works
+            ):  # every collapsed value must work: the first failure stands
                 results[key] = dataclasses.replace(result, runner=key[1], setting=key[2])
     subject_results = {result.works for key, result in results.items() if key[0] in subjects}
     if not subject_results:
-        return BehaviourAnswer(behaviour.question, None, "no runner of this tree runs any reference drafter", observations=observations)
+        return BehaviourAnswer(
+            behaviour.question, None, "no runner of this tree runs any reference drafter", observations=observations
+        )
     broken_guards = [result for key, result in results.items() if key[0] in guards and not result.works]
     if subject_results == {True}:
         status = PARTIAL if broken_guards else PRESENT
@@ -44,7 +50,9 @@ def decide(behaviour: Behaviour, observations: tuple[Observation, ...], subjects
     return dataclasses.replace(answer, reason=reason + (f"; works for {works}" if works else ""))
 
 
-def _configuration(behaviour: Behaviour, config: str, observations: list[Observation], guard: bool) -> list[ConfigResult] | str:
+def _configuration(
+    behaviour: Behaviour, config: str, observations: list[Observation], guard: bool
+) -> list[ConfigResult] | str:
     """How one drafter config fares on each runner and setting, or the reason it
     cannot be told. A guard no runner accepts is not judged: the fix cannot break
     a drafter the tree does not run."""
@@ -86,8 +94,10 @@ def _configuration(behaviour: Behaviour, config: str, observations: list[Observa
         by_setting[result.setting].add(result.works)
     if unknown and any(len(results) > 1 for results in by_setting.values()):
         item = unknown[0]
-        return (f"whether the {(item.runner or '-').upper()} runner accepts {config} is not known ({item.note}), "
-                "and the runners that may run it give different answers")
+        return (
+            f"whether the {(item.runner or '-').upper()} runner accepts {config} is not known ({item.note}), "
+            "and the runners that may run it give different answers"
+        )
     return outcome
 
 

@@ -20,7 +20,7 @@ from .program import ProgramBuilder
 
 FUNCTION = "_declared_speculator_config"
 NOT_IN_TABLE = "_architecture_not_in_registry"
-SNIPPET = '''def {function}(architectures):
+SNIPPET = """def {function}(architectures):
     for architecture in architectures:
         if architecture in {table}:
             module, name = {table}[architecture]
@@ -28,7 +28,7 @@ SNIPPET = '''def {function}(architectures):
             declared = getattr(model, {declared!r}, None)
             return None if declared is None else declared._qualified_name
     return {missing}()
-'''
+"""
 
 
 def plan_declared(tree: SourceTree, route: Route, builder: ProgramBuilder) -> str | None:
@@ -42,9 +42,14 @@ def plan_declared(tree: SourceTree, route: Route, builder: ProgramBuilder) -> st
         model_config = parsed_or_none(tree, where.file) if text and f"def {declared}(".encode() in text else None
     except (SourceError, ExtractError):  # not sent by the collector: reading the property stays a gap
         return None
-    classes = [] if model_config is None else [
-        node for node in model_config.tree.body if isinstance(node, ast.ClassDef) and node.name == where.symbol]
-    if len(classes) != 1 or not any(isinstance(item, ast.FunctionDef) and item.name == declared for item in classes[0].body):
+    classes = (
+        []
+        if model_config is None
+        else [node for node in model_config.tree.body if isinstance(node, ast.ClassDef) and node.name == where.symbol]
+    )
+    if len(classes) != 1 or not any(
+        isinstance(item, ast.FunctionDef) and item.name == declared for item in classes[0].body
+    ):
         return None
     try:
         registry = tree.parsed(models.file)
@@ -54,7 +59,17 @@ def plan_declared(tree: SourceTree, route: Route, builder: ProgramBuilder) -> st
             builder.resolve_name(registry, models.file, name)
     except (SourceError, ExtractError):
         return None
-    builder.gaps.setdefault(NOT_IN_TABLE, f"the drafter's architectures, which {models.table} in {models.file} does not hold")
-    builder.add_chunk(FUNCTION, SNIPPET.format(function=FUNCTION, table=models.table, module_name=models.module_name,
-                                               declared=declared, missing=NOT_IN_TABLE))
+    builder.gaps.setdefault(
+        NOT_IN_TABLE, f"the drafter's architectures, which {models.table} in {models.file} does not hold"
+    )
+    builder.add_chunk(
+        FUNCTION,
+        SNIPPET.format(
+            function=FUNCTION,
+            table=models.table,
+            module_name=models.module_name,
+            declared=declared,
+            missing=NOT_IN_TABLE,
+        ),
+    )
     return f"@property\ndef {declared}(self):\n    return {FUNCTION}(self.{route.fields.architectures})\n"

@@ -24,8 +24,18 @@ CONTAINER_CALLS = {"frozenset", "set", "tuple", "list", "dict"}
 FIELD_CALLS = {"field", "Field"}
 OPTION_TYPES = {"bool", "int", "float", "str"}
 STATIC_NODES = (
-    ast.Constant, ast.Tuple, ast.List, ast.Set, ast.Dict, ast.UnaryOp, ast.BinOp, ast.Name,
-    ast.Load, ast.operator, ast.unaryop, ast.Call,
+    ast.Constant,
+    ast.Tuple,
+    ast.List,
+    ast.Set,
+    ast.Dict,
+    ast.UnaryOp,
+    ast.BinOp,
+    ast.Name,
+    ast.Load,
+    ast.operator,
+    ast.unaryop,
+    ast.Call,
 )
 
 
@@ -50,7 +60,9 @@ class Locator:
     missing from its file is looked for in the whole package; an optional one
     (absent from older releases) is not."""
 
-    def __init__(self, tree: SourceTree, required: Iterable[tuple[str, str]], optional: Iterable[tuple[str, str]] = ()) -> None:
+    def __init__(
+        self, tree: SourceTree, required: Iterable[tuple[str, str]], optional: Iterable[tuple[str, str]] = ()
+    ) -> None:
         required = list(required)
         self.found, _ = locate(tree, [*required, *optional], required)
 
@@ -61,7 +73,9 @@ class Locator:
             raise ExtractError(str(found))
         if len(found) > 1:
             places = ", ".join(f"{s.file}:{s.line}" for s in found)
-            raise ExtractError(f"{qualname} is defined {len(found)} times ({places}); behaviour would have to guess which one runs")
+            raise ExtractError(
+                f"{qualname} is defined {len(found)} times ({places}); behaviour would have to guess which one runs"
+            )
         return found[0] if found else None
 
 
@@ -84,12 +98,17 @@ def _copied(node: ast.FunctionDef, text: str) -> ast.FunctionDef:
     is far faster than ``deepcopy`` on a long method); ``deepcopy`` when they do
     not give back the same definition (a synthetic node, odd indentation)."""
     start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-    segment = "".join(_lines(text)[start - 1:node.end_lineno])
+    segment = "".join(_lines(text)[start - 1 : node.end_lineno])
     try:
         again = parse_python(textwrap.dedent(segment)).body
     except SyntaxError:
         again = []
-    if len(again) == 1 and type(again[0]) is type(node) and again[0].name == node.name and len(again[0].body) == len(node.body):
+    if (
+        len(again) == 1
+        and type(again[0]) is type(node)
+        and again[0].name == node.name
+        and len(again[0].body) == len(node.body)
+    ):
         return again[0]
     return copy.deepcopy(node)
 
@@ -106,7 +125,13 @@ def stripped(node: ast.FunctionDef, text: str) -> ast.FunctionDef:
         if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
             parent.returns = None
             arguments = parent.args
-            for arg in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg, arguments.kwarg]:
+            for arg in [
+                *arguments.posonlyargs,
+                *arguments.args,
+                *arguments.kwonlyargs,
+                arguments.vararg,
+                arguments.kwarg,
+            ]:
                 if arg is not None:
                     arg.annotation = None
         # Local annotated assignments keep their value and lose the annotation.
@@ -127,8 +152,11 @@ def base_init(statement: ast.stmt) -> bool:
     """``super().__init__(...)``: the base is a torch module the program does not have."""
     call = statement.value if isinstance(statement, ast.Expr) else None
     return (
-        isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "__init__"
-        and isinstance(call.func.value, ast.Call) and isinstance(call.func.value.func, ast.Name)
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr == "__init__"
+        and isinstance(call.func.value, ast.Call)
+        and isinstance(call.func.value.func, ast.Name)
         and call.func.value.func.id == "super"
     )
 
@@ -190,7 +218,10 @@ def option_default(statement: ast.stmt) -> tuple[str, ast.expr] | None:
         return None
     if value.value is None and _optional_annotation(annotation):  # ``x: T | None = None``: unset at launch
         return statement.target.id, value
-    if not (isinstance(annotation, ast.Name) and annotation.id in OPTION_TYPES) or type(value.value).__name__ != annotation.id:
+    if (
+        not (isinstance(annotation, ast.Name) and annotation.id in OPTION_TYPES)
+        or type(value.value).__name__ != annotation.id
+    ):
         return None
     return statement.target.id, value
 
@@ -198,8 +229,13 @@ def option_default(statement: ast.stmt) -> tuple[str, ast.expr] | None:
 def _optional_annotation(annotation: ast.expr) -> bool:
     """``T | None`` or ``Optional[T]``."""
     if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
-        return any(isinstance(side, ast.Constant) and side.value is None for side in (annotation.left, annotation.right))
-    return isinstance(annotation, ast.Subscript) and getattr(annotation.value, "id", getattr(annotation.value, "attr", None)) == "Optional"
+        return any(
+            isinstance(side, ast.Constant) and side.value is None for side in (annotation.left, annotation.right)
+        )
+    return (
+        isinstance(annotation, ast.Subscript)
+        and getattr(annotation.value, "id", getattr(annotation.value, "attr", None)) == "Optional"
+    )
 
 
 def top_level_bindings(module: ast.Module, name: str):
@@ -227,7 +263,8 @@ def _binds(statement: ast.stmt, name: str) -> bool:
         return statement.name == name
     if isinstance(statement, ast.Assign):
         return any(isinstance(t, ast.Name) and t.id == name for t in statement.targets) or any(
-            isinstance(t, (ast.Tuple, ast.List)) and any(getattr(e, "id", None) == name for e in t.elts) for t in statement.targets
+            isinstance(t, (ast.Tuple, ast.List)) and any(getattr(e, "id", None) == name for e in t.elts)
+            for t in statement.targets
         )
     if isinstance(statement, ast.AnnAssign):
         return isinstance(statement.target, ast.Name) and statement.target.id == name
@@ -259,9 +296,13 @@ MEMOISING = frozenset({"cache", "lru_cache"})  # functools decorators: same valu
 
 # Decorators that mark a definition for type checkers or abstract base classes and
 # change nothing a call computes, by the module they are imported from.
-MARKERS = {"final": ("typing", "typing_extensions"), "override": ("typing", "typing_extensions"),
-           "runtime_checkable": ("typing", "typing_extensions"), "type_check_only": ("typing", "typing_extensions"),
-           "abstractmethod": ("abc",)}
+MARKERS = {
+    "final": ("typing", "typing_extensions"),
+    "override": ("typing", "typing_extensions"),
+    "runtime_checkable": ("typing", "typing_extensions"),
+    "type_check_only": ("typing", "typing_extensions"),
+    "abstractmethod": ("abc",),
+}
 
 
 def marker_decorator(module: ast.Module, decorator: ast.expr) -> bool:
@@ -271,8 +312,12 @@ def marker_decorator(module: ast.Module, decorator: ast.expr) -> bool:
     if not isinstance(decorator, ast.Name) or decorator.id not in MARKERS:
         return False
     bindings = list(top_level_bindings(module, decorator.id))
-    return (len(bindings) == 1 and isinstance(bindings[0][0], ast.ImportFrom)
-            and bindings[0][0].module in MARKERS[decorator.id] and not bindings[0][1])
+    return (
+        len(bindings) == 1
+        and isinstance(bindings[0][0], ast.ImportFrom)
+        and bindings[0][0].module in MARKERS[decorator.id]
+        and not bindings[0][1]
+    )
 
 
 def neutral_decorator(module: ast.Module, decorator: ast.expr) -> bool:
@@ -282,7 +327,7 @@ def neutral_decorator(module: ast.Module, decorator: ast.expr) -> bool:
     if _memoising(module, decorator.func if isinstance(decorator, ast.Call) else decorator):
         return True
     factory_call = isinstance(decorator, ast.Call)
-    name = (decorator.func if factory_call else decorator)
+    name = decorator.func if factory_call else decorator
     if not isinstance(name, ast.Name):
         return False
     bindings = list(top_level_bindings(module, name.id))
@@ -312,10 +357,7 @@ def _returns_name(function: ast.FunctionDef, name: str) -> bool:
             returns.append(node)
         stack.extend(ast.iter_child_nodes(node))
     last = function.body[-1] if function.body else None
-    return (
-        isinstance(last, ast.Return)
-        and all(isinstance(r.value, ast.Name) and r.value.id == name for r in returns)
-    )
+    return isinstance(last, ast.Return) and all(isinstance(r.value, ast.Name) and r.value.id == name for r in returns)
 
 
 def _memoising(module: ast.Module, decorator: ast.expr) -> bool:
@@ -324,5 +366,7 @@ def _memoising(module: ast.Module, decorator: ast.expr) -> bool:
         return decorator.value.id == "functools" and decorator.attr in MEMOISING
     if isinstance(decorator, ast.Name) and decorator.id in MEMOISING:
         bindings = list(top_level_bindings(module, decorator.id))
-        return len(bindings) == 1 and isinstance(bindings[0][0], ast.ImportFrom) and bindings[0][0].module == "functools"
+        return (
+            len(bindings) == 1 and isinstance(bindings[0][0], ast.ImportFrom) and bindings[0][0].module == "functools"
+        )
     return False

@@ -57,8 +57,10 @@ def handed(symbol: Symbol, handing: Handing) -> Handed:
 def _callee_call(symbol: Symbol, function: ast.FunctionDef, callee: str) -> ast.Call | None:
     """The last construction of the callee in code that runs (liveness.py: a
     construction under ``if False:`` or after a ``return`` is never what it is handed)."""
-    calls = sorted((node for node in ast.walk(function) if isinstance(node, ast.Call) and _callee(node.func) == callee),
-                   key=lambda node: (node.lineno, node.col_offset))
+    calls = sorted(
+        (node for node in ast.walk(function) if isinstance(node, ast.Call) and _callee(node.func) == callee),
+        key=lambda node: (node.lineno, node.col_offset),
+    )
     live = [call for call, alive in zip(calls, _alive(symbol, callee, len(calls)), strict=True) if alive]
     return live[-1] if live else None
 
@@ -77,12 +79,16 @@ def _alive(scheduler: Symbol, callee: str, count: int) -> list[bool]:
     while stack:  # depth first, in source order
         node = stack.pop()
         func = node.func if isinstance(node, cst.Call) else None
-        name = func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else None
+        name = (
+            func.value if isinstance(func, cst.Name) else func.attr.value if isinstance(func, cst.Attribute) else None
+        )
         if name == callee:
             found.append(id(node) not in dead)
         stack.extend(reversed(list(children(node))))
     if len(found) != count:
-        raise ExtractError(f"{scheduler.qualname} in {scheduler.file}: the constructions of {callee} could not be told apart")
+        raise ExtractError(
+            f"{scheduler.qualname} in {scheduler.file}: the constructions of {callee} could not be told apart"
+        )
     return found
 
 
@@ -110,7 +116,9 @@ class _Assignment:
 class _Folder:
     """Assignments of the constructor before ``line``, folded into expressions."""
 
-    def __init__(self, where: str, callee: str, constructor: ast.FunctionDef, line: int, deployment: str | None) -> None:
+    def __init__(
+        self, where: str, callee: str, constructor: ast.FunctionDef, line: int, deployment: str | None
+    ) -> None:
         self.where = where
         self.callee = callee
         self.deployment = deployment
@@ -124,7 +132,11 @@ class _Folder:
             if statement.lineno >= line:
                 return
             target = _assigned(statement)
-            if target is not None and isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is not None:
+            if (
+                target is not None
+                and isinstance(statement, (ast.Assign, ast.AnnAssign))
+                and statement.value is not None
+            ):
                 self.assignments.append(_Assignment(target, statement.value, conditions, statement.lineno))
             elif isinstance(statement, ast.If):
                 self._visit(statement.body, [*conditions, statement.test], line)
@@ -148,7 +160,12 @@ class _Folder:
             return f"{self.expression(node.value, before)}.{node.attr}"
         if isinstance(node, ast.Call) and not node.args and not node.keywords and isinstance(node.func, ast.Attribute):
             return f"{self.expression(node.func, before)}()"
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "bool" and len(node.args) == 1:
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "bool"
+            and len(node.args) == 1
+        ):
             return f"bool({self.expression(node.args[0], before)})"
         if isinstance(node, ast.BoolOp):
             joiner = " and " if isinstance(node.op, ast.And) else " or "
@@ -156,15 +173,19 @@ class _Folder:
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
             return f"(not {self.expression(node.operand, before)})"
         if isinstance(node, ast.IfExp):
-            return (f"({self.expression(node.body, before)} if {self.expression(node.test, before)} "
-                    f"else {self.expression(node.orelse, before)})")
+            return (
+                f"({self.expression(node.body, before)} if {self.expression(node.test, before)} "
+                f"else {self.expression(node.orelse, before)})"
+            )
         if isinstance(node, ast.Compare) and all(type(op) in COMPARISONS for op in node.ops):
             parts = [self.expression(node.left, before)]
             for op, right in zip(node.ops, node.comparators, strict=True):
                 parts += [COMPARISONS[type(op)], self.expression(right, before)]
             return "(" + " ".join(parts) + ")"
-        raise ExtractError(f"{self.where} computes what it hands {self.callee} with {ast.unparse(node)}, "
-                           "a form behaviour does not follow")
+        raise ExtractError(
+            f"{self.where} computes what it hands {self.callee} with {ast.unparse(node)}, "
+            "a form behaviour does not follow"
+        )
 
     def _assigned(self, target: str, before: int | None) -> bool:
         return any(item.target == target and (before is None or item.line < before) for item in self.assignments)
@@ -172,8 +193,10 @@ class _Folder:
     def _fold(self, target: str, before: int | None) -> str:
         """The value ``target`` holds just before line ``before`` (None: at the manager's construction)."""
         if target in self.unfollowed and (before is None or self.unfollowed[target] < before):
-            raise ExtractError(f"{self.where} sets {target} at line {self.unfollowed[target]} in a loop, with or try, "
-                               "a form behaviour does not follow")
+            raise ExtractError(
+                f"{self.where} sets {target} at line {self.unfollowed[target]} in a loop, with or try, "
+                "a form behaviour does not follow"
+            )
         value: str | None = None
         for item in self.assignments:
             if item.target != target or (before is not None and item.line >= before):
@@ -184,8 +207,9 @@ class _Folder:
                 continue
             test = " and ".join(self.expression(condition, item.line) for condition in item.conditions)
             if value is None:
-                raise ExtractError(f"{self.where} may leave {target} unset "
-                                   f"(it is set only under a condition at line {item.line})")
+                raise ExtractError(
+                    f"{self.where} may leave {target} unset (it is set only under a condition at line {item.line})"
+                )
             value = f"({new} if ({test}) else {value})"
         if value is None:
             raise ExtractError(f"{self.where} reads {target}, which it does not set before handing it on")

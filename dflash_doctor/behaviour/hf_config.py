@@ -42,9 +42,13 @@ BASE = "_dd_base"
 INIT = "_dd_init"
 BUILD = "_dd_config"
 PROVIDED = (BASE, "_module_class", "logger")
-BASE_NOTE = ("the base class (PreTrainedConfig) is stood in by the minimum it does that matters here: "
-             "every keyword the class does not take becomes an attribute")
-SPECULATORS_NOTE = "the engine's own class: the tree's translation of the speculators config, every key of which becomes an attribute"
+BASE_NOTE = (
+    "the base class (PreTrainedConfig) is stood in by the minimum it does that matters here: "
+    "every keyword the class does not take becomes an attribute"
+)
+SPECULATORS_NOTE = (
+    "the engine's own class: the tree's translation of the speculators config, every key of which becomes an attribute"
+)
 BASE_SOURCE = f"""def {BASE}(self, *args, **kwargs):
     for key, value in kwargs.items():
         setattr(self, key, value)
@@ -65,13 +69,19 @@ class HfSource:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "model_type": self.model_type, "config_class": self.config_class, "transformers": self.transformers,
-            "transformers_from": self.transformers_from, "base": self.base, "reason": self.reason,
+            "model_type": self.model_type,
+            "config_class": self.config_class,
+            "transformers": self.transformers,
+            "transformers_from": self.transformers_from,
+            "base": self.base,
+            "reason": self.reason,
         }
 
     def line(self) -> str:
         """One plain line for the report's text."""
-        where = f"transformers {self.transformers or 'unknown'}" + (f", {self.transformers_from}" if self.transformers_from else "")
+        where = f"transformers {self.transformers or 'unknown'}" + (
+            f", {self.transformers_from}" if self.transformers_from else ""
+        )
         if self.reason is not None:
             return f"hf_config: {', '.join(DERIVED)} unknown: {self.reason} ({where})"
         return f"hf_config: {self.config_class} ({where}); {self.base}"
@@ -119,24 +129,37 @@ def hf_views(tree: SourceTree, items: Sequence[tuple[DraftConfig, dict[str, Any]
             continue
         holder, symbol = found
         where = f"{symbol.file}:{symbol.qualname}"
-        groups.setdefault(where, (holder, symbol, []))[2].append((index, plain, HfSource(model_type, where, version, origin, BASE_NOTE)))
+        groups.setdefault(where, (holder, symbol, []))[2].append(
+            (index, plain, HfSource(model_type, where, version, origin, BASE_NOTE))
+        )
     for holder, symbol, members in groups.values():
-        for (index, plain, source), built in zip(members, _run_class(holder, symbol, [plain for _, plain, _ in members], run)):
+        for (index, plain, source), built in zip(
+            members, _run_class(holder, symbol, [plain for _, plain, _ in members], run)
+        ):
             if isinstance(built, str):
-                views[index] = _unknown(plain, dataclasses.replace(source, reason=f"{symbol.qualname} could not be run: {built}"))
+                views[index] = _unknown(
+                    plain, dataclasses.replace(source, reason=f"{symbol.qualname} could not be run: {built}")
+                )
             else:
                 views[index] = HfView(built, source)
     return [views[index] for index in range(len(items))]
 
 
 def _unknown(data: dict[str, Any], source: HfSource) -> HfView:
-    return HfView({**data, sandbox.UNKNOWN_KEYS: {key: f"{key} of the drafter's hf_config ({source.reason})" for key in DERIVED}}, source)
+    return HfView(
+        {**data, sandbox.UNKNOWN_KEYS: {key: f"{key} of the drafter's hf_config ({source.reason})" for key in DERIVED}},
+        source,
+    )
 
 
-_PROGRAMS: weakref.WeakKeyDictionary[SourceTree, dict[str, tuple[list[Chunk], dict[str, Any]] | str]] = weakref.WeakKeyDictionary()
+_PROGRAMS: weakref.WeakKeyDictionary[SourceTree, dict[str, tuple[list[Chunk], dict[str, Any]] | str]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-def _run_class(tree: SourceTree, symbol: Symbol, datas: list[dict[str, Any]], run: RunProgram) -> list[dict[str, Any] | str]:
+def _run_class(
+    tree: SourceTree, symbol: Symbol, datas: list[dict[str, Any]], run: RunProgram
+) -> list[dict[str, Any] | str]:
     """Each of ``datas`` built by the class: its attributes, or why it could not be built."""
     programs = _PROGRAMS.setdefault(tree, {})
     key = f"{symbol.file}:{symbol.qualname}"
@@ -149,7 +172,10 @@ def _run_class(tree: SourceTree, symbol: Symbol, datas: list[dict[str, Any]], ru
     if isinstance(program, str):
         return [program] * len(datas)
     chunks, globals_ = program
-    calls = [Call(f"config{index}", f"{BUILD}(data)", (("data", sandbox.data_ref(f"hf{index}")),)) for index in range(len(datas))]
+    calls = [
+        Call(f"config{index}", f"{BUILD}(data)", (("data", sandbox.data_ref(f"hf{index}")),))
+        for index in range(len(datas))
+    ]
     try:
         outcomes = run(chunks, calls, {f"hf{index}": data for index, data in enumerate(datas)}, globals_)
     except SandboxError as exc:
@@ -183,16 +209,26 @@ def _program(tree: SourceTree, symbol: Symbol) -> tuple[list[Chunk], dict[str, A
             post = BASE
         fields = _fields(node)
         extra.append(Chunk("_dd_fields", f"_dd_fields = {fields!r}"))
-        extra.append(Chunk(INIT, f"""def {INIT}(self, **kwargs):
+        extra.append(
+            Chunk(
+                INIT,
+                f"""def {INIT}(self, **kwargs):
     for name, value in _dd_fields:
         setattr(self, name, kwargs.pop(name) if name in kwargs else value)
     {post}(self, **kwargs)
-"""))
-    extra.append(Chunk(BUILD, f"""def {BUILD}(data):
+""",
+            )
+        )
+    extra.append(
+        Chunk(
+            BUILD,
+            f"""def {BUILD}(data):
     config = _module_class({node.name!r}, '')()
     {INIT}(config, **data)
     return dict(config.__dict__)
-"""))
+""",
+        )
+    )
     globals_: dict[str, Any] = {name: sandbox.gap(label) for name, label in builder.gaps.items()}
     globals_.update(_module_class={"$module_class": True}, logger=sandbox.noop("logger"))
     return [extra[0], *builder.chunks, *extra[1:]], globals_
@@ -214,8 +250,12 @@ def _as_function(symbol: Symbol, method: ast.FunctionDef, name: str) -> Symbol:
 
 
 def _is_super_call(func: ast.expr) -> bool:
-    return (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call)
-            and isinstance(func.value.func, ast.Name) and func.value.func.id == "super")
+    return (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Call)
+        and isinstance(func.value.func, ast.Name)
+        and func.value.func.id == "super"
+    )
 
 
 def _fields(node: ast.ClassDef) -> list[tuple[str, Any]]:
@@ -224,7 +264,9 @@ def _fields(node: ast.ClassDef) -> list[tuple[str, Any]]:
     are the stood-in base's: only the keywords the file gives become attributes."""
     fields: dict[str, Any] = {}
     for statement in node.body:
-        if not (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)) or _class_var(statement.annotation):
+        if not (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)) or _class_var(
+            statement.annotation
+        ):
             continue
         known, value = _default(statement.value)
         if known:
@@ -234,7 +276,9 @@ def _fields(node: ast.ClassDef) -> list[tuple[str, Any]]:
 
 def _class_var(annotation: ast.expr) -> bool:
     target = annotation.value if isinstance(annotation, ast.Subscript) else annotation
-    return (isinstance(target, ast.Name) and target.id == "ClassVar") or (isinstance(target, ast.Attribute) and target.attr == "ClassVar")
+    return (isinstance(target, ast.Name) and target.id == "ClassVar") or (
+        isinstance(target, ast.Attribute) and target.attr == "ClassVar"
+    )
 
 
 def _default(value: ast.expr | None) -> tuple[bool, Any]:
@@ -246,7 +290,11 @@ def _default(value: ast.expr | None) -> tuple[bool, Any]:
         for keyword in value.keywords:
             if keyword.arg == "default":
                 return _default(keyword.value)
-            if keyword.arg == "default_factory" and isinstance(keyword.value, ast.Name) and keyword.value.id in ("list", "dict"):
+            if (
+                keyword.arg == "default_factory"
+                and isinstance(keyword.value, ast.Name)
+                and keyword.value.id in ("list", "dict")
+            ):
                 return True, [] if keyword.value.id == "list" else {}
         return False, None
     if not is_static(value):

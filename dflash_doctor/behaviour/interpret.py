@@ -28,8 +28,14 @@ def failure(outcome: Outcome) -> str:
 Lookup = Callable[[str], "Outcome | None"]  # a call's outcome by the plan's id (None: not made)
 
 
-def interpret(plan: Plan, outcomes: dict[str, Outcome], builder: ProgramBuilder, draft: DraftConfig,
-              expected_aux: tuple[int, ...] | None, expected_layers: list[dict[str, Any]] | None) -> Computed:
+def interpret(
+    plan: Plan,
+    outcomes: dict[str, Outcome],
+    builder: ProgramBuilder,
+    draft: DraftConfig,
+    expected_aux: tuple[int, ...] | None,
+    expected_layers: list[dict[str, Any]] | None,
+) -> Computed:
     reasons: dict[str, str] = {}
     mismatches: list[str] = []
 
@@ -56,7 +62,9 @@ def interpret(plan: Plan, outcomes: dict[str, Outcome], builder: ProgramBuilder,
         if support and all(item.supported is False for item in support.values()):
             mismatches.append(f"no runner of this tree accepts this drafter: {next(iter(support.values())).reason}")
     elif support[runner].supported is False:
-        mismatches.append(f"this tree runs the drafter on the {runner.upper()} runner ({runner_why}), which refuses it: {support[runner].reason}")
+        mismatches.append(
+            f"this tree runs the drafter on the {runner.upper()} runner ({runner_why}), which refuses it: {support[runner].reason}"
+        )
 
     # Aux layer ids.
     aux_by_runner: dict[str, Any] = {}
@@ -74,8 +82,10 @@ def interpret(plan: Plan, outcomes: dict[str, Outcome], builder: ProgramBuilder,
     if aux_why:
         reasons["aux_layer_ids"] = aux_why
     if aux is None and runner and aux_by_runner.get(runner) is None:
-        reasons["aux_layer_ids"] = (f"the {runner.upper()} resolver returns None for this config: the tree ignores the drafter's ids "
-                                    "and captures the target model's default aux layers")
+        reasons["aux_layer_ids"] = (
+            f"the {runner.upper()} resolver returns None for this config: the tree ignores the drafter's ids "
+            "and captures the target model's default aux layers"
+        )
         mismatches.append(reasons["aux_layer_ids"])
     if aux is not None and expected_aux is not None and tuple(aux) != tuple(expected_aux):
         raw = draft.layer_ids
@@ -101,16 +111,22 @@ def interpret(plan: Plan, outcomes: dict[str, Outcome], builder: ProgramBuilder,
         for (window, causal), wanted in zip(layers, expected_layers):
             index = wanted["index"]
             if window != wanted["sliding_window"] and not (wanted["sliding"] and wanted["sliding_window"] is None):
-                mismatches.append(f"draft layer {index}: the tree uses sliding window {window}, the drafter was trained with {wanted['sliding_window']}")
+                mismatches.append(
+                    f"draft layer {index}: the tree uses sliding window {window}, the drafter was trained with {wanted['sliding_window']}"
+                )
             if wanted["causal"] is not None and causal != wanted["causal"]:
-                mismatches.append(f"draft layer {index}: the tree runs it {'causal' if causal else 'non-causal'}, the drafter was trained {'causal' if wanted['causal'] else 'non-causal'}")
+                mismatches.append(
+                    f"draft layer {index}: the tree runs it {'causal' if causal else 'non-causal'}, the drafter was trained {'causal' if wanted['causal'] else 'non-causal'}"
+                )
 
     # Prefix-cache block drop.
     drops, drops_disabled = _prefix_block(plan, outcome, reasons)
     if drops:
         hint = f"; {plan.opt_out}: true turns it off" if drops_disabled is False else ""
-        mismatches.append(f"{plan.constructor} hands on a change of the last matched prefix-cache block "
-                          f"for method={plan.route.method!r} ({_shown(plan)}){hint}")
+        mismatches.append(
+            f"{plan.constructor} hands on a change of the last matched prefix-cache block "
+            f"for method={plan.route.method!r} ({_shown(plan)}){hint}"
+        )
 
     return Computed(
         aux_layer_ids=None if aux is None else tuple(aux),
@@ -134,7 +150,10 @@ def interpret(plan: Plan, outcomes: dict[str, Outcome], builder: ProgramBuilder,
 
 def _layer_list(value: Any) -> bool:
     return isinstance(value, list) and all(
-        isinstance(item, list) and len(item) == 2 and (item[0] is None or isinstance(item[0], int)) and isinstance(item[1], bool)
+        isinstance(item, list)
+        and len(item) == 2
+        and (item[0] is None or isinstance(item[0], int))
+        and isinstance(item[1], bool)
         for item in value
     )
 
@@ -143,7 +162,9 @@ def _pick(by_runner: dict[str, Any], runner: str | None, what: str) -> tuple[Any
     """The answer of the runner that runs the drafter; else the answer both runners agree on."""
     if runner is not None:
         value = by_runner.get(runner, UNKNOWN)
-        return (None, f"the {runner.upper()} runner's {what} could not be computed") if value is UNKNOWN else (value, None)
+        return (
+            (None, f"the {runner.upper()} runner's {what} could not be computed") if value is UNKNOWN else (value, None)
+        )
     known = [value for value in by_runner.values() if value is not UNKNOWN]
     if len(known) == len(by_runner) and all(value == known[0] for value in known):
         return known[0], None
@@ -177,12 +198,20 @@ def _support(plan: Plan, kind: RunnerKind, outcome: Lookup, layers: Outcome | No
             return RunnerSupport(False, f"{factory} raises {result.error_type}: {result.error_message}")
         value = result.value.get("$constructed") if result.ok and isinstance(result.value, dict) else None
         if not isinstance(value, str):  # the tree's code can hand back anything
-            return RunnerSupport(None, f"{factory} {failure(result)}" if not result.ok else f"{factory} builds no speculator class behaviour can name")
+            return RunnerSupport(
+                None,
+                f"{factory} {failure(result)}"
+                if not result.ok
+                else f"{factory} builds no speculator class behaviour can name",
+            )
         built = value
         speculator = built.rsplit(".", 1)[-1]
         if kind.foreign and f".{kind.foreign}." in f".{built}.":
-            return RunnerSupport(False, f"the {kind.name.upper()} runner builds {speculator} ({built}) for method={route.method!r}: "
-                                        f"it runs the drafter as {kind.foreign.upper()}, with no {route.method} speculator")
+            return RunnerSupport(
+                False,
+                f"the {kind.name.upper()} runner builds {speculator} ({built}) for method={route.method!r}: "
+                f"it runs the drafter as {kind.foreign.upper()}, with no {route.method} speculator",
+            )
     unknown = []
     if layers is not None:
         if layers.error_type in route.refusals:
@@ -194,7 +223,10 @@ def _support(plan: Plan, kind: RunnerKind, outcome: Lookup, layers: Outcome | No
         if result is None:
             unknown.append(f"{check} could not be stubbed: {plan.reasons.get(f'refusal:{kind.name}:{check}', '?')}")
         elif result.ok and result.value is True:
-            return RunnerSupport(False, f"{route.deployment_config.symbol}.{kind.refusals} lists {message!r} ({check}() is true for this drafter)")
+            return RunnerSupport(
+                False,
+                f"{route.deployment_config.symbol}.{kind.refusals} lists {message!r} ({check}() is true for this drafter)",
+            )
         elif not result.ok:
             unknown.append(f"{check} {failure(result)}")
     if unknown:
@@ -213,7 +245,10 @@ def _default_runner(plan: Plan, outcome: Lookup) -> tuple[str | None, str]:
         return None, f"the default of {switch.variable} is not known: {why}"
     if not plan.has_runner_property:
         runner = switch.on if env.value else switch.off
-        return runner, f"{switch.variable} defaults to {env.value} in {switch.env_file} and nothing else chooses the runner"
+        return (
+            runner,
+            f"{switch.variable} defaults to {env.value} in {switch.env_file} and nothing else chooses the runner",
+        )
     result = outcome(f"runner:default:{env.value}")
     if result is None:
         return None, plan.reasons.get("runner:default", f"{plan.route.deployment_config.symbol} could not be stubbed")
@@ -221,7 +256,10 @@ def _default_runner(plan: Plan, outcome: Lookup) -> tuple[str | None, str]:
         runner = switch.on if result.value else switch.off
         return runner, f"{prop} is {result.value} for this drafter with {switch.variable} unset"
     if result.gap:
-        return None, f"with {switch.variable} unset, {prop} reads {result.gap} before deciding: it depends on the target model and deployment"
+        return (
+            None,
+            f"with {switch.variable} unset, {prop} reads {result.gap} before deciding: it depends on the target model and deployment",
+        )
     return None, f"{prop} {failure(result)}"
 
 

@@ -20,7 +20,9 @@ def _accepts(name: str, computed: Computed, runner: str) -> Observation:
     if support is None:
         why = dict(computed.reasons).get("runner") or "not computed"
         return Observation(name, runner, DEFAULT, "runner-accepts", None, True, None, None, why)
-    return Observation(name, runner, DEFAULT, "runner-accepts", None, True, support.supported, support.supported, support.reason)
+    return Observation(
+        name, runner, DEFAULT, "runner-accepts", None, True, support.supported, support.supported, support.reason
+    )
 
 
 def capture_ids(name: str, draft: DraftConfig, computed: Computed, built: Layers) -> Iterator[Observation]:
@@ -32,11 +34,17 @@ def capture_ids(name: str, draft: DraftConfig, computed: Computed, built: Layers
         yield _accepts(name, computed, runner)
         value = by_runner.get(runner, UNKNOWN)
         if value is UNKNOWN or expected is None:
-            why = reasons.get(f"aux_layer_ids_by_runner.{runner}") or reasons.get("aux_layer_ids") or "the drafter states no usable layer ids"
+            why = (
+                reasons.get(f"aux_layer_ids_by_runner.{runner}")
+                or reasons.get("aux_layer_ids")
+                or "the drafter states no usable layer ids"
+            )
             yield Observation(name, runner, DEFAULT, "resolver", None, as_list(expected), None, None, why)
             continue
         note = "" if value is not None else "the resolver returns None: the tree ignores the drafter's ids"
-        yield Observation(name, runner, DEFAULT, "resolver", None, list(expected), as_list(value), value == tuple(expected), note)
+        yield Observation(
+            name, runner, DEFAULT, "resolver", None, list(expected), as_list(value), value == tuple(expected), note
+        )
 
 
 UNSTATED_WINDOW = "the drafter's config marks this layer sliding but states no window"
@@ -57,18 +65,30 @@ def layer_attention(name: str, draft: DraftConfig, computed: Computed, built: La
         if answer is None or answer.layers is None or expected is None:
             why = answer.reason if answer is not None else "the rule builds no layers"
             for part in ("sliding-window", "causality"):
-                yield Observation(name, runner, DEFAULT, part, None, None, None, None, why or "the drafter states no layers")
+                yield Observation(
+                    name, runner, DEFAULT, part, None, None, None, None, why or "the drafter states no layers"
+                )
             continue
         for (window, causal), wanted in zip(answer.layers, expected):
             index = wanted["index"]
             if wanted["sliding"] and wanted["sliding_window"] is None:
                 yield Observation(name, runner, DEFAULT, "sliding-window", index, None, window, None, UNSTATED_WINDOW)
             else:
-                yield Observation(name, runner, DEFAULT, "sliding-window", index, wanted["sliding_window"], window,
-                                  window == wanted["sliding_window"])
+                yield Observation(
+                    name,
+                    runner,
+                    DEFAULT,
+                    "sliding-window",
+                    index,
+                    wanted["sliding_window"],
+                    window,
+                    window == wanted["sliding_window"],
+                )
             want_causal = wanted["causal"]
             known = want_causal is not None and isinstance(causal, bool)
-            yield Observation(name, runner, DEFAULT, "causality", index, want_causal, causal, causal == want_causal if known else None)
+            yield Observation(
+                name, runner, DEFAULT, "causality", index, want_causal, causal, causal == want_causal if known else None
+            )
 
 
 def _layer_indices(name: str, runner: str, indices: Indices) -> Iterator[Observation]:
@@ -78,7 +98,9 @@ def _layer_indices(name: str, runner: str, indices: Indices) -> Iterator[Observa
         return
     for position, received in enumerate(indices.received):
         if received is None:  # the layer class takes no index: nothing to hand it wrongly
-            yield Observation(name, runner, DEFAULT, "layer-index", position, position, None, True, "the layer takes no index")
+            yield Observation(
+                name, runner, DEFAULT, "layer-index", position, position, None, True, "the layer takes no index"
+            )
         else:
             yield Observation(name, runner, DEFAULT, "layer-index", position, position, received, received == position)
 
@@ -92,8 +114,12 @@ def block_drop(name: str, draft: DraftConfig, computed: Computed, built: Layers)
         settings.append((computed.opt_out, computed.drops_prefix_block_when_disabled))
     for setting, drops in settings:
         shown = computed.prefix_block_predicate or ""
-        note = f"{shown}{'()' if shown.isidentifier() else ''} decides" if drops is not None else why or "not computable"
-        yield Observation(name, None, setting, "kv-cache-manager", None, False, drops, None if drops is None else not drops, note)
+        note = (
+            f"{shown}{'()' if shown.isidentifier() else ''} decides" if drops is not None else why or "not computable"
+        )
+        yield Observation(
+            name, None, setting, "kv-cache-manager", None, False, drops, None if drops is None else not drops, note
+        )
 
 
 QUESTION_KINDS: dict[str, Callable[[str, DraftConfig, Computed, Layers], Iterator[Observation]]] = {
@@ -101,4 +127,3 @@ QUESTION_KINDS: dict[str, Callable[[str, DraftConfig, Computed, Layers], Iterato
     "layer-attention": layer_attention,
     "block-drop": block_drop,
 }
-

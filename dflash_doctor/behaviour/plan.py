@@ -24,6 +24,7 @@ from .program import ProgramBuilder
 
 T = TypeVar("T")
 
+
 @dataclasses.dataclass(frozen=True)
 class Questions:
     """What the asked rules call beyond the route: the resolver each runner calls
@@ -61,14 +62,18 @@ class Plan:
     stub_calls: list[StubCall] = dataclasses.field(default_factory=list)
     reasons: dict[str, str] = dataclasses.field(default_factory=dict)
     evidence: list[Place] = dataclasses.field(default_factory=list)
-    refusal_checks: dict[str, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)  # runner -> (check, message)
+    refusal_checks: dict[str, list[tuple[str, str]]] = dataclasses.field(
+        default_factory=dict
+    )  # runner -> (check, message)
     drop: Handed | None = None
     constructor: str | None = None  # the qualified name of the constructor whose handing is asked
     opt_out: str | None = None  # the opt-out field, where the tree's speculative config has it
     has_runner_property: bool = False
 
 
-def plan_calls(tree: SourceTree, builder: ProgramBuilder, route: Route, questions: Questions) -> tuple[Plan, Symbol | None]:
+def plan_calls(
+    tree: SourceTree, builder: ProgramBuilder, route: Route, questions: Questions
+) -> tuple[Plan, Symbol | None]:
     """The calls for every question, their definitions copied into ``builder``; and
     the tree's speculative config (None: not found, the plan's reasons say why)."""
     plan = Plan(route, tree_runners(tree, route))
@@ -80,7 +85,9 @@ def plan_calls(tree: SourceTree, builder: ProgramBuilder, route: Route, question
     optional |= {(where.file, where.symbol) for where in (route.layer_resolver, *_factories(route))}
     required = [(where.file, where.symbol) for where in wanted if (where.file, where.symbol) not in optional]
     locator = Locator(tree, required, sorted(optional - set(required)))
-    spec_symbol = _optional(plan, "spec", lambda: locator.one(route.speculative_config.file, route.speculative_config.symbol))
+    spec_symbol = _optional(
+        plan, "spec", lambda: locator.one(route.speculative_config.file, route.speculative_config.symbol)
+    )
     _plan_aux(locator, builder, plan, dict(resolvers))
     _plan_layers(locator, builder, plan)
     _plan_runner(tree, locator, builder, plan)
@@ -143,18 +150,29 @@ def _plan_layers(locator: Locator, builder: ProgramBuilder, plan: Plan) -> None:
     where = route.layer_resolver
     resolver = _optional(plan, "layers", lambda: locator.one(where.file, where.symbol))
     if resolver is None:
-        plan.reasons.setdefault("layers", f"this tree has no per-layer resolver ({where.symbol} in {where.file}); "
-                                          "the verdict on its draft layers says what they do")
+        plan.reasons.setdefault(
+            "layers",
+            f"this tree has no per-layer resolver ({where.symbol} in {where.file}); "
+            "the verdict on its draft layers says what they do",
+        )
         return
     if not _add(builder, plan, "layers", resolver):
         return
     for runner in plan.runners:
-        current = sandbox.strict_object(route.deployment_config.name, **{route.switch.property: runner == route.switch.on})
+        current = sandbox.strict_object(
+            route.deployment_config.name, **{route.switch.property: runner == route.switch.on}
+        )
         plan.layer_calls.add(f"layers:{runner}")
-        plan.calls.append(Call(
-            f"layers:{runner}", f"[{_name(resolver)}(config, index) for index in range(layer_count)]",
-            (("config", sandbox.config_object("hf_config", "hf")), (route.current_config, sandbox.returns(current))),
-        ))
+        plan.calls.append(
+            Call(
+                f"layers:{runner}",
+                f"[{_name(resolver)}(config, index) for index in range(layer_count)]",
+                (
+                    ("config", sandbox.config_object("hf_config", "hf")),
+                    (route.current_config, sandbox.returns(current)),
+                ),
+            )
+        )
 
 
 def _plan_runner(tree: SourceTree, locator: Locator, builder: ProgramBuilder, plan: Plan) -> None:
@@ -163,8 +181,12 @@ def _plan_runner(tree: SourceTree, locator: Locator, builder: ProgramBuilder, pl
     parsed = _optional(plan, "runner:env", lambda: parsed_or_none(tree, switch.env_file))
     lam = _env_lambda(parsed.tree, switch.variable) if parsed is not None else None
     if lam is None:
-        plan.reasons.setdefault("runner:env", f"no {switch.variable} entry in {switch.env_file}" if parsed is not None
-                                else f"{switch.env_file} is not in this tree")
+        plan.reasons.setdefault(
+            "runner:env",
+            f"no {switch.variable} entry in {switch.env_file}"
+            if parsed is not None
+            else f"{switch.env_file} is not in this tree",
+        )
     else:
         try:
             name = builder.expression_function(switch.env_file, "_default_" + switch.variable, lam.body)
@@ -178,12 +200,22 @@ def _plan_runner(tree: SourceTree, locator: Locator, builder: ProgramBuilder, pl
         methods = {s.name: s for s in config.node.body if isinstance(s, ast.FunctionDef)}
         if switch.property in methods:
             plan.has_runner_property = True
-            plan.evidence.append(Place(config.file, f"{config.qualname}.{switch.property}", methods[switch.property].lineno))
+            plan.evidence.append(
+                Place(config.file, f"{config.qualname}.{switch.property}", methods[switch.property].lineno)
+            )
             for value in (None, False, True):
                 module = sandbox.strict_object(switch.env_module, **{switch.variable: value})
-                plan.stub_calls.append(StubCall(f"runner:default:{value}", f"{route.deployment_name}.{switch.property}",
-                                                route.deployment_name, config, (switch.property,), "runner:default",
-                                                ((switch.env_module, module),)))
+                plan.stub_calls.append(
+                    StubCall(
+                        f"runner:default:{value}",
+                        f"{route.deployment_name}.{switch.property}",
+                        route.deployment_name,
+                        config,
+                        (switch.property,),
+                        "runner:default",
+                        ((switch.env_module, module),),
+                    )
+                )
         for kind in route.runners:
             if kind.name in plan.runners and kind.refusals in methods:
                 _plan_refusals(plan, config, kind, methods)
@@ -199,22 +231,31 @@ def _plan_refusals(plan: Plan, config: Symbol, kind: RunnerKind, methods: dict[s
     for check, message in _refusal_checks(methods[kind.refusals], set(methods)):
         checks.append((check, message))
         key = f"refusal:{kind.name}:{check}"
-        plan.stub_calls.append(StubCall(key, f"{plan.route.deployment_name}.{check}()", plan.route.deployment_name,
-                                        config, (check,), key))
+        plan.stub_calls.append(
+            StubCall(key, f"{plan.route.deployment_name}.{check}()", plan.route.deployment_name, config, (check,), key)
+        )
 
 
 def _plan_factory(locator: Locator, builder: ProgramBuilder, plan: Plan, kind: RunnerKind, where: Where) -> None:
     key = f"factory:{kind.name}"
     factory = _optional(plan, key, lambda: locator.one(where.file, where.symbol))
     if factory is None:
-        plan.reasons.setdefault(key, f"{where.symbol} not found in {where.file}: no {kind.name.upper()} speculator to check")
+        plan.reasons.setdefault(
+            key, f"{where.symbol} not found in {where.file}: no {kind.name.upper()} speculator to check"
+        )
     elif _add(builder, plan, key, factory):
-        extra = ", None" * max(0, _required_positional(factory.node) - 1) if isinstance(factory.node, ast.FunctionDef) else ""
+        extra = (
+            ", None" * max(0, _required_positional(factory.node) - 1)
+            if isinstance(factory.node, ast.FunctionDef)
+            else ""
+        )
         name = plan.route.deployment_name
         plan.calls.append(Call(key, f"{_name(factory)}({name}{extra})", ((name, {"$marker": "plain-deployment"}),)))
 
 
-def _plan_prefix_block(locator: Locator, plan: Plan, spec_symbol: Symbol | None, handing: Handing, anchor: Anchor) -> None:
+def _plan_prefix_block(
+    locator: Locator, plan: Plan, spec_symbol: Symbol | None, handing: Handing, anchor: Anchor
+) -> None:
     deployment = plan.route.deployment_config
     constructor = _optional(plan, "prefix", lambda: locator.one(anchor.file, anchor.symbol))
     config = _optional(plan, "prefix", lambda: locator.one(deployment.file, deployment.symbol))
@@ -232,12 +273,28 @@ def _plan_prefix_block(locator: Locator, plan: Plan, spec_symbol: Symbol | None,
     name = plan.route.deployment_name
     expression = plan.drop.expression.replace(DEPLOYMENT, name)
     plan.stub_calls.append(StubCall("prefix", expression, name, config, plan.drop.attributes, "prefix", loose=True))
-    if handing.opt_out is not None and spec_symbol is not None and isinstance(spec_symbol.node, ast.ClassDef) and any(
-        isinstance(s, ast.AnnAssign) and getattr(s.target, "id", None) == handing.opt_out for s in spec_symbol.node.body
+    if (
+        handing.opt_out is not None
+        and spec_symbol is not None
+        and isinstance(spec_symbol.node, ast.ClassDef)
+        and any(
+            isinstance(s, ast.AnnAssign) and getattr(s.target, "id", None) == handing.opt_out
+            for s in spec_symbol.node.body
+        )
     ):
         plan.opt_out = handing.opt_out
-        plan.stub_calls.append(StubCall("prefix:opt-out", expression, name, config, plan.drop.attributes, "prefix",
-                                        holds="spec_opted_out", loose=True))
+        plan.stub_calls.append(
+            StubCall(
+                "prefix:opt-out",
+                expression,
+                name,
+                config,
+                plan.drop.attributes,
+                "prefix",
+                holds="spec_opted_out",
+                loose=True,
+            )
+        )
 
 
 def _add(builder: ProgramBuilder, plan: Plan, key: str, symbol: Symbol) -> bool:
@@ -268,7 +325,12 @@ def _env_lambda(module: ast.Module, variable: str) -> ast.Lambda | None:
         value = statement.value if isinstance(statement, (ast.Assign, ast.AnnAssign)) else None
         if isinstance(value, ast.Dict):
             for key, item in zip(value.keys, value.values, strict=True):
-                if isinstance(key, ast.Constant) and key.value == variable and isinstance(item, ast.Lambda) and not item.args.args:
+                if (
+                    isinstance(key, ast.Constant)
+                    and key.value == variable
+                    and isinstance(item, ast.Lambda)
+                    and not item.args.args
+                ):
                     return item
     return None
 
@@ -281,11 +343,16 @@ def _refusal_checks(function: ast.FunctionDef, methods: set[str]) -> list[tuple[
             continue
         test = node.test
         if (
-            isinstance(test, ast.Call) and not test.args and isinstance(test.func, ast.Attribute)
-            and isinstance(test.func.value, ast.Name) and test.func.value.id == "self" and test.func.attr in methods
+            isinstance(test, ast.Call)
+            and not test.args
+            and isinstance(test.func, ast.Attribute)
+            and isinstance(test.func.value, ast.Name)
+            and test.func.value.id == "self"
+            and test.func.attr in methods
         ):
             appended = [
-                n.args[0] for n in ast.walk(ast.Module(body=node.body, type_ignores=[]))
+                n.args[0]
+                for n in ast.walk(ast.Module(body=node.body, type_ignores=[]))
                 if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "append" and n.args
             ]
             message = appended[0].value if appended and isinstance(appended[0], ast.Constant) else test.func.attr

@@ -34,7 +34,9 @@ from .definitions import (
 
 PROPERTY_DECORATORS = {"property", "cached_property"}
 STDLIB_FACTORY = "_stdlib"  # the harness's curated standard-library modules
-STDLIB_MODULES = frozenset({"operator", "functools", "math", "typing", "collections.abc", "importlib", "inspect", "abc"})
+STDLIB_MODULES = frozenset(
+    {"operator", "functools", "math", "typing", "collections.abc", "importlib", "inspect", "abc"}
+)
 
 
 def stdlib_binding(node: ast.stmt, name: str) -> str | None:
@@ -60,8 +62,9 @@ MAX_DEPTH = 12
 class ProgramBuilder:
     """A flat program of copied definitions, in dependency order."""
 
-    def __init__(self, tree: SourceTree, provided: Iterable[str], classes: bool = False,
-                 follow: Iterable[str] | None = None) -> None:
+    def __init__(
+        self, tree: SourceTree, provided: Iterable[str], classes: bool = False, follow: Iterable[str] | None = None
+    ) -> None:
         """``classes``: module-level classes of the copied code's own files are
         copied as classes to construct (``__init__`` and the methods it reaches);
         ``follow``: the only files imports are followed into (None: any)."""
@@ -110,7 +113,9 @@ class ProgramBuilder:
         definition.decorator_list = []
         for decorator in decorators:
             if not neutral_decorator(parsed.tree, decorator):
-                raise ExtractError(f"{node.name} in {file} is decorated with @{ast.unparse(decorator)}, which behaviour cannot reproduce")
+                raise ExtractError(
+                    f"{node.name} in {file} is decorated with @{ast.unparse(decorator)}, which behaviour cannot reproduce"
+                )
         refuse_dunders(definition, f"{node.name} in {file}")
         self._resolve_free_names(parsed, file, free_names(definition), depth)
         self.chunks.append(Chunk(node.name, ast.unparse(definition)))
@@ -160,9 +165,12 @@ class ProgramBuilder:
         if depth > MAX_DEPTH:
             raise ExtractError(f"the definitions {name!r} depends on go deeper than {MAX_DEPTH} levels")
         bindings = list(top_level_bindings(parsed.tree, name))
-        if len(bindings) > 1 and not any(conditional for _, conditional in bindings) and len(
-                {stdlib_binding(node, name) for node, _ in bindings} - {None}) == 1 and all(
-                stdlib_binding(node, name) for node, _ in bindings):
+        if (
+            len(bindings) > 1
+            and not any(conditional for _, conditional in bindings)
+            and len({stdlib_binding(node, name) for node, _ in bindings} - {None}) == 1
+            and all(stdlib_binding(node, name) for node, _ in bindings)
+        ):
             bindings = bindings[:1]  # ``import importlib.util`` and ``import importlib.metadata``: the same module
         if len(bindings) != 1:
             self._gap(name, f"{name} ({file})")
@@ -179,7 +187,9 @@ class ProgramBuilder:
             if self._claim(name, origin):
                 return
             refuse_dunders(node.value, f"{name} in {file}")
-            self._resolve_free_names(parsed, file, free_names(node.value) if not is_static(node.value) else names_in(node.value), depth)
+            self._resolve_free_names(
+                parsed, file, free_names(node.value) if not is_static(node.value) else names_in(node.value), depth
+            )
             self.chunks.append(Chunk(name, f"{name} = {ast.unparse(node.value)}"))
         elif stdlib_binding(node, name) is not None:
             origin = f"{file}:{name}"
@@ -191,7 +201,11 @@ class ProgramBuilder:
             from .by_name import class_copy  # by_name builds on this module
 
             # a class that cannot be copied is a gap (as a base: a foreign one)
-            self._or_gap(lambda: class_copy(self, Symbol(file, node.name, node, parsed)), name, lambda exc: f"{name} ({file}): {exc}")
+            self._or_gap(
+                lambda: class_copy(self, Symbol(file, node.name, node, parsed)),
+                name,
+                lambda exc: f"{name} ({file}): {exc}",
+            )
         elif isinstance(node, ast.ClassDef) and self.classes and not imported:
             self.constructor(Symbol(file, node.name, node, parsed))
         else:
@@ -232,7 +246,7 @@ class ProgramBuilder:
         try:
             copy()
         except ExtractError as exc:
-            del self.chunks[kept[0]:]
+            del self.chunks[kept[0] :]
             self._origins, self.gaps, self.omitted = kept[1], kept[2], kept[3]
             self._gap(name, label(exc))
 
@@ -258,12 +272,18 @@ class ProgramBuilder:
             why = self.omitted.get(f"{symbol.node.name}.__init__")
             if why:
                 raise ExtractError(why)
-            if is_dataclass(symbol.node) and "__init__" not in {s.name for s in symbol.node.body if isinstance(s, ast.FunctionDef)}:
+            if is_dataclass(symbol.node) and "__init__" not in {
+                s.name for s in symbol.node.body if isinstance(s, ast.FunctionDef)
+            }:
                 body += dataclass_init(symbol)
-            self.chunks.append(Chunk(symbol.node.name, f"{symbol.node.name} = _module_class({symbol.node.name!r}, {body!r})"))
+            self.chunks.append(
+                Chunk(symbol.node.name, f"{symbol.node.name} = _module_class({symbol.node.name!r}, {body!r})")
+            )
         return symbol.node.name
 
-    def class_body(self, symbol: Symbol, entries: Iterable[str], option_defaults: bool = False, constructing: bool = False) -> str:
+    def class_body(
+        self, symbol: Symbol, entries: Iterable[str], option_defaults: bool = False, constructing: bool = False
+    ) -> str:
         """Source of a class body holding ``entries`` and every method they reach
         through ``self``. With ``option_defaults``, fields annotated as plain
         options (bool, int, float, str) keep their literal default: the launch
@@ -281,13 +301,21 @@ class ProgramBuilder:
                 lines.append(f"{field_name} = {ast.unparse(value)}")
         for statement in node.body if not constructing else ():
             # a stub's class constants built from literals alone (``OFFSET = 1``)
-            if (isinstance(statement, ast.Assign) and all(isinstance(target, ast.Name) for target in statement.targets)
-                    and is_static(statement.value) and not names_in(statement.value)):
+            if (
+                isinstance(statement, ast.Assign)
+                and all(isinstance(target, ast.Name) for target in statement.targets)
+                and is_static(statement.value)
+                and not names_in(statement.value)
+            ):
                 lines.append(ast.unparse(statement))
         for statement in node.body if constructing else ():
             # class attributes the constructor may read: a static one (``decoder_layer_cls
             # = Layer``) is copied, any other (a weights mapper) is a stand-in
-            if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name) and statement.value is not None:
+            if (
+                isinstance(statement, ast.AnnAssign)
+                and isinstance(statement.target, ast.Name)
+                and statement.value is not None
+            ):
                 statement = ast.Assign(targets=[statement.target], value=statement.value, lineno=statement.lineno)
             if isinstance(statement, ast.Assign) and all(isinstance(target, ast.Name) for target in statement.targets):
                 if is_static(statement.value):
@@ -331,7 +359,9 @@ class ProgramBuilder:
             elif marker_decorator(owner.parsed.tree, decorator):
                 continue  # @final, @abstractmethod: nothing a call computes changes
             else:
-                raise ExtractError(f"{where} is decorated with @{ast.unparse(decorator)}, which behaviour cannot reproduce")
+                raise ExtractError(
+                    f"{where} is decorated with @{ast.unparse(decorator)}, which behaviour cannot reproduce"
+                )
         definition.decorator_list = kept
         refuse_dunders(definition, where)
         self._resolve_free_names(owner.parsed, owner.file, free_names(definition), 0)
@@ -340,7 +370,8 @@ class ProgramBuilder:
             source += f"\n{method.name} = {wrap}({method.name})"
         self_name = method.args.args[0].arg if method.args.args else None
         reached = {
-            n.attr for n in ast.walk(method)
+            n.attr
+            for n in ast.walk(method)
             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == self_name
         }
         return source, reached
@@ -356,7 +387,8 @@ class ProgramBuilder:
 def class_level_methods(node: ast.ClassDef) -> tuple[str, ...]:
     """The class's ``@classmethod`` and ``@staticmethod`` methods: reached through its name."""
     return tuple(
-        statement.name for statement in node.body
+        statement.name
+        for statement in node.body
         if isinstance(statement, ast.FunctionDef)
         and any(getattr(decorator, "id", None) in KEPT_DECORATORS for decorator in statement.decorator_list)
     )
@@ -366,7 +398,9 @@ def is_dataclass(node: ast.ClassDef) -> bool:
     for decorator in node.decorator_list:
         name = decorator.func if isinstance(decorator, ast.Call) else decorator
         if (isinstance(name, ast.Name) and name.id == "dataclass") or (
-            isinstance(name, ast.Attribute) and name.attr == "dataclass" and getattr(name.value, "id", None) == "dataclasses"
+            isinstance(name, ast.Attribute)
+            and name.attr == "dataclass"
+            and getattr(name.value, "id", None) == "dataclasses"
         ):
             return True
     return False
@@ -385,7 +419,9 @@ def dataclass_init(symbol: Symbol) -> str:
         name, value = statement.target.id, statement.value
         if isinstance(value, ast.Call) and getattr(value.func, "id", getattr(value.func, "attr", None)) == "field":
             if any(keyword.arg == "default_factory" for keyword in value.keywords):
-                raise ExtractError(f"{symbol.qualname} in {symbol.file} has a field with a default_factory, which behaviour does not build")
+                raise ExtractError(
+                    f"{symbol.qualname} in {symbol.file} has a field with a default_factory, which behaviour does not build"
+                )
             value = next((keyword.value for keyword in value.keywords if keyword.arg == "default"), None)
         if value is not None and not is_static(value):
             raise ExtractError(f"{symbol.qualname}.{name} in {symbol.file} has a default behaviour cannot copy")

@@ -47,10 +47,15 @@ def answer_rules(
             continue
         kind = QUESTION_KINDS[behaviour.question]
         construct = behaviour.construct
-        built = (construct_layers(tree, construct, [found.hf_config for found in probes], run, rule.files, platform.name)
-                 if construct else [None] * len(probes))
+        built = (
+            construct_layers(tree, construct, [found.hf_config for found in probes], run, rule.files, platform.name)
+            if construct
+            else [None] * len(probes)
+        )
         observations = tuple(
-            item for (name, draft), found, layers in zip(configs, probes, built) for item in kind(name, draft, found, layers)
+            item
+            for (name, draft), found, layers in zip(configs, probes, built)
+            for item in kind(name, draft, found, layers)
         )
         answer = decide(behaviour, observations, behaviour.subjects, behaviour.guards)
         if user is not None:
@@ -60,7 +65,9 @@ def answer_rules(
             if mine.status is not None and not unreachable:
                 answer = mine
             elif mine.status is None:  # the user's config cannot be judged for this question: the references answer
-                answer = dataclasses.replace(answer, reason=f"{answer.reason} (for {user_name(user)}: {mine.reason})".lstrip())
+                answer = dataclasses.replace(
+                    answer, reason=f"{answer.reason} (for {user_name(user)}: {mine.reason})".lstrip()
+                )
         answers[rule.id] = answer
     return answers, probes[-1] if user is not None else None
 
@@ -86,7 +93,10 @@ def questions_of(asked: list[Rule]) -> tuple[Questions, dict[str, str]]:
         if not first:
             first.update(mine, rule=rule.id)
         elif {key: value for key, value in first.items() if key != "rule"} != mine:
-            unlike[rule.id] = (f"rule {first['rule']} asks the {behaviour.question} question of other code "
-                               "(the program asks each question once)")
-    return Questions(resolvers=resolvers.get("resolvers", ()), handing=handing.get("handing"),
-                     constructor=handing.get("constructor")), unlike
+            unlike[rule.id] = (
+                f"rule {first['rule']} asks the {behaviour.question} question of other code "
+                "(the program asks each question once)"
+            )
+    return Questions(
+        resolvers=resolvers.get("resolvers", ()), handing=handing.get("handing"), constructor=handing.get("constructor")
+    ), unlike

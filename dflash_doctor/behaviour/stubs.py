@@ -24,8 +24,13 @@ def build_stubs(builder: ProgramBuilder, spec_symbol: Symbol, plan: Plan) -> str
         except ExtractError as exc:
             plan.reasons[stub_call.reason_key] = str(exc)
             continue
-        holder = {"$marker": "class", "label": stub_call.owner.qualname.rsplit(".", 1)[-1], "body": bodies[key],
-                  "holds": stub_call.holds, "loose": stub_call.loose}
+        holder = {
+            "$marker": "class",
+            "label": stub_call.owner.qualname.rsplit(".", 1)[-1],
+            "body": bodies[key],
+            "holds": stub_call.holds,
+            "loose": stub_call.loose,
+        }
         plan.calls.append(Call(stub_call.id, stub_call.expr, ((stub_call.holder, holder), *stub_call.bind)))
     seen: set[str] = set()
     body = ""
@@ -41,7 +46,9 @@ def build_stubs(builder: ProgramBuilder, spec_symbol: Symbol, plan: Plan) -> str
         body = builder.class_body(spec_symbol, sorted(seen), option_defaults=True)
 
 
-def with_spec(plan: Plan, call: Call, spec: dict, spec_body: str, spec_attrs: dict, hf_name: str, layer_count: int | None) -> Call:
+def with_spec(
+    plan: Plan, call: Call, spec: dict, spec_body: str, spec_attrs: dict, hf_name: str, layer_count: int | None
+) -> Call:
     """Resolve the markers left in calls for one drafter config: every stub that
     holds its speculative config, and its hf_config under its own data name."""
     route = plan.route
@@ -51,8 +58,9 @@ def with_spec(plan: Plan, call: Call, spec: dict, spec_body: str, spec_attrs: di
     for name, value in call.bind:
         if isinstance(value, dict) and value.get("$marker") == "class":
             held = opted_out if value.get("holds") == "spec_opted_out" else spec
-            value = sandbox.class_instance(value["label"], value["body"], loose=value.get("loose", False),
-                                           **{route.fields.speculative: held})
+            value = sandbox.class_instance(
+                value["label"], value["body"], loose=value.get("loose", False), **{route.fields.speculative: held}
+            )
         elif isinstance(value, dict) and value.get("$marker") == "plain-deployment":
             value = sandbox.strict_object(route.deployment_config.name, **{route.fields.speculative: spec})
         elif value == sandbox.config_object("hf_config", "hf"):

@@ -76,11 +76,17 @@ def _find(tree: SourceTree) -> Transformers | str:
         return Transformers(found, _version(found), f"installed beside {package} in {tree.root}")
     if not isinstance(tree, DirectoryTree) and _collected(tree, INIT):
         found = Collected(tree)
-        return Transformers(found, _version(found), f"installed beside {package} on the host, in {getattr(tree, 'root', '?')} (sent by the collector)")
+        return Transformers(
+            found,
+            _version(found),
+            f"installed beside {package} on the host, in {getattr(tree, 'root', '?')} (sent by the collector)",
+        )
     requirement = requires(tree.dist_info_text("METADATA") or "") or _checkout_requirement(tree)
     if requirement is None:
-        return (f"no transformers is installed beside this {engine}, and neither its dist-info (Requires-Dist) nor "
-                f"a source checkout's {CHECKOUT_REQUIREMENTS} states a transformers of version specifiers to fetch one by")
+        return (
+            f"no transformers is installed beside this {engine}, and neither its dist-info (Requires-Dist) nor "
+            f"a source checkout's {CHECKOUT_REQUIREMENTS} states a transformers of version specifiers to fetch one by"
+        )
     # pip and the cache: only when needed
     from ..targets.release import transformers_tree
 
@@ -94,9 +100,12 @@ def _find(tree: SourceTree) -> Transformers | str:
         beside = f" (the image's own transformers is not extracted: the one its {engine} requires stands in)"
     else:
         beside = "" if _in_cache(tree, "releases") else f" (no transformers is installed beside this {engine})"
-    return Transformers(TransformersTree(root, find_dist_info(root, "transformers")), version,
-                        f"fetched from the package index: the newest wheel satisfying this {engine}'s "
-                        f"requirement {requirement!r}{beside}")
+    return Transformers(
+        TransformersTree(root, find_dist_info(root, "transformers")),
+        version,
+        f"fetched from the package index: the newest wheel satisfying this {engine}'s "
+        f"requirement {requirement!r}{beside}",
+    )
 
 
 CHECKOUT_REQUIREMENTS = "requirements/common.txt"  # where a vLLM source checkout states its dependencies
@@ -191,15 +200,24 @@ def collected_files(model_types: Iterable[str]) -> list[str]:
     """The transformers files a collector sends beside the vLLM tree's, for these model types:
     the version, the auto mapping, the helpers config classes call, and each type's module."""
     files = [INIT, *AUTO_FILES, "transformers/configuration_utils.py", "transformers/modeling_rope_utils.py"]
-    return files + [f"transformers/models/{kind}/configuration_{kind}.py" for kind in sorted(set(model_types)) if _MODULE.fullmatch(kind)]
+    return files + [
+        f"transformers/models/{kind}/configuration_{kind}.py"
+        for kind in sorted(set(model_types))
+        if _MODULE.fullmatch(kind)
+    ]
 
 
-def config_class(tree: SourceTree, transformers: Transformers | str, model_type: str) -> tuple[SourceTree, Symbol] | str:
+def config_class(
+    tree: SourceTree, transformers: Transformers | str, model_type: str
+) -> tuple[SourceTree, Symbol] | str:
     """The class the engine builds this model_type's config with, and the tree holding it; or why not known."""
     route = tree.engine.route
     registry = route.config_registry if route is not None else None
-    registered = (_string_pairs(tree, registry.file, registry.symbol).get(model_type)
-                  if registry is not None and _names(tree, registry.file, model_type) else None)
+    registered = (
+        _string_pairs(tree, registry.file, registry.symbol).get(model_type)
+        if registry is not None and _names(tree, registry.file, model_type)
+        else None
+    )
     if registered is not None and route is not None:
         symbol = _engine_class(tree, route.configs_package, registered)
         if isinstance(symbol, str):
@@ -282,7 +300,12 @@ def _read_pairs(tree: SourceTree, file: str, name: str) -> dict[str, str]:
                 value = statement.value
         elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
             func = statement.value.func
-            if isinstance(func, ast.Attribute) and func.attr == "update" and isinstance(func.value, ast.Name) and func.value.id == name:
+            if (
+                isinstance(func, ast.Attribute)
+                and func.attr == "update"
+                and isinstance(func.value, ast.Name)
+                and func.value.id == name
+            ):
                 value = statement.value
         _collect(value, pairs)
     return pairs
@@ -326,10 +349,12 @@ def _names(tree: SourceTree, file: str, key: str) -> bool:
         return True  # parsing says why
     spelled = key.encode()
     for found in re.finditer(re.escape(spelled), data):
-        before, after = data[found.start() - 1:found.start()], data[found.end():found.end() + 1]
+        before, after = data[found.start() - 1 : found.start()], data[found.end() : found.end() + 1]
         if before in (b'"', b"'") and after == before:
             return True
-        if not (before.isalnum() or before in (b"_", b".")) and re.match(rb"\s*=(?!=)", data[found.end():found.end() + 8]):
+        if not (before.isalnum() or before in (b"_", b".")) and re.match(
+            rb"\s*=(?!=)", data[found.end() : found.end() + 8]
+        ):
             return True
     return False
 

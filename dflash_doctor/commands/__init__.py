@@ -8,8 +8,17 @@ import importlib
 import typer
 
 # Each command's name and the module in this package that registers it.
-MODULES = {"check": "check", "rules": "rules", "accept": "accept", "probe-script": "probe", "releases": "releases",
-           "ancestry": "ancestry", "config": "config", "patch": "patch", "restore": "patch"}
+MODULES = {
+    "check": "check",
+    "rules": "rules",
+    "accept": "accept",
+    "probe-script": "probe",
+    "releases": "releases",
+    "ancestry": "ancestry",
+    "config": "config",
+    "patch": "patch",
+    "restore": "patch",
+}
 
 
 def register_all(app: typer.Typer, name: str | None = None) -> None:

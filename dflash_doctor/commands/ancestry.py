@@ -36,7 +36,9 @@ class Format(str, Enum):
 def ancestry(
     repo: Path = typer.Option(..., "--repo", help="A vLLM clone to judge the commit in."),
     commit: Optional[str] = typer.Option(
-        None, "--commit", help="Commit to judge: full or short sha, or a ref. Default: the target's recorded build commit."
+        None,
+        "--commit",
+        help="Commit to judge: full or short sha, or a ref. Default: the target's recorded build commit.",
     ),
     path: Optional[Path] = PathOption,
     python: Optional[str] = PythonOption,
@@ -44,16 +46,22 @@ def ancestry(
     only: Optional[list[str]] = OnlyOption,
     pr: Optional[list[int]] = typer.Option(None, "--pr", help="Only this PR (repeatable; any PR number)."),
     main_ref: Optional[str] = typer.Option(
-        None, "--main-ref", help="The main line whose first-parent commits end in (#N). Default: origin/main, else main."
+        None,
+        "--main-ref",
+        help="The main line whose first-parent commits end in (#N). Default: origin/main, else main.",
     ),
     remote: str = typer.Option(
-        "origin", "--remote", help="The clone's remote (by name) for --fetch and fetch hints; https, ssh or file URLs only."
+        "origin",
+        "--remote",
+        help="The clone's remote (by name) for --fetch and fetch hints; https, ssh or file URLs only.",
     ),
     fetch: bool = typer.Option(
         False, "--fetch", help="Fetch refs/pull/N/head and the main branch from --remote first (otherwise no network)."
     ),
     format: Format = typer.Option(Format.table, "--format", help="table or json."),
-    output: Optional[Path] = typer.Option(None, "--output", help="Write the report to this file instead of standard output."),
+    output: Optional[Path] = typer.Option(
+        None, "--output", help="Write the report to this file instead of standard output."
+    ),
     host: Optional[str] = SingleHostOption,
     identity: Optional[Path] = IdentityOption,
     known_hosts: Optional[Path] = KnownHostsOption,
@@ -75,11 +83,26 @@ def ancestry(
     from .. import api
     from ..ancestry import render
 
-    spec = target_spec(path, python, release, [host] if host else None, images=[image] if image else None, identity=identity,
-                       known_hosts=known_hosts, ssh_config=ssh_config, connect_timeout=connect_timeout,
-                       probe_timeout=probe_timeout, accept_new_host_key=accept_new_host_key, platform=platform,
-                       insecure_registry=insecure_registry, registry_timeout=registry_timeout, progress=sys.stderr.isatty())
-    report = api.ancestry(api.AncestryRequest(repo, commit, spec, tuple(only or ()), tuple(pr or ()), main_ref, remote, fetch))
+    spec = target_spec(
+        path,
+        python,
+        release,
+        [host] if host else None,
+        images=[image] if image else None,
+        identity=identity,
+        known_hosts=known_hosts,
+        ssh_config=ssh_config,
+        connect_timeout=connect_timeout,
+        probe_timeout=probe_timeout,
+        accept_new_host_key=accept_new_host_key,
+        platform=platform,
+        insecure_registry=insecure_registry,
+        registry_timeout=registry_timeout,
+        progress=sys.stderr.isatty(),
+    )
+    report = api.ancestry(
+        api.AncestryRequest(repo, commit, spec, tuple(only or ()), tuple(pr or ()), main_ref, remote, fetch)
+    )
     if format is Format.json:
         text = json.dumps(report.to_json(), indent=2) + "\n"
     else:

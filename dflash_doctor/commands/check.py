@@ -75,13 +75,19 @@ def check(
     release: Optional[str] = ReleaseOption,
     full_wheel: bool = FullWheelOption,
     only: Optional[list[str]] = OnlyOption,
-    format: Format = typer.Option(Format["table"], "--format", help="Report on standard output (or in the bare --output path)."),
+    format: Format = typer.Option(
+        Format["table"], "--format", help="Report on standard output (or in the bare --output path)."
+    ),
     output: Optional[list[str]] = typer.Option(
-        None, "--output", metavar="[FORMAT=]FILE",
+        None,
+        "--output",
+        metavar="[FORMAT=]FILE",
         help="Write a report to a file, atomically (repeatable): json=report.json, sarif=report.sarif, junit=junit.xml, "
         "table=report.txt; a bare path takes the --format report instead of standard output.",
     ),
-    waivers: Optional[Path] = typer.Option(None, "--waivers", help="TOML file of accepted gaps: waived fixes do not fail the gate."),
+    waivers: Optional[Path] = typer.Option(
+        None, "--waivers", help="TOML file of accepted gaps: waived fixes do not fail the gate."
+    ),
     strict: bool = typer.Option(False, "--strict", help="unknown fails the gate like absent (exit 1)."),
     host: Optional[list[str]] = HostOption,
     hosts_file: Optional[Path] = HostsFileOption,
@@ -97,11 +103,21 @@ def check(
     platform: str = PlatformOption,
     insecure_registry: Optional[list[str]] = InsecureRegistryOption,
     registry_timeout: float = RegistryTimeoutOption,
-    repo: Optional[Path] = typer.Option(None, "--repo", help="A vLLM clone: add which PRs the target's build commit contains (see `ancestry`)."),
-    main_ref: Optional[str] = typer.Option(None, "--main-ref", help="With --repo: the main line (default origin/main, else main)."),
+    repo: Optional[Path] = typer.Option(
+        None, "--repo", help="A vLLM clone: add which PRs the target's build commit contains (see `ancestry`)."
+    ),
+    main_ref: Optional[str] = typer.Option(
+        None, "--main-ref", help="With --repo: the main line (default origin/main, else main)."
+    ),
     engine: str = EngineOption,
-    draft_config: Optional[Path] = typer.Option(None, "--draft-config", help="The drafter's config.json (or its directory): lint it, probe what this vLLM computes for it, and gate only on fixes whose defect can reach it."),
-    target_config: Optional[Path] = typer.Option(None, "--target-config", help="With --draft-config: the target model's config.json, for the layer range."),
+    draft_config: Optional[Path] = typer.Option(
+        None,
+        "--draft-config",
+        help="The drafter's config.json (or its directory): lint it, probe what this vLLM computes for it, and gate only on fixes whose defect can reach it.",
+    ),
+    target_config: Optional[Path] = typer.Option(
+        None, "--target-config", help="With --draft-config: the target model's config.json, for the layer range."
+    ),
 ) -> int:
     """Check whether the DFlash fixes are in a vLLM or SGLang tree.
 
@@ -117,13 +133,39 @@ def check(
     for_this_process()  # the command ends the process: no collector pass over the trees between its checks
     outputs = parse_outputs(format.value, output or [])
     # One image on a terminal shows a bar per layer; a fleet shows its own progress.
-    spec = target_spec(path, python, release, host, hosts_file, from_probe, image, identity=identity, known_hosts=known_hosts,
-                       ssh_config=ssh_config, connect_timeout=connect_timeout, probe_timeout=probe_timeout,
-                       accept_new_host_key=accept_new_host_key, platform=platform, insecure_registry=insecure_registry,
-                       registry_timeout=registry_timeout, progress=sys.stderr.isatty() and len(image or []) == 1,
-                       engine=engine)
-    request = api.CheckRequest(spec, tuple(only or ()), strict, waivers, repo, main_ref, draft_config, target_config, jobs,
-                               full_wheel, progress=sys.stderr.isatty())
+    spec = target_spec(
+        path,
+        python,
+        release,
+        host,
+        hosts_file,
+        from_probe,
+        image,
+        identity=identity,
+        known_hosts=known_hosts,
+        ssh_config=ssh_config,
+        connect_timeout=connect_timeout,
+        probe_timeout=probe_timeout,
+        accept_new_host_key=accept_new_host_key,
+        platform=platform,
+        insecure_registry=insecure_registry,
+        registry_timeout=registry_timeout,
+        progress=sys.stderr.isatty() and len(image or []) == 1,
+        engine=engine,
+    )
+    request = api.CheckRequest(
+        spec,
+        tuple(only or ()),
+        strict,
+        waivers,
+        repo,
+        main_ref,
+        draft_config,
+        target_config,
+        jobs,
+        full_wheel,
+        progress=sys.stderr.isatty(),
+    )
     # Hosts the results cache cannot answer need the engine: imported while the others' round trips go on
     # (one host's check that the cache answers never imports it: not warmed up for one host).
     result = api.check(request, warm_up=_warm_up)

@@ -17,12 +17,16 @@ class LintFormat(str, Enum):
 
 
 def config(
-    path: Path = typer.Argument(..., metavar="PATH", help="The drafter's config.json, or the model directory holding it."),
+    path: Path = typer.Argument(
+        ..., metavar="PATH", help="The drafter's config.json, or the model directory holding it."
+    ),
     target_config: Optional[Path] = typer.Option(
         None, "--target-config", help="The target model's config.json (or directory), to range-check the layer ids."
     ),
     format: LintFormat = typer.Option(LintFormat.table, "--format", help="table or json."),
-    output: Optional[Path] = typer.Option(None, "--output", help="Write the report to this file instead of standard output."),
+    output: Optional[Path] = typer.Option(
+        None, "--output", help="Write the report to this file instead of standard output."
+    ),
 ) -> int:
     """Lint a DFlash drafter config. Checks its format, layer ids, layer types, windows, mask token,
     block size and causality.
@@ -36,8 +40,12 @@ def config(
     report = lint_report(path, target_config)
     section = DraftSection(report)
     if format is LintFormat.json:
-        document = {"schema": "dflash-doctor/config/v1", "tool_version": __version__, "draft": section.to_json(),
-                    "exit_code": report.exit_code}
+        document = {
+            "schema": "dflash-doctor/config/v1",
+            "tool_version": __version__,
+            "draft": section.to_json(),
+            "exit_code": report.exit_code,
+        }
         text = json.dumps(document, indent=2) + "\n"
     elif output is None and sys.stdout.isatty():
         text = section.table()

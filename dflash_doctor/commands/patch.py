@@ -30,8 +30,12 @@ from .options import (
     target_spec,
 )
 
-ReleaseRefusedOption = typer.Option(None, "--release", help="Refused: release trees are a download cache, not an install.")
-ImageRefusedOption = typer.Option(None, "--image", help="Refused: an image is patched when it is built (see docs/images.md).")
+ReleaseRefusedOption = typer.Option(
+    None, "--release", help="Refused: release trees are a download cache, not an install."
+)
+ImageRefusedOption = typer.Option(
+    None, "--image", help="Refused: an image is patched when it is built (see docs/images.md)."
+)
 YesOption = typer.Option(False, "--yes", "-y", help="Apply without asking (needed when there is no terminal).")
 
 
@@ -44,9 +48,15 @@ def patch(
     only: Optional[list[str]] = OnlyOption,
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the unified diff and change nothing."),
     yes: bool = YesOption,
-    repo: Optional[Path] = typer.Option(None, "--repo", help="A vLLM git checkout: apply --pr's change to its working tree instead."),
-    pr: Optional[int] = typer.Option(None, "--pr", help="With --repo: the PR whose change to apply (its landing on main, else refs/pull/N/head)."),
-    main_ref: Optional[str] = typer.Option(None, "--main-ref", help="With --repo: the main line (default origin/main, else main)."),
+    repo: Optional[Path] = typer.Option(
+        None, "--repo", help="A vLLM git checkout: apply --pr's change to its working tree instead."
+    ),
+    pr: Optional[int] = typer.Option(
+        None, "--pr", help="With --repo: the PR whose change to apply (its landing on main, else refs/pull/N/head)."
+    ),
+    main_ref: Optional[str] = typer.Option(
+        None, "--main-ref", help="With --repo: the main line (default origin/main, else main)."
+    ),
     remote: str = typer.Option("origin", "--remote", help="With --repo: the remote named in fetch hints."),
     identity: Optional[Path] = IdentityOption,
     known_hosts: Optional[Path] = KnownHostsOption,
@@ -65,15 +75,39 @@ def patch(
     from .. import api
 
     if repo is not None or pr is not None:
-        given = [name for name, value in (("--path", path), ("--python", python), ("--release", release),
-                                          ("--host", host), ("--image", image), ("--only", only)) if value]
+        given = [
+            name
+            for name, value in (
+                ("--path", path),
+                ("--python", python),
+                ("--release", release),
+                ("--host", host),
+                ("--image", image),
+                ("--only", only),
+            )
+            if value
+        ]
         if given:
             raise ToolError(f"--repo/--pr patch a git checkout: give them without {given[0]}")
         if repo is None or pr is None:
             raise ToolError("give --repo and --pr together")
         return _patch_repo(repo, pr, main_ref, remote, dry_run, yes)
-    request = api.PatchRequest(_spec(path, python, release, image, host, identity, known_hosts, ssh_config, connect_timeout,
-                                     probe_timeout, accept_new_host_key), tuple(only or ()))
+    request = api.PatchRequest(
+        _spec(
+            path,
+            python,
+            release,
+            image,
+            host,
+            identity,
+            known_hosts,
+            ssh_config,
+            connect_timeout,
+            probe_timeout,
+            accept_new_host_key,
+        ),
+        tuple(only or ()),
+    )
     with api.patching(request, dry_run) as session:
         plan = session.plan
         for change in plan.changes:
@@ -86,8 +120,12 @@ def patch(
             _say("dry run: nothing was changed" if plan.changes else "nothing to patch")
             return session.dry_run_code
         if plan.changes:
-            _confirm(f"Patch {', '.join(plan.fixes)} in {session.location}?", yes,
-                     "".join(change.diff() for change in plan.changes), f"nothing was changed in {session.location}")
+            _confirm(
+                f"Patch {', '.join(plan.fixes)} in {session.location}?",
+                yes,
+                "".join(change.diff() for change in plan.changes),
+                f"nothing was changed in {session.location}",
+            )
             session.apply()
             _say(f"patched {', '.join(change.file for change in plan.changes)}; `dflash-doctor restore` undoes it")
         elif not plan.refusals:
@@ -117,30 +155,70 @@ def restore(
     """
     from .. import api
 
-    request = api.PatchRequest(_spec(path, python, release, image, host, identity, known_hosts, ssh_config, connect_timeout,
-                                     probe_timeout, accept_new_host_key), tuple(only or ()))
+    request = api.PatchRequest(
+        _spec(
+            path,
+            python,
+            release,
+            image,
+            host,
+            identity,
+            known_hosts,
+            ssh_config,
+            connect_timeout,
+            probe_timeout,
+            accept_new_host_key,
+        ),
+        tuple(only or ()),
+    )
 
     def confirm(plan, location: str) -> None:
-        _confirm(f"Restore {', '.join(entry.file for entry in plan.restore)} in {location}?", yes,
-                 unchanged=f"nothing was restored in {location}")
+        _confirm(
+            f"Restore {', '.join(entry.file for entry in plan.restore)} in {location}?",
+            yes,
+            unchanged=f"nothing was restored in {location}",
+        )
 
     result = api.restore(request, confirm)
     if result.report is None:
         _say("nothing to restore: dflash-doctor has not patched " + ("these fixes" if only else "this tree"))
         return result.exit_code
     for entry in result.plan.restore:
-        _say(f"{', '.join(sorted(entry.fixes))}: {entry.file} is back to its original (sha256 {entry.sha256_before[:12]})")
+        _say(
+            f"{', '.join(sorted(entry.fixes))}: {entry.file} is back to its original (sha256 {entry.sha256_before[:12]})"
+        )
     for entry in result.plan.forget:
         _say(f"{', '.join(sorted(entry.fixes))}: {entry.file} already had its original bytes; forgot the patch record")
     _report(result.report)
     return result.exit_code
 
 
-def _spec(path, python, release, image, host, identity, known_hosts, ssh_config, connect_timeout, probe_timeout,
-          accept_new_host_key):
-    return target_spec(path, python, release, [host] if host else None, images=[image] if image else None,
-                       identity=identity, known_hosts=known_hosts, ssh_config=ssh_config, connect_timeout=connect_timeout,
-                       probe_timeout=probe_timeout, accept_new_host_key=accept_new_host_key)
+def _spec(
+    path,
+    python,
+    release,
+    image,
+    host,
+    identity,
+    known_hosts,
+    ssh_config,
+    connect_timeout,
+    probe_timeout,
+    accept_new_host_key,
+):
+    return target_spec(
+        path,
+        python,
+        release,
+        [host] if host else None,
+        images=[image] if image else None,
+        identity=identity,
+        known_hosts=known_hosts,
+        ssh_config=ssh_config,
+        connect_timeout=connect_timeout,
+        probe_timeout=probe_timeout,
+        accept_new_host_key=accept_new_host_key,
+    )
 
 
 def _patch_repo(repo: Path, pr: int, main_ref: Optional[str], remote: str, dry_run: bool, yes: bool) -> int:
@@ -153,7 +231,9 @@ def _patch_repo(repo: Path, pr: int, main_ref: Optional[str], remote: str, dry_r
             _show(outcome.diff)
             _say(f"#{pr} would change {', '.join(outcome.files)}; dry run: nothing was changed")
             return EXIT_OK
-        _confirm(f"Apply #{pr} to {', '.join(outcome.files)} in {repo}?", yes, outcome.diff, f"nothing was changed in {repo}")
+        _confirm(
+            f"Apply #{pr} to {', '.join(outcome.files)} in {repo}?", yes, outcome.diff, f"nothing was changed in {repo}"
+        )
         outcome = patch_pr(repo, pr, main_ref=main_ref, remote=remote)
     if outcome.status == "conflict":
         _say(f"#{pr} conflicts with {repo} in {', '.join(outcome.conflicts)}; nothing was changed")
@@ -172,7 +252,9 @@ def _confirm(question: str, yes: bool, shown: str = "", unchanged: str = "nothin
         return
     if not sys.stdin.isatty():
         hint = " (or --dry-run to see the diff)" if shown else ""
-        raise ToolError(f"refusing to change files without confirmation: there is no terminal to ask on; pass --yes{hint}")
+        raise ToolError(
+            f"refusing to change files without confirmation: there is no terminal to ask on; pass --yes{hint}"
+        )
     _show(shown)
     try:
         confirmed = typer.confirm(clean(question), default=False)

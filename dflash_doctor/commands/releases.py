@@ -17,10 +17,20 @@ class MatrixFormat(str, Enum):
 
 
 def releases(
-    first: Optional[str] = typer.Option(None, "--from", help="Oldest release in the matrix (default: the engine's first with DFlash, vLLM 0.20.0, SGLang 0.5.11)."),
-    last: Optional[str] = typer.Option(None, "--to", help="Newest release in the matrix (default: the newest on the index)."),
+    first: Optional[str] = typer.Option(
+        None,
+        "--from",
+        help="Oldest release in the matrix (default: the engine's first with DFlash, vLLM 0.20.0, SGLang 0.5.11).",
+    ),
+    last: Optional[str] = typer.Option(
+        None, "--to", help="Newest release in the matrix (default: the newest on the index)."
+    ),
     format: MatrixFormat = typer.Option(MatrixFormat.table, "--format", help="table, json or markdown."),
-    offline: bool = typer.Option(False, "--offline", help="Do not ask the package index: only releases already in the cache (without it, an index that cannot be reached is an error)."),
+    offline: bool = typer.Option(
+        False,
+        "--offline",
+        help="Do not ask the package index: only releases already in the cache (without it, an index that cannot be reached is an error).",
+    ),
     full_wheel: bool = FullWheelOption,
     engine: str = typer.Option("vllm", "--engine", help="Whose releases: vllm or sglang."),
 ) -> int:
@@ -52,7 +62,10 @@ def releases(
     if failed:
         first_error = failed[0]
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-        print(f"dflash-doctor: error: release {clean(first_error.release)} could not be checked: {clean(first_error.error)}{more}", file=sys.stderr)
+        print(
+            f"dflash-doctor: error: release {clean(first_error.release)} could not be checked: {clean(first_error.error)}{more}",
+            file=sys.stderr,
+        )
     return matrix.exit_code
 
 

@@ -35,8 +35,7 @@ def rules_list() -> int:
 
 @rules_app.command("show")
 def rules_show(fix_id: str = typer.Argument(..., metavar="ID")) -> int:
-    """Show one rule. What it checks, why it matters, the forms it knows, the remedy.
-    """
+    """Show one rule. What it checks, why it matters, the forms it knows, the remedy."""
     from ..docs import rule_markdown
     from ..rulefile import select
 

@@ -105,7 +105,9 @@ class DraftConfig:
         if count is None:
             return None
         kinds = layout.get("layer_types")
-        if kinds is not None and (not isinstance(kinds, list) or len(kinds) != count or any(k not in LAYER_TYPES for k in kinds)):
+        if kinds is not None and (
+            not isinstance(kinds, list) or len(kinds) != count or any(k not in LAYER_TYPES for k in kinds)
+        ):
             return None
         use_swa = bool(self.dflash_config.get("use_swa", False))
         window = first_given(self.dflash_config.get("swa_window_size"), layout.get("sliding_window"))
@@ -122,7 +124,9 @@ class DraftConfig:
                 causal = bool(layout["is_causal"])
             elif self.dflash_config.get("causal") is not None:
                 causal = bool(self.dflash_config["causal"])
-            layers.append({"index": index, "sliding": sliding, "sliding_window": window if sliding else None, "causal": causal})
+            layers.append(
+                {"index": index, "sliding": sliding, "sliding_window": window if sliding else None, "causal": causal}
+            )
         return layers
 
 
@@ -157,7 +161,9 @@ def read_json_object(path: Path, what: str) -> tuple[Path, dict[str, Any]]:
     except json.JSONDecodeError as exc:
         raise ToolError(f"{what} {path} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
     except ValueError as exc:  # Python's limit on the digits of an integer it reads
-        raise ToolError(f"{what} {path} holds an integer too long to be a config value ({str(exc).split(':')[0]})") from None
+        raise ToolError(
+            f"{what} {path} holds an integer too long to be a config value ({str(exc).split(':')[0]})"
+        ) from None
     except RecursionError:
         raise ToolError(f"{what} {path} is nested too deeply to be a model config") from None
     if not isinstance(data, dict):
@@ -168,9 +174,13 @@ def read_json_object(path: Path, what: str) -> tuple[Path, dict[str, Any]]:
 
 def _check_values(value: Any, at: str, where: str, depth: int = 0) -> None:
     if depth > MAX_CONFIG_DEPTH:
-        raise ToolError(f"{where} is nested more than {MAX_CONFIG_DEPTH} levels deep (at {at[:80]}): not a model config")
+        raise ToolError(
+            f"{where} is nested more than {MAX_CONFIG_DEPTH} levels deep (at {at[:80]}): not a model config"
+        )
     if isinstance(value, int) and not isinstance(value, bool) and not -MAX_CONFIG_INT <= value < MAX_CONFIG_INT:
-        raise ToolError(f"{where}: {at[:80]} is an integer of {len(str(abs(value)))} digits, past any config value (the cap is 2**63)")
+        raise ToolError(
+            f"{where}: {at[:80]} is an integer of {len(str(abs(value)))} digits, past any config value (the cap is 2**63)"
+        )
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for key, item in items:
         if isinstance(key, int):
@@ -184,8 +194,12 @@ def _check_values(value: Any, at: str, where: str, depth: int = 0) -> None:
 def load_draft_config(path: Path) -> DraftConfig:
     path, data = read_json_object(path, "drafter config")
     architectures = data.get("architectures")
-    if architectures is not None and not (isinstance(architectures, list) and all(isinstance(a, str) for a in architectures)):
-        raise ToolError(f"drafter config {path}: architectures is {json.dumps(architectures)[:80]}, not a list of class names")
+    if architectures is not None and not (
+        isinstance(architectures, list) and all(isinstance(a, str) for a in architectures)
+    ):
+        raise ToolError(
+            f"drafter config {path}: architectures is {json.dumps(architectures)[:80]}, not a list of class names"
+        )
     return DraftConfig(path, data, detect_format(data))
 
 

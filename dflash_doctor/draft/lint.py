@@ -124,25 +124,50 @@ def lint(config: DraftConfig, target: TargetLayers | None = None, hf: HfView | N
 def _lint_format(config: DraftConfig, add: Add) -> None:
     data = config.data
     if config.format == ZLAB:
-        add(INFO, "format", "z-lab/SpecForge format: dflash_config.target_layer_ids are 0-based target layers; vLLM must capture id + 1",
-            "")
+        add(
+            INFO,
+            "format",
+            "z-lab/SpecForge format: dflash_config.target_layer_ids are 0-based target layers; vLLM must capture id + 1",
+            "",
+        )
         if "aux_hidden_state_layer_ids" in data or "eagle_aux_hidden_state_layer_ids" in data:
-            add(WARNING, "format-mixed", "the config also sets (eagle_)aux_hidden_state_layer_ids, which vLLM reads before dflash_config and uses unshifted",
-                "keep one: dflash_config.target_layer_ids (raw) or eagle_aux_hidden_state_layer_ids (already +1)")
+            add(
+                WARNING,
+                "format-mixed",
+                "the config also sets (eagle_)aux_hidden_state_layer_ids, which vLLM reads before dflash_config and uses unshifted",
+                "keep one: dflash_config.target_layer_ids (raw) or eagle_aux_hidden_state_layer_ids (already +1)",
+            )
     elif config.format == SPECULATORS:
         kind = data.get("speculators_model_type")
         add(INFO, "format", "speculators format: aux_hidden_state_layer_ids are vLLM capture ids (already +1)", "")
         if kind not in DFLASH_SPECULATOR_TYPES:
-            add(ERROR, "speculators-type", f"speculators_model_type is {kind!r}, not one of {', '.join(DFLASH_SPECULATOR_TYPES)}: not a DFlash drafter",
-                'set "speculators_model_type": "dflash" (or use a DFlash checkpoint)')
+            add(
+                ERROR,
+                "speculators-type",
+                f"speculators_model_type is {kind!r}, not one of {', '.join(DFLASH_SPECULATOR_TYPES)}: not a DFlash drafter",
+                'set "speculators_model_type": "dflash" (or use a DFlash checkpoint)',
+            )
         if isinstance(data.get("dflash_config"), dict) and "target_layer_ids" in data["dflash_config"]:
-            add(WARNING, "format-mixed", "the config has both speculators aux_hidden_state_layer_ids and dflash_config.target_layer_ids; vLLM translates the speculators ids and ignores the other",
-                "remove dflash_config.target_layer_ids")
+            add(
+                WARNING,
+                "format-mixed",
+                "the config has both speculators aux_hidden_state_layer_ids and dflash_config.target_layer_ids; vLLM translates the speculators ids and ignores the other",
+                "remove dflash_config.target_layer_ids",
+            )
         if not isinstance(data.get("transformer_layer_config"), dict):
-            add(ERROR, "missing-key", "speculators config without a transformer_layer_config object", "add transformer_layer_config (the draft layers' config)")
+            add(
+                ERROR,
+                "missing-key",
+                "speculators config without a transformer_layer_config object",
+                "add transformer_layer_config (the draft layers' config)",
+            )
     else:
-        add(ERROR, "format", "neither dflash_config.target_layer_ids (z-lab/SpecForge) nor aux_hidden_state_layer_ids (speculators): the tapped target layers are not stated",
-            "add dflash_config.target_layer_ids (0-based target layers the drafter was trained on)")
+        add(
+            ERROR,
+            "format",
+            "neither dflash_config.target_layer_ids (z-lab/SpecForge) nor aux_hidden_state_layer_ids (speculators): the tapped target layers are not stated",
+            "add dflash_config.target_layer_ids (0-based target layers the drafter was trained on)",
+        )
 
 
 def _lint_ids(config: DraftConfig, target: TargetLayers | None, add: Add) -> None:
@@ -151,29 +176,56 @@ def _lint_ids(config: DraftConfig, target: TargetLayers | None, add: Add) -> Non
     key = "aux_hidden_state_layer_ids" if config.format == SPECULATORS else "dflash_config.target_layer_ids"
     ids = config.layer_ids
     if not int_list(ids) or not ids:
-        add(ERROR, "ids-invalid", f"{key} must be a non-empty list of integers, got {json.dumps(ids)}", f"write {key} as a list of layer indices")
+        add(
+            ERROR,
+            "ids-invalid",
+            f"{key} must be a non-empty list of integers, got {json.dumps(ids)}",
+            f"write {key} as a list of layer indices",
+        )
         return
     if len(set(ids)) != len(ids):
         add(WARNING, "ids-duplicate", f"{key} repeats a layer: {ids}", "list each tapped layer once")
     if ids != sorted(ids):
-        add(WARNING, "ids-order", f"{key} is not ascending: {ids} (the drafter concatenates taps in list order)", "keep the order the drafter was trained with; check it")
+        add(
+            WARNING,
+            "ids-order",
+            f"{key} is not ascending: {ids} (the drafter concatenates taps in list order)",
+            "keep the order the drafter was trained with; check it",
+        )
     declared = config.data.get("num_target_layers")
     if target is not None and isinstance(declared, int) and declared != target.count:
-        add(ERROR, "target-layers-mismatch", f"num_target_layers is {declared} but the target config has {target.count} layers: this drafter was trained for another target",
-            "use the drafter trained for this target model")
+        add(
+            ERROR,
+            "target-layers-mismatch",
+            f"num_target_layers is {declared} but the target config has {target.count} layers: this drafter was trained for another target",
+            "use the drafter trained for this target model",
+        )
     known = target_layer_count(config, target)
     if known is None:
-        add(INFO, "ids-range-unchecked", f"the target's layer count is unknown, so {key} is not range-checked", "pass --target-config TARGET/config.json")
+        add(
+            INFO,
+            "ids-range-unchecked",
+            f"the target's layer count is unknown, so {key} is not range-checked",
+            "pass --target-config TARGET/config.json",
+        )
         return
     # z-lab ids tap layer outputs 0..N-1; capture ids run 1..N (N: output of the last layer).
     low, high = (0, known.count - 1) if config.format == ZLAB else (1, known.count)
     outside = [i for i in ids if not low <= i <= high]
     if outside:
-        add(ERROR, "ids-out-of-range", f"{key} {outside} outside {low}..{high} for a {known.count}-layer target ({known.source})",
-            f"use layer ids in {low}..{high}; a drafter for another target does not fit this one")
+        add(
+            ERROR,
+            "ids-out-of-range",
+            f"{key} {outside} outside {low}..{high} for a {known.count}-layer target ({known.source})",
+            f"use layer ids in {low}..{high}; a drafter for another target does not fit this one",
+        )
     elif high in ids:
-        add(INFO, "ids-last-layer", f"{key} taps the target's last layer ({high}): vLLM captures it as the final layer's output before the norm",
-            "right for vLLM; other runtimes have mishandled the last-layer tap")
+        add(
+            INFO,
+            "ids-last-layer",
+            f"{key} taps the target's last layer ({high}): vLLM captures it as the final layer's output before the norm",
+            "right for vLLM; other runtimes have mishandled the last-layer tap",
+        )
 
 
 def _lint_layers(config: DraftConfig, add: Add, hf: HfView | None) -> None:
@@ -181,39 +233,81 @@ def _lint_layers(config: DraftConfig, add: Add, hf: HfView | None) -> None:
     where = "transformer_layer_config." if config.format == SPECULATORS else ""
     count = draft_layer_count(layout)
     if count is None:
-        add(ERROR, "missing-key", f"{where}num_hidden_layers is missing or not a number of draft layers (1..{MAX_DRAFT_LAYERS})",
-            f"set {where}num_hidden_layers to the number of draft layers")
+        add(
+            ERROR,
+            "missing-key",
+            f"{where}num_hidden_layers is missing or not a number of draft layers (1..{MAX_DRAFT_LAYERS})",
+            f"set {where}num_hidden_layers to the number of draft layers",
+        )
     kinds = layout.get("layer_types")
     if kinds is not None:
         if not isinstance(kinds, list):
-            add(ERROR, "layer-types-invalid", f"{where}layer_types must be a list", f"write {where}layer_types as a list of {' / '.join(LAYER_TYPES)}")
+            add(
+                ERROR,
+                "layer-types-invalid",
+                f"{where}layer_types must be a list",
+                f"write {where}layer_types as a list of {' / '.join(LAYER_TYPES)}",
+            )
             kinds = None
         else:
             bad = sorted({str(k) for k in kinds if k not in LAYER_TYPES})
             if bad:
-                add(ERROR, "layer-types-invalid", f"{where}layer_types has unknown values {bad}", f"use only {' / '.join(LAYER_TYPES)}")
+                add(
+                    ERROR,
+                    "layer-types-invalid",
+                    f"{where}layer_types has unknown values {bad}",
+                    f"use only {' / '.join(LAYER_TYPES)}",
+                )
             if count is not None and len(kinds) != count:
-                add(ERROR, "layer-types-length", f"{where}layer_types has {len(kinds)} entries for {count} layers", f"give exactly one layer type per draft layer ({count})")
+                add(
+                    ERROR,
+                    "layer-types-length",
+                    f"{where}layer_types has {len(kinds)} entries for {count} layers",
+                    f"give exactly one layer type per draft layer ({count})",
+                )
     use_swa = bool(config.dflash_config.get("use_swa", False))
     sliding = kinds is not None and SLIDING in kinds
     if kinds and sliding and FULL in kinds:
-        add(INFO, "mixed-layers", "the drafter mixes sliding and full attention layers: vLLM needs the V2 model runner for it",
-            "run a vLLM whose V2 runner supports mixed drafters (`dflash-doctor check --draft-config` says whether a vLLM does)")
+        add(
+            INFO,
+            "mixed-layers",
+            "the drafter mixes sliding and full attention layers: vLLM needs the V2 model runner for it",
+            "run a vLLM whose V2 runner supports mixed drafters (`dflash-doctor check --draft-config` says whether a vLLM does)",
+        )
     if use_swa and not sliding:
-        add(INFO, "use-swa", "dflash_config.use_swa is true and no layer_types entry is sliding: every draft layer is sliding", "")
+        add(
+            INFO,
+            "use-swa",
+            "dflash_config.use_swa is true and no layer_types entry is sliding: every draft layer is sliding",
+            "",
+        )
     swa_window = config.dflash_config.get("swa_window_size")
     top_window = layout.get("sliding_window")
     window = first_given(swa_window, top_window)
     if sliding or use_swa:
         if window is None:
-            add(ERROR, "window-missing", "sliding layers but no window: neither dflash_config.swa_window_size nor sliding_window is set",
-                f"set {where}sliding_window to the window the drafter was trained with")
+            add(
+                ERROR,
+                "window-missing",
+                "sliding layers but no window: neither dflash_config.swa_window_size nor sliding_window is set",
+                f"set {where}sliding_window to the window the drafter was trained with",
+            )
         elif not isinstance(window, int) or isinstance(window, bool) or window <= 0:
-            add(ERROR, "window-invalid", f"the sliding window must be a positive integer, got {json.dumps(window)}", "set the window in tokens, e.g. 2048")
+            add(
+                ERROR,
+                "window-invalid",
+                f"the sliding window must be a positive integer, got {json.dumps(window)}",
+                "set the window in tokens, e.g. 2048",
+            )
         elif swa_window is None:
             _lint_window_seen(config, layout, window, add, hf)
     elif window is not None and kinds is not None:
-        add(INFO, "window-unused", f"a sliding window ({window}) is set but no layer is sliding", "check layer_types if a layer should be sliding")
+        add(
+            INFO,
+            "window-unused",
+            f"a sliding window ({window}) is set but no layer is sliding",
+            "check layer_types if a layer should be sliding",
+        )
 
 
 NULLED_FIX = 'set "use_sliding_window": true (or give dflash_config.swa_window_size)'
@@ -226,19 +320,34 @@ def _lint_window_seen(config: DraftConfig, layout: dict[str, Any], window: int, 
     state = "false" if layout.get("use_sliding_window") is False else "not set"
     if hf is None:
         if config.format == ZLAB and layout.get("use_sliding_window") is not True:
-            add(WARNING, "window-nulled", f"use_sliding_window is {state} (Transformers' Qwen2/Qwen3 configs default it to false): "
-                "Transformers then sets sliding_window to None, and vLLM sees no window for the sliding layers", NULLED_FIX)
+            add(
+                WARNING,
+                "window-nulled",
+                f"use_sliding_window is {state} (Transformers' Qwen2/Qwen3 configs default it to false): "
+                "Transformers then sets sliding_window to None, and vLLM sees no window for the sliding layers",
+                NULLED_FIX,
+            )
         return
     source = hf.source
     known, seen = hf.value("sliding_window")
     if not known:
         add(INFO, "window-unchecked", f"whether this vLLM sees the sliding window cannot be told: {source.reason}", "")
     elif seen is None:
-        add(WARNING, "window-nulled", f"use_sliding_window is {state}: {source.config_class} (transformers {source.transformers}) "
-            "sets sliding_window to None, and vLLM sees no window for the sliding layers", NULLED_FIX)
+        add(
+            WARNING,
+            "window-nulled",
+            f"use_sliding_window is {state}: {source.config_class} (transformers {source.transformers}) "
+            "sets sliding_window to None, and vLLM sees no window for the sliding layers",
+            NULLED_FIX,
+        )
     elif seen != window:
-        add(WARNING, "window-changed", f"{source.config_class} (transformers {source.transformers}) turns sliding_window {window} into {json.dumps(seen)}: "
-            "vLLM sees that window for the sliding layers", "give the window in dflash_config.swa_window_size")
+        add(
+            WARNING,
+            "window-changed",
+            f"{source.config_class} (transformers {source.transformers}) turns sliding_window {window} into {json.dumps(seen)}: "
+            "vLLM sees that window for the sliding layers",
+            "give the window in dflash_config.swa_window_size",
+        )
 
 
 def _lint_mask_and_block(config: DraftConfig, add: Add) -> None:
@@ -247,24 +356,53 @@ def _lint_mask_and_block(config: DraftConfig, add: Add) -> None:
     top = data.get("mask_token_id")
     if nested is None and top is None:
         where = "mask_token_id" if config.format == SPECULATORS else "dflash_config.mask_token_id"
-        add(ERROR, "mask-missing", "no mask_token_id (dflash_config or top level): the drafter's mask token is unknown", f"set {where} to the tokenizer's mask token id")
+        add(
+            ERROR,
+            "mask-missing",
+            "no mask_token_id (dflash_config or top level): the drafter's mask token is unknown",
+            f"set {where} to the tokenizer's mask token id",
+        )
     elif nested is not None and top is not None and nested != top:
-        add(ERROR, "mask-conflict", f"dflash_config.mask_token_id {nested} differs from top-level mask_token_id {top}", "keep one mask_token_id")
+        add(
+            ERROR,
+            "mask-conflict",
+            f"dflash_config.mask_token_id {nested} differs from top-level mask_token_id {top}",
+            "keep one mask_token_id",
+        )
     else:
         mask = first_given(nested, top)
         if not isinstance(mask, int) or isinstance(mask, bool) or mask < 0:
-            add(ERROR, "mask-invalid", f"mask_token_id must be a token id, got {json.dumps(mask)}", "set mask_token_id to an integer token id")
+            add(
+                ERROR,
+                "mask-invalid",
+                f"mask_token_id must be a token id, got {json.dumps(mask)}",
+                "set mask_token_id to an integer token id",
+            )
     top_block, nested_block = data.get("block_size"), config.dflash_config.get("block_size")
     if top_block is not None and nested_block is not None and top_block != nested_block:
-        add(ERROR, "block-conflict", f"block_size {top_block} differs from dflash_config.block_size {nested_block}", "keep one block_size")
+        add(
+            ERROR,
+            "block-conflict",
+            f"block_size {top_block} differs from dflash_config.block_size {nested_block}",
+            "keep one block_size",
+        )
         return
     block = config.block_size
     if block is None:
-        add(WARNING, "block-missing", "no block_size (top level or dflash_config): num_speculative_tokens cannot be derived",
-            "set block_size to the drafter's training block size")
+        add(
+            WARNING,
+            "block-missing",
+            "no block_size (top level or dflash_config): num_speculative_tokens cannot be derived",
+            "set block_size to the drafter's training block size",
+        )
         return
     if not isinstance(block, int) or isinstance(block, bool) or block < 2:
-        add(ERROR, "block-invalid", f"block_size must be an integer >= 2, got {json.dumps(block)}", "set block_size to the training block size, e.g. 16")
+        add(
+            ERROR,
+            "block-invalid",
+            f"block_size must be an integer >= 2, got {json.dumps(block)}",
+            "set block_size to the training block size, e.g. 16",
+        )
         return
     tokens = block - 1
     if config.format == SPECULATORS:
@@ -272,11 +410,19 @@ def _lint_mask_and_block(config: DraftConfig, add: Add) -> None:
         anchor = bool(data.get("sample_from_anchor", False))
         wanted = block if anchor else tokens
         if stated is not None and stated != wanted:
-            add(WARNING, "spec-tokens-mismatch", f"speculators_config proposes {stated} speculative tokens, but block_size {block} gives {wanted}",
-                f"use num_speculative_tokens {wanted}")
+            add(
+                WARNING,
+                "spec-tokens-mismatch",
+                f"speculators_config proposes {stated} speculative tokens, but block_size {block} gives {wanted}",
+                f"use num_speculative_tokens {wanted}",
+            )
         tokens = wanted
-    add(INFO, "num-speculative-tokens", f"block_size {block}: launch with num_speculative_tokens = {tokens}",
-        f'--speculative-config \'{{"method": "dflash", "num_speculative_tokens": {tokens}, ...}}\'')
+    add(
+        INFO,
+        "num-speculative-tokens",
+        f"block_size {block}: launch with num_speculative_tokens = {tokens}",
+        f'--speculative-config \'{{"method": "dflash", "num_speculative_tokens": {tokens}, ...}}\'',
+    )
 
 
 def _speculative_tokens(data: dict[str, Any]) -> int | None:
@@ -290,12 +436,24 @@ def _speculative_tokens(data: dict[str, Any]) -> int | None:
 def _lint_causality(config: DraftConfig, add: Add) -> None:
     layout = config.layout
     if layout.get("is_causal") is not None:
-        add(INFO, "causal-override", f"is_causal is {json.dumps(layout['is_causal'])}: every draft layer is {'causal' if layout['is_causal'] else 'non-causal'} (older vLLM releases ignore this key; `dflash-doctor check --draft-config` shows what a vLLM makes of it)",
-            "right if the drafter was trained that way")
+        add(
+            INFO,
+            "causal-override",
+            f"is_causal is {json.dumps(layout['is_causal'])}: every draft layer is {'causal' if layout['is_causal'] else 'non-causal'} (older vLLM releases ignore this key; `dflash-doctor check --draft-config` shows what a vLLM makes of it)",
+            "right if the drafter was trained that way",
+        )
     if config.dflash_config.get("causal") is not None:
-        add(INFO, "causal-override", f"dflash_config.causal is {json.dumps(config.dflash_config['causal'])}: it overrides causality of every draft layer",
-            "right if the drafter was trained that way")
+        add(
+            INFO,
+            "causal-override",
+            f"dflash_config.causal is {json.dumps(config.dflash_config['causal'])}: it overrides causality of every draft layer",
+            "right if the drafter was trained that way",
+        )
     if config.format == SPECULATORS and config.data.get("sliding_window_non_causal") is not None:
         flag = config.data["sliding_window_non_causal"]
-        add(INFO, "causal-override", f"sliding_window_non_causal is {json.dumps(flag)}: vLLM's speculators translation sets dflash_config.causal = {json.dumps(not flag)}",
-            "right if the drafter was trained that way")
+        add(
+            INFO,
+            "causal-override",
+            f"sliding_window_non_causal is {json.dumps(flag)}: vLLM's speculators translation sets dflash_config.causal = {json.dumps(not flag)}",
+            "right if the drafter was trained that way",
+        )

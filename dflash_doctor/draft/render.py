@@ -57,7 +57,9 @@ class DraftSection:
 
     def _title(self) -> str:
         target = self.lint.target
-        layers = "target layer count unknown" if target is None else f"target has {target.count} layers ({target.source})"
+        layers = (
+            "target layer count unknown" if target is None else f"target has {target.count} layers ({target.source})"
+        )
         return f"drafter config {self.lint.config.path} ({self.lint.config.format} format); {layers}"
 
     def _totals(self) -> str:
@@ -79,15 +81,23 @@ class ProbesSection:
         computed = self.computed
         lines = ["probes (the tree's own code run on the drafter config):"]
         lines += [f"  !! {mismatch}" for mismatch in computed.mismatches]
-        lines.append(f"  aux layer ids: {_value(computed.aux_layer_ids)} (expected {_value(computed.expected_aux_layer_ids)})")
-        accepts = ", ".join(f"{name.upper()} {_accepts(support.supported)}" for name, support in computed.runner_support)
-        lines.append(f"  runner: {_value(computed.runner and computed.runner.upper())}" + (f" ({accepts})" if accepts else ""))
+        lines.append(
+            f"  aux layer ids: {_value(computed.aux_layer_ids)} (expected {_value(computed.expected_aux_layer_ids)})"
+        )
+        accepts = ", ".join(
+            f"{name.upper()} {_accepts(support.supported)}" for name, support in computed.runner_support
+        )
+        lines.append(
+            f"  runner: {_value(computed.runner and computed.runner.upper())}" + (f" ({accepts})" if accepts else "")
+        )
         if computed.layers is None:
             lines.append("  layers: not computable")
         else:
             for index, (window, causal) in enumerate(computed.layers):
-                lines.append(f"  layer {index}: window {window if window is not None else 'full'}, "
-                             f"{'causal' if causal else 'non-causal'}")
+                lines.append(
+                    f"  layer {index}: window {window if window is not None else 'full'}, "
+                    f"{'causal' if causal else 'non-causal'}"
+                )
         lines.append(f"  drops the prefix-cache block for method='dflash': {_value(computed.drops_prefix_block)}")
         if computed.hf_source is not None:
             lines.append(f"  {computed.hf_source.line()}")

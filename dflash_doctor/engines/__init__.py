@@ -97,5 +97,7 @@ def of_package(package: str) -> Engine:
     """The engine whose import package is ``package`` (a collector's answer names it); LookupError when none."""
     found = [engine for engine in ENGINES.values() if engine.package == package]
     if not found:
-        raise LookupError(f"no engine has the package {package!r} (known: {', '.join(sorted(e.package for e in ENGINES.values()))})")
+        raise LookupError(
+            f"no engine has the package {package!r} (known: {', '.join(sorted(e.package for e in ENGINES.values()))})"
+        )
     return found[0]

@@ -30,16 +30,30 @@ VLLM = Engine(
         deployment_config=Where("vllm/config/vllm.py", "VllmConfig"),
         deployment_name="vllm_config",
         current_config="get_current_vllm_config",
-        fields=Fields(speculative="speculative_config", method="method", tokens="num_speculative_tokens",
-                      draft="draft_model_config", hf="hf_config", architectures="architectures"),
+        fields=Fields(
+            speculative="speculative_config",
+            method="method",
+            tokens="num_speculative_tokens",
+            draft="draft_model_config",
+            hf="hf_config",
+            architectures="architectures",
+        ),
         runners=(
             # the V1 runner refuses what VllmConfig lists; releases from 0.34.0 have only the V2 runner
-            RunnerKind("v1", "vllm/v1/worker/gpu_model_runner.py", refusals="_get_v1_model_runner_unsupported_features"),
+            RunnerKind(
+                "v1", "vllm/v1/worker/gpu_model_runner.py", refusals="_get_v1_model_runner_unsupported_features"
+            ),
             # the V2 runner builds a speculator per method: one from its eagle package runs a drafter as EAGLE
-            RunnerKind("v2", "vllm/v1/worker/gpu/__init__.py",
-                       factory=Where("vllm/v1/worker/gpu/spec_decode/__init__.py", "init_speculator"), foreign="eagle"),
+            RunnerKind(
+                "v2",
+                "vllm/v1/worker/gpu/__init__.py",
+                factory=Where("vllm/v1/worker/gpu/spec_decode/__init__.py", "init_speculator"),
+                foreign="eagle",
+            ),
         ),
-        switch=RunnerSwitch("vllm/envs.py", "envs", "VLLM_USE_V2_MODEL_RUNNER", "use_v2_model_runner", on="v2", off="v1"),
+        switch=RunnerSwitch(
+            "vllm/envs.py", "envs", "VLLM_USE_V2_MODEL_RUNNER", "use_v2_model_runner", on="v2", off="v1"
+        ),
         layer_resolver=Where("vllm/model_executor/models/qwen3_dflash.py", "_resolve_layer_attention"),
         refusals=("NotImplementedError", "ValueError"),
         provided=("get_current_vllm_config", "envs", "logger", "os"),

@@ -17,8 +17,18 @@ import tarfile
 from pathlib import Path
 
 from .interface import (
-    MAX_MANIFEST_BYTES, Blob, ImageError, ImageSource, VerifiedStream, as_dict, as_list, check_digest, listed, load_json,
-    open_regular, sha256_digest,
+    MAX_MANIFEST_BYTES,
+    Blob,
+    ImageError,
+    ImageSource,
+    VerifiedStream,
+    as_dict,
+    as_list,
+    check_digest,
+    listed,
+    load_json,
+    open_regular,
+    sha256_digest,
 )
 from .layers import BoundedTarInfo
 from .manifest import MAX_LAYERS
@@ -31,8 +41,10 @@ MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 MAX_ARCHIVE_MEMBERS = 8 * MAX_LAYERS + 64
 MAX_LINK_HOPS = 8  # a layer stored once and linked from the others is one hop
 
+
 class ArchiveSource(ImageSource):
     concurrent_blobs = False  # every blob is read through the one archive file
+
     def __init__(self, spec: str) -> None:
         self.reference = f"docker-archive:{spec}"
         path, name = Path(spec), None
@@ -46,7 +58,9 @@ class ArchiveSource(ImageSource):
             self._members = self._scan()
         except (tarfile.TarError, OSError, EOFError, ValueError) as exc:
             handle.close()
-            raise ImageError(f"{self.reference}: not a docker archive: {getattr(exc, 'strerror', None) or exc}") from None
+            raise ImageError(
+                f"{self.reference}: not a docker archive: {getattr(exc, 'strerror', None) or exc}"
+            ) from None
         self._blobs: dict[str, str] = {}  # digest -> member name
 
     def _scan(self) -> dict[str, tarfile.TarInfo]:
@@ -54,7 +68,9 @@ class ArchiveSource(ImageSource):
         members = {}
         for count, member in enumerate(iter(self.archive.next, None), 1):
             if count > MAX_ARCHIVE_MEMBERS:
-                raise ImageError(f"{self.reference}: more than {MAX_ARCHIVE_MEMBERS} members (the cap on archive members)")
+                raise ImageError(
+                    f"{self.reference}: more than {MAX_ARCHIVE_MEMBERS} members (the cap on archive members)"
+                )
             members[member.name] = member
         return members
 
@@ -67,7 +83,9 @@ class ArchiveSource(ImageSource):
         for _ in range(MAX_LINK_HOPS):
             if member is None or not (member.issym() or member.islnk()):
                 break
-            target = posixpath.join(posixpath.dirname(member.name), member.linkname) if member.issym() else member.linkname
+            target = (
+                posixpath.join(posixpath.dirname(member.name), member.linkname) if member.issym() else member.linkname
+            )
             member = self._members.get(posixpath.normpath(target))
         handle = self.archive.extractfile(member) if member is not None and member.isfile() else None
         if handle is None:
@@ -81,25 +99,37 @@ class ArchiveSource(ImageSource):
         return data
 
     def top(self) -> Blob:
-        listing = load_json(self._member_bytes("manifest.json", self.reference), f"{self.reference}: manifest.json", list)
+        listing = load_json(
+            self._member_bytes("manifest.json", self.reference), f"{self.reference}: manifest.json", list
+        )
         entries = [e for e in listing if isinstance(e, dict)]
         tags_of = {id(e): [t for t in as_list(e.get("RepoTags")) if isinstance(t, str)] for e in entries}
         if self.name is not None:
             entries = [e for e in entries if any(t == self.name or t.endswith("/" + self.name) for t in tags_of[id(e)])]
         if len(entries) != 1:
             tags = sorted(t[:80] for e in entries for t in tags_of[id(e)])
-            raise ImageError(f"{self.reference}: {len(entries)} matching images in the archive; name one as docker-archive:FILE:NAME:TAG (tags: {listed(tags)})")
+            raise ImageError(
+                f"{self.reference}: {len(entries)} matching images in the archive; name one as docker-archive:FILE:NAME:TAG (tags: {listed(tags)})"
+            )
         entry = entries[0]
         config_name, layer_names = entry.get("Config"), entry.get("Layers")
-        if not isinstance(config_name, str) or not isinstance(layer_names, list) or not all(isinstance(n, str) for n in layer_names):
+        if (
+            not isinstance(config_name, str)
+            or not isinstance(layer_names, list)
+            or not all(isinstance(n, str) for n in layer_names)
+        ):
             raise ImageError(f"{self.reference}: manifest.json names no config or layers")
         config_data = self._member_bytes(config_name, f"{self.reference}: config")
         config_digest = sha256_digest(config_data)
         named = HEX.search(config_name)
         if named and f"sha256:{named.group(1)}" != config_digest:
-            raise ImageError(f"{self.reference}: config {config_name[:200]} does not match its digest; the archive is damaged or tampered with")
+            raise ImageError(
+                f"{self.reference}: config {config_name[:200]} does not match its digest; the archive is damaged or tampered with"
+            )
         self._blobs[config_digest] = config_name
-        diff_ids = as_dict(as_dict(load_json(config_data, f"{self.reference}: the config")).get("rootfs")).get("diff_ids")
+        diff_ids = as_dict(as_dict(load_json(config_data, f"{self.reference}: the config")).get("rootfs")).get(
+            "diff_ids"
+        )
         if not isinstance(diff_ids, list):
             raise ImageError(f"{self.reference}: the config has no rootfs.diff_ids")
         if len(diff_ids) != len(layer_names):
@@ -109,8 +139,16 @@ class ArchiveSource(ImageSource):
             digest = check_digest(diff_id, f"{self.reference}: diff_id")
             self._blobs[digest] = name
             layers.append({"mediaType": LAYER_TYPE, "digest": digest})
-        manifest = {"schemaVersion": 2, "mediaType": MANIFEST_TYPE, "layers": layers,
-                    "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest, "size": len(config_data)}}
+        manifest = {
+            "schemaVersion": 2,
+            "mediaType": MANIFEST_TYPE,
+            "layers": layers,
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": config_digest,
+                "size": len(config_data),
+            },
+        }
         return Blob(MANIFEST_TYPE, json.dumps(manifest).encode(), config_digest)
 
     def manifest(self, digest: str) -> Blob:

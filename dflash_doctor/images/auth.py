@@ -53,7 +53,11 @@ def credentials_for(registry: str) -> Credentials | None:
     if helper is None and isinstance(helpers, dict):
         helper = next((name for key, name in helpers.items() if _host_of(key) == host), None)
     auths = config.get("auths") or {}
-    entry = next((value for key, value in auths.items() if _host_of(key) == host), None) if isinstance(auths, dict) else None
+    entry = (
+        next((value for key, value in auths.items() if _host_of(key) == host), None)
+        if isinstance(auths, dict)
+        else None
+    )
     if isinstance(entry, dict) and (entry.get("auth") or entry.get("username")):
         return _from_entry(entry, path, host)
     helper = helper or config.get("credsStore")
@@ -103,5 +107,7 @@ def basic_header(credentials: Credentials) -> str:
 def parse_challenge(header: str) -> tuple[str, dict[str, str]]:
     """``Bearer realm="...",service="...",scope="..."`` -> ("bearer", {...})."""
     scheme, _, rest = header.strip().partition(" ")
-    params = {m.group(1).lower(): m.group(2) if m.group(2) is not None else m.group(3) for m in CHALLENGE_PARAM.finditer(rest)}
+    params = {
+        m.group(1).lower(): m.group(2) if m.group(2) is not None else m.group(3) for m in CHALLENGE_PARAM.finditer(rest)
+    }
     return scheme.lower(), params

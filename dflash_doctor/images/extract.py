@@ -50,18 +50,22 @@ class ImageTree:
 def open_source(reference: str, insecure: tuple[str, ...] = (), timeout: float = 30.0) -> ImageSource:
     """``oci:DIR[:TAG]``, ``docker-archive:FILE``, else a registry reference (``docker://`` optional)."""
     if reference.startswith("oci:"):
-        return LayoutSource(reference[len("oci:"):])
+        return LayoutSource(reference[len("oci:") :])
     if reference.startswith("docker-archive:"):
-        return ArchiveSource(reference[len("docker-archive:"):])
+        return ArchiveSource(reference[len("docker-archive:") :])
     return RegistrySource(reference.removeprefix("docker://"), insecure, timeout)
 
 
-def image_tree(source: ImageSource, platform: str, images_dir: Path, engines: tuple[Engine, ...],
-               progress: bool = False) -> ImageTree:
+def image_tree(
+    source: ImageSource, platform: str, images_dir: Path, engines: tuple[Engine, ...], progress: bool = False
+) -> ImageTree:
     """The tree of the first of ``engines`` whose package the image holds (one engine: that one's, or its error)."""
     image = resolve_image(source, platform)
     labels = tuple((name, image.labels[name]) for name in LABELS if name in image.labels)
-    trees = {engine: images_dir / "trees" / f"{TREE_FORMAT}-{engine.name}-{image.digest.split(':', 1)[1]}" for engine in engines}
+    trees = {
+        engine: images_dir / "trees" / f"{TREE_FORMAT}-{engine.name}-{image.digest.split(':', 1)[1]}"
+        for engine in engines
+    }
     engine, done = engines[0], _load_meta(trees[engines[0]])
     if done is None:
         try:
@@ -81,8 +85,16 @@ def image_tree(source: ImageSource, platform: str, images_dir: Path, engines: tu
             site = find_site(view, image.env, images_dir / "files", engine)
             done = {"site": site.directory, "python": site.python}
             _write_tree(site_files(view, site.directory), images_dir, trees[engine], done)
-    return ImageTree(trees[engine] / "root", source.reference, image.digest, image.platform, "/" + done["site"], done["python"],
-                     labels, engine)
+    return ImageTree(
+        trees[engine] / "root",
+        source.reference,
+        image.digest,
+        image.platform,
+        "/" + done["site"],
+        done["python"],
+        labels,
+        engine,
+    )
 
 
 def _load_meta(tree_dir: Path) -> dict | None:
@@ -100,8 +112,14 @@ def _layer_indexes(source: ImageSource, image: Image, images_dir: Path, progress
         from rich.console import Console
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-        bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                       console=Console(file=sys.stderr), transient=True)
+        bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            console=Console(file=sys.stderr),
+            transient=True,
+        )
         bar.start()
     try:
         # Layers stream side by side: a large base layer is mostly I/O, zlib and sha256 (no GIL),
@@ -149,7 +167,9 @@ def _write_tree(files: dict[str, str], images_dir: Path, tree_dir: Path, meta: d
         packs: dict[str, object] = {}
         try:
             for relpath, where in sorted(files.items()):
-                directory = os.path.join(root, os.path.dirname(relpath))  # normalised at read time: no '..', no absolute part
+                directory = os.path.join(
+                    root, os.path.dirname(relpath)
+                )  # normalised at read time: no '..', no absolute part
                 if directory not in made:
                     os.makedirs(directory, exist_ok=True)
                     made.add(directory)

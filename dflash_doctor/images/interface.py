@@ -121,7 +121,9 @@ class VerifiedStream:
             raise ImageError(f"{self.what}: {self._read} bytes, its manifest gives {self.size}")
         found = "sha256:" + self._hash.hexdigest()
         if found != self.digest:
-            raise ImageError(f"{self.what}: sha256 mismatch (expected {self.digest}, got {found}); the blob is damaged or tampered with")
+            raise ImageError(
+                f"{self.what}: sha256 mismatch (expected {self.digest}, got {found}); the blob is damaged or tampered with"
+            )
 
     def _take(self, data: bytes) -> None:
         if self.size is not None and self._read + len(data) > self.size:

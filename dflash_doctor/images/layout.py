@@ -6,10 +6,21 @@ from pathlib import Path
 
 from ..paths import read_file
 from .interface import (
-    MAX_MANIFEST_BYTES, Blob, ImageError, ImageSource, VerifiedStream, as_dict, as_list, check_digest, listed, load_json, open_regular,
+    MAX_MANIFEST_BYTES,
+    Blob,
+    ImageError,
+    ImageSource,
+    VerifiedStream,
+    as_dict,
+    as_list,
+    check_digest,
+    listed,
+    load_json,
+    open_regular,
 )
 
 REF_NAME = "org.opencontainers.image.ref.name"
+
 
 def split_layout(spec: str) -> tuple[Path, str | None]:
     """``DIR[:TAG]``: a tag after the last colon, unless that names an existing directory."""
@@ -17,6 +28,7 @@ def split_layout(spec: str) -> tuple[Path, str | None]:
     if sep and directory and "/" not in tag and not Path(spec).is_dir():
         return Path(directory), tag
     return Path(spec), None
+
 
 class LayoutSource(ImageSource):
     def __init__(self, spec: str) -> None:
@@ -35,7 +47,9 @@ class LayoutSource(ImageSource):
                 raise ImageError(f"{self.reference}: no image tagged {self.tag!r} in {self.directory}/index.json")
         if len(entries) != 1:
             tags = sorted(str(as_dict(e.get("annotations")).get(REF_NAME))[:80] for e in entries)
-            raise ImageError(f"{self.reference}: {len(entries)} images in the layout; name one as oci:DIR:TAG (tags: {listed(tags)})")
+            raise ImageError(
+                f"{self.reference}: {len(entries)} images in the layout; name one as oci:DIR:TAG (tags: {listed(tags)})"
+            )
         entry = entries[0]
         blob = self.manifest(check_digest(entry.get("digest"), f"{self.reference}: index.json"))
         media_type = entry.get("mediaType")

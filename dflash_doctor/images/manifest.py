@@ -66,7 +66,9 @@ def resolve_image(source: ImageSource, platform: str) -> Image:
         document = load_json(blob.data, f"{source.reference}: manifest {blob.digest}")
         media_type = _media_type(document, blob)
     if media_type not in MANIFEST_TYPES and "layers" not in document:
-        raise ImageError(f"{source.reference}: unsupported manifest type {media_type[:80]!r} (schema 1 manifests are not supported)")
+        raise ImageError(
+            f"{source.reference}: unsupported manifest type {media_type[:80]!r} (schema 1 manifests are not supported)"
+        )
     config_ref = document.get("config")
     layers = document.get("layers")
     if not isinstance(config_ref, dict) or not isinstance(layers, list):
@@ -76,7 +78,9 @@ def resolve_image(source: ImageSource, platform: str) -> Image:
     config_digest = check_digest(config_ref.get("digest"), f"{source.reference}: config")
     config_bytes = source.read_blob(config_digest, _size(config_ref), f"{source.reference}: config {config_digest}")
     config = load_json(config_bytes, f"{source.reference}: the image config")
-    found = "/".join(p for p in (config.get("os"), config.get("architecture"), config.get("variant")) if isinstance(p, str) and p)
+    found = "/".join(
+        p for p in (config.get("os"), config.get("architecture"), config.get("variant")) if isinstance(p, str) and p
+    )
     return Image(blob.digest, found or platform, config, tuple(_layer(item, source.reference) for item in layers))
 
 
@@ -90,14 +94,19 @@ def _pick(index: dict, wanted: tuple[str, str, str | None], reference: str, plat
     offered = []
     for entry in entries:
         plat = as_dict(entry.get("platform"))
-        os_, arch, variant = (value if isinstance(value, str) else None for value in (plat.get("os"), plat.get("architecture"), plat.get("variant")))
+        os_, arch, variant = (
+            value if isinstance(value, str) else None
+            for value in (plat.get("os"), plat.get("architecture"), plat.get("variant"))
+        )
         if not os_ or os_ == "unknown":  # attestations and other non-image entries
             continue
         offered.append("/".join(p for p in (os_, arch, variant) if p))
         if (os_, arch) == wanted[:2] and (wanted[2] is None or wanted[2] == variant):
             return entry
     have = ", ".join(offered) or "none"
-    raise ImageError(f"{reference}: no image for platform {platform} (the index offers: {have}); choose one with --platform")
+    raise ImageError(
+        f"{reference}: no image for platform {platform} (the index offers: {have}); choose one with --platform"
+    )
 
 
 def _size(descriptor: dict) -> int | None:

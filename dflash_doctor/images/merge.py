@@ -104,8 +104,10 @@ def installs_of(view: View, engine: Engine) -> list[str]:
     """The site directories (inside the image) that hold the engine's package."""
     init = f"/{engine.package}/__init__.py"
     return sorted(
-        path[: -len(init)] for path in view
-        if path.endswith(init) and posixpath.basename(posixpath.dirname(posixpath.dirname(path))) in SITE_DIRS
+        path[: -len(init)]
+        for path in view
+        if path.endswith(init)
+        and posixpath.basename(posixpath.dirname(posixpath.dirname(path))) in SITE_DIRS
         and resolve(view, path) is not None
     )
 
@@ -122,7 +124,9 @@ def find_site(view: View, env: dict[str, str], store: Path, engine: Engine) -> S
     if len(installs) == 1:
         return Site(installs[0], None)
     listed = ", ".join("/" + d for d in installs)
-    raise ImageError(f"several {engine.package} installs ({listed}) and no Python on the image's PATH imports one of them")
+    raise ImageError(
+        f"several {engine.package} installs ({listed}) and no Python on the image's PATH imports one of them"
+    )
 
 
 def _interpreters(view: View, path_env: str):
@@ -154,7 +158,12 @@ def _site_dirs(view: View, python: str, store: Path, installs: list[str], depth:
     version = found.group(1) if found else None
     prefix = posixpath.dirname(posixpath.dirname(real))
     sites = []
-    for pattern in ("lib/python{}/site-packages", "local/lib/python{}/dist-packages", "lib/python3/dist-packages", "lib/python{}/dist-packages"):
+    for pattern in (
+        "lib/python{}/site-packages",
+        "local/lib/python{}/dist-packages",
+        "lib/python3/dist-packages",
+        "lib/python{}/dist-packages",
+    ):
         sites += _versioned(prefix, pattern, version, installs)
     return sites
 
@@ -190,5 +199,5 @@ def site_files(view: View, site: str) -> dict[str, str]:
         real = resolve(view, path)
         entry = view.get(real) if real else None
         if entry is not None and entry[0] == "file":
-            files[path[len(prefix):]] = entry[1]
+            files[path[len(prefix) :]] = entry[1]
     return files

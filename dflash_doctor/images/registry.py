@@ -22,13 +22,25 @@ import time
 import urllib.parse
 
 from .auth import DOCKER_HUB, basic_header, credentials_for, parse_challenge
-from .interface import MAX_MANIFEST_BYTES, Blob, ImageError, ImageSource, VerifiedStream, as_dict, as_list, check_digest, sha256_digest
+from .interface import (
+    MAX_MANIFEST_BYTES,
+    Blob,
+    ImageError,
+    ImageSource,
+    VerifiedStream,
+    as_dict,
+    as_list,
+    check_digest,
+    sha256_digest,
+)
 from .manifest import ACCEPT
 
 DOCKER_HUB_API = "registry-1.docker.io"
 COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 REPOSITORY = re.compile(rf"^{COMPONENT}(?:/{COMPONENT})*$")
-DOMAIN = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::\d{1,5})?$|^\[[0-9a-fA-F:]+\](?::\d{1,5})?$")
+DOMAIN = re.compile(
+    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::\d{1,5})?$|^\[[0-9a-fA-F:]+\](?::\d{1,5})?$"
+)
 TAG = re.compile(r"^[\w][\w.-]{0,127}$")
 MAX_REDIRECTS = 5
 MAX_TOKEN_BYTES = 1024 * 1024
@@ -63,14 +75,22 @@ def parse_reference(text: str) -> Reference:
     if registry == DOCKER_HUB and "/" not in path:
         path = f"library/{path}"
     if not DOMAIN.match(registry) or not REPOSITORY.match(path) or (tag and not TAG.match(tag)):
-        raise ImageError(f"not an image reference: {text!r} (expected e.g. vllm/vllm-openai:v0.20.1 or host:5000/team/vllm@sha256:...)")
+        raise ImageError(
+            f"not an image reference: {text!r} (expected e.g. vllm/vllm-openai:v0.20.1 or host:5000/team/vllm@sha256:...)"
+        )
     return Reference(registry, path, tag or (None if digest else "latest"), digest or None)
 
 
 class _Response:
     """A response whose body is read under the request's deadline."""
 
-    def __init__(self, connection: http.client.HTTPConnection, response: http.client.HTTPResponse, deadline: float | None, what: str) -> None:
+    def __init__(
+        self,
+        connection: http.client.HTTPConnection,
+        response: http.client.HTTPResponse,
+        deadline: float | None,
+        what: str,
+    ) -> None:
         self.connection = connection
         self.response = response
         self.status = response.status
@@ -163,7 +183,11 @@ class RegistrySource(ImageSource):
         if response.status == 404:
             return ImageError(f"{what}: not found in {self.ref.registry}/{self.ref.repository}{detail}")
         if response.status in (401, 403):
-            how = "the credentials were refused" if self._credentials else "the registry needs credentials (docker login, or ~/.docker/config.json)"
+            how = (
+                "the credentials were refused"
+                if self._credentials
+                else "the registry needs credentials (docker login, or ~/.docker/config.json)"
+            )
             return ImageError(f"{what}: access denied by {self.ref.registry}: {how}{detail}")
         return ImageError(f"{what}: the registry answered HTTP {response.status}{detail}")
 
@@ -221,7 +245,9 @@ class RegistrySource(ImageSource):
             ) from None
         except (OSError, http.client.HTTPException) as exc:
             connection.close()
-            raise ImageError(f"{what}: cannot connect to {parts.netloc}: {getattr(exc, 'strerror', None) or exc}") from None
+            raise ImageError(
+                f"{what}: cannot connect to {parts.netloc}: {getattr(exc, 'strerror', None) or exc}"
+            ) from None
         return _Response(connection, response, deadline if whole else None, what)
 
     # ------------------------------------------------------------ auth
@@ -241,14 +267,18 @@ class RegistrySource(ImageSource):
         credentials = self._lookup()
         if scheme == "basic":
             if credentials is None:
-                raise ImageError(f"{what}: {self.ref.registry} needs credentials (docker login, or ~/.docker/config.json)")
+                raise ImageError(
+                    f"{what}: {self.ref.registry} needs credentials (docker login, or ~/.docker/config.json)"
+                )
             self._authorization = basic_header(credentials)
             return
         if scheme != "bearer" or not params.get("realm"):
             raise ImageError(f"{what}: unsupported authentication challenge from {self.ref.registry}: {challenge[:80]}")
         realm = params["realm"]
         parts = urllib.parse.urlsplit(realm)
-        if parts.scheme not in ("https", "http") or (parts.scheme == "http" and parts.netloc not in self.insecure and self.scheme == "https"):
+        if parts.scheme not in ("https", "http") or (
+            parts.scheme == "http" and parts.netloc not in self.insecure and self.scheme == "https"
+        ):
             raise ImageError(f"{what}: refusing the token service {realm[:100]} (not HTTPS)")
         query = {"service": params.get("service", ""), "scope": f"repository:{self.ref.repository}:pull"}
         url = realm + ("&" if parts.query else "?") + urllib.parse.urlencode({k: v for k, v in query.items() if v})

@@ -114,8 +114,13 @@ class LocalPipe:
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-c", program],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                cwd=self._cwd.name, env={}, close_fds=True, start_new_session=True,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=self._cwd.name,
+                env={},
+                close_fds=True,
+                start_new_session=True,
             )
         except OSError as exc:
             self._cwd.cleanup()
@@ -143,7 +148,7 @@ class LocalPipe:
         for key, _ in self._selector.select(timeout):
             if key.fd == self._stdin:
                 try:
-                    sent = os.write(self._stdin, pending[:1 << 16])
+                    sent = os.write(self._stdin, pending[: 1 << 16])
                 except BrokenPipeError:  # the child stopped reading: its exit tells why
                     sent = len(pending)
                 continue
@@ -219,7 +224,9 @@ def session() -> Iterator[Any]:
         child.close()
 
 
-def run(program: Sequence[Chunk], calls: Sequence[Call], data: dict[str, Any], globals_: dict[str, Any]) -> dict[str, Outcome]:
+def run(
+    program: Sequence[Chunk], calls: Sequence[Call], data: dict[str, Any], globals_: dict[str, Any]
+) -> dict[str, Outcome]:
     """One request in its own child (``session()`` for several)."""
     with session() as one:
         return one(program, calls, data, globals_)

@@ -123,8 +123,14 @@ class Session:
 
     ``run`` has ``sandbox.run``'s signature. ``label`` names the child in messages."""
 
-    def __init__(self, pipe: Pipe, label: str = "the behaviour child", *, wall_s: float = RUN_TIMEOUT_S,
-                 max_output_bytes: int = MAX_OUTPUT_BYTES) -> None:
+    def __init__(
+        self,
+        pipe: Pipe,
+        label: str = "the behaviour child",
+        *,
+        wall_s: float = RUN_TIMEOUT_S,
+        max_output_bytes: int = MAX_OUTPUT_BYTES,
+    ) -> None:
         self.pipe = pipe
         self.label = label
         self.wall_s = wall_s
@@ -138,14 +144,19 @@ class Session:
         self._spent = 0.0  # seconds waited for the child so far
         self._step: tuple[float, str] | None = None  # the announced step's deadline, and what passing it means
 
-    def run(self, program: Sequence[Chunk], calls: Sequence[Call], data: dict[str, Any], globals_: dict[str, Any]) -> dict[str, Outcome]:
+    def run(
+        self, program: Sequence[Chunk], calls: Sequence[Call], data: dict[str, Any], globals_: dict[str, Any]
+    ) -> dict[str, Outcome]:
         """Outcomes by call id. ``globals_`` are stubs bound before the program runs
         (gaps, loggers, envs); a program statement that fails leaves a gap under its name."""
         if self._broken is not None:
             raise SandboxError(self._broken)
         nonce = secrets.token_hex(16)
-        steps = ("building the stubs", *(f"defining {chunk.name}" for chunk in program),
-                 *(f"the call {call.id}" for call in calls))
+        steps = (
+            "building the stubs",
+            *(f"defining {chunk.name}" for chunk in program),
+            *(f"the call {call.id}" for call in calls),
+        )
         request = encode_request(program, calls, data, globals_, nonce) + b"\n"
         try:
             announced, runs = -1, 0
@@ -158,8 +169,10 @@ class Session:
                 if not again and (message.get("step") != announced + 1 or announced + 1 >= len(steps)):
                     raise SandboxError(f"{self.label} gave no readable answer")
                 announced, runs = (announced, runs + 1) if again else (announced + 1, 1)
-                self._step = (time.monotonic() + CALL_TIMEOUT_S + CALL_GRACE_S,
-                              f"{steps[announced]} ran past its {CALL_TIMEOUT_S:g} s deadline: {self.label} was stopped")
+                self._step = (
+                    time.monotonic() + CALL_TIMEOUT_S + CALL_GRACE_S,
+                    f"{steps[announced]} ran past its {CALL_TIMEOUT_S:g} s deadline: {self.label} was stopped",
+                )
         except SandboxError as exc:
             self._broken = f"{self.label} stopped at an earlier request of this check: {exc}"
             self.close()
@@ -189,7 +202,9 @@ class Session:
                     raise SandboxError(why) from None
                 if until is None:
                     return bytes(self.stdout)
-                raise SandboxError(exit_failure(self.label, self.exit, bytes(self.stderr)) or f"{self.label} gave no readable answer")
+                raise SandboxError(
+                    exit_failure(self.label, self.exit, bytes(self.stderr)) or f"{self.label} gave no readable answer"
+                )
             left = limit - time.monotonic()
             if left <= 0:
                 raise SandboxError(why)
@@ -224,17 +239,20 @@ class Unstarted:
         pass
 
 
-def encode_request(program: Sequence[Chunk], calls: Sequence[Call], data: dict[str, Any], globals_: dict[str, Any],
-                   nonce: str) -> bytes:
+def encode_request(
+    program: Sequence[Chunk], calls: Sequence[Call], data: dict[str, Any], globals_: dict[str, Any], nonce: str
+) -> bytes:
     """One request line for ``child_program()``, wherever it runs (JSON has no raw newline)."""
-    return json.dumps({
-        "id": nonce,
-        "globals": globals_,
-        "program": [{"name": chunk.name, "source": chunk.source} for chunk in program],
-        "data": data,
-        "calls": [{"id": call.id, "expr": call.expr, "bind": dict(call.bind)} for call in calls],
-        "call_timeout_s": CALL_TIMEOUT_S,
-    }).encode()
+    return json.dumps(
+        {
+            "id": nonce,
+            "globals": globals_,
+            "program": [{"name": chunk.name, "source": chunk.source} for chunk in program],
+            "data": data,
+            "calls": [{"id": call.id, "expr": call.expr, "bind": dict(call.bind)} for call in calls],
+            "call_timeout_s": CALL_TIMEOUT_S,
+        }
+    ).encode()
 
 
 def read_line(line: bytes, nonce: str, label: str) -> dict[str, Any]:
@@ -262,9 +280,19 @@ def _outcome(raw: dict[str, Any]) -> Outcome:
     if not all(text is None or isinstance(text, str) for text in texts):
         raise TypeError("an outcome field that is not a string")
     needs = raw.get("needs")
-    if needs is not None and not (isinstance(needs, list) and len(needs) == 2 and isinstance(needs[0], str)
-                                  and (needs[1] is None or isinstance(needs[1], str))):
+    if needs is not None and not (
+        isinstance(needs, list)
+        and len(needs) == 2
+        and isinstance(needs[0], str)
+        and (needs[1] is None or isinstance(needs[1], str))
+    ):
         raise TypeError("a needs field of another shape")
-    return Outcome(value=raw.get("value"), error_type=texts[0], error_message=texts[1], gap=texts[2],
-                   missing_key=texts[3], timeout=raw.get("timeout") is True,
-                   needs=None if needs is None else (needs[0], needs[1]))
+    return Outcome(
+        value=raw.get("value"),
+        error_type=texts[0],
+        error_message=texts[1],
+        gap=texts[2],
+        missing_key=texts[3],
+        timeout=raw.get("timeout") is True,
+        needs=None if needs is None else (needs[0], needs[1]),
+    )

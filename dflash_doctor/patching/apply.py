@@ -20,7 +20,17 @@ from .caps import BACKUP_CAP, FILE_CAP, PYC_HEADER
 from .files import DIRECTORY, FILE, SYMLINK, TEMP_SUFFIX, FileStat, LinkRefused, TreeFiles, symlink_refusal
 from .plan import FileChange
 from .state import (
-    APPLIED, BACKUPS, CHANGED, LOCK, MANIFEST, STATE_DIR, AppliedPatch, PatchedFile, State, read_state, sha256,
+    APPLIED,
+    BACKUPS,
+    CHANGED,
+    LOCK,
+    MANIFEST,
+    STATE_DIR,
+    AppliedPatch,
+    PatchedFile,
+    State,
+    read_state,
+    sha256,
     write_state,
 )
 
@@ -45,7 +55,8 @@ def apply_changes(files: TreeFiles, changes: tuple[FileChange, ...], tool_versio
         done: list[str] = []
         for change in changes:
             patches = tuple(
-                AppliedPatch(site.fix, site.symbol, site.form, site.produces, tool_version, applied_at) for site in change.sites
+                AppliedPatch(site.fix, site.symbol, site.form, site.produces, tool_version, applied_at)
+                for site in change.sites
             )
             try:
                 _write_patched(files, state, like, change, reals[change.file], patches)
@@ -79,7 +90,9 @@ def _write_patched(
         new_entry = PatchedFile(change.file, entry.sha256_before, change.sha256_after, entry.patches + patches)
         backup = files.read(new_entry.backup, BACKUP_CAP)
         if backup is None or sha256(backup) != new_entry.sha256_before:
-            raise ToolError(f"the backup {new_entry.backup} of {change.file} is missing or damaged; {change.file} is unchanged")
+            raise ToolError(
+                f"the backup {new_entry.backup} of {change.file} is missing or damaged; {change.file} is unchanged"
+            )
     else:
         # First patch of this file, or a record of bytes it no longer has (reinstalled since).
         new_entry = PatchedFile(change.file, change.sha256_before, change.sha256_after, patches)
@@ -108,7 +121,9 @@ def _write_patched(
     try:
         drop_stale_bytecode(files, change.file)
     except ToolError as exc:
-        raise ToolError(f"{change.file} is patched, but {exc}: remove it by hand, or Python may run the old code") from None
+        raise ToolError(
+            f"{change.file} is patched, but {exc}: remove it by hand, or Python may run the old code"
+        ) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,16 +168,22 @@ def apply_restore(files: TreeFiles, plan: RestorePlan) -> None:
     with _locked_state(files, list(reals.values())) as (state, like):
         again = _restore_plan(files, state, only)  # the same judgement, now under the lock
         if {e.file for e in again.restore} != {e.file for e in plan.restore}:
-            raise ToolError("the patched files changed while restore was asking; nothing was changed: run restore again")
+            raise ToolError(
+                "the patched files changed while restore was asking; nothing was changed: run restore again"
+            )
         files.still_there()
         for entry in again.restore:
             original = _backup_of(files, entry)
             real = files.real(entry.file)
             if real != reals[entry.file]:
-                raise ToolError(f"{entry.file} was relinked while restore was asking; nothing was changed: run restore again")
+                raise ToolError(
+                    f"{entry.file} was relinked while restore was asking; nothing was changed: run restore again"
+                )
             mode = files.stat(real)
             if mode is None:
-                raise ToolError(f"{entry.file} was removed while restore ran; it is not restored (its original is in {entry.backup})")
+                raise ToolError(
+                    f"{entry.file} was removed while restore ran; it is not restored (its original is in {entry.backup})"
+                )
             files.write_atomic(real, original, mode)
             drop_stale_bytecode(files, entry.file)
             _forget(files, state, like, entry)
@@ -268,4 +289,3 @@ def drop_stale_bytecode(files: TreeFiles, relpath: str) -> None:
         flags = int.from_bytes(header[4:8], "little")
         if flags & 0b01 and not flags & 0b10:
             files.remove(f"{cache}/{name}")
-

@@ -48,8 +48,13 @@ def _openat2(dir_fd: int, relpath: str, flags: int) -> int:
     call = _syscall()
     assert call is not None
     how = _OpenHow(flags | os.O_CLOEXEC, 0, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS)
-    fd = call(ctypes.c_long(_SYS_OPENAT2[platform.machine()]), ctypes.c_int(dir_fd), os.fsencode(relpath),
-              ctypes.byref(how), ctypes.c_size_t(ctypes.sizeof(how)))
+    fd = call(
+        ctypes.c_long(_SYS_OPENAT2[platform.machine()]),
+        ctypes.c_int(dir_fd),
+        os.fsencode(relpath),
+        ctypes.byref(how),
+        ctypes.c_size_t(ctypes.sizeof(how)),
+    )
     if fd < 0:
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code), relpath)

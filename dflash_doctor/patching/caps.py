@@ -42,7 +42,9 @@ class Cap:
         """At most ``size`` names of a directory listing, else a refusal."""
         found = list(itertools.islice(names, self.size + 1))
         if len(found) > self.size:
-            raise ToolError(f"{relpath} in {location} is over the {self.size}-entry cap for {self.what}; nothing was changed")
+            raise ToolError(
+                f"{relpath} in {location} is over the {self.size}-entry cap for {self.what}; nothing was changed"
+            )
         return found
 
 

@@ -93,13 +93,15 @@ def patch_definitions(text: str, relpath: str, qualname: str, forms: list[Form])
     its new lines are put back: the rest of the file keeps its exact bytes,
     and a large file is never parsed whole by libcst.
     """
+
     def located() -> list[ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef]:
         try:
             symbols = ParsedFile(relpath, text.encode("utf-8")).symbols(qualname)
         except SourceError as exc:
             raise PatchRefused(str(exc)) from None
         return [  # every symbol is one of these defs (source.symbols); its node is typed ast.AST there
-            s.node for s in symbols
+            s.node
+            for s in symbols
             if s.qualname == qualname and isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
         ]
 
@@ -113,13 +115,17 @@ def patch_definitions(text: str, relpath: str, qualname: str, forms: list[Form])
         node = found[index]
         first = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
         lines = _LINE.findall(text)
-        segment = lines[first:node.end_lineno]
+        segment = lines[first : node.end_lineno]
         prefix = segment[0][: len(segment[0]) - len(segment[0].lstrip(" \t"))]
         module = cst.parse_module("".join(_dedent(segment, prefix, qualname)))
         edits = site_edits(forms, module)
         if edits:
             patched = _LINE.findall(apply_edits(module, edits).code)
-            text = "".join(lines[:first] + [line if not line.strip() else prefix + line for line in patched] + lines[node.end_lineno:])
+            text = "".join(
+                lines[:first]
+                + [line if not line.strip() else prefix + line for line in patched]
+                + lines[node.end_lineno :]
+            )
         done.extend(edits)
     return text, done
 
@@ -134,7 +140,7 @@ def _dedent(segment: list[str], prefix: str, qualname: str) -> list[str]:
         if not line.strip():
             out.append(line)
         elif line.startswith(prefix):
-            out.append(line[len(prefix):])
+            out.append(line[len(prefix) :])
         else:
             raise PatchRefused(f"cannot cut {qualname} out to patch it: a line in it is indented less than its def")
     return out

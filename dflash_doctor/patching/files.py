@@ -66,7 +66,9 @@ class LinkRefused(ToolError):
 
 
 def symlink_refusal(relpath: str, location: str) -> LinkRefused:
-    return LinkRefused(f"{relpath} in {location} is a symlink: patch and restore never write through one; nothing was changed")
+    return LinkRefused(
+        f"{relpath} in {location} is a symlink: patch and restore never write through one; nothing was changed"
+    )
 
 
 def outside_refusal(relpath: str, location: str, real: str, package: str) -> LinkRefused:
@@ -138,8 +140,10 @@ class LocalFiles:
         with contextlib.suppress(OSError):
             named = os.stat(self.location)
         if named is None or (named.st_dev, named.st_ino) != (held.st_dev, held.st_ino):
-            raise ToolError(f"{self.location} was moved or replaced while dflash-doctor ran (it no longer names the "
-                            "directory that was checked); nothing was changed")
+            raise ToolError(
+                f"{self.location} was moved or replaced while dflash-doctor ran (it no longer names the "
+                "directory that was checked); nothing was changed"
+            )
 
     def _dir(self, relpath: str) -> int:
         """The held descriptor of the directory ``relpath``, opened beneath the
@@ -195,7 +199,12 @@ class LocalFiles:
                 continue
             if part == "..":
                 if not done:
-                    raise outside_refusal(relpath, self.location, posixpath.normpath("/".join([str(self.root), part, *pending])), self.package)
+                    raise outside_refusal(
+                        relpath,
+                        self.location,
+                        posixpath.normpath("/".join([str(self.root), part, *pending])),
+                        self.package,
+                    )
                 done.pop()
                 continue
             try:
@@ -216,13 +225,17 @@ class LocalFiles:
             if target.startswith("/"):
                 inside = os.path.relpath(target, self.root) if target.startswith(f"{self.root}/") else None
                 if inside is None:
-                    raise outside_refusal(relpath, self.location, posixpath.normpath("/".join([target, *pending])), self.package)
+                    raise outside_refusal(
+                        relpath, self.location, posixpath.normpath("/".join([target, *pending])), self.package
+                    )
                 done, pending = [], [*inside.split("/"), *pending]
             else:
                 pending = [*target.split("/"), *pending]
         inside = "/".join(done)
         if inside != self.package and not inside.startswith(self.package + "/"):
-            raise outside_refusal(relpath, self.location, str(self.root / inside) if inside else str(self.root), self.package)
+            raise outside_refusal(
+                relpath, self.location, str(self.root / inside) if inside else str(self.root), self.package
+            )
         return inside
 
     def read(self, relpath: str, cap: Cap) -> bytes | None:
@@ -270,7 +283,9 @@ class LocalFiles:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp, dir_fd=parent)  # an interrupted run's; a planted link is removed, never followed
         try:
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=parent)
+            fd = os.open(
+                temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=parent
+            )
         except OSError as exc:
             raise ToolError(f"cannot write {relpath}: {exc.strerror}; it is unchanged") from None
         action = "write"
@@ -278,7 +293,7 @@ class LocalFiles:
             try:
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(fd, view):]
+                    view = view[os.write(fd, view) :]
                 if (os.fstat(fd).st_uid, os.fstat(fd).st_gid) != (like.uid, like.gid):
                     action = f"keep the owner {like.uid}:{like.gid} of"
                     os.fchown(fd, like.uid, like.gid)  # before chmod: chown clears set-id bits
@@ -319,7 +334,9 @@ class LocalFiles:
             except OSError as exc:
                 with contextlib.suppress(OSError):
                     os.rmdir(name, dir_fd=parent)
-                raise ToolError(f"cannot give {relpath} the owner and mode of {self.location}: {exc.strerror}") from None
+                raise ToolError(
+                    f"cannot give {relpath} the owner and mode of {self.location}: {exc.strerror}"
+                ) from None
             self._dirs[relpath] = fd  # the directory just made is the one used from now on
             _fsync(parent)
         except OSError as exc:

@@ -108,7 +108,11 @@ def _sites_to_patch(rule: Rule, fix: FixResult, refusals: list[Refusal]) -> list
         refusals.append(Refusal(fix.id, f"{fix.reason}; there is nothing to patch"))
         return []
     if fix.status == UNKNOWN:
-        refusals.append(Refusal(fix.id, f"the check cannot place this code ({fix.reason}); only code forms the rule knows are patched"))
+        refusals.append(
+            Refusal(
+                fix.id, f"the check cannot place this code ({fix.reason}); only code forms the rule knows are patched"
+            )
+        )
         return []
     forms = {form.id: form for form in rule.forms}
     wanted = [item for item in fix.evidence if item.form in forms and forms[item.form].verdict in (ABSENT, PARTIAL)]
@@ -158,7 +162,8 @@ def _forms_at(rule: Rule, symbol: str, seen: set[str]) -> list[Form]:
     """The forms of the anchors this symbol stands for (matched by name, as the check located it)."""
     name = symbol.rsplit(".", 1)[-1]
     anchors = [
-        anchor.id for anchor in rule.anchors
+        anchor.id
+        for anchor in rule.anchors
         if anchor.name == name and seen & {form.id for form in rule.forms_for(anchor.id)}
     ]
     return [form for form in rule.forms if set(form.anchors) & set(anchors)]
@@ -195,7 +200,9 @@ def _verify(tree: SourceTree, rules: tuple[Rule, ...], changes: list[FileChange]
     for change in changes:
         for site in change.sites:
             fix = by_id[site.fix]
-            made = any(e.file == site.file and e.symbol == site.symbol and e.form == site.produces for e in fix.evidence)
+            made = any(
+                e.file == site.file and e.symbol == site.symbol and e.form == site.produces for e in fix.evidence
+            )
             if fix.status != PRESENT or not made:
                 raise ToolError(
                     f"the {site.fix} patch did not give the form {site.produces} that the rule reads as present "

@@ -72,7 +72,9 @@ LOCK_TIMEOUT = 60.0
 class SftpFiles:
     """A tree on the host at the other end of ``client`` (an open paramiko SSHClient)."""
 
-    def __init__(self, client: paramiko.SSHClient, root: str, python: str, location: str, package: str = VLLM.package) -> None:
+    def __init__(
+        self, client: paramiko.SSHClient, root: str, python: str, location: str, package: str = VLLM.package
+    ) -> None:
         import paramiko
 
         self.package = package
@@ -104,8 +106,10 @@ class SftpFiles:
         except self._failures:
             same = False
         if not same:
-            raise ToolError(f"{self.location} was moved or replaced while dflash-doctor ran (its path no longer "
-                            "leads to the directory that was checked); nothing was changed")
+            raise ToolError(
+                f"{self.location} was moved or replaced while dflash-doctor ran (its path no longer "
+                "leads to the directory that was checked); nothing was changed"
+            )
 
     def _path(self, relpath: str) -> str:
         """The remote path of ``relpath``, once the root is still the root it was
@@ -124,7 +128,9 @@ class SftpFiles:
             if kind == SYMLINK:
                 raise symlink_refusal("/".join(parts[: depth + 1]), self.location)
             if kind != DIRECTORY:
-                raise ToolError(f"{'/'.join(parts[: depth + 1])} in {self.location} is not a directory; nothing was changed")
+                raise ToolError(
+                    f"{'/'.join(parts[: depth + 1])} in {self.location} is not a directory; nothing was changed"
+                )
         return posixpath.join(self.real_root, *parts)
 
     def real(self, relpath: str) -> str:

@@ -112,7 +112,12 @@ _PATCH_FIELDS = tuple(field.name for field in dataclasses.fields(AppliedPatch))
 
 def _entry(relpath: str, entry: Any, package: str) -> PatchedFile:
     parts = relpath.split("/")
-    if parts[0] != package or not relpath.endswith(".py") or any(part in ("", ".", "..") for part in parts) or "\x00" in relpath:
+    if (
+        parts[0] != package
+        or not relpath.endswith(".py")
+        or any(part in ("", ".", "..") for part in parts)
+        or "\x00" in relpath
+    ):
         raise ValueError(f"entry {relpath!r} is not a .py file under {package}/")
     if not isinstance(entry, dict):
         raise ValueError(f"entry {relpath!r}: not an object")

@@ -30,7 +30,9 @@ class JunitReporter:
         return junit_document([report])
 
     def render_fleet(self, outcomes, terminal: bool) -> str:
-        return junit_document([o.report for o in outcomes if o.report], [(o.host, o.error) for o in outcomes if not o.report])
+        return junit_document(
+            [o.report for o in outcomes if o.report], [(o.host, o.error) for o in outcomes if not o.report]
+        )
 
 
 def junit_document(reports: Sequence[CheckReport], unreachable: Sequence[tuple[str, str]] = ()) -> str:
@@ -59,7 +61,9 @@ def _inert(value: str, keep: str = "") -> str:
 
 
 def _unreachable_suite(host: str, error: str) -> ET.Element:
-    suite = ET.Element("testsuite", name=f"dflash-doctor check {host}", tests="1", failures="0", errors="1", skipped="0")
+    suite = ET.Element(
+        "testsuite", name=f"dflash-doctor check {host}", tests="1", failures="0", errors="1", skipped="0"
+    )
     case = ET.SubElement(suite, "testcase", classname=host, name="check")
     ET.SubElement(case, "error", message=f"could not be checked: {error}", type="unreachable").text = error
     return suite

@@ -36,27 +36,39 @@ class SarifReporter:
         log = self.log([o.report for o in outcomes if o.report])
         for o in outcomes:
             if o.report is None:
-                log["runs"].append({
-                    "tool": {"driver": {"name": "dflash-doctor", "version": __version__, "semanticVersion": __version__}},
-                    "automationDetails": {"id": f"dflash-doctor/ssh:{o.host}/"},
-                    "invocations": [{
-                        "executionSuccessful": False,
-                        "exitCode": o.exit_code,
-                        "toolExecutionNotifications": [{"level": "error", "message": {"text": f"{o.host}: {o.error}"}}],
-                    }],
-                    "results": [],
-                })
+                log["runs"].append(
+                    {
+                        "tool": {
+                            "driver": {"name": "dflash-doctor", "version": __version__, "semanticVersion": __version__}
+                        },
+                        "automationDetails": {"id": f"dflash-doctor/ssh:{o.host}/"},
+                        "invocations": [
+                            {
+                                "executionSuccessful": False,
+                                "exitCode": o.exit_code,
+                                "toolExecutionNotifications": [
+                                    {"level": "error", "message": {"text": f"{o.host}: {o.error}"}}
+                                ],
+                            }
+                        ],
+                        "results": [],
+                    }
+                )
         return json.dumps(log, indent=2) + "\n"
 
     def log(self, reports: Sequence[CheckReport]) -> dict[str, Any]:
         """One SARIF log, one run per target (several for a fleet)."""
-        from ..rulefile import load_rules  # --help: rule files pull in tomllib and string, only a SARIF render needs them
+        from ..rulefile import (
+            load_rules,
+        )  # --help: rule files pull in tomllib and string, only a SARIF render needs them
 
         from ..rules import for_engine
 
         loaded = load_rules()
-        runs = [self._run(report, {rule.id: rule for rule in for_engine(loaded, report.provenance.engine.name)})
-                for report in reports]
+        runs = [
+            self._run(report, {rule.id: rule for rule in for_engine(loaded, report.provenance.engine.name)})
+            for report in reports
+        ]
         return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": runs}
 
     def _run(self, report: CheckReport, rules: dict) -> dict[str, Any]:

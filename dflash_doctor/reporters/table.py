@@ -25,7 +25,13 @@ from ..model import (
 from ..terminal import clean, columns
 from .layout import OUTDENT, Line, Token, render, width_of, words, wrap
 
-STYLES = {PRESENT: "bold green", ABSENT: "bold red", PARTIAL: "bold yellow", NOT_APPLICABLE: "bold red", UNKNOWN: "bold magenta"}
+STYLES = {
+    PRESENT: "bold green",
+    ABSENT: "bold red",
+    PARTIAL: "bold yellow",
+    NOT_APPLICABLE: "bold red",
+    UNKNOWN: "bold magenta",
+}
 LABEL = "dim"
 GAP = "   "  # between evidence locations sharing a line
 
@@ -37,7 +43,10 @@ def _verdict(fix: FixResult) -> str:
 def _header(report: CheckReport, width: int | None) -> list[Line]:
     provenance, target = report.provenance, report.target
     engine = provenance.engine
-    tokens: list[Token] = [(engine.display, "bold"), (clean(provenance.version) if provenance.version else "(unknown version)", "bold")]
+    tokens: list[Token] = [
+        (engine.display, "bold"),
+        (clean(provenance.version) if provenance.version else "(unknown version)", "bold"),
+    ]
     if provenance.vendor:
         tokens = _distribution(provenance)
     if provenance.commit:
@@ -65,8 +74,10 @@ def _distribution(provenance: Provenance) -> list[Token]:
     based = provenance.based_on
     if based and based.releases:
         nearest = " or ".join(clean(release) for release in based.releases)
-        return tokens + words(f"(a distribution of {engine.display}, based on {engine.display} {nearest}: nearest by file digests, "
-                              f"{based.files_equal} of {based.files_compared} files equal)")
+        return tokens + words(
+            f"(a distribution of {engine.display}, based on {engine.display} {nearest}: nearest by file digests, "
+            f"{based.files_equal} of {based.files_compared} files equal)"
+        )
     return tokens + words(f"(a distribution of {engine.display})")
 
 
@@ -120,7 +131,9 @@ def _fix_lines(fix: FixResult, width: int | None, column: int) -> list[Line]:
         lines += _field("waived", words(_waiver(fix)), width, column)
     if fix.affects_drafter is False:
         because = f": {clean(fix.affects_reason)}" if fix.affects_reason else ""
-        lines += _field("drafter", words(f"does not affect this drafter{because} (does not fail the gate)"), width, column)
+        lines += _field(
+            "drafter", words(f"does not affect this drafter{because} (does not fail the gate)"), width, column
+        )
     if fix.reason:
         lines += _field("why", words(clean(fix.reason)), width, column)
     lines += _evidence(fix, width, column)

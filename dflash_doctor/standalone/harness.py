@@ -141,20 +141,24 @@ def import_module(name, package=None):
 
 def lazy_method(module, qualname):
     """A method of a copied class that the parent has not sent: reaching it asks for the class's methods."""
+
     class Lazy(object):
         def __get__(self, instance, owner=None):
             raise NeedsDefinition(module, qualname)
 
         def __call__(self, *args, **kwargs):
             raise NeedsDefinition(module, qualname)
+
     return Lazy()
 
 
 def omitted(why):
     """A class attribute that could not be copied: reading it is a gap."""
+
     class Omitted(object):
         def __get__(self, instance, owner=None):
             raise ProbeGap(why)
+
     return Omitted()
 
 
@@ -164,7 +168,9 @@ def signature_of(inspect):
         if isinstance(function, (Gap, StandIn)):
             raise ProbeGap("the signature of %r" % (function,))
         return inspect.signature(function)
+
     return signature
+
 
 # Branches an unknown value decides: the call is run once per way the branches can go
 # (False first), and answers only when every way gives the same outcome.
@@ -246,6 +252,7 @@ class ForeignMeta(CopiedMeta):
 
 def foreign_base(label):
     """A base class from outside the copied code (``nn.Module``): it knows nothing."""
+
     class Foreign(metaclass=ForeignMeta):
         _foreign = label
 
@@ -255,7 +262,10 @@ def foreign_base(label):
         def __getattr__(self, name):
             if name.startswith("__"):
                 raise AttributeError(name)
-            raise ProbeGap("%s.%s (perhaps from %s, outside the copied code)" % (type(self).__name__, name, self._foreign))
+            raise ProbeGap(
+                "%s.%s (perhaps from %s, outside the copied code)" % (type(self).__name__, name, self._foreign)
+            )
+
     return Foreign
 
 
@@ -344,6 +354,7 @@ def _refusing_dunders(getter):
             for part in str(name).split("."):
                 _plain_name(part)
         return getter(*names)
+
     return make
 
 
@@ -368,8 +379,11 @@ def _stdlib_modules():
     import operator
 
     names = {
-        "operator": (operator, "abs add and_ concat contains eq floordiv ge getitem gt index inv invert is_ is_not "
-                               "itemgetter le lshift lt mod mul ne neg not_ or_ pos pow rshift sub truediv truth xor"),
+        "operator": (
+            operator,
+            "abs add and_ concat contains eq floordiv ge getitem gt index inv invert is_ is_not "
+            "itemgetter le lshift lt mod mul ne neg not_ or_ pos pow rshift sub truediv truth xor",
+        ),
         "functools": (functools, "partial reduce"),
         "math": (math, "ceil floor gcd inf isfinite isinf isnan log log2 log10 nan prod sqrt trunc"),
     }
@@ -378,15 +392,23 @@ def _stdlib_modules():
         attrs = {member: getattr(module, member) for member in members.split()}
         modules[module_name] = Obj(module_name, attrs, True)
     object.__setattr__(modules["operator"], "attrgetter", _refusing_dunders(operator.attrgetter))
-    object.__setattr__(modules["operator"], "methodcaller", lambda name, *a, **k: operator.methodcaller(_plain_name(name), *a, **k))
+    object.__setattr__(
+        modules["operator"], "methodcaller", lambda name, *a, **k: operator.methodcaller(_plain_name(name), *a, **k)
+    )
     for decorator in ("cache", "lru_cache", "wraps"):
         object.__setattr__(modules["functools"], decorator, _identity_decorator)
     # typing's and collections.abc's names as they are: pure (no evaluation of the strings they hold)
-    names["typing"] = (typing, "Any Callable ClassVar Final Generic Literal Optional Protocol TypeVar Union Type List Dict "
-                               "Tuple Set FrozenSet Sequence Mapping Iterable Iterator NamedTuple get_args get_origin "
-                               "overload final runtime_checkable")
-    names["collections.abc"] = (collections_abc, "Callable Collection Container Generator Hashable Iterable Iterator Mapping "
-                                                 "MutableMapping MutableSequence MutableSet Sequence Set Sized")
+    names["typing"] = (
+        typing,
+        "Any Callable ClassVar Final Generic Literal Optional Protocol TypeVar Union Type List Dict "
+        "Tuple Set FrozenSet Sequence Mapping Iterable Iterator NamedTuple get_args get_origin "
+        "overload final runtime_checkable",
+    )
+    names["collections.abc"] = (
+        collections_abc,
+        "Callable Collection Container Generator Hashable Iterable Iterator Mapping "
+        "MutableMapping MutableSequence MutableSet Sequence Set Sized",
+    )
     for module_name in ("typing", "collections.abc"):
         module, members = names[module_name]
         modules[module_name] = Obj(module_name, {member: getattr(module, member) for member in members.split()}, True)
@@ -456,8 +478,13 @@ class StandIn:
     def __call__(self, *args, **kwargs):
         path = object.__getattribute__(self, "_path")
         if path in object.__getattribute__(self, "_record"):
-            RECORDS.append({"callee": path, "args": [summary(a) for a in args],
-                            "kwargs": dict((k, summary(v)) for k, v in kwargs.items())})
+            RECORDS.append(
+                {
+                    "callee": path,
+                    "args": [summary(a) for a in args],
+                    "kwargs": dict((k, summary(v)) for k, v in kwargs.items()),
+                }
+            )
         return StandIn._derive(self, path + "()")
 
     def __setattr__(self, name, value):
@@ -475,10 +502,12 @@ class StandIn:
 def container(path):
     """A container class outside the extracted code (``nn.ModuleList``): built from
     one iterable, it holds those items in order, as a list does."""
+
     def build_container(*args, **kwargs):
         if kwargs or len(args) > 1:
             raise ProbeGap("%s called with other arguments than one iterable" % path)
         return list(args[0]) if args else []
+
     return build_container
 
 
@@ -489,6 +518,7 @@ def _stand_in_gap(self, *args):
 def _stand_in_op(symbol):
     def operate(self, *args):
         return StandIn._derive(self, "(%s %s)" % (object.__getattribute__(self, "_path"), symbol))
+
     return operate
 
 
@@ -496,12 +526,30 @@ for _name in "__iter__ __len__ __index__ __int__ __float__ __hash__ __contains__
     setattr(StandIn, _name, _stand_in_gap)
 StandIn.__bool__ = lambda self: decide("%s (a stand-in)" % object.__getattribute__(self, "_path"))
 StandIn.__mro_entries__ = foreign_bases(lambda stand_in: object.__getattribute__(stand_in, "_path"))
-for _name, _symbol in (("add", "+"), ("sub", "-"), ("mul", "*"), ("truediv", "/"), ("floordiv", "//"), ("mod", "%"),
-                       ("pow", "**"), ("and", "&"), ("or", "|")):
+for _name, _symbol in (
+    ("add", "+"),
+    ("sub", "-"),
+    ("mul", "*"),
+    ("truediv", "/"),
+    ("floordiv", "//"),
+    ("mod", "%"),
+    ("pow", "**"),
+    ("and", "&"),
+    ("or", "|"),
+):
     setattr(StandIn, "__%s__" % _name, _stand_in_op(_symbol))
     setattr(StandIn, "__r%s__" % _name, _stand_in_op(_symbol))
-for _name, _symbol in (("eq", "=="), ("ne", "!="), ("lt", "<"), ("le", "<="), ("gt", ">"), ("ge", ">="),
-                       ("getitem", "[]"), ("neg", "-"), ("invert", "~")):
+for _name, _symbol in (
+    ("eq", "=="),
+    ("ne", "!="),
+    ("lt", "<"),
+    ("le", "<="),
+    ("gt", ">"),
+    ("ge", ">="),
+    ("getitem", "[]"),
+    ("neg", "-"),
+    ("invert", "~"),
+):
     setattr(StandIn, "__%s__" % _name, _stand_in_op(_symbol))
 
 
@@ -518,6 +566,7 @@ def module_class_factory(namespace):
         methods = {}
         exec(compiled(body), namespace, methods)
         return type(name, (Module,), methods)
+
     return module_class
 
 
@@ -692,10 +741,15 @@ def to_json(value, depth=0):
 def type_check(real):
     """``isinstance``/``issubclass`` against a class outside the extracted code (a
     stand-in): its answer is not known, so it decides a branch (explored both ways)."""
+
     def check(value, classes):
         if isinstance(value, Gap):
             raise ProbeGap(object.__getattribute__(value, "_label"))
-        classes = tuple(SERVED_CLASSES.get(id(c), c) for c in classes) if type(classes) is tuple else SERVED_CLASSES.get(id(classes), classes)
+        classes = (
+            tuple(SERVED_CLASSES.get(id(c), c) for c in classes)
+            if type(classes) is tuple
+            else SERVED_CLASSES.get(id(classes), classes)
+        )
         named = [c for c in (classes if type(classes) is tuple else (classes,)) if isinstance(c, ImportedName)]
         if named:
             return _by_qualified_name(real, value, classes, named)
@@ -703,11 +757,14 @@ def type_check(real):
         if not unknown:
             return real(value, classes)
         if value is None and real is isinstance:  # None is an instance of no class from outside (but object)
-            return real(value, tuple(c for c in (classes if type(classes) is tuple else ()) if not isinstance(c, StandIn)))
+            return real(
+                value, tuple(c for c in (classes if type(classes) is tuple else ()) if not isinstance(c, StandIn))
+            )
         known = tuple(c for c in (classes if type(classes) is tuple else ()) if not isinstance(c, StandIn))
         if known and real(value, known):
             return True
         return decide("%s(%s, %s)" % (real.__name__, summary_text(value), object.__getattribute__(unknown[0], "_path")))
+
     return check
 
 
@@ -726,10 +783,15 @@ def _by_qualified_name(real, value, classes, named):
     if others and real(value, others):
         return True
     # decisive only when every class it derives from is a copied one or the standard library's
-    if any("_foreign" in klass.__dict__ or ("_qualified_name" not in klass.__dict__ and klass.__module__ not in ("builtins", "abc"))
-           for klass in kind.__mro__):
-        raise ProbeGap("%s(%s, %s): a base from outside the copied code" % (
-            real.__name__, kind.__name__, object.__getattribute__(named[0], "path")))
+    if any(
+        "_foreign" in klass.__dict__
+        or ("_qualified_name" not in klass.__dict__ and klass.__module__ not in ("builtins", "abc"))
+        for klass in kind.__mro__
+    ):
+        raise ProbeGap(
+            "%s(%s, %s): a base from outside the copied code"
+            % (real.__name__, kind.__name__, object.__getattribute__(named[0], "path"))
+        )
     return False
 
 

@@ -55,17 +55,49 @@ X32_SYSCALL_BIT = 0x40000000
 # the SIGALRM call timer and its handler, clocks, futexes, I/O on the
 # descriptors it already holds, and exiting.
 ALLOWED = (
-    "read", "write", "close",
-    "mmap", "munmap", "mprotect", "mremap", "brk", "madvise",
-    "futex", "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "setitimer", "clock_gettime",
-    "exit", "exit_group",
+    "read",
+    "write",
+    "close",
+    "mmap",
+    "munmap",
+    "mprotect",
+    "mremap",
+    "brk",
+    "madvise",
+    "futex",
+    "rt_sigaction",
+    "rt_sigprocmask",
+    "rt_sigreturn",
+    "setitimer",
+    "clock_gettime",
+    "exit",
+    "exit_group",
 )
 
 # Only an escape makes these: they end the process (where the architecture has them).
 FORBIDDEN = (
-    "fork", "vfork", "clone", "clone3", "execve", "execveat",
-    "socket", "socketpair", "connect", "bind", "listen", "accept", "accept4", "sendto", "sendmsg", "sendmmsg",
-    "kill", "tkill", "tgkill", "ptrace", "process_vm_readv", "process_vm_writev",
+    "fork",
+    "vfork",
+    "clone",
+    "clone3",
+    "execve",
+    "execveat",
+    "socket",
+    "socketpair",
+    "connect",
+    "bind",
+    "listen",
+    "accept",
+    "accept4",
+    "sendto",
+    "sendmsg",
+    "sendmmsg",
+    "kill",
+    "tkill",
+    "tgkill",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
 )
 
 # Numbers by architecture (asm/unistd_64.h; asm-generic/unistd.h for aarch64).
@@ -73,25 +105,87 @@ ARCHES = {
     "x86_64": {
         "audit_arch": 0xC000003E,
         "syscalls": {
-            "read": 0, "write": 1, "close": 3, "mmap": 9, "mprotect": 10, "munmap": 11, "brk": 12,
-            "rt_sigaction": 13, "rt_sigprocmask": 14, "rt_sigreturn": 15, "mremap": 25, "madvise": 28,
-            "setitimer": 38, "exit": 60, "futex": 202, "clock_gettime": 228, "exit_group": 231,
-            "socket": 41, "connect": 42, "accept": 43, "sendto": 44, "sendmsg": 46, "bind": 49, "listen": 50,
-            "socketpair": 53, "clone": 56, "fork": 57, "vfork": 58, "execve": 59, "kill": 62, "ptrace": 101,
-            "tkill": 200, "tgkill": 234, "accept4": 288, "sendmmsg": 307, "process_vm_readv": 310,
-            "process_vm_writev": 311, "execveat": 322, "clone3": 435,
+            "read": 0,
+            "write": 1,
+            "close": 3,
+            "mmap": 9,
+            "mprotect": 10,
+            "munmap": 11,
+            "brk": 12,
+            "rt_sigaction": 13,
+            "rt_sigprocmask": 14,
+            "rt_sigreturn": 15,
+            "mremap": 25,
+            "madvise": 28,
+            "setitimer": 38,
+            "exit": 60,
+            "futex": 202,
+            "clock_gettime": 228,
+            "exit_group": 231,
+            "socket": 41,
+            "connect": 42,
+            "accept": 43,
+            "sendto": 44,
+            "sendmsg": 46,
+            "bind": 49,
+            "listen": 50,
+            "socketpair": 53,
+            "clone": 56,
+            "fork": 57,
+            "vfork": 58,
+            "execve": 59,
+            "kill": 62,
+            "ptrace": 101,
+            "tkill": 200,
+            "tgkill": 234,
+            "accept4": 288,
+            "sendmmsg": 307,
+            "process_vm_readv": 310,
+            "process_vm_writev": 311,
+            "execveat": 322,
+            "clone3": 435,
         },
     },
     "aarch64": {
         "audit_arch": 0xC00000B7,
         "syscalls": {
-            "close": 57, "read": 63, "write": 64, "exit": 93, "exit_group": 94, "futex": 98, "setitimer": 103,
-            "clock_gettime": 113, "rt_sigaction": 134, "rt_sigprocmask": 135, "rt_sigreturn": 139, "brk": 214,
-            "munmap": 215, "mremap": 216, "mmap": 222, "mprotect": 226, "madvise": 233,
-            "ptrace": 117, "kill": 129, "tkill": 130, "tgkill": 131, "socket": 198, "socketpair": 199, "bind": 200,
-            "listen": 201, "accept": 202, "connect": 203, "sendto": 206, "sendmsg": 211, "clone": 220,
-            "execve": 221, "accept4": 242, "sendmmsg": 269, "process_vm_readv": 270, "process_vm_writev": 271,
-            "execveat": 281, "clone3": 435,
+            "close": 57,
+            "read": 63,
+            "write": 64,
+            "exit": 93,
+            "exit_group": 94,
+            "futex": 98,
+            "setitimer": 103,
+            "clock_gettime": 113,
+            "rt_sigaction": 134,
+            "rt_sigprocmask": 135,
+            "rt_sigreturn": 139,
+            "brk": 214,
+            "munmap": 215,
+            "mremap": 216,
+            "mmap": 222,
+            "mprotect": 226,
+            "madvise": 233,
+            "ptrace": 117,
+            "kill": 129,
+            "tkill": 130,
+            "tgkill": 131,
+            "socket": 198,
+            "socketpair": 199,
+            "bind": 200,
+            "listen": 201,
+            "accept": 202,
+            "connect": 203,
+            "sendto": 206,
+            "sendmsg": 211,
+            "clone": 220,
+            "execve": 221,
+            "accept4": 242,
+            "sendmmsg": 269,
+            "process_vm_readv": 270,
+            "process_vm_writev": 271,
+            "execveat": 281,
+            "clone3": 435,
         },
     },
 }
@@ -115,7 +209,9 @@ def arch():
         raise LockdownError("seccomp needs Linux; this is %s" % sys.platform)
     machine = os.uname().machine
     if machine not in ARCHES or ctypes.sizeof(ctypes.c_void_p) != 8:
-        raise LockdownError("no system call table for a %d-bit python on %s" % (8 * ctypes.sizeof(ctypes.c_void_p), machine))
+        raise LockdownError(
+            "no system call table for a %d-bit python on %s" % (8 * ctypes.sizeof(ctypes.c_void_p), machine)
+        )
     return ARCHES[machine]
 
 
@@ -178,8 +274,10 @@ def lockdown(limits=None):
     settings.update(limits or {})
     entry = arch()
     libc = ctypes.CDLL(None, use_errno=True)
-    _check(libc.prctl(PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)),
-           "prctl(PR_SET_NO_NEW_PRIVS)")
+    _check(
+        libc.prctl(PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)),
+        "prctl(PR_SET_NO_NEW_PRIVS)",
+    )
     layers = ["no_new_privs"]
     os.closerange(3, 1 << 16)  # the parent passes none; a remote shell might
     _set_limits(settings)
@@ -189,7 +287,15 @@ def lockdown(limits=None):
     program = seccomp_program(entry)
     filters = (_SockFilter * len(program))(*[_SockFilter(*instruction) for instruction in program])
     fprog = _SockFprog(len(program), filters)
-    _check(libc.prctl(PR_SET_SECCOMP, ctypes.c_ulong(SECCOMP_MODE_FILTER), ctypes.byref(fprog),
-                      ctypes.c_ulong(0), ctypes.c_ulong(0)), "prctl(PR_SET_SECCOMP)")
+    _check(
+        libc.prctl(
+            PR_SET_SECCOMP,
+            ctypes.c_ulong(SECCOMP_MODE_FILTER),
+            ctypes.byref(fprog),
+            ctypes.c_ulong(0),
+            ctypes.c_ulong(0),
+        ),
+        "prctl(PR_SET_SECCOMP)",
+    )
     layers.append("seccomp")
     return tuple(layers)

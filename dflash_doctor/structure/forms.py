@@ -23,22 +23,38 @@ UNRECOGNISED = "unrecognised"  # evidence form: code at an anchor that no form o
 DEAD = "dead-code"  # evidence form: a form found only in code that never runs (not counted)
 
 # What to do to get an answer, by why a fix is unknown (never an upgrade: nothing says one is needed).
-UNREADABLE = ("A file this fix reads cannot be read as Python (the reason names it): restore it or reinstall {engine}, "
-              "then check again.")  # {engine}: the tree's engine, as people write it
-UNKNOWN_CODE = ("The code at the evidence is in a form this rule does not know: read it by hand, and report it "
-                "with the JSON report (check --format json) so the rule can learn it.")
-MISSING_CODE = ("Code this fix needs was not found anywhere in the package (the reason names it): it may have moved "
-                "or been removed; report the tree with the JSON report (check --format json) so the rule can follow it.")
-NO_RULE = ("dflash-doctor cannot judge this fix in {engine} yet: its rule describes {other}'s code. Read "
-           "{engine}'s DFlash code by hand for this defect, or run a dflash-doctor whose rules cover {engine}.")
-NOT_ENGINE = ("The code this rule starts from is missing: check that the target is a {engine} tree (--path names the "
-              "directory holding {package}/), or report the tree with the JSON report (check --format json).")
+UNREADABLE = (
+    "A file this fix reads cannot be read as Python (the reason names it): restore it or reinstall {engine}, "
+    "then check again."
+)  # {engine}: the tree's engine, as people write it
+UNKNOWN_CODE = (
+    "The code at the evidence is in a form this rule does not know: read it by hand, and report it "
+    "with the JSON report (check --format json) so the rule can learn it."
+)
+MISSING_CODE = (
+    "Code this fix needs was not found anywhere in the package (the reason names it): it may have moved "
+    "or been removed; report the tree with the JSON report (check --format json) so the rule can follow it."
+)
+NO_RULE = (
+    "dflash-doctor cannot judge this fix in {engine} yet: its rule describes {other}'s code. Read "
+    "{engine}'s DFlash code by hand for this defect, or run a dflash-doctor whose rules cover {engine}."
+)
+NOT_ENGINE = (
+    "The code this rule starts from is missing: check that the target is a {engine} tree (--path names the "
+    "directory holding {package}/), or report the tree with the JSON report (check --format json)."
+)
 
 
 def restate(rule: Rule, fix: FixResult, status: str, reason: str, cause: str = "", **changes) -> FixResult:
     """``fix`` with a new verdict, and the headline and remedy that go with it."""
-    return dataclasses.replace(fix, status=status, reason=reason, headline=rule.headline(status),
-                               remedy=rule.remedy_for(status, fix.evidence, cause), **changes)
+    return dataclasses.replace(
+        fix,
+        status=status,
+        reason=reason,
+        headline=rule.headline(status),
+        remedy=rule.remedy_for(status, fix.evidence, cause),
+        **changes,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,8 +68,9 @@ def match_forms(forms: list[Form], module: cst.CSTNode, constants: Mapping[str, 
     return read_forms(forms, module, constants)[0]
 
 
-def read_forms(forms: list[Form], module: cst.CSTNode,
-               constants: Mapping[str, object] | None = None) -> tuple[list[FormHit], list[FormHit]]:
+def read_forms(
+    forms: list[Form], module: cst.CSTNode, constants: Mapping[str, object] | None = None
+) -> tuple[list[FormHit], list[FormHit]]:
     """Forms matching the code that runs, in rule order, and the forms found only in
     code that never runs (``liveness``: ``constants`` are names known without running).
 
@@ -125,8 +142,10 @@ def evaluate_site(rule: Rule, anchor: Anchor, symbol: Symbol) -> SiteResult:
             evidence.append(Evidence(symbol.file, line, symbol.qualname, hit.form.id, hit.form.description))
     for hit in unread:
         note = f"not counted, this code never runs: {hit.form.description} ({hit.form.id})"
-        evidence.extend(Evidence(symbol.file, line, symbol.qualname, DEAD, note)
-                        for line in sorted({lines(found.node) for found in hit.matches}))
+        evidence.extend(
+            Evidence(symbol.file, line, symbol.qualname, DEAD, note)
+            for line in sorted({lines(found.node) for found in hit.matches})
+        )
     return SiteResult(frozenset(hit.form.verdict for hit in hits), tuple(evidence))
 
 
@@ -186,7 +205,8 @@ class FormReader:
         for symbol in symbols:
             if symbol.node not in self._strings:
                 self._strings[symbol.node] = frozenset(
-                    n.value for n in ast.walk(symbol.node) if isinstance(n, ast.Constant) and isinstance(n.value, str))
+                    n.value for n in ast.walk(symbol.node) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                )
             if rule.applies.literal in self._strings[symbol.node]:
                 return True
         return False
@@ -205,7 +225,10 @@ class FormReader:
         anchors = {(a.file, a.symbol) for rule in applicable for a in rule.anchors}
         required = {(a.file, a.symbol) for rule in applicable for a in rule.anchors if self._required(a)}
         located.update(self._locate(anchors - applies, required))
-        return tuple(self._check(rule, located) if rule.engine == self.tree.engine.name else self._no_rule(rule) for rule in rules)
+        return tuple(
+            self._check(rule, located) if rule.engine == self.tree.engine.name else self._no_rule(rule)
+            for rule in rules
+        )
 
     def _no_rule(self, rule: Rule) -> FixResult:
         """The fix of a rule that describes another engine's code: unknown, and why (its PRs are the other engine's)."""
@@ -252,14 +275,28 @@ class FormReader:
         engine = self.tree.engine
         applies = located[(rule.applies.file, rule.applies.symbol)]
         if isinstance(applies, SourceError):
-            return result(UNKNOWN, reason=f"cannot tell whether this {engine.display} has DFlash: {applies}",
-                          cause=UNREADABLE.format(engine=engine.display))
+            return result(
+                UNKNOWN,
+                reason=f"cannot tell whether this {engine.display} has DFlash: {applies}",
+                cause=UNREADABLE.format(engine=engine.display),
+            )
         if not applies:
-            return result(UNKNOWN, reason=f"cannot tell whether this {engine.display} has DFlash: {rule.applies.symbol} not found in {rule.applies.file} or elsewhere",
-                          cause=NOT_ENGINE.format(engine=engine.display, package=engine.package))
+            return result(
+                UNKNOWN,
+                reason=f"cannot tell whether this {engine.display} has DFlash: {rule.applies.symbol} not found in {rule.applies.file} or elsewhere",
+                cause=NOT_ENGINE.format(engine=engine.display, package=engine.package),
+            )
         if not self._applies(rule, applies):
             where = applies[0]
-            evidence = [Evidence(where.file, where.line, where.qualname, "no-dflash", f"no {rule.applies.literal!r} in {where.qualname}")]
+            evidence = [
+                Evidence(
+                    where.file,
+                    where.line,
+                    where.qualname,
+                    "no-dflash",
+                    f"no {rule.applies.literal!r} in {where.qualname}",
+                )
+            ]
             return result(NOT_APPLICABLE, evidence, reason=f"this {engine.display} has no DFlash support at all")
 
         verdicts: set[str] = set()
@@ -281,8 +318,10 @@ class FormReader:
                 where = self._rebound(symbol)
                 if where is not None:
                     file, line = where
-                    note = (f"{symbol.qualname} may be replaced at line {line} of {file}, after its definition: "
-                            "the code read here is not the code that runs")
+                    note = (
+                        f"{symbol.qualname} may be replaced at line {line} of {file}, after its definition: "
+                        "the code read here is not the code that runs"
+                    )
                     evidence.append(Evidence(file, line, symbol.qualname, REBOUND, note))
                     problems.append(f"{note} ({file}:{line})")
                     causes.append(UNKNOWN_CODE)
@@ -295,13 +334,20 @@ class FormReader:
                     continue
                 evidence.extend(site.evidence)
                 if not site.verdicts:
-                    problems.append(f"{symbol.qualname} in {symbol.file}:{symbol.line} has a form this rule does not know")
+                    problems.append(
+                        f"{symbol.qualname} in {symbol.file}:{symbol.line} has a form this rule does not know"
+                    )
                     causes.append(UNKNOWN_CODE)
                 verdicts |= site.verdicts - {IGNORE}
         if problems:
             return result(UNKNOWN, evidence, "; ".join(problems), " ".join(dict.fromkeys(causes)))
         if not verdicts:
-            return result(UNKNOWN, evidence, "none of the code this rule reads decides the fix (all of it is off the DFlash path)", UNKNOWN_CODE)
+            return result(
+                UNKNOWN,
+                evidence,
+                "none of the code this rule reads decides the fix (all of it is off the DFlash path)",
+                UNKNOWN_CODE,
+            )
         status = PRESENT if verdicts == {PRESENT} else ABSENT if verdicts == {ABSENT} else PARTIAL
         return result(status, evidence, "" if status == PRESENT else forms_read(rule, evidence))
 

@@ -30,9 +30,14 @@ _UNKNOWN = object()  # a value that is not known without running the code
 _KEYWORDS: dict[str, object] = {"True": True, "False": False, "None": None, "__debug__": True}
 _TYPING = ("typing", "typing_extensions")
 _COMPARE: dict[type, Callable[[Any, Any], object]] = {
-    cst.Equal: operator.eq, cst.NotEqual: operator.ne, cst.LessThan: operator.lt,
-    cst.LessThanEqual: operator.le, cst.GreaterThan: operator.gt, cst.GreaterThanEqual: operator.ge,
-    cst.Is: operator.is_, cst.IsNot: operator.is_not,
+    cst.Equal: operator.eq,
+    cst.NotEqual: operator.ne,
+    cst.LessThan: operator.lt,
+    cst.LessThanEqual: operator.le,
+    cst.GreaterThan: operator.gt,
+    cst.GreaterThanEqual: operator.ge,
+    cst.Is: operator.is_,
+    cst.IsNot: operator.is_not,
 }
 _ENDS = (cst.Return, cst.Raise, cst.Continue, cst.Break)
 _BLOCKS = (cst.Module, cst.IndentedBlock, cst.SimpleStatementLine, cst.SimpleStatementSuite)  # sequences of statements
@@ -55,7 +60,11 @@ def dead_nodes(tree: cst.CSTNode, constants: Mapping[str, object] | None = None)
             mentions[name] = mentions.get(name, 0) + 1
         elif kind is cst.FunctionDef:
             body = cast(cst.FunctionDef, node).body.body
-            nested += [cast(cst.FunctionDef, item) for item in body if type(item) is cst.FunctionDef and not cast(cst.FunctionDef, item).decorators]
+            nested += [
+                cast(cst.FunctionDef, item)
+                for item in body
+                if type(item) is cst.FunctionDef and not cast(cst.FunctionDef, item).decorators
+            ]
         elif kind in _DECIDING:
             for part in _dead_parts(node, known):
                 dead |= subtree_ids(part)
@@ -125,14 +134,16 @@ def _dead_parts(node: cst.CSTNode, known: Mapping[str, object]) -> Iterator[cst.
         yield node.body
     elif isinstance(node, cst.BooleanOperation):
         truth = _truth(node.left, known)
-        if (truth is False and isinstance(node.operator, cst.And)) or (truth is True and isinstance(node.operator, cst.Or)):
+        if (truth is False and isinstance(node.operator, cst.And)) or (
+            truth is True and isinstance(node.operator, cst.Or)
+        ):
             yield node.right
 
 
 def _after_end(body: Sequence[cst.CSTNode], known: Mapping[str, object]) -> Iterator[cst.CSTNode]:
     for index, statement in enumerate(body[:-1]):  # the last one has nothing after it
         if _ends(statement, known):
-            yield from body[index + 1:]
+            yield from body[index + 1 :]
             return
 
 
@@ -221,7 +232,8 @@ def _value(node: cst.BaseExpression, known: Mapping[str, object]) -> object:
             if compare is None or _UNKNOWN in (left, right):
                 return _UNKNOWN
             if isinstance(target.operator, (cst.Is, cst.IsNot)) and not all(
-                    isinstance(side, (bool, type(None))) for side in (left, right)):
+                isinstance(side, (bool, type(None))) for side in (left, right)
+            ):
                 return _UNKNOWN  # identity of numbers and strings is up to the interpreter
             try:
                 holds = compare(left, right)

@@ -30,10 +30,27 @@ _DICT_ELLIPSIS = re.compile(r"(?<=\{)\s*\.\.\.\s*(?=,)|(?<=,)\s*\.\.\.\s*(?=\})"
 # Fields that carry layout only: skipped so that formatting never matters.
 _LAYOUT_FIELDS = frozenset(
     {
-        "lpar", "rpar", "comma", "semicolon", "leading_lines", "lines_after_decorators",
-        "header", "footer", "newline", "indent", "colon", "equal", "dot", "star",
-        "whitespace", "asynchronous", "metadata", "encoding", "default_indent",
-        "default_newline", "has_trailing_newline",
+        "lpar",
+        "rpar",
+        "comma",
+        "semicolon",
+        "leading_lines",
+        "lines_after_decorators",
+        "header",
+        "footer",
+        "newline",
+        "indent",
+        "colon",
+        "equal",
+        "dot",
+        "star",
+        "whitespace",
+        "asynchronous",
+        "metadata",
+        "encoding",
+        "default_indent",
+        "default_newline",
+        "has_trailing_newline",
     }
 )
 
@@ -107,7 +124,7 @@ def children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
 
 def _match(pattern: object, target: object, bindings: dict[str, cst.CSTNode]) -> bool:
     if isinstance(pattern, cst.Name) and pattern.value.startswith(_MV_PREFIX):
-        name = pattern.value[len(_MV_PREFIX):]
+        name = pattern.value[len(_MV_PREFIX) :]
         bound = bindings.get(name)
         if bound is None:
             bindings[name] = target
@@ -156,7 +173,9 @@ def _match_sequence(want: list, have: list, bindings: dict[str, cst.CSTNode]) ->
 def _is_elided_block(node: object) -> bool:
     """``if x: ...`` in a pattern matches any body, on one line or many."""
     if isinstance(node, cst.SimpleStatementSuite):
-        return len(node.body) == 1 and isinstance(node.body[0], cst.Expr) and isinstance(node.body[0].value, cst.Ellipsis)
+        return (
+            len(node.body) == 1 and isinstance(node.body[0], cst.Expr) and isinstance(node.body[0].value, cst.Ellipsis)
+        )
     if isinstance(node, cst.IndentedBlock):
         return len(node.body) == 1 and _is_bare_ellipsis(node.body[0])
     return False
@@ -220,9 +239,23 @@ def _literal(node: cst.SimpleString) -> object:
 
 # Bound code that can stand anywhere an operand can without parentheses.
 _ATOMS = (
-    cst.Name, cst.Attribute, cst.Call, cst.Subscript, cst.SimpleString, cst.ConcatenatedString,
-    cst.FormattedString, cst.Integer, cst.Float, cst.Imaginary, cst.List, cst.Set, cst.Dict,
-    cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp,
+    cst.Name,
+    cst.Attribute,
+    cst.Call,
+    cst.Subscript,
+    cst.SimpleString,
+    cst.ConcatenatedString,
+    cst.FormattedString,
+    cst.Integer,
+    cst.Float,
+    cst.Imaginary,
+    cst.List,
+    cst.Set,
+    cst.Dict,
+    cst.ListComp,
+    cst.SetComp,
+    cst.DictComp,
+    cst.GeneratorExp,
 )
 
 
@@ -246,7 +279,9 @@ class Template:
         """The template with each ``$NAME`` replaced by the code bound to it."""
         missing = self.metavariables - bindings.keys()
         if missing:
-            raise PatternError(f"template {self.source!r} needs ${', $'.join(sorted(missing))}, which the match did not bind")
+            raise PatternError(
+                f"template {self.source!r} needs ${', $'.join(sorted(missing))}, which the match did not bind"
+            )
         return self.node.visit(_Substitute(bindings))
 
 
@@ -258,7 +293,7 @@ class _Substitute(cst.CSTTransformer):
     def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.CSTNode:
         if not original_node.value.startswith(_MV_PREFIX):
             return updated_node
-        bound = self.bindings[original_node.value[len(_MV_PREFIX):]]
+        bound = self.bindings[original_node.value[len(_MV_PREFIX) :]]
         if isinstance(bound, cst.BaseExpression) and not isinstance(bound, _ATOMS) and not bound.lpar:
             bound = bound.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         return bound
@@ -271,7 +306,7 @@ def metavariables(node: cst.CSTNode) -> frozenset[str]:
     while stack:
         item = stack.pop()
         if isinstance(item, cst.Name) and item.value.startswith(_MV_PREFIX):
-            found.add(item.value[len(_MV_PREFIX):])
+            found.add(item.value[len(_MV_PREFIX) :])
         stack.extend(children(item))
     return frozenset(found)
 

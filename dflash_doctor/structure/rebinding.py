@@ -25,10 +25,16 @@ def rebound_at(symbol: Symbol) -> int | None:
         owner = symbol.parsed.symbols(".".join(parts[:-1]))
         for cls in owner:
             node = cls.node
-            assert isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))  # the defs source.symbols finds
+            assert isinstance(
+                node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+            )  # the defs source.symbols finds
             lines += [s.lineno for s in _statements(node.body) if s.lineno > end and _binds(s, parts[-1])]
             lines += [d.lineno for d in node.decorator_list if _may_set(module, _callee(d), parts[-1])]
-        lines += [line for line, callee in _module_calls_with(module, parts[:-1]) if line > end and _may_set(module, callee, parts[-1])]
+        lines += [
+            line
+            for line, callee in _module_calls_with(module, parts[:-1])
+            if line > end and _may_set(module, callee, parts[-1])
+        ]
     return min(lines) if lines else None
 
 
@@ -48,7 +54,11 @@ def _callee(node: ast.expr) -> str | None:
 def _module_calls_with(module: ast.Module, owner: list[str]) -> Iterator[tuple[int, str | None]]:
     """(line, callee) of module-level calls that hand the class ``owner`` to a function."""
     for statement in _statements(module.body):
-        for node in ast.walk(statement) if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else ():
+        for node in (
+            ast.walk(statement)
+            if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            else ()
+        ):
             if isinstance(node, ast.Call) and any(_dotted(arg) == owner for arg in node.args):
                 yield node.lineno, _callee(node)
 
@@ -91,9 +101,14 @@ def _module_rebinds(module: ast.Module, parts: list[str]) -> Iterator[int]:
             yield statement.lineno
         call = statement.value if isinstance(statement, ast.Expr) else None
         if (
-            isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "setattr" and len(call.args) >= 2
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Name)
+            and call.func.id == "setattr"
+            and len(call.args) >= 2
             and _dotted(call.args[0]) == parts[:-1]
-            and (not isinstance(call.args[1], ast.Constant) or call.args[1].value == parts[-1])  # a computed name may be it
+            and (
+                not isinstance(call.args[1], ast.Constant) or call.args[1].value == parts[-1]
+            )  # a computed name may be it
         ):
             yield statement.lineno
 

@@ -15,8 +15,10 @@ from ..patching.files import LocalFiles, TreeFiles
 from ..paths import cache_dir
 from ..source import DirectoryTree, SourceTree
 
-NOT_RUN_HERE = ("the tree came from another machine and its code is never run on this one "
-                "(no behaviour computed on its host came with it)")
+NOT_RUN_HERE = (
+    "the tree came from another machine and its code is never run on this one "
+    "(no behaviour computed on its host came with it)"
+)
 COPIES = "its files are copies a probe sent, not the files themselves"
 
 
@@ -48,10 +50,18 @@ def local(tree: DirectoryTree, info: TargetInfo) -> ResolvedTarget:
     its files are written in place, unless it is in the release cache."""
     releases = releases_dir(tree.engine).resolve()
     if tree.root.resolve().is_relative_to(releases):
-        return ResolvedTarget(tree, info, behaviour=_child_session, no_files=(
-            f"it is in dflash-doctor's read-only release cache ({releases}), a download cache, not an installation: "
-            f"patch a copy of it, or an installed {tree.engine.display}"))
-    return ResolvedTarget(tree, info, behaviour=_child_session, files=functools.partial(LocalFiles, tree.root, tree.package))
+        return ResolvedTarget(
+            tree,
+            info,
+            behaviour=_child_session,
+            no_files=(
+                f"it is in dflash-doctor's read-only release cache ({releases}), a download cache, not an installation: "
+                f"patch a copy of it, or an installed {tree.engine.display}"
+            ),
+        )
+    return ResolvedTarget(
+        tree, info, behaviour=_child_session, files=functools.partial(LocalFiles, tree.root, tree.package)
+    )
 
 
 def _child_session() -> contextlib.AbstractContextManager:

@@ -50,7 +50,7 @@ class ChannelPipe:
             sent = len(pending)  # nothing reads it any more: the exit status tells why
         elif pending and channel.send_ready():
             try:
-                sent = channel.send(bytes(pending[:1 << 16]))
+                sent = channel.send(bytes(pending[: 1 << 16]))
             except OSError:
                 sent = len(pending)
             self.counter.bytes_sent += sent
@@ -70,8 +70,10 @@ class ChannelPipe:
         if status < 0:  # the session ended with no exit status (the host's shell itself was killed)
             raise SandboxError(f"{self.label} ended with no exit status")
         if status in TIMEOUT_STATUSES and time.monotonic() - self.started >= self.lifetime_s:
-            raise SandboxError(f"the host's timeout (--probe-timeout) ended {self.label} "
-                               f"at the end of its {self.lifetime_s:g} s lifetime")
+            raise SandboxError(
+                f"the host's timeout (--probe-timeout) ended {self.label} "
+                f"at the end of its {self.lifetime_s:g} s lifetime"
+            )
         return 128 - status if status > 128 else status  # the shell's 128 + N: killed by signal N
 
     def close(self) -> None:

@@ -19,8 +19,10 @@ from ..source import DirectoryTree
 from . import ResolvedTarget, local
 
 REVISION_LABEL = "org.opencontainers.image.revision"
-READ_ONLY = ("an image cannot be patched in place: patch it when it is built, with "
-             "`RUN dflash-doctor patch --path SITE-PACKAGES --yes` in its Dockerfile (see docs/images.md)")
+READ_ONLY = (
+    "an image cannot be patched in place: patch it when it is built, with "
+    "`RUN dflash-doctor patch --path SITE-PACKAGES --yes` in its Dockerfile (see docs/images.md)"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,8 +61,12 @@ class ImageTarget:
         # The image's code runs only in the isolated child, like any tree on this machine.
         info = TargetInfo("image", tree.reference, details, name=f"{tree.reference}@{tree.digest}")
         resolved = local(DirectoryTree(tree.root, find_dist_info(tree.root, tree.engine.package), tree.engine), info)
-        return dataclasses.replace(resolved, build_commit=(commit, f"{REVISION_LABEL} label") if commit else None,
-                                   files=None, no_files=READ_ONLY)
+        return dataclasses.replace(
+            resolved,
+            build_commit=(commit, f"{REVISION_LABEL} label") if commit else None,
+            files=None,
+            no_files=READ_ONLY,
+        )
 
     def _images_dir(self) -> Path:
         if not caches_disabled():

@@ -60,4 +60,6 @@ class InterpreterTarget:
         root = package_root(package_dir, self.engine)
         dist_info = Path(answer["dist_info"]) if answer.get("dist_info") else find_dist_info(root, self.engine.package)
         details = (("python", str(answer.get("python") or self.python)),)
-        return local(DirectoryTree(root, dist_info, self.engine), TargetInfo("python", str(root), details, directory=True))
+        return local(
+            DirectoryTree(root, dist_info, self.engine), TargetInfo("python", str(root), details, directory=True)
+        )

@@ -29,11 +29,15 @@ def package_root(path: Path, engine: Engine) -> Path:
         return resolved
     if resolved.name == package and (resolved / "__init__.py").is_file():
         return resolved.parent
-    raise ToolError(f"no {package} package under {path} (give site-packages, a source checkout, or the {package} directory)")
+    raise ToolError(
+        f"no {package} package under {path} (give site-packages, a source checkout, or the {package} directory)"
+    )
 
 
 class PathTarget:
-    def __init__(self, path: Path, kind: str = "path", details: tuple[tuple[str, str], ...] = (), engine: Engine = VLLM) -> None:
+    def __init__(
+        self, path: Path, kind: str = "path", details: tuple[tuple[str, str], ...] = (), engine: Engine = VLLM
+    ) -> None:
         self.path = path
         self.kind = kind
         self.details = details

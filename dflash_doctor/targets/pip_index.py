@@ -63,13 +63,16 @@ def locate(project: str, requirement: str, missing: str | None = None) -> Locate
         command: Any = create_command("download")
         # What pip says of a configuration it cannot read (on either stream) is the error's reason.
         with _LOCK, contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
-            options, _ = command.parse_args(["--no-deps", "--only-binary", ":all:", "--no-cache-dir", "--no-input",
-                                             "--disable-pip-version-check"])
+            options, _ = command.parse_args(
+                ["--no-deps", "--only-binary", ":all:", "--no-cache-dir", "--no-input", "--disable-pip-version-check"]
+            )
         session = command._build_session(options)
         finder = command._build_package_finder(options, session)
     except SystemExit:
         lines = [line for line in said.getvalue().splitlines() if line.strip() and not line.startswith("Usage")]
-        raise ToolError(f"pip cannot read its configuration: {lines[-1].strip() if lines else 'no reason given'}") from None
+        raise ToolError(
+            f"pip cannot read its configuration: {lines[-1].strip() if lines else 'no reason given'}"
+        ) from None
     except (AttributeError, TypeError) as exc:  # a pip whose internals differ from those of pip 21 to 25
         raise ToolError(f"this pip cannot be asked which wheel to fetch ({exc}); {UNREACHABLE_HINT}") from None
     with _pip_log() as log:
@@ -116,7 +119,7 @@ def _pip_log() -> Iterator[list[str]]:
 
 
 def unreachable_index(text: str) -> str | None:
-    """"the package index <url> cannot be reached (<why>)" when pip's debug
+    """ "the package index <url> cannot be reached (<why>)" when pip's debug
     log ``text`` records an index it could not fetch, else None."""
     found = _FETCH_FAILED.search(text)
     if found is None:

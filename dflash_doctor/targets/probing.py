@@ -59,12 +59,24 @@ def probe_request(rules: tuple[Rule, ...], engine: Engine = VLLM) -> dict:
     rules = tuple(rule for rule in rules if rule.engine == engine.name)  # another engine's rules read nothing here
     files = {relpath for rule in rules for relpath in rule.files}  # anchors, applicability, behaviour
     # the package __init__.py files Python runs before each of them (a rebinding there replaces their code)
-    files |= {"/".join(relpath.split("/")[:depth]) + "/__init__.py" for relpath in set(files) for depth in range(1, relpath.count("/") + 1)}
-    files |= set(collected_files(str(d.data["model_type"]) for _, d in reference_configs() if isinstance(d.data.get("model_type"), str)))
+    files |= {
+        "/".join(relpath.split("/")[:depth]) + "/__init__.py"
+        for relpath in set(files)
+        for depth in range(1, relpath.count("/") + 1)
+    }
+    files |= set(
+        collected_files(
+            str(d.data["model_type"]) for _, d in reference_configs() if isinstance(d.data.get("model_type"), str)
+        )
+    )
     anchors = {(a.file, search_name(a.symbol)) for rule in rules for a in rule.anchors if not a.optional}
     anchors |= {(rule.applies.file, search_name(rule.applies.symbol)) for rule in rules}
-    return {"package": engine.package, "version_file": engine.version_file, "files": sorted(files | {engine.version_file}),
-            "anchors": sorted(map(list, anchors))}
+    return {
+        "package": engine.package,
+        "version_file": engine.version_file,
+        "files": sorted(files | {engine.version_file}),
+        "anchors": sorted(map(list, anchors)),
+    }
 
 
 def answered(output: bytes) -> bool:
@@ -102,7 +114,7 @@ def parse_probe_output(stdout: str, who: str) -> dict:
     for line in reversed(stdout.splitlines()):
         if not line.startswith(MARKER):
             continue
-        payload = line[len(MARKER):].strip()
+        payload = line[len(MARKER) :].strip()
         try:
             if not payload.startswith("{"):
                 payload = _inflate(base64.b64decode(payload, validate=True), who).decode("utf-8")
@@ -134,7 +146,8 @@ def _checked(answer: dict, who: str) -> dict:
         value = answer[field]
         good = isinstance(value, kinds) and (
             values is None
-            or isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, values) for k, v in value.items())
+            or isinstance(value, dict)
+            and all(isinstance(k, str) and isinstance(v, values) for k, v in value.items())
         )
         if good and field == "search":
             good = all(isinstance(item, str) for items in value.values() for item in items)

@@ -43,6 +43,7 @@ RELEASE = re.compile(r"\d+(\.\d+){1,3}((a|b|rc|\.post|\.dev)\d+)?")
 DOWNLOAD_TIMEOUT_S = 1800
 COMPLETE = ".complete"
 
+
 def canonical_release(version: str) -> str:
     """The one spelling a release is checked and cached under: the tag form
     ``v0.20.1`` is ``0.20.1``, and ``0.20`` is ``0.20.0`` (the same release
@@ -69,9 +70,15 @@ def release_tree(version: str, engine: Engine = VLLM) -> Path:
             raise ToolError(f"{engine.display} release {version} is not in the cache, and --offline fetches nothing")
         with _staging() as staging:
             with progress(f"{project} {version}: downloading the wheel", transfer=True) as update:
-                tree, _ = _fetch(project, f"{project}=={version}", engine.kept(), staging, update,
-                                 functools.partial(_same_release, project, version),
-                                 missing=f"{engine.display} release {version} is not on the package index")
+                tree, _ = _fetch(
+                    project,
+                    f"{project}=={version}",
+                    engine.kept(),
+                    staging,
+                    update,
+                    functools.partial(_same_release, project, version),
+                    missing=f"{engine.display} release {version} is not on the package index",
+                )
             return _publish(tree, dest, version)
 
 
@@ -101,11 +108,19 @@ def transformers_tree(requirement: str) -> tuple[Path, str]:
             if RELEASE.fullmatch(version) and (root / version / COMPLETE).is_file():
                 return root / version, version
         if OFFLINE:
-            raise ToolError(f"no transformers satisfying {requirement!r} is in the cache, and --offline fetches nothing")
+            raise ToolError(
+                f"no transformers satisfying {requirement!r} is in the cache, and --offline fetches nothing"
+            )
         with _staging() as staging:
             with progress(f"{requirement}: downloading the wheel", transfer=True) as update:
-                tree, filename = _fetch("transformers", requirement, TRANSFORMERS_KEPT, staging, update,
-                                        functools.partial(_a_release, requirement))
+                tree, filename = _fetch(
+                    "transformers",
+                    requirement,
+                    TRANSFORMERS_KEPT,
+                    staging,
+                    update,
+                    functools.partial(_a_release, requirement),
+                )
             version = filename.split("-")[1]
             dest = _publish(tree, root / version, version)
         try:
@@ -164,8 +179,15 @@ def _publish(tree: Path, dest: Path, version: str) -> Path:
     return dest
 
 
-def _fetch(project: str, requirement: str, kept: tuple[str, ...], staging: Path, update: Callable[..., None],
-           named: Callable[[str], None] = lambda filename: None, missing: str | None = None) -> tuple[Path, str]:
+def _fetch(
+    project: str,
+    requirement: str,
+    kept: tuple[str, ...],
+    staging: Path,
+    update: Callable[..., None],
+    named: Callable[[str], None] = lambda filename: None,
+    missing: str | None = None,
+) -> tuple[Path, str]:
     """The tree of ``kept`` files (and the dist-info) of the wheel pip would download for ``requirement``,
     and the wheel's file name (first checked by ``named``). Read by range requests where the server honours
     them, else downloaded whole (``--full-wheel``, a ``file://`` index, a server that ignores ranges).
@@ -178,7 +200,9 @@ def _fetch(project: str, requirement: str, kept: tuple[str, ...], staging: Path,
     try:
         named(located.filename)
         if whole and located.sha256 is None:
-            raise ToolError(f"the package index states no sha256 for {located.filename}, so --full-wheel cannot check it")
+            raise ToolError(
+                f"the package index states no sha256 for {located.filename}, so --full-wheel cannot check it"
+            )
         response = None
         if not whole and located.url.startswith(("http://", "https://")):
             opened = open_wheel(located, update, deadline)

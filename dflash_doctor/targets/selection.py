@@ -39,7 +39,9 @@ class TargetSpec:
     images: tuple[str, ...] = ()
     ssh: SshOptions = SshOptions()
     image: ImageOptions = ImageOptions()
-    engine: str = "auto"  # auto: every engine a local install holds; for an image the first; vLLM for releases and hosts
+    engine: str = (
+        "auto"  # auto: every engine a local install holds; for an image the first; vLLM for releases and hosts
+    )
 
 
 def select_targets(spec: TargetSpec, rules: tuple[Rule, ...]) -> tuple[list[tuple[str, Target]], bool]:
@@ -51,7 +53,11 @@ def select_targets(spec: TargetSpec, rules: tuple[Rule, ...]) -> tuple[list[tupl
     hosts = [check_host(host, "--host") for host in spec.hosts]
     hosts += read_hosts_file(spec.hosts_file) if spec.hosts_file is not None else []
     remote = bool(hosts) or spec.hosts_file is not None
-    local = [name for name, value in (("--path", spec.path), ("--release", spec.release), ("--from-probe", spec.from_probe)) if value]
+    local = [
+        name
+        for name, value in (("--path", spec.path), ("--release", spec.release), ("--from-probe", spec.from_probe))
+        if value
+    ]
     if spec.images:
         given = local + [name for name, value in (("--python", spec.python), ("--host", remote)) if value]
         if given:
@@ -66,10 +72,14 @@ def select_targets(spec: TargetSpec, rules: tuple[Rule, ...]) -> tuple[list[tupl
     if remote:
         if not hosts:
             raise ToolError(f"no hosts in {spec.hosts_file}")
-        return [(host, ssh_target(host, spec, rules, chosen)) for host in hosts], len(hosts) > 1 or spec.hosts_file is not None
+        return [(host, ssh_target(host, spec, rules, chosen)) for host in hosts], len(
+            hosts
+        ) > 1 or spec.hosts_file is not None
     if spec.from_probe is not None:
         return _probe_files(spec.from_probe)
-    given = [name for name, value in (("--path", spec.path), ("--python", spec.python), ("--release", spec.release)) if value]
+    given = [
+        name for name, value in (("--path", spec.path), ("--python", spec.python), ("--release", spec.release)) if value
+    ]
     if len(given) > 1:
         raise ToolError(f"give one target, not {' and '.join(given)}")
     from .detect import local_targets
@@ -138,5 +148,7 @@ def check_host(given: str, where: str) -> str:
     try:
         host.encode("idna")
     except UnicodeError:
-        raise ToolError(f"{where}: {host[:80]!r} is not a host name (each dot-separated label is 1 to 63 characters)") from None
+        raise ToolError(
+            f"{where}: {host[:80]!r} is not a host name (each dot-separated label is 1 to 63 characters)"
+        ) from None
     return given

@@ -21,8 +21,10 @@ Contents = Callable[[], Mapping[str, str | None]]
 More = Callable[[list[str], bool], Mapping[str, Any]]
 SHA256 = re.compile(r"[0-9a-f]{64}")
 # Why a probe file's tree is judged by structure alone, and what judges it by behaviour.
-FROM_FILE = (f"{NOT_RUN_HERE}; a probe file holds only the files the rules name, with no host to ask for the modules "
-             "its code imports or looks up by name, as --host asks the host and --path reads the tree")
+FROM_FILE = (
+    f"{NOT_RUN_HERE}; a probe file holds only the files the rules name, with no host to ask for the modules "
+    "its code imports or looks up by name, as --host asks the host and --path reads the tree"
+)
 
 
 class SnapshotTree(SourceTree):
@@ -37,8 +39,9 @@ class SnapshotTree(SourceTree):
     that is all a check needs, its bytes when it reads them. The host's answer is
     untrusted: only the path asked for is taken from it."""
 
-    def __init__(self, answer: dict, engine: Engine = VLLM, contents: Contents | None = None,
-                 more: More | None = None) -> None:
+    def __init__(
+        self, answer: dict, engine: Engine = VLLM, contents: Contents | None = None, more: More | None = None
+    ) -> None:
         super().__init__()
         self.engine = engine
         self.root = answer.get("root", "")
@@ -48,7 +51,9 @@ class SnapshotTree(SourceTree):
         self._search: dict[str, list[str]] = answer.get("search", {})
         self._dist_info: dict[str, str] = answer.get("dist_info_files", {})
         self.python = f"{answer.get('python') or ''} {answer.get('python_version') or ''}".strip()
-        self._held = held_back(answer) if contents is not None else set()  # elsewhere a digest without bytes is only a claim
+        self._held = (
+            held_back(answer) if contents is not None else set()
+        )  # elsewhere a digest without bytes is only a claim
         self._contents = contents
         self._more = more
         self._more_held: set[str] = set()  # files whose digest came from ``more`` without their bytes
@@ -86,7 +91,7 @@ class SnapshotTree(SourceTree):
             return
         wanted = [relpath for relpath in dict.fromkeys(relpaths) if self._unasked(relpath, False)]
         for start in range(0, len(wanted), MAX_MORE_FILES):
-            self._ask(wanted[start:start + MAX_MORE_FILES], False)
+            self._ask(wanted[start : start + MAX_MORE_FILES], False)
 
     def _unasked(self, relpath: str, with_bytes: bool) -> bool:
         """Whether the host may be asked for ``relpath``: a module file of the package only
@@ -137,8 +142,14 @@ class SnapshotTree(SourceTree):
         return self._dist_info.get(name)
 
 
-def snapshot_target(answer: dict, kind: str, who: str, details: tuple[tuple[str, str], ...] = (),
-                    contents: Contents | None = None, more: More | None = None) -> ResolvedTarget:
+def snapshot_target(
+    answer: dict,
+    kind: str,
+    who: str,
+    details: tuple[tuple[str, str], ...] = (),
+    contents: Contents | None = None,
+    more: More | None = None,
+) -> ResolvedTarget:
     if answer.get("error"):
         raise ToolError(f"{who}: {answer['error']}")
     if "files" not in answer:
@@ -148,7 +159,9 @@ def snapshot_target(answer: dict, kind: str, who: str, details: tuple[tuple[str,
     except LookupError as exc:
         raise ToolError(f"{who}: {exc}") from None
     host = answer.get("host") or who
-    info = TargetInfo(kind, f"{host}:{answer.get('root', '')}", (("host", host), ("python", answer.get("python") or ""), *details))
+    info = TargetInfo(
+        kind, f"{host}:{answer.get('root', '')}", (("host", host), ("python", answer.get("python") or ""), *details)
+    )
     return ResolvedTarget(SnapshotTree(answer, engine, contents, more), info)
 
 

@@ -85,6 +85,8 @@ while True:
         break
 os._exit(os.WEXITSTATUS(_status) if os.WIFEXITED(_status) else 128 + os.WTERMSIG(_status))
 """
+
+
 class _Busy(ToolError):
     """The server turned the connection away before the handshake: worth another try."""
 
@@ -155,12 +157,19 @@ class SshTarget:
                 self._close(client)
         if answer.get("error"):
             raise ToolError(f"{who}: {answer['error']} ({NO_VLLM_HINT})")
-        details = (("bytes_sent", self.bytes_sent), ("bytes_received", self.bytes_received),
-                   ("connect_tries", self.connect_tries))
+        details = (
+            ("bytes_sent", self.bytes_sent),
+            ("bytes_received", self.bytes_received),
+            ("connect_tries", self.connect_tries),
+        )
         resolved = snapshot_target(answer, "ssh", who, details, *(remote or (None, None)))
         ran = (("behaviour", f"runs on {self.given}"),) if self._open is not None else ()
-        info = dataclasses.replace(resolved.info, location=f"{self.given}:{answer.get('root', '')}", name=self.given,
-                                   details=(("host", self.given), ("python", self.options.python), *ran, *details))
+        info = dataclasses.replace(
+            resolved.info,
+            location=f"{self.given}:{answer.get('root', '')}",
+            name=self.given,
+            details=(("host", self.given), ("python", self.options.python), *ran, *details),
+        )
         resolved = dataclasses.replace(resolved, info=info)
         if self._open is None:
             return dataclasses.replace(resolved, no_files="the ssh connection it was read over is closed")
@@ -204,7 +213,11 @@ class SshTarget:
             except (OSError, paramiko.SSHException) as exc:
                 raise ToolError(f"cannot read known hosts {known_hosts}: {exc}") from None
         client.set_missing_host_key_policy(HostKeyPolicy(self.options.accept_new_host_key, known_hosts))
-        identities = [str(self.options.identity)] if self.options.identity else [os.path.expanduser(p) for p in spec.identity_files]
+        identities = (
+            [str(self.options.identity)]
+            if self.options.identity
+            else [os.path.expanduser(p) for p in spec.identity_files]
+        )
         who = f"{spec.given}"
         try:
             client.connect(
@@ -240,7 +253,9 @@ class SshTarget:
             if busy is not None:
                 raise _Busy(f"{who}: cannot connect: {busy}") from None
             if "banner" in reason or reason == "No existing session":  # the handshake never started
-                raise ToolError(f"{who}: timed out after {self.options.connect_timeout:g} s waiting for the SSH banner") from None
+                raise ToolError(
+                    f"{who}: timed out after {self.options.connect_timeout:g} s waiting for the SSH banner"
+                ) from None
             raise ToolError(f"{who}: cannot connect: {reason}") from None
         return client
 
@@ -269,7 +284,9 @@ class SshTarget:
                     "direct-tcpip", (spec.hostname, spec.port), ("127.0.0.1", 0), timeout=self.options.connect_timeout
                 )
             except (paramiko.SSHException, OSError) as exc:
-                raise ToolError(f"{spec.given}: jump host {spec.proxy_jump} cannot reach {spec.hostname}:{spec.port}: {exc}") from None
+                raise ToolError(
+                    f"{spec.given}: jump host {spec.proxy_jump} cannot reach {spec.hostname}:{spec.port}: {exc}"
+                ) from None
         return None
 
     def _remote_command(self, run: str, seconds: int, prefix: str = "") -> str:
@@ -278,8 +295,7 @@ class SshTarget:
         closing the channel does not end a process that has no terminal.
         ``sh -c``: the login shell may not be POSIX. No ``exec``: a death by
         signal comes back as the status 128 + N. ``prefix``: shell run first."""
-        script = (f"{prefix}if timeout -k 1 1 true >/dev/null 2>&1; then timeout -k 5 {seconds} {run}; "
-                  f"else {run}; fi")
+        script = f"{prefix}if timeout -k 1 1 true >/dev/null 2>&1; then timeout -k 5 {seconds} {run}; else {run}; fi"
         return f"sh -c {shlex.quote(script)}"
 
     def _run_probe(self, client, spec: HostSpec, who: str, staged: bool) -> tuple[dict, tuple[Contents, More] | None]:
@@ -362,7 +378,9 @@ class SshTarget:
             try:
                 with self._probe_errors(spec):
                     channel.sendall(line)
-                    output, _ = self._drain(channel, time.monotonic() + self.options.probe_timeout, MAX_OUTPUT_BYTES, answer=True)
+                    output, _ = self._drain(
+                        channel, time.monotonic() + self.options.probe_timeout, MAX_OUTPUT_BYTES, answer=True
+                    )
             finally:
                 sent, got = self._fetched
                 self._fetched = (sent + len(line), got + self.bytes_received - received)
@@ -384,7 +402,9 @@ class SshTarget:
                 f"{MAX_OUTPUT_BYTES // MIB} MiB: not a probe answer"
             ) from None
         except (TimeoutError, socket.timeout):
-            raise ToolError(f"{spec.given}: the probe did not finish within {self.options.probe_timeout:g} s (--probe-timeout)") from None
+            raise ToolError(
+                f"{spec.given}: the probe did not finish within {self.options.probe_timeout:g} s (--probe-timeout)"
+            ) from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise ToolError(f"{spec.given}: the probe could not run: {exc}") from None
 
@@ -460,4 +480,3 @@ class SshTarget:
             else:
                 select.select([channel], [], [], left)
         return bytes(output), bytes(errors)
-

@@ -45,12 +45,14 @@ class RangeSource:
     def read(self, start: int, end: int) -> bytes:
         tail_start = self.size - len(self.tail)
         if start >= tail_start:
-            return self.tail[start - tail_start:end - tail_start]
+            return self.tail[start - tail_start : end - tail_start]
         response = _get(self.located, self.url, {"Range": f"bytes={start}-{end - 1}"})
         with response:
             if response.status_code != 206 or _range_of(response) != (start, end - 1, self.size):
-                raise ToolError(f"{self.located.shown} answered a range request with {response.status_code} "
-                                f"{response.headers.get('Content-Range', '')} after honouring ranges")
+                raise ToolError(
+                    f"{self.located.shown} answered a range request with {response.status_code} "
+                    f"{response.headers.get('Content-Range', '')} after honouring ranges"
+                )
             return _body(response, end - start, self.located, self.update, self.deadline)
 
 
@@ -63,8 +65,10 @@ def open_wheel(located: Located, update: Advance, deadline: float) -> RangeSourc
     with response:
         found = _range_of(response)
         if found is None or found[1] != found[2] - 1:
-            raise ToolError(f"{located.shown} answered a request for its last {TAIL} bytes with "
-                            f"{response.headers.get('Content-Range', 'no Content-Range')}")
+            raise ToolError(
+                f"{located.shown} answered a request for its last {TAIL} bytes with "
+                f"{response.headers.get('Content-Range', 'no Content-Range')}"
+            )
         start, end, size = found
         tail = _body(response, end - start + 1, located, update, deadline)
     return RangeSource(located, response.url, size, tail, update, deadline)
@@ -86,8 +90,10 @@ def download(located: Located, path: Path, update: Advance, deadline: float, res
             digest.update(chunk)
             update(advance=len(chunk))
     if located.sha256 is not None and digest.hexdigest() != located.sha256.lower():
-        raise ToolError(f"{located.filename} from {located.shown} does not match the sha256 the index states "
-                        f"({digest.hexdigest()}, index: {located.sha256}): refused, nothing cached")
+        raise ToolError(
+            f"{located.filename} from {located.shown} does not match the sha256 the index states "
+            f"({digest.hexdigest()}, index: {located.sha256}): refused, nothing cached"
+        )
     return path
 
 

@@ -32,7 +32,9 @@ GAP = 64 * 1024  # bytes between two wanted members fetched along rather than as
 SPAN = 4 << 20  # at most this much in one request, so that several are in flight
 JOBS = 4  # requests in flight
 MAX_DIRECTORY = 64 << 20
-MAX_MEMBER = 64 << 20  # a kept member (or the RECORD), packed or unpacked (vLLM's largest .py is under 1 MB): memory stays bounded
+MAX_MEMBER = (
+    64 << 20
+)  # a kept member (or the RECORD), packed or unpacked (vLLM's largest .py is under 1 MB): memory stays bounded
 HASHES = ("sha256", "sha384", "sha512")  # what a RECORD line may name (PEP 376 / the wheel spec: not md5 or sha1)
 
 _EOCD = struct.Struct("<4s4H2LH")
@@ -91,7 +93,7 @@ def members(source: Source, wheel: str) -> list[Member]:
     _, _, _, _, count, length, offset, _ = _EOCD.unpack_from(tail, at)
     if count == 0xFFFF or 0xFFFFFFFF in (length, offset):
         locator = at - _EOCD64_LOCATOR.size
-        if locator < 0 or tail[locator:locator + 4] != b"PK\x06\x07":
+        if locator < 0 or tail[locator : locator + 4] != b"PK\x06\x07":
             raise ToolError(f"{wheel} is not a zip archive (a zip64 end without its locator)")
         record_at = _EOCD64_LOCATOR.unpack_from(tail, locator)[2]
         record = source.read(record_at, record_at + _EOCD64.size)
@@ -100,7 +102,7 @@ def members(source: Source, wheel: str) -> list[Member]:
         count, length, offset = _EOCD64.unpack(record)[7:10]
     if length > MAX_DIRECTORY or offset + length > tail_start + at:
         raise ToolError(f"{wheel} is not a zip archive (its central directory lies outside it)")
-    directory = tail[offset - tail_start:at] if offset >= tail_start else source.read(offset, offset + length)
+    directory = tail[offset - tail_start : at] if offset >= tail_start else source.read(offset, offset + length)
     return _entries(directory[:length], count, offset, wheel)
 
 
@@ -108,15 +110,22 @@ def _entries(directory: bytes, count: int, end: int, wheel: str) -> list[Member]
     found: list[tuple[str, int, int, int, int]] = []
     at = 0
     for _ in range(count):
-        if directory[at:at + 4] != b"PK\x01\x02" or at + _CENTRAL.size > len(directory):
+        if directory[at : at + 4] != b"PK\x01\x02" or at + _CENTRAL.size > len(directory):
             raise ToolError(f"{wheel} is not a zip archive (a damaged central directory)")
         fields = _CENTRAL.unpack_from(directory, at)
         flags, method, compressed, size, name_length, extra_length, comment_length = (
-            fields[5], fields[6], fields[10], fields[11], fields[12], fields[13], fields[14])
+            fields[5],
+            fields[6],
+            fields[10],
+            fields[11],
+            fields[12],
+            fields[13],
+            fields[14],
+        )
         offset = fields[18]
         start = at + _CENTRAL.size
-        raw = directory[start:start + name_length]
-        extra = directory[start + name_length:start + name_length + extra_length]
+        raw = directory[start : start + name_length]
+        extra = directory[start + name_length : start + name_length + extra_length]
         size, compressed, offset = _zip64(extra, size, compressed, offset)
         name = raw.decode("utf-8" if flags & 0x800 else "cp437", "replace")
         found.append((name, offset, compressed, size, method))
@@ -126,8 +135,10 @@ def _entries(directory: bytes, count: int, end: int, wheel: str) -> list[Member]
         raise ToolError(f"{wheel} is not a zip archive (a member starts past its central directory)")
     ends = [entry[1] for entry in found[1:]] + [end]
     # A member ends where the next begins, or sooner: bytes no member claims are never fetched.
-    return [Member(name, offset, min(stop, offset + _LOCAL_MOST + compressed), compressed, size, method)
-            for (name, offset, compressed, size, method), stop in zip(found, ends)]
+    return [
+        Member(name, offset, min(stop, offset + _LOCAL_MOST + compressed), compressed, size, method)
+        for (name, offset, compressed, size, method), stop in zip(found, ends)
+    ]
 
 
 def _zip64(extra: bytes, size: int, compressed: int, offset: int) -> tuple[int, int, int]:
@@ -147,8 +158,13 @@ def _zip64(extra: bytes, size: int, compressed: int, offset: int) -> tuple[int, 
 def safe(name: str) -> bool:
     """A relative path that stays in the tree, naming a file."""
     parts = name.split("/")
-    return not (name.startswith("/") or "\\" in name or "\0" in name or name.endswith("/")
-                or any(part in ("", ".", "..") for part in parts))
+    return not (
+        name.startswith("/")
+        or "\\" in name
+        or "\0" in name
+        or name.endswith("/")
+        or any(part in ("", ".", "..") for part in parts)
+    )
 
 
 def spans(chosen: list[Member]) -> list[tuple[int, int, list[Member]]]:
@@ -183,17 +199,19 @@ def read_record(text: bytes, wheel: str) -> Record:
 def unpack(member: Member, data: bytes, start: int, wheel: str) -> bytes:
     """The member's content from ``data`` (the bytes of a span beginning at ``start``)."""
     at = member.offset - start
-    if data[at:at + 4] != b"PK\x03\x04" or at + _LOCAL.size > len(data):
+    if data[at : at + 4] != b"PK\x03\x04" or at + _LOCAL.size > len(data):
         raise ToolError(f"{wheel} is not a zip archive ({member.name}: no local header where the directory says)")
     name_length, extra_length = _LOCAL.unpack_from(data, at)[10:12]
     begin = at + _LOCAL.size + name_length + extra_length
     if begin + member.compressed > member.end - start:
         raise ToolError(f"{wheel} is not a zip archive ({member.name} overlaps the next member)")
-    body = data[begin:begin + member.compressed]
+    body = data[begin : begin + member.compressed]
     if member.method == 0:
         return body
     if member.method != 8:
-        raise ToolError(f"{wheel}: {member.name} is compressed with method {member.method} (only stored and deflate are read)")
+        raise ToolError(
+            f"{wheel}: {member.name} is compressed with method {member.method} (only stored and deflate are read)"
+        )
     inflater = zlib.decompressobj(-15)
     try:
         return inflater.decompress(body, member.size + 1)  # never more than the directory announces, plus one to tell
@@ -204,18 +222,29 @@ def unpack(member: Member, data: bytes, start: int, wheel: str) -> bytes:
 def verify(member: Member, content: bytes, record: Record, wheel: str) -> None:
     listed = record.get(member.name)
     if listed is None:
-        raise ToolError(f"{member.name} in {wheel} is not in the wheel's RECORD (with a digest): refused, nothing cached")
+        raise ToolError(
+            f"{member.name} in {wheel} is not in the wheel's RECORD (with a digest): refused, nothing cached"
+        )
     kind, digest, size = listed
     if kind not in HASHES:
-        raise ToolError(f"{member.name} in {wheel}: the RECORD's digest is {kind}, not one of {', '.join(HASHES)}: refused, nothing cached")
+        raise ToolError(
+            f"{member.name} in {wheel}: the RECORD's digest is {kind}, not one of {', '.join(HASHES)}: refused, nothing cached"
+        )
     got = base64.urlsafe_b64encode(hashlib.new(kind, content).digest()).decode().rstrip("=")
     if len(content) != size or got != digest:
-        raise ToolError(f"{member.name} in {wheel} does not match the wheel's RECORD ({kind} {got}, {len(content)} bytes; "
-                        f"RECORD: {digest}, {size} bytes): refused, nothing cached")
+        raise ToolError(
+            f"{member.name} in {wheel} does not match the wheel's RECORD ({kind} {got}, {len(content)} bytes; "
+            f"RECORD: {digest}, {size} bytes): refused, nothing cached"
+        )
 
 
-def extract(source: Source, wanted: Callable[[str], bool], tree: Path, wheel: str,
-            announce: Callable[[int], None] = lambda total: None) -> int:
+def extract(
+    source: Source,
+    wanted: Callable[[str], bool],
+    tree: Path,
+    wheel: str,
+    announce: Callable[[int], None] = lambda total: None,
+) -> int:
     """Write the wanted members of the wheel (and its dist-info's RECORD) into ``tree``, each checked against
     the RECORD first; ``announce`` is told how many bytes fetching them moves. The number of members."""
     every = [member for member in members(source, wheel) if safe(member.name)]
@@ -225,8 +254,10 @@ def extract(source: Source, wanted: Callable[[str], bool], tree: Path, wheel: st
     chosen = [member for member in every if member is not records[0] and wanted(member.name)]
     for member in [*chosen, *records]:
         if max(member.size, member.compressed) > MAX_MEMBER:
-            raise ToolError(f"{member.name} in {wheel} is {max(member.size, member.compressed)} bytes, more than "
-                            f"{MAX_MEMBER >> 20} MiB: refused, nothing cached")
+            raise ToolError(
+                f"{member.name} in {wheel} is {max(member.size, member.compressed)} bytes, more than "
+                f"{MAX_MEMBER >> 20} MiB: refused, nothing cached"
+            )
     planned = spans(chosen)
     announce(sum(source.fetched(start, end) for start, end, _ in [(records[0].offset, records[0].end, []), *planned]))
     (record_member,) = records
@@ -238,7 +269,9 @@ def extract(source: Source, wanted: Callable[[str], bool], tree: Path, wheel: st
     _write(tree, record_member.name, text, made, wheel)
     context = contextvars.copy_context()  # the progress bar shown, in each worker
     with concurrent.futures.ThreadPoolExecutor(JOBS) as pool:
-        fetched = [pool.submit(context.copy().run, _fetch_span, source, span, record, wheel, tree, made) for span in planned]
+        fetched = [
+            pool.submit(context.copy().run, _fetch_span, source, span, record, wheel, tree, made) for span in planned
+        ]
         try:
             for future in concurrent.futures.as_completed(fetched):
                 future.result()
@@ -248,8 +281,9 @@ def extract(source: Source, wanted: Callable[[str], bool], tree: Path, wheel: st
     return len(chosen) + 1
 
 
-def _fetch_span(source: Source, span: tuple[int, int, list[Member]], record: Record, wheel: str, tree: Path,
-                made: set[Path]) -> None:
+def _fetch_span(
+    source: Source, span: tuple[int, int, list[Member]], record: Record, wheel: str, tree: Path, made: set[Path]
+) -> None:
     """Fetch one span and write its members, each checked against the RECORD before it is written."""
     start, end, group = span
     data = source.read(start, end)
