@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .engines import named
 from .model import UNKNOWN
 from .rules import Rule
 from .rulefile import load_rules
@@ -13,8 +14,11 @@ from .rulefile import load_rules
 def rule_markdown(rule: Rule) -> str:
     prs = ", ".join(f"#{pr}" for pr in rule.prs) or "none"
     unmerged = ", ".join(f"#{pr}" for pr in rule.unmerged_prs)
+    engine = named(rule.engine).display
     out = [
         f"# {rule.id}: {rule.title}",
+        "",
+        f"Engine: {engine} (PRs are {engine}'s).",
         "",
         f"Merged PRs: {prs}." + (f" Unmerged PRs people build from: {unmerged}." if unmerged else ""),
         "",
@@ -135,7 +139,7 @@ def schemas_markdown(schema_dir: Path) -> str:
 
 def generated_pages(repo: Path) -> dict[Path, str]:
     """The docs pages made from data (rules/, schemas/): path -> text."""
-    pages = {repo / "docs" / "fixes" / f"{rule.id}.md": rule_markdown(rule) for rule in load_rules()}
+    pages = {repo / "docs" / "fixes" / rule.page: rule_markdown(rule) for rule in load_rules()}
     pages[repo / "docs" / "schemas.md"] = schemas_markdown(repo / "schemas")
     return pages
 

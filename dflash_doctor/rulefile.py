@@ -319,17 +319,28 @@ def _construct(raw: Any, where: str) -> Construct | None:
             "index_parameters",
             "recorded",
             "signature",
-            "window",
+            "parameter",
             "causal",
             "assume",
             "model",
             "platform",
             "containers",
             "unset",
+            "offset",
+            "none",
+            "causal_parameter",
+            "causal_values",
         ),
         where,
     )
     signature = raw["signature"]
+    offset, causal_values = raw.get("offset", 0), raw.get("causal_values", {})
+    if not isinstance(offset, int) or isinstance(offset, bool):
+        raise ToolError(f"{where}: offset must be an integer")
+    if not isinstance(causal_values, dict) or not all(isinstance(v, bool) for v in causal_values.values()):
+        raise ToolError(f"{where}: causal_values must map stand-in paths to true or false")
+    if "causal" in raw and "causal_parameter" in raw:
+        raise ToolError(f"{where}: causality is read from the layer (causal) or the recorded call, not both")
     return Construct(
         file=_require(raw, "file", where),
         layer=_require(raw, "layer", where),
@@ -337,13 +348,17 @@ def _construct(raw: Any, where: str) -> Construct | None:
         recorded=_require(raw, "recorded", where),
         signature_file=_require(signature, "file", where),
         signature=_require(signature, "symbol", where),
-        window=_require(raw, "window", where),
-        causal=_require(raw, "causal", where),
+        parameter=_require(raw, "parameter", where),
+        causal=_optional_text(raw, "causal", where),
         assume=tuple(sorted(raw.get("assume", {}).items())),
         model=_optional_name(raw, "model", where),
-        platform=_optional_name(raw, "platform", where),
+        platform=_optional_text(raw, "platform", where),
         containers=_strings(raw, "containers", where),
         unset=_strings(raw, "unset", where),
+        offset=offset,
+        none_value=raw.get("none"),
+        causal_parameter=_optional_name(raw, "causal_parameter", where),
+        causal_values=tuple(sorted(causal_values.items())),
     )
 
 
@@ -353,6 +368,13 @@ def _optional_path(raw: dict[str, Any], key: str, where: str) -> str | None:
         isinstance(value, str) and value.endswith(".py") and not value.startswith("/") and ".." not in value
     ):
         raise ToolError(f"{where}: {key} must be a .py path inside the tree")
+    return value
+
+
+def _optional_text(raw: dict[str, Any], key: str, where: str) -> str | None:
+    value = raw.get(key)
+    if value is not None and not (isinstance(value, str) and value.strip()):
+        raise ToolError(f"{where}: {key} must be a non-empty string")
     return value
 
 

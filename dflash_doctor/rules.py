@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from .draft.config import DraftConfig
     from .structure.patterns import Pattern, Template
 
+DEFAULT_ENGINE = "vllm"  # a rule file without an ``engine`` key describes vLLM's code
 IGNORE = "ignore"  # a form that locates code off the DFlash path: evidence only
 FORM_VERDICTS = (PRESENT, ABSENT, PARTIAL, IGNORE)
 
@@ -55,7 +56,8 @@ class Anchor:
 
 @dataclasses.dataclass(frozen=True)
 class Applies:
-    """The rule applies when ``symbol`` in ``file`` holds the string ``literal``;
+    """The rule applies when ``symbol`` in ``file`` holds the string ``literal`` (or assigns a name so spelt:
+    an enum's member);
     ``remedy`` is what to do when it does not (not-applicable)."""
 
     file: str
@@ -169,6 +171,7 @@ QUESTIONS = {  # question kind -> the links (parts) its observations have
     "capture-ids": ("runner-accepts", "resolver"),
     "layer-attention": ("runner-accepts", "layer-index", "sliding-window", "causality"),
     "block-drop": ("kv-cache-manager",),
+    "layer-rope": ("runner-accepts", "rotary-base"),
 }
 DIMENSIONS = ("runner", "setting")  # drafter configs are always alternatives (subjects, guards)
 
@@ -213,8 +216,9 @@ class Construct:
     (a class in ``file``) for each layer index (its parameter named one of
     ``index_parameters``), with stand-ins for every name outside the extracted
     code; calls of ``recorded`` are recorded and bound to the parameters of
-    ``signature`` (``file``, ``Class.__init__``) to read ``window``; ``causal``
-    is an attribute path on the built layer. ``assume``: values of stand-ins a
+    ``signature`` (``file``, ``Class.__init__``) to read ``parameter``; ``causal``
+    is an attribute path on the built layer, or ``causal_parameter`` a parameter of
+    the recorded call whose stand-in value ``causal_values`` maps to a causality. ``assume``: values of stand-ins a
     branch reads (the deployment the question is about). ``model``: the class in
     ``file`` that builds the layers; it is constructed with ``layer`` recorded, to
     read the index each layer really receives. ``platform``: the stand-in whose
@@ -230,13 +234,17 @@ class Construct:
     recorded: str
     signature_file: str
     signature: str
-    window: str
-    causal: str
+    parameter: str  # the recorded call's parameter the question reads (the window, the RoPE base)
+    causal: str | None  # an attribute path on the built layer holding its causality
     assume: tuple[tuple[str, Any], ...]
     model: str | None = None
     platform: str | None = None
     containers: tuple[str, ...] = ()
     unset: tuple[str, ...] = ()
+    offset: int = 0  # what the engine's parameter holds is the config's value plus this (SGLang: a window less one)
+    none_value: Any = None  # the parameter's value that means "none" (SGLang: -1, no window)
+    causal_parameter: str | None = None  # or: the recorded call's parameter that holds causality,
+    causal_values: tuple[tuple[str, bool], ...] = ()  # by the stand-in path it is handed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -269,7 +277,7 @@ class Rule:
     behaviour: Behaviour | None = None
     fix_cases: tuple[FixCase, ...] = ()
     affects: Affects | None = None  # None: the defect can reach every DFlash drafter
-    engine: str = "vllm"  # the engine whose code the rule describes (its ``engine`` key; vLLM when it has none)
+    engine: str = DEFAULT_ENGINE  # the engine whose code the rule describes (its ``engine`` key; vLLM when it has none)
 
     def headline(self, status: str) -> str:
         return dict(self.headlines)[status]
@@ -295,6 +303,11 @@ class Rule:
         if self.affects is None:
             return True, "the defect can reach every DFlash drafter"
         return self.affects.reaches(draft)
+
+    @property
+    def page(self) -> str:
+        """Its page under docs/fixes/: the default engine's by id, another engine's in a folder of its name."""
+        return f"{self.id}.md" if self.engine == DEFAULT_ENGINE else f"{self.engine}/{self.id}.md"
 
     @property
     def files(self) -> tuple[str, ...]:

@@ -42,9 +42,16 @@ def test_every_shipped_rule_case_passes():
     assert [line for line, ok in results if not ok] == []
 
 
-def test_shipped_rules_are_the_three_fixes_each_with_cases():
+def test_shipped_rules_are_the_fixes_each_with_cases():
     rules = load_rules()
-    assert {rule.id for rule in rules} == {"layer-offset", "swa-config", "cache-drop"}
+    assert {(rule.engine, rule.id) for rule in rules} == {
+        ("vllm", "layer-offset"),
+        ("vllm", "swa-config"),
+        ("vllm", "cache-drop"),
+        ("vllm", "rope-base"),
+        ("sglang", "swa-config"),
+        ("sglang", "rope-base"),
+    }
     assert all(len(rule.cases) >= 4 for rule in rules)
 
 
@@ -103,7 +110,14 @@ def test_pattern_that_is_not_python_fails_rules_test(tmp_path: Path):
 def test_rules_cli_list_show_test():
     listed = run_cli("rules", "list")
     assert listed.returncode == 0
-    assert [line.split()[0] for line in listed.stdout.splitlines()] == ["cache-drop", "layer-offset", "swa-config"]
+    assert [line.split()[:2] for line in listed.stdout.splitlines()] == [
+        ["cache-drop", "vllm"],
+        ["layer-offset", "vllm"],
+        ["rope-base", "vllm"],
+        ["rope-base", "sglang"],
+        ["swa-config", "sglang"],
+        ["swa-config", "vllm"],
+    ]
     shown = run_cli("rules", "show", "layer-offset")
     assert shown.returncode == 0 and "#40727" in shown.stdout and "raw-dflash-ids" in shown.stdout
     tested = run_cli("rules", "test")
@@ -116,4 +130,4 @@ def test_fix_pages_in_docs_are_generated_from_the_rules():
 
     docs = Path(__file__).resolve().parent.parent / "docs" / "fixes"
     for rule in load_rules():
-        assert (docs / f"{rule.id}.md").read_text() == rule_markdown(rule), f"regenerate docs/fixes/{rule.id}.md"
+        assert (docs / rule.page).read_text() == rule_markdown(rule), f"regenerate docs/fixes/{rule.page}"

@@ -22,10 +22,11 @@ import jsonschema
 import pytest
 
 from dflash_doctor.engines import SGLANG, VLLM
-from dflash_doctor.model import UNKNOWN, ToolError, engine_json, exit_code_for
+from dflash_doctor.model import ABSENT, NOT_APPLICABLE, UNKNOWN, ToolError, engine_json, exit_code_for
 from dflash_doctor.provenance import find_dist_info, read_provenance
 from dflash_doctor.releases import _row_path, release_row, rules_digest
 from dflash_doctor.rulefile import load_rule, load_rules
+from dflash_doctor.rules import for_engine
 from dflash_doctor.source import DirectoryTree
 from dflash_doctor.targets import releases_dir
 from dflash_doctor.targets.detect import path_targets
@@ -89,18 +90,23 @@ def test_sglangs_descriptor_is_what_its_wheels_say() -> None:
     }
 
 
-@pytest.mark.parametrize("version", [LAST_WITHOUT, FIRST_WITH])
-def test_check_release_of_sglang_answers_unknown_with_the_reason_never_vllms_verdicts(version: str) -> None:
+@pytest.mark.parametrize(("version", "judged"), [(LAST_WITHOUT, NOT_APPLICABLE), (FIRST_WITH, ABSENT)])
+def test_check_release_of_sglang_judges_by_sglangs_rules_never_vllms(version: str, judged: str) -> None:
+    """SGLang's own rules judge their fixes; a fix with only vLLM's rule is unknown with the reason."""
     proc = run_cli("check", "--release", version, "--engine", "sglang", "--format", "json")
-    assert proc.returncode == 2, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # not-applicable and absent both fail
     report = json.loads(proc.stdout)
     jsonschema.validate(report, CHECK_V2)
     assert report["schema"] == "dflash-doctor/check/v2"
     assert report["engine"]["name"] == "sglang" and report["engine"]["version"] == version
     assert report["engine"]["distribution"] == {"name": "sglang", "version": version}
     assert report["target"]["location"] == str(releases_dir(SGLANG) / version)
-    assert [fix["id"] for fix in report["fixes"]] == [rule.id for rule in load_rules()]
-    for fix in report["fixes"]:
+    rules = for_engine(load_rules(), "sglang")
+    assert [fix["id"] for fix in report["fixes"]] == [rule.id for rule in rules]
+    for fix, rule in zip(report["fixes"], rules):
+        if rule.engine == "sglang":
+            assert fix["status"] == judged and fix["prs"] == list(rule.prs)
+            continue
         assert fix["status"] == UNKNOWN and fix["prs"] == [] and fix["evidence"] == []
         assert fix["reason"] == f"no rule judges this fix in SGLang yet (the rule {fix['id']} describes vLLM's code)"
         assert "SGLang" in fix["remedy"]
@@ -110,7 +116,7 @@ def test_check_release_of_sglang_answers_unknown_with_the_reason_never_vllms_ver
         for result in sarif["runs"][0]["results"]
         for location in result["locations"]
     }
-    assert uris == {"sglang/__init__.py"}  # never a vLLM file the tree does not hold
+    assert uris and all(uri.startswith("sglang/") for uri in uris)  # never a vLLM file the tree does not hold
     assert sarif["runs"][0]["properties"]["sglang"]["version"] == version
 
 
@@ -139,10 +145,11 @@ def test_a_tree_holding_both_engines_is_checked_for_each(both: Path) -> None:
     vllm, sglang = fleet["hosts"]
     assert (vllm["engine"]["name"], vllm["engine"]["version"]) == ("vllm", "0.33.0")
     assert (sglang["engine"]["name"], sglang["engine"]["version"]) == ("sglang", FIRST_WITH)
-    assert {fix["status"] for fix in sglang["fixes"]} == {UNKNOWN}
+    statuses = {fix["id"]: fix["status"] for fix in sglang["fixes"]}
+    assert statuses == {"cache-drop": UNKNOWN, "layer-offset": UNKNOWN, "rope-base": ABSENT, "swa-config": ABSENT}
     alone = json.loads(run_cli("check", "--path", str(both), "--engine", "vllm", "--format", "json").stdout)
     assert alone["fixes"] == vllm["fixes"] and UNKNOWN not in {fix["status"] for fix in alone["fixes"]}
-    assert sglang["exit_code"] == 2 and proc.returncode == fleet["exit_code"] == exit_code_for([vllm["exit_code"], 2])
+    assert proc.returncode == fleet["exit_code"] == exit_code_for([vllm["exit_code"], sglang["exit_code"]])
     table = run_cli("check", "--path", str(both)).stdout
     assert "local vLLM" in table and "local SGLang" in table
 
@@ -156,7 +163,7 @@ def test_the_results_cache_keeps_the_engines_of_one_tree_apart(both: Path, tmp_p
     ]
     assert len(list((tmp_path / "cache" / "results").rglob("*.json"))) == 2  # one entry per engine
     assert runs[0]["fixes"] == runs[2]["fixes"] and runs[1]["fixes"] == runs[3]["fixes"]
-    assert {fix["status"] for fix in runs[3]["fixes"]} == {UNKNOWN} and UNKNOWN not in {
+    assert UNKNOWN in {fix["status"] for fix in runs[3]["fixes"]} and UNKNOWN not in {
         fix["status"] for fix in runs[2]["fixes"]
     }
 
@@ -197,7 +204,10 @@ def test_the_tool_reads_its_v1_and_v2_reports(tmp_path: Path, monkeypatch: pytes
 
 def test_rules_are_vllms_unless_they_say_and_name_a_known_engine(tmp_path: Path) -> None:
     shipped = load_rules()[0]
-    assert {rule.engine for rule in load_rules()} == {"vllm"}
+    assert {rule.engine for rule in load_rules()} == {"vllm", "sglang"}
+    assert all(
+        rule.engine == "vllm" for rule in load_rules() if "engine =" not in rule.source.read_text(encoding="utf-8")
+    )
     text = shipped.source.read_text(encoding="utf-8")
     for engine in ("sglang", "vllm"):
         (tmp_path / f"{engine}.toml").write_text(f'engine = "{engine}"\n' + text)
@@ -317,9 +327,12 @@ def test_an_editable_sglang_beside_an_installed_vllm_is_found_through_the_interp
     )
     collected = parse_probe_output(answer.read_text(), "the script")
     assert not [relpath for relpath in [*collected["files"], *collected["search"]] if relpath.startswith("vllm/")]
-    assert SGLANG.version_file in collected["files"] and not collected["search"]  # vLLM's rules ask nothing of SGLang
+    assert SGLANG.version_file in collected["files"]  # and (above) nothing of vLLM's is asked of SGLang
     probed = json.loads(run_cli("check", "--from-probe", str(answer), "--format", "json").stdout)
-    assert probed["fixes"] == sglang["fixes"]
+    assert [fix["id"] for fix in probed["fixes"]] == [fix["id"] for fix in sglang["fixes"]]
+    # no behaviour runs on a probe file (the code's forms alone answer), where the interpreter's tree ran it
+    assert {fix["decided_by"] for fix in probed["fixes"]} == {"structure"}
+    assert [fix["decided_by"] for fix in sglang["fixes"] if fix["id"] == "rope-base"] == ["behaviour"]
     same = ("name", "version", "commit", "distribution", "platform")
     assert {key: probed["engine"][key] for key in same} == {key: sglang["engine"][key] for key in same}
 
@@ -337,7 +350,7 @@ def test_a_fix_has_a_rule_per_engine_and_each_tree_is_judged_by_its_own(both: Pa
     assert (
         [fix["id"] for fix in vllm["fixes"]]
         == [fix["id"] for fix in sglang["fixes"]]
-        == [rule.id for rule in load_rules()]
+        == list(dict.fromkeys(rule.id for rule in load_rules()))
     )
     assert vllm["fixes"] == plain["hosts"][0]["fixes"]  # vLLM's tree is judged by vLLM's rules alone
     by_id = {fix["id"]: fix for fix in sglang["fixes"]}
@@ -351,7 +364,7 @@ def test_a_fix_has_a_rule_per_engine_and_each_tree_is_judged_by_its_own(both: Pa
     assert_error(proc, "a rule with the id 'layer-offset' is already loaded for sglang")
 
 
-def test_the_release_matrix_of_sglang_lists_its_releases_unjudged_and_says_whose() -> None:
+def test_the_release_matrix_of_sglang_judges_what_its_rules_cover_and_says_whose() -> None:
     for version in (LAST_WITHOUT, FIRST_WITH):
         release_tree(version, SGLANG)  # --offline answers from the cache
     proc = run_cli(
@@ -361,7 +374,10 @@ def test_the_release_matrix_of_sglang_lists_its_releases_unjudged_and_says_whose
     jsonschema.validate(matrix, json.loads((SCHEMAS / "releases-v1.schema.json").read_text()))
     assert proc.returncode == 0 and matrix["engine"] == "sglang"
     assert [row["release"] for row in matrix["releases"]] == [LAST_WITHOUT, FIRST_WITH] == matrix["unjudged"]
-    assert all(set(row["fixes"].values()) == {UNKNOWN} for row in matrix["releases"])
+    assert [row["fixes"] for row in matrix["releases"]] == [  # unjudged: a fix no SGLang rule covers yet is unknown
+        {"cache-drop": UNKNOWN, "layer-offset": UNKNOWN, "rope-base": NOT_APPLICABLE, "swa-config": NOT_APPLICABLE},
+        {"cache-drop": UNKNOWN, "layer-offset": UNKNOWN, "rope-base": ABSENT, "swa-config": ABSENT},
+    ]
     assert "SGLang" in matrix["summary"]["text"] and "vLLM" not in matrix["summary"]["text"]
     table = run_cli("releases", "--engine", "sglang", "--offline", "--from", LAST_WITHOUT, "--to", FIRST_WITH).stdout
     assert "0.5.10.post1" in table and "no SGLang release checked has them all" in table

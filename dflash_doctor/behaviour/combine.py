@@ -114,6 +114,7 @@ LINK_WORDS = {
     "sliding-window": "the sliding window of",
     "layer-index": "the index given to",
     "causality": "the causality of",
+    "rotary-base": "the RoPE base of",
 }
 
 

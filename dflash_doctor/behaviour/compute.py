@@ -51,6 +51,8 @@ def compute(
     (``run``: where the program runs, ``sandbox.run`` or a remote host's equivalent)."""
     route = tree.engine.route
     if route is None:
+        if tree.engine.direct is not None:
+            return _handed_directly(tree, drafts, run)
         why = f"behaviour does not know how {tree.engine.display} hands a drafter to its model runners"
         return tuple(_nothing(draft, why) for draft in drafts)
     keys: list[tuple[dict[str, Any], Place | None] | str | NotRegistered] = []
@@ -165,6 +167,17 @@ def compute(
         found = interpret(plans[index], ours, builder, draft, draft.expected_aux_layer_ids(), draft.expected_layers())
         answers.append(dataclasses.replace(found, hf_config=hf.data, hf_source=hf.source))
     return tuple(answers)
+
+
+def _handed_directly(tree: SourceTree, drafts: tuple[DraftConfig, ...], run: RunProgram) -> tuple[Computed, ...]:
+    """An engine that hands the hf_config straight to the drafter's model: the hf_config
+    as its config class builds it, and nothing of runners or of a speculative config."""
+    why = f"{tree.engine.display} runs every drafter on one worker: no runner or speculative config to compute"
+    views = hf_views(tree, [(draft, dict(draft.data)) for draft in drafts], run)
+    return tuple(
+        dataclasses.replace(_nothing(draft, why), hf_config=view.data, hf_source=view.source)
+        for draft, view in zip(drafts, views)
+    )
 
 
 def _architectures(hf_data: dict[str, Any], field: str) -> Any:

@@ -18,11 +18,12 @@ from typing import Any
 from ..isolation import sandbox
 from ..isolation.sandbox import Call, Outcome, SandboxError
 from ..engines import Engine
-from ..engines.route import Route
 from ..rules import Construct
 from ..source import SourceError, SourceTree
 from .computed import RunProgram
+from ..source import Symbol
 from .definitions import ExtractError, Locator
+from .hf_config import returning_itself
 from .program import ProgramBuilder
 
 BOUND = ("_module_class", "_records", "logger")  # bound by the run, never copied (with the route's current config)
@@ -54,16 +55,19 @@ def construct_layers(
     run: RunProgram,
     follow: tuple[str, ...],
     platform: str,
-) -> list[dict[str, Built]]:
+) -> list[dict[str | None, Built]]:
     """For each drafter's hf_config (None: not available), per runner, what its layers
     were built with, on ``platform`` (one of the tree's engine's). Imports are followed
     only into ``follow`` (the rule's files)."""
     route = tree.engine.route
-    if route is None:
+    if route is None and tree.engine.direct is None:
         return [{} for _ in hf_configs]
-    runners = route.runner_names
+    # an engine without a route of runners runs every drafter on one worker: one answer, runner None
+    runners: tuple[str | None, ...] = route.runner_names if route is not None else (None,)
+    # the recorded name is never copied, even where an import of it would be followed: it stays a stand-in
+    bound = (*BOUND, construct.recorded, *((route.current_config,) if route is not None else ()))
     try:
-        builder = ProgramBuilder(tree, (*BOUND, route.current_config), classes=True, follow=follow)
+        builder = ProgramBuilder(tree, bound, classes=True, follow=follow)
         layer = Locator(tree, [], [(construct.file, construct.layer)]).one(construct.file, construct.layer)
         if layer is None:
             raise ExtractError(f"{construct.layer} not found in {construct.file}")
@@ -76,8 +80,9 @@ def construct_layers(
     assume = _assumed(construct, platform, tree.engine)
     globals_: dict[str, Any] = {gap: {"$standin": gap, "assume": assume, "record": record} for gap in builder.gaps}
     globals_.update(_module_class={"$module_class": True}, _records={"$records": True}, logger=sandbox.noop("logger"))
-    causal = "layer"
-    for attribute in construct.causal.split("."):
+    globals_[construct.recorded] = {"$standin": construct.recorded, "assume": assume, "record": record}
+    causal = "layer" if construct.causal else "None"  # else read from the recorded call (causal_parameter)
+    for attribute in construct.causal.split(".") if construct.causal else ():
         causal = f"getattr({causal}, {attribute!r}, None)"
     expr = f"[(lambda layer: [_records(), {causal}])({name}({keywords})) for index in range(layer_count)]"
     calls, data, built = [], {}, {}
@@ -88,11 +93,13 @@ def construct_layers(
         data[f"hf{index}"] = hf
         built[index] = hf
         for runner in runners:
-            current = sandbox.strict_object(
-                route.deployment_config.name, **{route.switch.property: runner == route.switch.on}
-            )
-            config = {**sandbox.config_object("hf_config", f"hf{index}"), "loose": True}
-            bind = [("config", config), ("layer_count", count), (route.current_config, sandbox.returns(current))]
+            config = {**sandbox.config_object("hf_config", f"hf{index}", returning_itself(hf)), "loose": True}
+            bind: list[tuple[str, Any]] = [("config", config), ("layer_count", count)]
+            if route is not None:
+                current = sandbox.strict_object(
+                    route.deployment_config.name, **{route.switch.property: runner == route.switch.on}
+                )
+                bind.append((route.current_config, sandbox.returns(current)))
             bind += [
                 (parameter, {"$standin": parameter, "assume": assume, "record": record})
                 for parameter in _stand_in_parameters(layer.node, construct)
@@ -102,13 +109,14 @@ def construct_layers(
         outcomes = run(builder.chunks, calls, data, globals_) if calls else {}
     except SandboxError as exc:
         return [{runner: Built(None, str(exc)) for runner in runners} for _ in hf_configs]
+    refusals = route.refusals if route is not None else ()
     indices = (
-        _model_indices(tree, route, construct, layer, built, data, run, follow, platform) if construct.model else {}
+        _model_indices(tree, runners, construct, layer, built, data, run, follow, platform) if construct.model else {}
     )
     return [
         {
             runner: dataclasses.replace(
-                _read(outcomes.get(_call_id(index, runner)), parameters, construct, route),
+                _read(outcomes.get(_call_id(index, runner)), parameters, construct, refusals),
                 indices=indices.get((index, runner)),
             )
             for runner in runners
@@ -117,33 +125,38 @@ def construct_layers(
     ]
 
 
-def _call_id(index: int, runner: str) -> str:
+def _call_id(index: int, runner: str | None) -> str:
     """A call's id in the child: opaque there, made here from what it is for (never parsed back)."""
     return f"{index}|{runner}"
 
 
 def _model_indices(
     tree: SourceTree,
-    route: Route,
+    runners: tuple[str | None, ...],
     construct: Construct,
-    layer,
+    layer: Symbol,
     hf_configs: dict[int, dict],
     data: dict,
     run: RunProgram,
     follow: tuple[str, ...],
     platform: str,
-) -> dict[tuple[int, str], Indices]:
+) -> dict[tuple[int, str | None], Indices]:
     """Construct the tree's model class (``construct.model``) for each drafter config
     (by its index), with the layer class a recorded stand-in, and bind each recorded
-    layer call to the layer's ``__init__``: the index it received. Keyed by (config, runner)."""
-    keys = [(index, runner) for index in hf_configs for runner in route.runner_names]
+    layer call to the layer's ``__init__``: the index it received. Keyed by (config, runner).
+    The config reaches the model as the engine hands it: through the deployment config
+    (a route of runners) or straight (``Direct``)."""
+    route, direct = tree.engine.route, tree.engine.direct
+    keys = [(index, runner) for index in hf_configs for runner in runners]
+    bound = (*BOUND, route.current_config, construct.layer) if route is not None else (*BOUND, construct.layer)
+    holder = route.deployment_name if route is not None else direct.parameter if direct is not None else "config"
     try:
-        builder = ProgramBuilder(tree, (*BOUND, route.current_config, construct.layer), classes=True, follow=follow)
+        builder = ProgramBuilder(tree, bound, classes=True, follow=follow)
         model = Locator(tree, [], [(construct.file, construct.model)]).one(construct.file, construct.model)
         if model is None:
             raise ExtractError(f"{construct.model} not found in {construct.file}")
         name = builder.constructor(model)
-        arguments = _model_keywords(model.node, construct, route.deployment_name)
+        arguments = _model_keywords(model.node, construct, holder)
     except (ExtractError, SourceError) as exc:
         return {key: Indices(None, f"building {construct.model}: {exc}") for key in keys}
     record = (construct.layer,)
@@ -153,30 +166,39 @@ def _model_indices(
     globals_[construct.layer] = {"$standin": construct.layer, "assume": assume, "record": record}
     calls = []
     for index, runner in keys:
-        config = {**sandbox.config_object("hf_config", f"hf{index}"), "loose": True}
-        # the drafter's config reaches the model through the deployment config's speculative config
-        fields, holder = route.fields, route.deployment_name
-        speculative = sandbox.strict_object(
-            fields.speculative,
-            **{fields.method: route.method, fields.draft: sandbox.strict_object(fields.draft, **{fields.hf: config})},
-        )
-        deployment = {
-            "$standin": holder,
-            "assume": {**assume, f"{holder}.{fields.speculative}": speculative},
-            "record": record,
+        config = {
+            **sandbox.config_object("hf_config", f"hf{index}", returning_itself(hf_configs[index])),
+            "loose": True,
         }
-        current = {
-            "$standin": f"{route.current_config}()",
-            "record": record,
-            "assume": {**assume, f"{route.current_config}().{route.switch.property}": runner == route.switch.on},
-        }
-        bind = ((holder, deployment), (route.current_config, sandbox.returns(current)))
+        bind: tuple[tuple[str, Any], ...] = ((holder, config),)
+        if (
+            route is not None
+        ):  # the drafter's config reaches the model through the deployment config's speculative config
+            fields = route.fields
+            speculative = sandbox.strict_object(
+                fields.speculative,
+                **{
+                    fields.method: route.method,
+                    fields.draft: sandbox.strict_object(fields.draft, **{fields.hf: config}),
+                },
+            )
+            deployment = {
+                "$standin": holder,
+                "assume": {**assume, f"{holder}.{fields.speculative}": speculative},
+                "record": record,
+            }
+            current = {
+                "$standin": f"{route.current_config}()",
+                "record": record,
+                "assume": {**assume, f"{route.current_config}().{route.switch.property}": runner == route.switch.on},
+            }
+            bind = ((holder, deployment), (route.current_config, sandbox.returns(current)))
         calls.append(Call(_call_id(index, runner), f"(lambda model: _records())({name}({arguments}))", bind))
     try:
         outcomes = run(builder.chunks, calls, data, globals_)
     except SandboxError as exc:
         return {key: Indices(None, f"building {construct.model}: {exc}") for key in keys}
-    signature = _bind_signature(_init(layer.node, construct.file), None)
+    signature = _bind_signature(_init(layer.node, construct.file))
     wanted = [name for name in signature.keywords if name in construct.index_parameters]
     return {
         (index, runner): _received(
@@ -190,7 +212,7 @@ def _assumed(construct: Construct, platform: str, engine: Engine) -> dict[str, A
     """The rule's assumptions, the containers it declares, and the platform stand-in
     answering for ``platform`` among the engine's."""
     told = (
-        {f"{construct.platform}.is_{kind.name}()": kind.name == platform for kind in engine.platforms}
+        {_platform_test(construct.platform, kind.name): kind.name == platform for kind in engine.platforms}
         if construct.platform
         else {}
     )
@@ -283,13 +305,19 @@ def _required(init: ast.FunctionDef) -> list[str]:
     return [arg.arg for arg in required]
 
 
+def _platform_test(platform: str, kind: str) -> str:
+    """The stand-in call that tells whether the target is built for ``kind``: ``<platform>.is_<kind>()``,
+    or the rule's template (``is_{}()``: a module-level function per platform)."""
+    return platform.format(kind) if "{}" in platform else f"{platform}.is_{kind}()"
+
+
 @dataclasses.dataclass(frozen=True)
 class _Signature:
     positional: tuple[str, ...]
     keywords: frozenset[str]
     var_keywords: bool
-    default: Any
-    default_known: bool
+    defaults: tuple[tuple[str, Any], ...]  # literal defaults
+    default_texts: tuple[tuple[str, str], ...]  # other defaults, as written (a stand-in's path: ``Kind.DECODER``)
 
 
 def _signature(tree: SourceTree, construct: Construct) -> _Signature:
@@ -297,31 +325,32 @@ def _signature(tree: SourceTree, construct: Construct) -> _Signature:
     symbols = parsed.symbols(construct.signature) if parsed else []
     if len(symbols) != 1:
         raise ExtractError(f"{construct.signature} is not defined once in {construct.signature_file}")
-    return _bind_signature(symbols[0].node, construct.window)
+    return _bind_signature(symbols[0].node, method="." in construct.signature)
 
 
-def _bind_signature(function: ast.FunctionDef, parameter: str | None) -> _Signature:
-    """How calls bind to ``function``'s parameters, and the literal default of ``parameter``."""
+def _bind_signature(function: ast.FunctionDef, method: bool = True) -> _Signature:
+    """How calls bind to ``function``'s parameters (a method's first is its instance), and their defaults."""
     arguments = function.args
-    positional = tuple(arg.arg for arg in [*arguments.posonlyargs, *arguments.args][1:])
-    defaults = dict(zip(positional[len(positional) - len(arguments.defaults) :], arguments.defaults))
-    defaults.update({arg.arg: d for arg, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None})
-    known, value = False, None
-    if parameter in defaults:
+    positional = tuple(arg.arg for arg in [*arguments.posonlyargs, *arguments.args][1 if method else 0 :])
+    given = dict(zip(positional[len(positional) - len(arguments.defaults) :], arguments.defaults))
+    given.update({arg.arg: d for arg, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None})
+    literal: dict[str, Any] = {}
+    texts: dict[str, str] = {}
+    for name, node in given.items():
         try:
-            value, known = ast.literal_eval(defaults[parameter]), True
+            literal[name] = ast.literal_eval(node)
         except ValueError:
-            pass
+            texts[name] = ast.unparse(node)
     keywords = frozenset([*positional, *(arg.arg for arg in arguments.kwonlyargs)])
-    return _Signature(positional, keywords, arguments.kwarg is not None, value, known)
+    return _Signature(positional, keywords, arguments.kwarg is not None, tuple(literal.items()), tuple(texts.items()))
 
 
-def _read(outcome: Outcome | None, signature: _Signature, construct: Construct, route: Route) -> Built:
+def _read(outcome: Outcome | None, signature: _Signature, construct: Construct, refusals: tuple[str, ...]) -> Built:
     if outcome is None:
         return Built(None, "the drafter config has no usable num_hidden_layers")
     if not outcome.ok:
         why = outcome.unknowable or f"raises {outcome.error_type}: {outcome.error_message}"
-        return Built(None, f"building the draft layers {why}", refused=outcome.error_type in route.refusals)
+        return Built(None, f"building the draft layers {why}", refused=outcome.error_type in refusals)
     value = outcome.value
     if not isinstance(value, list) or not all(
         isinstance(pair, list) and len(pair) == 2 and _records(pair[0]) is not None for pair in value
@@ -335,13 +364,46 @@ def _read(outcome: Outcome | None, signature: _Signature, construct: Construct, 
                 None,
                 f"draft layer {index} built {len(mine)} {construct.recorded} layers; the question needs exactly one",
             )
-        window = _bound(mine[0], signature, construct.window, construct.recorded)
-        if isinstance(window, str):
-            return Built(None, f"draft layer {index}: {window}")
-        if isinstance(causal, dict):
+        parameter, *keys = construct.parameter.split(".")  # rope_parameters.rope_theta: a key of a dict handed over
+        read = _bound(mine[0], signature, parameter, construct.recorded, stand_ins=bool(keys))
+        for key in keys:
+            if isinstance(read, str):
+                break
+            held = read[0].get("$dict") if isinstance(read[0], dict) else None
+            read = (
+                (held[key],) if isinstance(held, dict) and key in held else f"{construct.parameter} was not handed over"
+            )
+        if isinstance(read, str) or (keys and isinstance(read[0], dict)):
+            return Built(None, f"draft layer {index}: {read if isinstance(read, str) else 'the value is not known'}")
+        if construct.causal_parameter is not None:
+            causal = _causality(mine[0], signature, construct)
+        elif isinstance(causal, dict):
             causal = None
-        layers.append((window[0], causal))
+        layers.append((_as_config_value(read[0], construct), causal))
     return Built(tuple(layers))
+
+
+def _as_config_value(value: Any, construct: Construct) -> Any:
+    """What the engine's parameter holds, in the config's terms: its "none" value is None,
+    and a number less the engine's offset (SGLang holds a window less the current token)."""
+    if value == construct.none_value and type(value) is type(construct.none_value):
+        return None
+    if construct.offset and isinstance(value, int) and not isinstance(value, bool):
+        return value - construct.offset
+    return value
+
+
+def _causality(record: dict, signature: _Signature, construct: Construct) -> bool | None:
+    """The causality the recorded call was handed (``causal_parameter``), by the stand-in it names; None when another."""
+    parameter = construct.causal_parameter
+    assert parameter is not None
+    bound = _bound(record, signature, parameter, construct.recorded, stand_ins=True)
+    if isinstance(bound, str):
+        return None
+    value = bound[0]
+    if isinstance(value, dict):
+        value = value.get("$standin")
+    return dict(construct.causal_values).get(value) if isinstance(value, str) else None
 
 
 WRONG_SHAPE = "gave an answer of the wrong shape (the tree's code can change what the child hands back)"
@@ -362,9 +424,12 @@ def _records(value: Any) -> list[dict] | None:
     return value
 
 
-def _bound(record: dict, signature: _Signature, parameter: str, callee: str) -> tuple[Any] | str:
+def _bound(
+    record: dict, signature: _Signature, parameter: str, callee: str, stand_ins: bool = False
+) -> tuple[Any] | str:
     """The value ``parameter`` gets when ``record``'s arguments are bound to the
-    signature (its literal default when not passed), or why it cannot be told."""
+    signature (its literal default when not passed), or why it cannot be told.
+    ``stand_ins``: a stand-in, or a default that is not a literal, is taken as its path."""
     args, kwargs = record["args"], record["kwargs"]
     if len(args) > len(signature.positional):
         return f"{callee} got more positional arguments than its signature has"
@@ -375,12 +440,15 @@ def _bound(record: dict, signature: _Signature, parameter: str, callee: str) -> 
         if key not in signature.keywords and not signature.var_keywords:
             return f"{callee} got an unexpected keyword {key}"
         bound[key] = value
+    defaults, texts = dict(signature.defaults), dict(signature.default_texts)
     if parameter in bound:
         value = bound[parameter]
-    elif signature.default_known:
-        value = signature.default
+    elif parameter in defaults:
+        value = defaults[parameter]
+    elif stand_ins and parameter in texts:
+        value = {"$standin": texts[parameter]}
     else:
         return f"{callee} was not given {parameter}, whose default is not a literal"
-    if isinstance(value, dict):
+    if isinstance(value, dict) and not stand_ins:
         return f"{parameter} is {value.get('$standin') or value.get('$repr')}, which the stand-ins cannot tell"
     return (value,)

@@ -53,6 +53,19 @@ BASE_SOURCE = f"""def {BASE}(self, *args, **kwargs):
     for key, value in kwargs.items():
         setattr(self, key, value)
 """
+# transformers 5: the base's __post_init__ moves the file's rope_theta/rope_scaling into
+# rope_parameters (RotaryEmbeddingConfigMixin), so the built config has no rope_theta attribute.
+# Where the tree's base does this, its own mixin runs before the keywords become attributes.
+ROPE_BASE = ("transformers/configuration_utils.py", "PreTrainedConfig")
+ROPE_MIXIN = ("transformers/modeling_rope_utils.py", "RotaryEmbeddingConfigMixin")
+ROPE_CONVERT = "convert_rope_params_to_dict"
+ROPE_NOTE = "; the file's RoPE keys are moved into rope_parameters by transformers' own RotaryEmbeddingConfigMixin"
+ROPE_BASE_SOURCE = f"""def {BASE}(self, *args, **kwargs):
+    if hasattr(self, "rope_parameters"):
+        kwargs = self.{ROPE_CONVERT}(**kwargs)
+    for key, value in kwargs.items():
+        setattr(self, key, value)
+"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +115,16 @@ class HfView:
         return True, self.data.get(key)
 
 
+# PreTrainedConfig.get_text_config(): the config's text part, which is the config itself unless it
+# holds a sub-config under one of these names (then it is not modelled: calling it is a gap).
+TEXT_CONFIG_NAMES = ("decoder", "generator", "text_config", "text_encoder")
+
+
+def returning_itself(data: dict[str, Any]) -> tuple[str, ...]:
+    """The base class's methods that return the built config itself, for this hf_config."""
+    return () if any(data.get(name) is not None for name in TEXT_CONFIG_NAMES) else ("get_text_config",)
+
+
 def hf_views(tree: SourceTree, items: Sequence[tuple[DraftConfig, dict[str, Any]]], run: RunProgram) -> list[HfView]:
     """Each drafter's ``data`` (the file's keys; for speculators, the tree's translation)
     as the engine's config class builds it: one sandbox request per class."""
@@ -118,7 +141,10 @@ def hf_views(tree: SourceTree, items: Sequence[tuple[DraftConfig, dict[str, Any]
             views[index] = HfView(plain, HfSource("speculators", label, version, origin, SPECULATORS_NOTE))
             continue
         if not isinstance(model_type, str):
-            why = "the config has no model_type, so vLLM's loader (Transformers' AutoConfig) cannot tell which class builds it"
+            why = (
+                f"the config has no model_type, so {tree.engine.display}'s loader (Transformers' AutoConfig) "
+                "cannot tell which class builds it"
+            )
             views[index] = _unknown(plain, HfSource(None, None, version, origin, None, why))
             continue
         if model_type not in classes:
@@ -129,8 +155,9 @@ def hf_views(tree: SourceTree, items: Sequence[tuple[DraftConfig, dict[str, Any]
             continue
         holder, symbol = found
         where = f"{symbol.file}:{symbol.qualname}"
+        moved = rope_moved(holder)
         groups.setdefault(where, (holder, symbol, []))[2].append(
-            (index, plain, HfSource(model_type, where, version, origin, BASE_NOTE))
+            (index, plain, HfSource(model_type, where, version, origin, BASE_NOTE + (ROPE_NOTE if moved else "")))
         )
     for holder, symbol, members in groups.values():
         for (index, plain, source), built in zip(
@@ -198,7 +225,8 @@ def _program(tree: SourceTree, symbol: Symbol) -> tuple[list[Chunk], dict[str, A
         raise ExtractError(f"{symbol.qualname} in {symbol.file} is not a class")
     methods = {s.name: s for s in node.body if isinstance(s, ast.FunctionDef)}
     builder = ProgramBuilder(tree, PROVIDED)
-    extra: list[Chunk] = [Chunk(BASE, BASE_SOURCE)]
+    rope = _rope_mixin(tree, builder)
+    extra: list[Chunk] = [Chunk(BASE, ROPE_BASE_SOURCE if rope else BASE_SOURCE)]
     if "__init__" in methods:
         builder.function(_as_function(symbol, methods["__init__"], INIT))
     else:  # a dataclass (transformers 5): the generated __init__, then __post_init__
@@ -223,7 +251,7 @@ def _program(tree: SourceTree, symbol: Symbol) -> tuple[list[Chunk], dict[str, A
         Chunk(
             BUILD,
             f"""def {BUILD}(data):
-    config = _module_class({node.name!r}, '')()
+    config = _module_class({node.name!r}, {rope!r})()
     {INIT}(config, **data)
     return dict(config.__dict__)
 """,
@@ -232,6 +260,31 @@ def _program(tree: SourceTree, symbol: Symbol) -> tuple[list[Chunk], dict[str, A
     globals_: dict[str, Any] = {name: sandbox.gap(label) for name, label in builder.gaps.items()}
     globals_.update(_module_class={"$module_class": True}, logger=sandbox.noop("logger"))
     return [extra[0], *builder.chunks, *extra[1:]], globals_
+
+
+def rope_moved(tree: SourceTree) -> bool:
+    """Whether the tree's config base moves the RoPE keywords into rope_parameters (transformers 5)."""
+    try:
+        parsed = tree.parsed(ROPE_BASE[0])
+    except SourceError:
+        return False
+    found = parsed.symbols(f"{ROPE_BASE[1]}.__post_init__") if parsed else []
+    return len(found) == 1 and any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == ROPE_CONVERT
+        for n in ast.walk(found[0].node)
+    )
+
+
+def _rope_mixin(tree: SourceTree, builder: ProgramBuilder) -> str:
+    """The class body of the tree's own RoPE mixin (its conversion and what that reaches
+    through ``self``) where the base runs it; "" where it does not."""
+    if not rope_moved(tree):
+        return ""
+    parsed = tree.parsed(ROPE_MIXIN[0])
+    found = parsed.symbols(ROPE_MIXIN[1]) if parsed else []
+    if len(found) != 1:
+        raise ExtractError(f"{ROPE_MIXIN[1]} is not defined once in {ROPE_MIXIN[0]}")
+    return builder.class_body(found[0], (ROPE_CONVERT,))
 
 
 def _as_function(symbol: Symbol, method: ast.FunctionDef, name: str) -> Symbol:

@@ -10,7 +10,7 @@ from ..model import UNKNOWN, Observation
 from .computed import Computed, as_list
 from .construct import Built, Indices
 
-Layers = dict[str, Built] | None  # per runner, when the rule builds the drafter's layers
+Layers = dict[str | None, Built] | None  # per runner (None: an engine with one worker), when the rule builds layers
 
 DEFAULT = "default"
 
@@ -54,12 +54,13 @@ def layer_attention(name: str, draft: DraftConfig, computed: Computed, built: La
     """Per runner and draft layer: the sliding window and causality that reached the
     attention layer when the tree's own classes built the drafter's layers."""
     expected = computed.expected_layers
-    for runner in computed.runners:
+    for runner in computed.runners or (None,):
         answer = built.get(runner) if built else None
         if answer is not None and answer.refused:
             yield Observation(name, runner, DEFAULT, "runner-accepts", None, True, False, False, answer.reason)
             continue
-        yield _accepts(name, computed, runner)
+        if runner is not None:
+            yield _accepts(name, computed, runner)
         if answer is not None and answer.indices is not None:
             yield from _layer_indices(name, runner, answer.indices)
         if answer is None or answer.layers is None or expected is None:
@@ -91,7 +92,7 @@ def layer_attention(name: str, draft: DraftConfig, computed: Computed, built: La
             )
 
 
-def _layer_indices(name: str, runner: str, indices: Indices) -> Iterator[Observation]:
+def _layer_indices(name: str, runner: str | None, indices: Indices) -> Iterator[Observation]:
     """The index each layer received from the model class: layer i must get i."""
     if indices.received is None:
         yield Observation(name, runner, DEFAULT, "layer-index", None, None, None, None, indices.reason)
@@ -122,8 +123,33 @@ def block_drop(name: str, draft: DraftConfig, computed: Computed, built: Layers)
         )
 
 
+def layer_rope(name: str, draft: DraftConfig, computed: Computed, built: Layers) -> Iterator[Observation]:
+    """Per runner and draft layer: the RoPE base the tree's own classes built the layer's
+    rotary embedding with, against the base the drafter states."""
+    expected = draft.rope_base()
+    for runner in computed.runners or (None,):
+        answer = built.get(runner) if built else None
+        if answer is not None and answer.refused:
+            yield Observation(name, runner, DEFAULT, "runner-accepts", None, True, False, False, answer.reason)
+            continue
+        if runner is not None:
+            yield _accepts(name, computed, runner)
+        if answer is None or answer.layers is None or expected is None:
+            why = answer.reason if answer is not None and answer.layers is None else "the rule builds no layers"
+            if expected is None:
+                why = "the drafter's config states no RoPE base (rope_parameters.rope_theta or rope_theta)"
+            yield Observation(name, runner, DEFAULT, "rotary-base", None, expected, None, None, why)
+            continue
+        for index, (base, _) in enumerate(answer.layers):
+            known = isinstance(base, (int, float)) and not isinstance(base, bool)
+            note = "" if known else f"the base handed over is {base!r}, not a number"
+            same = float(base) == expected if known else None
+            yield Observation(name, runner, DEFAULT, "rotary-base", index, expected, base, same, note)
+
+
 QUESTION_KINDS: dict[str, Callable[[str, DraftConfig, Computed, Layers], Iterator[Observation]]] = {
     "capture-ids": capture_ids,
     "layer-attention": layer_attention,
     "block-drop": block_drop,
+    "layer-rope": layer_rope,
 }

@@ -14,7 +14,7 @@ import copy
 from collections.abc import Callable, Iterable
 
 from ..isolation.sandbox import Chunk
-from ..source import SourceError, SourceTree, Symbol, parse_python
+from ..source import ParsedFile, SourceError, SourceTree, Symbol, parse_python
 from .definitions import (
     ExtractError,
     absolute_module,
@@ -35,7 +35,7 @@ from .definitions import (
 PROPERTY_DECORATORS = {"property", "cached_property"}
 STDLIB_FACTORY = "_stdlib"  # the harness's curated standard-library modules
 STDLIB_MODULES = frozenset(
-    {"operator", "functools", "math", "typing", "collections.abc", "importlib", "inspect", "abc"}
+    {"operator", "functools", "math", "numbers", "typing", "collections.abc", "importlib", "inspect", "abc"}
 )
 
 
@@ -172,6 +172,11 @@ class ProgramBuilder:
             and all(stdlib_binding(node, name) for node, _ in bindings)
         ):
             bindings = bindings[:1]  # ``import importlib.util`` and ``import importlib.metadata``: the same module
+        if not bindings:
+            star = self._star_import(parsed, file, name)
+            if star is not None:  # a shim module re-exporting another with ``from m import *``
+                self._resolve_imported(star[0], star[1], name, depth, f"{name} (imported from {star[1]} by *)")
+                return
         if len(bindings) != 1:
             self._gap(name, f"{name} ({file})")
             return
@@ -211,6 +216,27 @@ class ProgramBuilder:
         else:
             # a class left a gap may be copied later by name (by_name.py): the same definition
             self._gap(name, f"{name} ({file})", f"{file}:{name}" if isinstance(node, ast.ClassDef) else None)
+
+    def _star_import(self, parsed: ParsedFile, file: str, name: str) -> tuple[ParsedFile, str] | None:
+        """The in-tree module (parsed, file) a module-level ``from m import *`` of ``file`` binds
+        ``name`` from (the last such import that does, as Python binds it); None when none does."""
+        for statement in reversed(parsed.tree.body):
+            if not (isinstance(statement, ast.ImportFrom) and [a.name for a in statement.names] == ["*"]):
+                continue
+            module = absolute_module(statement, file)
+            if not module or module.split(".")[0] != self.tree.package:
+                continue
+            base = module.replace(".", "/")
+            for candidate in (f"{base}.py", f"{base}/__init__.py"):
+                if self.follow is not None and candidate not in self.follow:
+                    continue
+                try:
+                    found = self.tree.parsed(candidate)
+                except SourceError:
+                    return None
+                if found is not None and _exports(found, name):
+                    return found, candidate
+        return None
 
     def _follow_import(self, node: ast.ImportFrom, name: str, file: str, depth: int) -> None:
         alias = next(a for a in node.names if (a.asname or a.name) == name)
@@ -266,8 +292,11 @@ class ProgramBuilder:
         (torch modules) are not copied: ``super().__init__()`` is dropped."""
         origin = f"{symbol.file}:{symbol.qualname}"
         if not self._claim(symbol.node.name, origin):
-            # what the class name reaches: its constructor, and the class- and static methods called on it
-            entries = ("__init__", *class_level_methods(symbol.node))
+            # what the class name reaches: its constructor, and the class- and static methods called on it;
+            # a dataclass is a record handed on, whose methods its holders call: all of them
+            entries: tuple[str, ...] = ("__init__", *class_level_methods(symbol.node))
+            if is_dataclass(symbol.node):
+                entries += tuple(s.name for s in symbol.node.body if isinstance(s, ast.FunctionDef))
             body = self.class_body(symbol, entries, constructing=True)
             why = self.omitted.get(f"{symbol.node.name}.__init__")
             if why:
@@ -392,6 +421,24 @@ def class_level_methods(node: ast.ClassDef) -> tuple[str, ...]:
         if isinstance(statement, ast.FunctionDef)
         and any(getattr(decorator, "id", None) in KEPT_DECORATORS for decorator in statement.decorator_list)
     )
+
+
+def _exports(parsed: ParsedFile, name: str) -> bool:
+    """Whether ``from <parsed> import *`` binds ``name``: bound at its top level, public, and
+    in its ``__all__`` where that is a literal list."""
+    exported = [
+        statement.value
+        for statement in parsed.tree.body
+        if isinstance(statement, ast.Assign)
+        and any(isinstance(target, ast.Name) and target.id == "__all__" for target in statement.targets)
+    ]
+    if exported and is_static(exported[-1]):
+        listed = ast.literal_eval(exported[-1])
+        if isinstance(listed, (list, tuple)) and name not in listed:
+            return False
+    elif name.startswith("_"):
+        return False
+    return bool(list(top_level_bindings(parsed.tree, name)))
 
 
 def is_dataclass(node: ast.ClassDef) -> bool:

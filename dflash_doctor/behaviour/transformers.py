@@ -211,15 +211,16 @@ def config_class(
     tree: SourceTree, transformers: Transformers | str, model_type: str
 ) -> tuple[SourceTree, Symbol] | str:
     """The class the engine builds this model_type's config with, and the tree holding it; or why not known."""
-    route = tree.engine.route
-    registry = route.config_registry if route is not None else None
+    handing = tree.engine.route or tree.engine.direct
+    registry = handing.config_registry if handing is not None else None
+    package = handing.configs_package if handing is not None else None
     registered = (
         _string_pairs(tree, registry.file, registry.symbol).get(model_type)
         if registry is not None and _names(tree, registry.file, model_type)
         else None
     )
-    if registered is not None and route is not None:
-        symbol = _engine_class(tree, route.configs_package, registered)
+    if registered is not None and package is not None:
+        symbol = _engine_class(tree, package, registered)
         if isinstance(symbol, str):
             return f"{tree.engine.display} registers its own config class {registered} for model_type {model_type!r}, but {symbol}"
         return tree, symbol

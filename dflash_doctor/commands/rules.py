@@ -11,13 +11,16 @@ rules_app = typer.Typer(help="List, show and test the rules.", no_args_is_help=T
 
 @rules_app.command("list")
 def rules_list() -> int:
-    """One line per rule: id, PRs, title."""
+    """One line per rule: id, engine, PRs, title."""
     from ..rulefile import load_rules
 
-    rows = [(rule.id, ", ".join(f"#{pr}" for pr in rule.prs + rule.unmerged_prs), rule.title) for rule in load_rules()]
+    rows = [
+        (rule.id, rule.engine, ", ".join(f"#{pr}" for pr in rule.prs + rule.unmerged_prs), rule.title)
+        for rule in load_rules()
+    ]
     if not sys.stdout.isatty():  # one line per rule, for grep and scripts
-        for fix_id, prs, title in rows:
-            typer.echo(f"{fix_id:<14} {prs:<32} {title}")
+        for fix_id, engine, prs, title in rows:
+            typer.echo(f"{fix_id:<14} {engine:<8} {prs:<32} {title}")
         return EXIT_OK
     from rich.table import Table
 
@@ -25,6 +28,7 @@ def rules_list() -> int:
 
     table = Table(box=None, padding=(0, 2, 0, 0), header_style="bold")
     table.add_column("id", no_wrap=True)
+    table.add_column("engine", no_wrap=True)
     table.add_column("PRs")
     table.add_column("title")
     for row in rows:
@@ -34,12 +38,21 @@ def rules_list() -> int:
 
 
 @rules_app.command("show")
-def rules_show(fix_id: str = typer.Argument(..., metavar="ID")) -> int:
+def rules_show(
+    fix_id: str = typer.Argument(..., metavar="ID"),
+    engine: str = typer.Option("vllm", "--engine", help="Whose rule of this fix: vllm or sglang."),
+) -> int:
     """Show one rule. What it checks, why it matters, the forms it knows, the remedy."""
     from ..docs import rule_markdown
+    from ..engines import from_option
+    from ..model import ToolError
     from ..rulefile import select
 
-    text = rule_markdown(select([fix_id])[0])
+    chosen = from_option(engine).name
+    mine = [rule for rule in select([fix_id]) if rule.engine == chosen]
+    if not mine:
+        raise ToolError(f"no rule of {fix_id} describes {chosen}'s code")
+    text = rule_markdown(mine[0])
     if sys.stdout.isatty():  # rendered for the terminal; piped, the Markdown itself
         from ..terminal import markdown, terminal_text
 

@@ -77,6 +77,18 @@ class DraftConfig:
     def block_size(self) -> Any:
         return first_given(self.data.get("block_size"), self.dflash_config.get("block_size"))
 
+    def rope_base(self) -> float | None:
+        """The RoPE base the drafter was trained with: ``rope_parameters.rope_theta`` (transformers 5's
+        form), else ``rope_theta``; None when the config states neither (or not as a number)."""
+        layout = self.layout
+        parameters = layout.get("rope_parameters")
+        stated = parameters.get("rope_theta") if isinstance(parameters, dict) else None
+        if stated is None:
+            stated = layout.get("rope_theta")
+        if isinstance(stated, (int, float)) and not isinstance(stated, bool) and stated > 0:
+            return float(stated)
+        return None
+
     def expected_aux_layer_ids(self) -> tuple[int, ...] | None:
         """The vLLM capture ids this drafter was trained on; None if the ids are unusable."""
         ids = self.layer_ids

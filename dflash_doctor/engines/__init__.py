@@ -18,7 +18,7 @@ import dataclasses
 import re
 from collections.abc import Mapping
 
-from .route import Route
+from .route import Direct, Route
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +49,7 @@ class Engine:
     cache: str  # the user cache's subdirectory of the engine's releases and matrix rows ("": the cache itself)
     first_dflash: str  # the first release on the package index with a DFlash code path
     route: Route | None = None  # the objects behaviour runs the tree's code on (None: behaviour cannot run it)
+    direct: Direct | None = None  # or: the drafter's hf_config handed straight to its model (no route of runners)
 
     def kept(self) -> tuple[str, ...]:
         """What a release tree keeps of the engine's wheel, besides its dist-info."""

@@ -81,6 +81,18 @@ class Fields:
 
 
 @dataclasses.dataclass(frozen=True)
+class Direct:
+    """An engine that hands the drafter's hf_config straight to the drafter's model class,
+    as its ``parameter``, on one worker (no runner to choose): behaviour builds the model
+    from the config alone. ``config_registry``/``configs_package``: as ``Route``'s, where
+    the engine has config classes of its own."""
+
+    parameter: str
+    config_registry: Where | None = None
+    configs_package: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Route:
     """Everything behaviour needs to know about an engine's objects."""
 

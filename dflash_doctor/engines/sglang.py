@@ -1,6 +1,7 @@
 """SGLang, described (read from its wheels 0.5.10.post1 to 0.5.23)."""
 
 from . import Engine, PlatformKind
+from .route import Direct
 
 SGLANG = Engine(
     name="sglang",
@@ -26,4 +27,7 @@ SGLANG = Engine(
     report_key="sglang",
     cache="sglang",  # sglang/releases/<version>/, sglang/matrix/
     first_dflash="0.5.11",  # sglang/srt/models/dflash.py and SpeculativeAlgorithm.DFLASH; absent in 0.5.10.post1
+    # The model loader builds the drafter's hf_config (transformers' AutoConfig for a qwen3 drafter) and
+    # constructs the drafter's model class with it as ``config`` (DFlashDraftModel(config, quant_config, prefix)).
+    direct=Direct(parameter="config"),
 )

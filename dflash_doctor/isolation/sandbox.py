@@ -245,10 +245,10 @@ def data_ref(name: str) -> dict:
 UNKNOWN_KEYS = "__unknown__"
 
 
-def config_object(label: str, data_name: str) -> dict:
+def config_object(label: str, data_name: str, itself: tuple[str, ...] = ()) -> dict:
     """A config whose attributes are request data; missing keys raise AttributeError,
-    and the keys listed under ``UNKNOWN_KEYS`` are gaps."""
-    return {"$obj": label, "data": data_name}
+    and the keys listed under ``UNKNOWN_KEYS`` are gaps; the methods ``itself`` names return the config."""
+    return {"$obj": label, "data": data_name, **({"itself": list(itself)} if itself else {})}
 
 
 def strict_object(label: str, **attrs: Any) -> dict:

@@ -28,7 +28,8 @@ past it. Stubs are described by ``spec``:
     {"$data": name}          a deep copy of request data (never read as specs)
     {"$obj": label, "data": name}     attributes from request data; a missing
                                       attribute raises AttributeError (a config);
-                                      those its "__unknown__" key names are gaps
+                                      those its "__unknown__" key names are gaps;
+                                      the methods its "itself" lists return it
     {"$obj": label, "attrs": {..}}    attributes from specs; a missing one is a gap
     {"$class": label, "body": src, "attrs": {..}}  an instance of a class whose
                                       methods are ``src``; missing attributes are gaps
@@ -376,6 +377,7 @@ def _stdlib_modules():
     import typing
     from abc import ABC, abstractmethod
     import math
+    import numbers
     import operator
 
     names = {
@@ -386,6 +388,7 @@ def _stdlib_modules():
         ),
         "functools": (functools, "partial reduce"),
         "math": (math, "ceil floor gcd inf isfinite isinf isnan log log2 log10 nan prod sqrt trunc"),
+        "numbers": (numbers, "Complex Integral Number Rational Real"),  # abstract classes: isinstance only
     }
     modules = {}
     for module_name, (module, members) in names.items():
@@ -447,6 +450,8 @@ def summary(value, depth=0):
         return {"$standin": object.__getattribute__(value, "_path")}
     if isinstance(value, (list, tuple)) and depth < 4:
         return [summary(item, depth + 1) for item in value]
+    if isinstance(value, dict) and depth < 4 and all(isinstance(key, str) for key in value):
+        return {"$dict": dict((key, summary(item, depth + 1)) for key, item in value.items())}
     return {"$repr": type(value).__name__}
 
 
@@ -489,6 +494,9 @@ class StandIn:
 
     def __setattr__(self, name, value):
         object.__setattr__(self, name, value)
+
+    def __setitem__(self, key, value):  # filling a tensor stand-in: nothing the question reads
+        pass
 
     def __repr__(self):
         return "<%s>" % object.__getattribute__(self, "_path")
@@ -663,6 +671,10 @@ def fake_import(name, globals=None, locals=None, fromlist=(), level=0):
     return ImportedName(name if fromlist else name.partition(".")[0])
 
 
+def _returning(value):
+    return lambda *args, **kwargs: value
+
+
 def build(spec, data, namespace):
     if isinstance(spec, list):
         return [build(item, data, namespace) for item in spec]
@@ -677,7 +689,10 @@ def build(spec, data, namespace):
             unknown = raw.get("__unknown__")  # sandbox.UNKNOWN_KEYS: attributes the tool could not compute
             if isinstance(unknown, dict):
                 keys.update((key, Gap(str(why))) for key, why in unknown.items())
-            return (LooseConfig if spec.get("loose") else Obj)(spec["$obj"], keys, False)
+            built = (LooseConfig if spec.get("loose") else Obj)(spec["$obj"], keys, False)
+            for method in spec.get("itself", ()):  # a method of the config's base returning the config itself
+                object.__setattr__(built, method, _returning(built))
+            return built
         return Obj(spec["$obj"], build(spec.get("attrs", {}), data, namespace), True)
     if "$class" in spec:
         body = {}
