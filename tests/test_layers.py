@@ -91,7 +91,7 @@ def test_the_package_graph_has_no_cycle() -> None:
 def documented_layers(text: str) -> dict[str, int]:
     """Node → its layer's number, from the numbered list under ``## Layers``."""
     section = text.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
-    layers = {}
+    layers: dict[str, int] = {}
     for number, names in re.findall(r"^(\d+)\. \*\*\w+\*\*: ([^(\n]*)", section, re.M):
         layers |= {name: int(number) for name in re.findall(r"`(\w+)`", names)}
     return layers
