@@ -188,7 +188,7 @@ class Patching:
 
     def __init__(self, target: Target, resolved: ResolvedTarget, rules: tuple[Rule, ...], dry_run: bool) -> None:
         from .cache import structure_fixes
-        from .patching import files_for
+        from .targets import files_for
         from .patching.plan import plan_patches
 
         self._target, self._rules = target, rules
@@ -248,7 +248,7 @@ def restore(
 ) -> RestoreResult:
     """Give back the files ``patch`` changed, byte for byte, then re-check. ``confirm`` is
     shown the plan and the tree's location first, and raises ``ToolError`` to stop (nothing is written then)."""
-    from .patching import files_for
+    from .targets import files_for
     from .patching.apply import apply_restore, plan_restore
     from .rulefile import select
     from .targets import opened
@@ -368,7 +368,7 @@ class ReleasesRequest:
 
 def releases(request: ReleasesRequest, said: Callable[[str], None] = lambda line: None) -> Matrix:
     """The matrix; ``said`` hears where the release list came from when not the package index."""
-    from .engines import from_option
+    from .targets.selection import from_option
     from .paths import FULL_WHEEL, OFFLINE
     from .releases import Matrix, plan, release_rows, rules_digest
     from .rulefile import load_rules

@@ -37,11 +37,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import stamp
-from .behaviour.reference import reference_dir
 from .model import FixResult, ToolError
 from .paths import cache_dir, OFFLINE, caches_disabled, write_atomically
 from .standalone.probe import python_files
-from .rules import Rule
+from .rules import Rule, reference_dir
 from .source import SourceTree
 
 if TYPE_CHECKING:

@@ -7,6 +7,7 @@ import gc
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .cache import judged_fixes
@@ -15,6 +16,10 @@ from .patching.state import mark_local_patches
 from .provenance import for_distribution, read_provenance
 from .rules import Rule, for_engine
 from .targets import Target, opened
+
+if TYPE_CHECKING:
+    from .model import FixResult, Section
+    from .targets import ResolvedTarget
 
 
 def run_check(
@@ -30,8 +35,6 @@ def run_check(
         if draft_config is None:
             fixes, _ = judged_fixes(resolved, rules)
         else:
-            from .draft import draft_sections  # warm check: the draft package (lint, render) only with --draft-config
-
             sections, fixes = draft_sections(resolved, rules, draft_config, target_config)
         counted = getattr(
             target, "counted", None
@@ -40,6 +43,28 @@ def run_check(
     provenance = read_provenance(resolved.tree)
     report = CheckReport(info, provenance, for_distribution(fixes, provenance), __version__, sections=sections)
     return mark_local_patches(report, resolved.tree)
+
+
+def draft_sections(
+    resolved: ResolvedTarget, rules: tuple[Rule, ...], draft_config: Path, target_config: Path | None
+) -> tuple[tuple[Section, ...], tuple[FixResult, ...]]:
+    """The ``draft`` and ``probes`` report sections, and the fixes judged with the
+    user's config as the one that gates. Raises ToolError for unreadable input."""
+    # warm check: the draft package (lint, render) only with --draft-config
+    from .behaviour.computed import ProbesSection
+    from .draft.lint import lint_report, with_hf
+    from .draft.render import DraftSection
+
+    report = lint_report(Path(draft_config), None if target_config is None else Path(target_config))
+    fixes, probes = judged_fixes(resolved, rules, report.config)
+    if probes is not None and probes.hf_source is not None:  # the window finding from the object the verdict used
+        from .draft.config import HfView
+
+        report = with_hf(report, HfView(probes.hf_config or {}, probes.hf_source))
+    sections: list[Section] = [DraftSection(report)]
+    if probes is not None:  # None where the target cannot run the tree's code: the fixes say why
+        sections.append(ProbesSection(probes))
+    return tuple(sections), fixes
 
 
 # The collector's thresholds during a check (the defaults are 700, 10, 10).

@@ -8,8 +8,12 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .model import ToolError
+
+if TYPE_CHECKING:
+    from .engines import Engine
 
 
 def cache_dir() -> Path:
@@ -19,6 +23,11 @@ def cache_dir() -> Path:
         return Path(configured)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "dflash-doctor"
+
+
+def releases_dir(engine: Engine) -> Path:
+    """Where the engine's extracted releases are kept in the user cache: one directory per release, named by its version."""
+    return cache_dir() / engine.cache / "releases"
 
 
 def caches_disabled() -> bool:

@@ -26,10 +26,12 @@ from .model import (
     Provenance,
     ToolError,
 )
+from .paths import releases_dir
 from .source import SourceError, SourceTree, parse_python
 
 _LOCAL_SHA = re.compile(r"\+g([0-9a-f]{7,40})\b")
 _COMMIT = re.compile(r"^g?([0-9a-f]{7,40})$")
+_SUFFIX_RANK = {".dev": 0, "a": 1, "b": 2, "rc": 3, "": 4, ".post": 5}
 
 
 def find_dist_info(root: Path, package: str = VLLM.package) -> Path | None:
@@ -109,9 +111,6 @@ def nearest_releases(inspected: Mapping[str, str], engine: Engine) -> tuple[tupl
     """The releases in the user cache whose RECORD has the most of the inspected files'
     sha256 (equally near ones together, oldest first), how many of them, and of how many
     package files; ((), 0, M) when no release is cached. Nothing is downloaded."""
-    from .releases import version_key  # releases imports the check, which imports this module
-    from .targets import releases_dir  # targets import this module
-
     wanted = {path: "sha256=" + record_digest(digest) for path, digest in inspected.items() if engine.owns(path)}
     scores: dict[str, int] = {}
     for complete in releases_dir(engine).glob("*/.complete"):
@@ -131,6 +130,16 @@ def nearest_releases(inspected: Mapping[str, str], engine: Engine) -> tuple[tupl
     best = max((scores[name] for name in releases), default=0)
     nearest = tuple(sorted((name for name in releases if scores[name] == best), key=version_key)) if best else ()
     return nearest, best, len(wanted)
+
+
+def version_key(version: str) -> tuple:
+    """Sort key for the versions RELEASE accepts (PEP 440 order for these forms)."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)*)(\.dev|a|b|rc|\.post)?(\d+)?", version)
+    if match is None:
+        raise ToolError(f"not a release version: {version!r} (expected e.g. 0.20.1)")
+    numbers = tuple(int(part) for part in match.group(1).split("."))
+    numbers += (0,) * (4 - len(numbers))
+    return numbers, _SUFFIX_RANK[match.group(2) or ""], int(match.group(3) or 0)
 
 
 def for_distribution(fixes: tuple[FixResult, ...], provenance: Provenance) -> tuple[FixResult, ...]:

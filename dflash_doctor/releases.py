@@ -18,7 +18,6 @@ import contextvars
 import dataclasses
 import hashlib
 import json
-import re
 import subprocess
 import sys
 import tempfile
@@ -31,28 +30,17 @@ from . import __version__
 from .check import run_check
 from .engines import VLLM, Engine
 from .model import EXIT_ERROR, EXIT_OK, PRESENT, UNKNOWN, BottomLine, ToolError, engine_json, exit_code_for
-from .paths import cache_dir, OFFLINE, caches_disabled, write_atomically
+from .provenance import version_key
+from .paths import cache_dir, OFFLINE, caches_disabled, releases_dir, write_atomically
 from .reporters.layout import OUTDENT, Line, render, width_of, words, wrap
 from .reporters.table import LABEL, STYLES
 from .rules import Rule
 from .targets.pip_index import UNREACHABLE_HINT, unreachable_index
-from .targets import releases_dir
 from .targets.release import COMPLETE, RELEASE, ReleaseTarget, canonical_release
 from .terminal import clean
 
 INDEX_TIMEOUT_S = 20
 JOBS = 4  # releases fetched and checked at once
-_SUFFIX_RANK = {".dev": 0, "a": 1, "b": 2, "rc": 3, "": 4, ".post": 5}
-
-
-def version_key(version: str) -> tuple:
-    """Sort key for the versions RELEASE accepts (PEP 440 order for these forms)."""
-    match = re.fullmatch(r"(\d+(?:\.\d+)*)(\.dev|a|b|rc|\.post)?(\d+)?", version)
-    if match is None:
-        raise ToolError(f"not a release version: {version!r} (expected e.g. 0.20.1)")
-    numbers = tuple(int(part) for part in match.group(1).split("."))
-    numbers += (0,) * (4 - len(numbers))
-    return numbers, _SUFFIX_RANK[match.group(2) or ""], int(match.group(3) or 0)
 
 
 def rules_digest(rules: Iterable[Rule]) -> str:

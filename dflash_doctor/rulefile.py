@@ -32,6 +32,8 @@ from .rules import (
     Handing,
     Rewrite,
     Rule,
+    reference_names,
+    reference_words,
     rules_dir,
 )
 
@@ -188,7 +190,7 @@ def _headlines(raw: Any, where: str) -> tuple[tuple[str, str], ...]:
 def _affects(raw: Any, where: str) -> Affects | None:
     if raw is None:
         return None
-    from .structure.affects import DRAFTER_TESTS
+    from .draft.affects import DRAFTER_TESTS
 
     where = f"{where}: affects"
     if not isinstance(raw, dict):
@@ -247,8 +249,6 @@ def _behaviour(raw: Any, where: str, anchor_ids: set[str]) -> Behaviour | None:
     question = _require(raw, "question", where)
     if question not in QUESTIONS:
         raise ToolError(f"{where}: question must be one of {', '.join(QUESTIONS)}")
-    from .behaviour.reference import reference_names, reference_words
-
     reference_words()  # every reference config has its readable name
     chain = _strings(raw, "chain", where, QUESTIONS[question])
     subjects = _strings(raw, "subjects", where, reference_names())

@@ -4,7 +4,8 @@ model (frozen dataclasses); ``rulefile.py`` reads and validates the files into i
 from __future__ import annotations
 
 import dataclasses
-from functools import cached_property
+import tomllib
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +13,6 @@ from .model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, Evidence, 
 
 if TYPE_CHECKING:
     from .draft.config import DraftConfig
-    from .structure.patterns import Pattern, Template
 
 DEFAULT_ENGINE = "vllm"  # a rule file without an ``engine`` key describes vLLM's code
 IGNORE = "ignore"  # a form that locates code off the DFlash path: evidence only
@@ -36,6 +36,36 @@ def rules_dir() -> Path:
         if candidate.is_dir():
             return candidate
     raise ToolError("the rules directory is missing from this installation")
+
+
+def reference_dir() -> Path:
+    return rules_dir() / "reference" / "drafters"
+
+
+@cache
+def reference_names() -> tuple[str, ...]:
+    return tuple(sorted(path.stem for path in reference_dir().glob("*.json")))
+
+
+@cache
+def reference_words() -> dict[str, str]:
+    """Each reference config's readable name (names.toml), for the reasons people read."""
+    path = reference_dir() / "names.toml"
+    try:
+        words = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ToolError(f"{path.name}: cannot load the reference drafter names: {exc}") from None
+    missing = [name for name in reference_names() if not isinstance(words.get(name), str) or not words[name].strip()]
+    if missing:
+        raise ToolError(f"{path.name}: no readable name for {', '.join(missing)}")
+    return words
+
+
+@cache
+def reference_configs() -> tuple[tuple[str, DraftConfig], ...]:
+    from .draft.config import load_draft_config  # warm runs: as DraftConfig above
+
+    return tuple((name, load_draft_config(reference_dir() / f"{name}.json")) for name in reference_names())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +106,7 @@ class Affects:
     no: str
 
     def reaches(self, draft: DraftConfig) -> tuple[bool | None, str]:
-        from .structure.affects import DRAFTER_TESTS
+        from .draft.affects import DRAFTER_TESTS
 
         affected = DRAFTER_TESTS[self.drafter](draft)
         if affected is None:
@@ -87,7 +117,7 @@ class Affects:
 @dataclasses.dataclass(frozen=True)
 class Form:
     """One known code form. Patterns are kept as source and compiled on first
-    use, so that reading rule metadata never imports libcst."""
+    use (``structure.patterns.form_patterns``), so that reading rule metadata never imports libcst."""
 
     id: str
     verdict: str
@@ -101,24 +131,6 @@ class Form:
     patch: FormPatch | None = None
     catch_all: bool = False  # matches more code than the fix's own: locates, never decides alone
 
-    @cached_property
-    def patterns(self) -> tuple[Pattern, ...]:
-        return _compile(self.pattern_sources, self.where_file)
-
-    @cached_property
-    def unless(self) -> tuple[Pattern, ...]:
-        return _compile(self.unless_sources, self.where_file)
-
-    @cached_property
-    def where(self) -> tuple[tuple[str, str, Pattern], ...]:
-        compiled = _compile(tuple(source for _, _, source in self.where_sources), self.where_file)
-        return tuple((name, test, pattern) for (name, test, _), pattern in zip(self.where_sources, compiled))
-
-    def compiled(self) -> tuple:
-        """Every pattern and template, compiled now (and cached); raises ToolError on a bad one."""
-        rewrites = self.patch.rewrites if self.patch else ()
-        return (*self.patterns, *self.unless, *self.where, *(r.find for r in rewrites), *(r.replace for r in rewrites))
-
 
 @dataclasses.dataclass(frozen=True)
 class Rewrite:
@@ -128,27 +140,6 @@ class Rewrite:
     find_source: str
     replace_source: str
     where_file: str = ""
-
-    @cached_property
-    def find(self) -> Pattern:
-        return _compile((self.find_source,), self.where_file)[0]
-
-    @cached_property
-    def replace(self) -> Template:
-        import libcst as cst
-
-        from .structure.patterns import PatternError, Template, metavariables
-
-        try:
-            template = Template(self.replace_source)
-        except PatternError as exc:
-            raise ToolError(f"{self.where_file}: {exc}") from None
-        unbound = template.metavariables - metavariables(self.find.node)
-        if unbound:
-            raise ToolError(f"{self.where_file}: replace uses ${', $'.join(sorted(unbound))}, which find does not bind")
-        if isinstance(template.node, cst.BaseExpression) != isinstance(self.find.node, cst.BaseExpression):
-            raise ToolError(f"{self.where_file}: find and replace must both be expressions or both statements")
-        return template
 
 
 @dataclasses.dataclass(frozen=True)
@@ -317,12 +308,3 @@ class Rule:
 
     def forms_for(self, anchor_id: str) -> list[Form]:
         return [form for form in self.forms if anchor_id in form.anchors]
-
-
-def _compile(sources: tuple[str, ...], where: str) -> tuple[Pattern, ...]:
-    from .structure.patterns import Pattern, PatternError
-
-    try:
-        return tuple(Pattern(source) for source in sources)
-    except PatternError as exc:
-        raise ToolError(f"{where}: {exc}") from None

@@ -12,6 +12,7 @@ from pathlib import Path
 import libcst as cst
 
 from .structure.forms import match_forms
+from .structure.patterns import compile_form
 from .model import ABSENT, PARTIAL, ToolError
 from .patching.codemod import PatchRefused, apply_edits, site_edits
 from .rules import IGNORE, FixCase, Rule
@@ -23,7 +24,7 @@ from .verdicts import judge
 def check_rule(rule: Rule) -> Iterator[tuple[str, bool]]:
     for form in rule.forms:
         try:
-            form.compiled()
+            compile_form(form)
         except ToolError as exc:
             yield f"{rule.id}: {exc}", False
             return

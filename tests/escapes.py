@@ -76,19 +76,8 @@ def session_for(**limits: Any) -> Session:
     return Session(LocalPipe(child_program()), **limits)
 
 
-ESCAPE_BODY = """
-        box = []
-
-        def walk():
-            frame = box[0].gi_frame.f_back
-            while frame.f_back is not None:
-                frame = frame.f_back
-            yield frame
-
-        box.append(walk())
-        real = next(box[0]).f_builtins
-        os_module = real["_" + "_import__"]("os")
-"""
+# The first lines of the hostile resolver: the real builtins and os, through WALK (appended to its module).
+ESCAPE_BODY = '        real = _top_frame().f_builtins\n        os_module = _module("os")\n'
 RESOLVER_START = "        if not (self.speculative_config and self.speculative_config.draft_model_config):\n            return None\n"
 
 
@@ -99,6 +88,6 @@ def hostile_tree(mini_tree: Callable[[str], Path], action: str) -> Path:
     text = runner.read_text()
     assert text.count(RESOLVER_START) == 1
     runner.write_text(
-        text.replace(RESOLVER_START, ESCAPE_BODY + textwrap.indent(action, " " * 8) + "\n" + RESOLVER_START)
+        text.replace(RESOLVER_START, ESCAPE_BODY + textwrap.indent(action, " " * 8) + "\n" + RESOLVER_START) + WALK
     )
     return tree

@@ -16,7 +16,7 @@ import pytest
 import typer
 
 import documented
-from dflash_doctor.behaviour.reference import reference_dir
+from dflash_doctor.rules import reference_dir
 from dflash_doctor.cli import app
 from dflash_doctor.rulefile import load_rules
 

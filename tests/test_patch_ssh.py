@@ -117,7 +117,7 @@ def test_mode_and_owner_are_kept_over_sftp(remote):
 def test_remote_file_changed_after_the_check_is_refused(remote):
     """Between the probe and the write (same connection), someone edits the file."""
     from dflash_doctor.cache import structure_fixes
-    from dflash_doctor.patching import files_for
+    from dflash_doctor.targets import files_for
     from dflash_doctor.patching.apply import apply_changes
     from dflash_doctor.patching.plan import plan_patches
     from dflash_doctor.rulefile import select

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_doctor.draft import draft_sections
+from dflash_doctor.check import draft_sections
 from dflash_doctor.draft.config import load_draft_config
 from dflash_doctor.behaviour.compute import compute
 from dflash_doctor.behaviour.run import questions_of

@@ -214,7 +214,7 @@ def synthetic_tree(root: Path) -> Path:
 
 
 def test_a_local_directory_is_patched_through_local_files(tmp_path):
-    from dflash_doctor.patching import files_for
+    from dflash_doctor.targets import files_for
     from dflash_doctor.patching.files import LocalFiles
     from dflash_doctor.targets.path import PathTarget
 
@@ -225,7 +225,7 @@ def test_a_local_directory_is_patched_through_local_files(tmp_path):
 
 
 def test_a_tree_in_the_release_cache_cannot_be_patched(tmp_path, monkeypatch):
-    from dflash_doctor.patching import files_for
+    from dflash_doctor.targets import files_for
     from dflash_doctor.targets.path import PathTarget
 
     monkeypatch.setenv("DFLASH_DOCTOR_CACHE", str(tmp_path / "cache"))
@@ -236,7 +236,7 @@ def test_a_tree_in_the_release_cache_cannot_be_patched(tmp_path, monkeypatch):
 
 
 def test_a_probe_answer_cannot_be_patched(tmp_path):
-    from dflash_doctor.patching import files_for
+    from dflash_doctor.targets import files_for
     from dflash_doctor.targets.snapshot import snapshot_target
 
     resolved = snapshot_target({"host": "gpu1", "root": "/srv/site", "files": {}}, "probe", "probe file x")

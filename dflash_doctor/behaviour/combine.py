@@ -8,8 +8,7 @@ from collections.abc import Sequence
 
 from ..structure.forms import REBOUND, UNKNOWN_CODE, UNRECOGNISED, restate
 from ..model import ABSENT, BEHAVIOUR, PARTIAL, PRESENT, UNKNOWN, BehaviourAnswer, ConfigResult, FixResult
-from ..rules import IGNORE, Rule
-from .reference import reference_words
+from ..rules import IGNORE, Rule, reference_words
 
 DECISIVE = (PRESENT, ABSENT, PARTIAL)
 

@@ -24,7 +24,8 @@ from .computed import Computed, RunProgram, RunnerSupport
 from .by_name import run_by_name
 from .declared import plan_declared
 from .definitions import ExtractError, Place, parsed_or_none
-from .hf_config import HfSource, hf_views
+from ..draft.config import HfSource
+from .hf_config import hf_views
 from .interpret import failure, interpret
 from .plan import Plan, Questions, plan_calls
 from .program import ProgramBuilder

@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..isolation.sandbox import Call, Chunk, Outcome
 from ..model import UNKNOWN
+from ..terminal import clean
 from .definitions import Place
 
 if TYPE_CHECKING:
-    from .hf_config import HfSource
+    from ..draft.config import HfSource
 
 # Where a program runs: sandbox.run here, or the same request on the host that holds the tree.
 RunProgram = Callable[[Sequence[Chunk], Sequence[Call], dict[str, Any], dict[str, Any]], dict[str, Outcome]]
@@ -98,3 +99,54 @@ class Computed:
 
 def as_list(value: Iterable[Any] | None) -> list[Any] | None:
     return None if value is None else list(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbesSection:
+    """What the tree's own code computed for the drafter config."""
+
+    computed: Computed
+    name: ClassVar[str] = "probes"
+
+    def to_json(self) -> dict[str, Any]:
+        return self.computed.to_json()
+
+    def lines(self) -> list[str]:
+        """Mismatches first (they are the news); clean lines."""
+        computed = self.computed
+        lines = ["probes (the tree's own code run on the drafter config):"]
+        lines += [f"  !! {mismatch}" for mismatch in computed.mismatches]
+        lines.append(
+            f"  aux layer ids: {_value(computed.aux_layer_ids)} (expected {_value(computed.expected_aux_layer_ids)})"
+        )
+        accepts = ", ".join(
+            f"{name.upper()} {_accepts(support.supported)}" for name, support in computed.runner_support
+        )
+        lines.append(
+            f"  runner: {_value(computed.runner and computed.runner.upper())}" + (f" ({accepts})" if accepts else "")
+        )
+        if computed.layers is None:
+            lines.append("  layers: not computable")
+        else:
+            for index, (window, causal) in enumerate(computed.layers):
+                lines.append(
+                    f"  layer {index}: window {window if window is not None else 'full'}, "
+                    f"{'causal' if causal else 'non-causal'}"
+                )
+        lines.append(f"  drops the prefix-cache block for method='dflash': {_value(computed.drops_prefix_block)}")
+        if computed.hf_source is not None:
+            lines.append(f"  {computed.hf_source.line()}")
+        lines += [f"  ({field}: {why})" for field, why in computed.reasons]
+        return [clean(line) for line in lines]
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "unknown"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(list(value) if isinstance(value, tuple) else value)
+
+
+def _accepts(supported: bool | None) -> str:
+    return {True: "accepts", False: "refuses", None: "unknown"}[supported]

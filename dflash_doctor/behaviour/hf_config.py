@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..isolation import sandbox
-from ..draft.config import SPECULATORS, DraftConfig
+from ..draft.config import DERIVED, SPECULATORS, DraftConfig, HfSource, HfView
 from ..isolation.sandbox import Call, Chunk, Outcome, SandboxError
 from ..source import ParsedFile, SourceError, SourceTree, Symbol
 from .computed import RunProgram
@@ -35,9 +35,6 @@ from .interpret import failure
 from .program import ProgramBuilder
 from .transformers import config_class, transformers_for
 
-# What such classes derive from the file (Qwen2/Qwen3: sliding_window is None unless
-# use_sliding_window; layer_types from max_window_layers): unknown when the class cannot run.
-DERIVED = ("sliding_window", "layer_types", "use_sliding_window", "max_window_layers")
 BASE = "_dd_base"
 INIT = "_dd_init"
 BUILD = "_dd_config"
@@ -66,53 +63,6 @@ ROPE_BASE_SOURCE = f"""def {BASE}(self, *args, **kwargs):
     for key, value in kwargs.items():
         setattr(self, key, value)
 """
-
-
-@dataclasses.dataclass(frozen=True)
-class HfSource:
-    """How the drafter's hf_config was built: the class that ran, from which
-    transformers (version, and where it came from), or why it could not run."""
-
-    model_type: str | None
-    config_class: str | None  # "file:Class"
-    transformers: str | None  # version
-    transformers_from: str | None
-    base: str | None  # how the base class was run
-    reason: str | None = None  # why the class did not run (None: it ran)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "model_type": self.model_type,
-            "config_class": self.config_class,
-            "transformers": self.transformers,
-            "transformers_from": self.transformers_from,
-            "base": self.base,
-            "reason": self.reason,
-        }
-
-    def line(self) -> str:
-        """One plain line for the report's text."""
-        where = f"transformers {self.transformers or 'unknown'}" + (
-            f", {self.transformers_from}" if self.transformers_from else ""
-        )
-        if self.reason is not None:
-            return f"hf_config: {', '.join(DERIVED)} unknown: {self.reason} ({where})"
-        return f"hf_config: {self.config_class} ({where}); {self.base}"
-
-
-@dataclasses.dataclass(frozen=True)
-class HfView:
-    """The drafter's hf_config as vLLM builds it (``data``, for the sandbox: keys in
-    ``sandbox.UNKNOWN_KEYS`` are gaps), and how it was built."""
-
-    data: dict[str, Any]
-    source: HfSource
-
-    def value(self, key: str) -> tuple[bool, Any]:
-        """(known, the value vLLM's code reads for ``key``; None when the object has no such attribute)."""
-        if key in self.data.get(sandbox.UNKNOWN_KEYS, {}):
-            return False, None
-        return True, self.data.get(key)
 
 
 # PreTrainedConfig.get_text_config(): the config's text part, which is the config itself unless it

@@ -8,7 +8,7 @@ from typing import Any
 from ..draft.config import DraftConfig
 from ..model import PRESENT, BehaviourAnswer
 from ..provenance import read_platform
-from ..rules import Rule
+from ..rules import Rule, reference_configs
 from ..source import SourceTree
 from .compute import compute
 from .computed import Computed, RunProgram
@@ -16,7 +16,6 @@ from .construct import construct_layers
 from .decide import decide
 from .observe import QUESTION_KINDS
 from .plan import Questions
-from .reference import reference_configs
 
 
 def user_name(draft: DraftConfig) -> str:

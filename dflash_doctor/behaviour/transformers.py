@@ -5,7 +5,7 @@ Where transformers comes from, first that applies:
 
 * installed beside the ``vllm`` package (the same site-packages): the one that
   runs. On this machine, in an image (its config sources are extracted with
-  vLLM's), or on an ssh host (the collector sends the files ``collected_files``
+  vLLM's), or on an ssh host (the collector sends the files ``targets.probing.collected_files``
   names with the vLLM files);
 * else the newest wheel satisfying the tree's own ``Requires-Dist: transformers``
   (its dist-info METADATA), fetched from the package index into the user cache as
@@ -31,8 +31,8 @@ from ..model import ToolError
 from ..standalone.probe import read_regular
 from ..provenance import find_dist_info
 from ..source import DirectoryTree, SourceError, SourceTree, Symbol
+from ..targets.probing import AUTO_FILES, INIT
 
-AUTO_FILES = ("transformers/models/auto/configuration_auto.py", "transformers/models/auto/auto_mappings.py")
 MAPPING = "CONFIG_MAPPING_NAMES"
 SPECIAL = "SPECIAL_MODEL_TYPE_TO_MODULE_NAME"
 _REQUIRES = re.compile(r"^Requires-Dist:\s*transformers(?![\w.-])([^;\n]*)(;[^\n]*)?$", re.MULTILINE | re.IGNORECASE)
@@ -40,8 +40,6 @@ _SPECIFIER = r"(?:~=|===?|!=|<=|>=|<|>)[0-9][0-9A-Za-z.*+!]{0,40}"
 _SPECIFIERS = re.compile(rf"(?:{_SPECIFIER}(?:,{_SPECIFIER}){{0,20}})?")
 _VERSION = re.compile(r"^Version:\s*([0-9A-Za-z.+!-]{1,40})\s*$", re.MULTILINE)
 _INIT_VERSION = re.compile(rb"^__version__\s*=\s*[\"']([0-9A-Za-z.+!-]{1,40})[\"']", re.MULTILINE)
-_MODULE = re.compile(r"[a-z0-9_]{1,64}")
-INIT = "transformers/__init__.py"
 
 
 class TransformersTree(DirectoryTree):
@@ -194,17 +192,6 @@ class Collected(SourceTree):
 
     def dist_info_text(self, name: str) -> str | None:
         return None
-
-
-def collected_files(model_types: Iterable[str]) -> list[str]:
-    """The transformers files a collector sends beside the vLLM tree's, for these model types:
-    the version, the auto mapping, the helpers config classes call, and each type's module."""
-    files = [INIT, *AUTO_FILES, "transformers/configuration_utils.py", "transformers/modeling_rope_utils.py"]
-    return files + [
-        f"transformers/models/{kind}/configuration_{kind}.py"
-        for kind in sorted(set(model_types))
-        if _MODULE.fullmatch(kind)
-    ]
 
 
 def config_class(

@@ -1,31 +1,30 @@
 from __future__ import annotations
 
+import dataclasses
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from .options import (
-    AcceptNewHostKeyOption,
-    ConnectTimeoutOption,
-    IdentityOption,
-    InsecureRegistryOption,
-    KnownHostsOption,
+    IMAGE,
+    SSH,
     OnlyOption,
     PathOption,
-    PlatformOption,
-    ProbeTimeoutOption,
     PythonOption,
-    RegistryTimeoutOption,
     ReleaseOption,
     SingleHostOption,
     SingleImageOption,
-    SshConfigOption,
     emit,
+    expand,
     target_spec,
 )
+
+if TYPE_CHECKING:
+    from ..targets.hosts import SshOptions
+    from ..targets.image import ImageOptions
 
 
 class Format(str, Enum):
@@ -63,16 +62,9 @@ def ancestry(
         None, "--output", help="Write the report to this file instead of standard output."
     ),
     host: Optional[str] = SingleHostOption,
-    identity: Optional[Path] = IdentityOption,
-    known_hosts: Optional[Path] = KnownHostsOption,
-    ssh_config: Optional[Path] = SshConfigOption,
-    connect_timeout: float = ConnectTimeoutOption,
-    probe_timeout: float = ProbeTimeoutOption,
-    accept_new_host_key: bool = AcceptNewHostKeyOption,
+    ssh: SshOptions = SSH,
     image: Optional[str] = SingleImageOption,
-    platform: str = PlatformOption,
-    insecure_registry: Optional[list[str]] = InsecureRegistryOption,
-    registry_timeout: float = RegistryTimeoutOption,
+    image_options: ImageOptions = IMAGE,
 ) -> int:
     """Say whether a commit contains each fix's PR. Decided with git: merge commit, patch-id, merge-tree.
 
@@ -89,16 +81,8 @@ def ancestry(
         release,
         [host] if host else None,
         images=[image] if image else None,
-        identity=identity,
-        known_hosts=known_hosts,
-        ssh_config=ssh_config,
-        connect_timeout=connect_timeout,
-        probe_timeout=probe_timeout,
-        accept_new_host_key=accept_new_host_key,
-        platform=platform,
-        insecure_registry=insecure_registry,
-        registry_timeout=registry_timeout,
-        progress=sys.stderr.isatty(),
+        ssh=ssh,
+        image=dataclasses.replace(image_options, progress=sys.stderr.isatty()),
     )
     report = api.ancestry(
         api.AncestryRequest(repo, commit, spec, tuple(only or ()), tuple(pr or ()), main_ref, remote, fetch)
@@ -112,4 +96,4 @@ def ancestry(
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(ancestry)
+    app.command()(expand(ancestry))

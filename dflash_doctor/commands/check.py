@@ -1,9 +1,10 @@
 from __future__ import annotations
 
+import dataclasses
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
@@ -11,28 +12,26 @@ from ..model import ToolError
 from ..reporters import FORMATS
 from ..terminal import clean
 from .options import (
-    AcceptNewHostKeyOption,
-    ConnectTimeoutOption,
+    IMAGE,
+    SSH,
     EngineOption,
     FromProbeOption,
     FullWheelOption,
     HostOption,
     HostsFileOption,
-    IdentityOption,
     ImageOption,
-    InsecureRegistryOption,
     JobsOption,
-    KnownHostsOption,
     OnlyOption,
     PathOption,
-    PlatformOption,
-    ProbeTimeoutOption,
     PythonOption,
-    RegistryTimeoutOption,
     ReleaseOption,
-    SshConfigOption,
+    expand,
     target_spec,
 )
+
+if TYPE_CHECKING:
+    from ..targets.hosts import SshOptions
+    from ..targets.image import ImageOptions
 
 
 # --format's choices: the reporter registry's names.
@@ -91,18 +90,11 @@ def check(
     strict: bool = typer.Option(False, "--strict", help="unknown fails the gate like absent (exit 1)."),
     host: Optional[list[str]] = HostOption,
     hosts_file: Optional[Path] = HostsFileOption,
-    identity: Optional[Path] = IdentityOption,
-    known_hosts: Optional[Path] = KnownHostsOption,
-    ssh_config: Optional[Path] = SshConfigOption,
-    connect_timeout: float = ConnectTimeoutOption,
-    probe_timeout: float = ProbeTimeoutOption,
-    accept_new_host_key: bool = AcceptNewHostKeyOption,
+    ssh: SshOptions = SSH,
     jobs: int = JobsOption,
     from_probe: Optional[Path] = FromProbeOption,
     image: Optional[list[str]] = ImageOption,
-    platform: str = PlatformOption,
-    insecure_registry: Optional[list[str]] = InsecureRegistryOption,
-    registry_timeout: float = RegistryTimeoutOption,
+    image_options: ImageOptions = IMAGE,
     repo: Optional[Path] = typer.Option(
         None, "--repo", help="A vLLM clone: add which PRs the target's build commit contains (see `ancestry`)."
     ),
@@ -141,16 +133,8 @@ def check(
         hosts_file,
         from_probe,
         image,
-        identity=identity,
-        known_hosts=known_hosts,
-        ssh_config=ssh_config,
-        connect_timeout=connect_timeout,
-        probe_timeout=probe_timeout,
-        accept_new_host_key=accept_new_host_key,
-        platform=platform,
-        insecure_registry=insecure_registry,
-        registry_timeout=registry_timeout,
-        progress=sys.stderr.isatty() and len(image or []) == 1,
+        ssh=ssh,
+        image=dataclasses.replace(image_options, progress=sys.stderr.isatty() and len(image or []) == 1),
         engine=engine,
     )
     request = api.CheckRequest(
@@ -185,4 +169,4 @@ def check(
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(check)
+    app.command()(expand(check))

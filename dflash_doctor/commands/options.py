@@ -1,17 +1,29 @@
-"""Options shared by the commands that take a target, and writing a report."""
+"""Options shared by the commands that take a target, and writing a report.
+
+Each option is declared once here. The ssh and image options are taken as a set:
+a command names the set as one parameter (``ssh: SshOptions = SSH``) and
+``expand`` puts the set's options in its place on the command line, handing the
+command what the set builds of them.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
 from ..paths import write_atomically
-from ..targets.hosts import SshOptions
-from ..targets.image import ImageOptions
-from ..targets.selection import TargetSpec
+
+if TYPE_CHECKING:  # imported where used: a warm check builds the sets' values only
+    from ..targets.hosts import SshOptions
+    from ..targets.image import ImageOptions
+    from ..targets.selection import TargetSpec
 
 PathOption = typer.Option(None, "--path", help="site-packages, a source checkout, or the vllm directory.")
 PythonOption = typer.Option(None, "--python", help="Interpreter whose environment holds vllm (never imported).")
@@ -90,6 +102,89 @@ RegistryTimeoutOption = typer.Option(
 )
 
 
+def _ssh_options(
+    identity: Optional[Path],
+    known_hosts: Optional[Path],
+    ssh_config: Optional[Path],
+    connect_timeout: float,
+    probe_timeout: float,
+    accept_new_host_key: bool,
+) -> SshOptions:
+    from ..targets.hosts import SshOptions
+
+    return SshOptions(
+        identity=identity,
+        known_hosts=known_hosts,
+        ssh_config=ssh_config,
+        connect_timeout=connect_timeout,
+        probe_timeout=probe_timeout,
+        accept_new_host_key=accept_new_host_key,
+    )
+
+
+def _image_options(platform: str, insecure_registry: Optional[list[str]], registry_timeout: float) -> ImageOptions:
+    from ..targets.image import ImageOptions
+
+    return ImageOptions(platform=platform, insecure=tuple(insecure_registry or ()), timeout=registry_timeout)
+
+
+@dataclasses.dataclass(frozen=True)
+class OptionSet:
+    """Options a command takes together: each parameter's name, type and option, and what they build."""
+
+    options: tuple[tuple[str, Any, Any], ...]
+    build: Callable[..., Any]
+
+
+# Any, as typer.Option is: each stands as the default of a parameter typed as what it builds.
+SSH: Any = OptionSet(
+    (
+        ("identity", Optional[Path], IdentityOption),
+        ("known_hosts", Optional[Path], KnownHostsOption),
+        ("ssh_config", Optional[Path], SshConfigOption),
+        ("connect_timeout", float, ConnectTimeoutOption),
+        ("probe_timeout", float, ProbeTimeoutOption),
+        ("accept_new_host_key", bool, AcceptNewHostKeyOption),
+    ),
+    _ssh_options,
+)
+IMAGE: Any = OptionSet(
+    (
+        ("platform", str, PlatformOption),
+        ("insecure_registry", Optional[list[str]], InsecureRegistryOption),
+        ("registry_timeout", float, RegistryTimeoutOption),
+    ),
+    _image_options,
+)
+
+
+def expand(command: Callable[..., int]) -> Callable[..., int]:
+    """``command`` with each parameter whose default is an ``OptionSet`` replaced, in its place, by the
+    set's options; called, it gets the set's value built from them under the parameter's name."""
+    signature = inspect.signature(command)
+    parameters: list[inspect.Parameter] = []
+    sets: dict[str, OptionSet] = {}
+    for parameter in signature.parameters.values():
+        if isinstance(parameter.default, OptionSet):
+            sets[parameter.name] = parameter.default
+            parameters += [
+                inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=option, annotation=kind)
+                for name, kind, option in parameter.default.options
+            ]
+        else:
+            parameters.append(parameter)
+
+    @functools.wraps(command)  # typer resolves the command's own annotations in its module
+    def expanded(**given: Any) -> int:
+        for name, option_set in sets.items():
+            given[name] = option_set.build(*(given.pop(option) for option, _, _ in option_set.options))
+        return command(**given)
+
+    expanded.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+    expanded.__annotations__ = {parameter.name: parameter.annotation for parameter in parameters}
+    return expanded
+
+
 def target_spec(
     path: Optional[Path] = None,
     python: Optional[str] = None,
@@ -99,33 +194,17 @@ def target_spec(
     from_probe: Optional[Path] = None,
     images: Optional[list[str]] = None,
     *,
-    identity: Optional[Path] = None,
-    known_hosts: Optional[Path] = None,
-    ssh_config: Optional[Path] = None,
-    connect_timeout: float = 10.0,
-    probe_timeout: float = 60.0,
-    accept_new_host_key: bool = False,
-    platform: str = "linux/amd64",
-    insecure_registry: Optional[list[str]] = None,
-    registry_timeout: float = 30.0,
-    progress: bool = False,
+    ssh: Optional[SshOptions] = None,
+    image: Optional[ImageOptions] = None,
     engine: str = "auto",
 ) -> TargetSpec:
     """The target options as the API's ``TargetSpec`` (the ssh and image ones only matter with hosts or images)."""
-    ssh = SshOptions(
-        identity=identity,
-        known_hosts=known_hosts,
-        ssh_config=ssh_config,
-        connect_timeout=connect_timeout,
-        probe_timeout=probe_timeout,
-        accept_new_host_key=accept_new_host_key,
+    from ..targets.selection import TargetSpec
+
+    spec = TargetSpec(
+        path, python, release, tuple(hosts or ()), hosts_file, from_probe, tuple(images or ()), engine=engine
     )
-    image = ImageOptions(
-        platform=platform, insecure=tuple(insecure_registry or ()), timeout=registry_timeout, progress=progress
-    )
-    return TargetSpec(
-        path, python, release, tuple(hosts or ()), hosts_file, from_probe, tuple(images or ()), ssh, image, engine
-    )
+    return dataclasses.replace(spec, ssh=ssh or spec.ssh, image=image or spec.image)
 
 
 def emit(text: str, output: Optional[Path]) -> None:

@@ -10,25 +10,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from ..model import EXIT_MISSING, EXIT_OK, ToolError
 from ..terminal import clean
-from .options import (
-    AcceptNewHostKeyOption,
-    ConnectTimeoutOption,
-    IdentityOption,
-    KnownHostsOption,
-    OnlyOption,
-    PathOption,
-    ProbeTimeoutOption,
-    PythonOption,
-    SingleHostOption,
-    SshConfigOption,
-    target_spec,
-)
+from .options import SSH, OnlyOption, PathOption, PythonOption, SingleHostOption, expand, target_spec
+
+if TYPE_CHECKING:
+    from ..targets.hosts import SshOptions
+    from ..targets.selection import TargetSpec
 
 ReleaseRefusedOption = typer.Option(
     None, "--release", help="Refused: release trees are a download cache, not an install."
@@ -58,12 +50,7 @@ def patch(
         None, "--main-ref", help="With --repo: the main line (default origin/main, else main)."
     ),
     remote: str = typer.Option("origin", "--remote", help="With --repo: the remote named in fetch hints."),
-    identity: Optional[Path] = IdentityOption,
-    known_hosts: Optional[Path] = KnownHostsOption,
-    ssh_config: Optional[Path] = SshConfigOption,
-    connect_timeout: float = ConnectTimeoutOption,
-    probe_timeout: float = ProbeTimeoutOption,
-    accept_new_host_key: bool = AcceptNewHostKeyOption,
+    ssh: SshOptions = SSH,
 ) -> int:
     """Patch missing fixes into an installed vLLM. Each fix is proved by a re-check, and the original
     files are kept for `restore`.
@@ -93,19 +80,7 @@ def patch(
             raise ToolError("give --repo and --pr together")
         return _patch_repo(repo, pr, main_ref, remote, dry_run, yes)
     request = api.PatchRequest(
-        _spec(
-            path,
-            python,
-            release,
-            image,
-            host,
-            identity,
-            known_hosts,
-            ssh_config,
-            connect_timeout,
-            probe_timeout,
-            accept_new_host_key,
-        ),
+        _spec(path, python, release, image, host, ssh),
         tuple(only or ()),
     )
     with api.patching(request, dry_run) as session:
@@ -141,12 +116,7 @@ def restore(
     host: Optional[str] = SingleHostOption,
     only: Optional[list[str]] = OnlyOption,
     yes: bool = YesOption,
-    identity: Optional[Path] = IdentityOption,
-    known_hosts: Optional[Path] = KnownHostsOption,
-    ssh_config: Optional[Path] = SshConfigOption,
-    connect_timeout: float = ConnectTimeoutOption,
-    probe_timeout: float = ProbeTimeoutOption,
-    accept_new_host_key: bool = AcceptNewHostKeyOption,
+    ssh: SshOptions = SSH,
 ) -> int:
     """Give back the files `patch` changed. Byte for byte, then re-checked; a file changed since
     it was patched is refused.
@@ -156,19 +126,7 @@ def restore(
     from .. import api
 
     request = api.PatchRequest(
-        _spec(
-            path,
-            python,
-            release,
-            image,
-            host,
-            identity,
-            known_hosts,
-            ssh_config,
-            connect_timeout,
-            probe_timeout,
-            accept_new_host_key,
-        ),
+        _spec(path, python, release, image, host, ssh),
         tuple(only or ()),
     )
 
@@ -194,31 +152,14 @@ def restore(
 
 
 def _spec(
-    path,
-    python,
-    release,
-    image,
-    host,
-    identity,
-    known_hosts,
-    ssh_config,
-    connect_timeout,
-    probe_timeout,
-    accept_new_host_key,
-):
-    return target_spec(
-        path,
-        python,
-        release,
-        [host] if host else None,
-        images=[image] if image else None,
-        identity=identity,
-        known_hosts=known_hosts,
-        ssh_config=ssh_config,
-        connect_timeout=connect_timeout,
-        probe_timeout=probe_timeout,
-        accept_new_host_key=accept_new_host_key,
-    )
+    path: Optional[Path],
+    python: Optional[str],
+    release: Optional[str],
+    image: Optional[str],
+    host: Optional[str],
+    ssh: SshOptions,
+) -> TargetSpec:
+    return target_spec(path, python, release, [host] if host else None, images=[image] if image else None, ssh=ssh)
 
 
 def _patch_repo(repo: Path, pr: int, main_ref: Optional[str], remote: str, dry_run: bool, yes: bool) -> int:
@@ -282,5 +223,5 @@ def _show(diff: str) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(patch)
-    app.command()(restore)
+    app.command()(expand(patch))
+    app.command()(expand(restore))

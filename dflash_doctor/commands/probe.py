@@ -18,15 +18,11 @@ def probe_script(
     """
     import json
 
-    from ..engines import named
-    from ..model import ToolError
     from ..rulefile import select
     from ..targets.probing import probe_request, probe_source
+    from ..targets.selection import from_option
 
-    try:
-        chosen = named(engine)
-    except LookupError as exc:
-        raise ToolError(f"--engine: {exc}") from None
+    chosen = from_option(engine)
     request = json.dumps(probe_request(select(only), chosen), sort_keys=True)
     source = probe_source().replace('REQUEST = {"files": [], "anchors": []}', f"REQUEST = {request}", 1)
     typer.echo("#!/usr/bin/env python3", nl=True)

@@ -36,7 +36,7 @@ from .config import (
 )
 
 if TYPE_CHECKING:
-    from ..behaviour.hf_config import HfView
+    from .config import HfView
 
 ERROR = "error"
 

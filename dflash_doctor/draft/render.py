@@ -7,13 +7,10 @@ is the rich form of the findings for a terminal (``config``).
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from ..terminal import clean, literal, terminal_text
 from .lint import LintReport
-
-if TYPE_CHECKING:  # computed only where behaviour runs
-    from ..behaviour.computed import Computed
 
 SEVERITY_STYLES = {"error": "bold red", "warning": "bold yellow", "info": "cyan"}
 
@@ -64,54 +61,3 @@ class DraftSection:
 
     def _totals(self) -> str:
         return f"{self.lint.errors} error(s), {self.lint.warnings} warning(s)"
-
-
-@dataclasses.dataclass(frozen=True)
-class ProbesSection:
-    """What the tree's own code computed for the drafter config."""
-
-    computed: Computed
-    name: ClassVar[str] = "probes"
-
-    def to_json(self) -> dict[str, Any]:
-        return self.computed.to_json()
-
-    def lines(self) -> list[str]:
-        """Mismatches first (they are the news); clean lines."""
-        computed = self.computed
-        lines = ["probes (the tree's own code run on the drafter config):"]
-        lines += [f"  !! {mismatch}" for mismatch in computed.mismatches]
-        lines.append(
-            f"  aux layer ids: {_value(computed.aux_layer_ids)} (expected {_value(computed.expected_aux_layer_ids)})"
-        )
-        accepts = ", ".join(
-            f"{name.upper()} {_accepts(support.supported)}" for name, support in computed.runner_support
-        )
-        lines.append(
-            f"  runner: {_value(computed.runner and computed.runner.upper())}" + (f" ({accepts})" if accepts else "")
-        )
-        if computed.layers is None:
-            lines.append("  layers: not computable")
-        else:
-            for index, (window, causal) in enumerate(computed.layers):
-                lines.append(
-                    f"  layer {index}: window {window if window is not None else 'full'}, "
-                    f"{'causal' if causal else 'non-causal'}"
-                )
-        lines.append(f"  drops the prefix-cache block for method='dflash': {_value(computed.drops_prefix_block)}")
-        if computed.hf_source is not None:
-            lines.append(f"  {computed.hf_source.line()}")
-        lines += [f"  ({field}: {why})" for field, why in computed.reasons]
-        return [clean(line) for line in lines]
-
-
-def _value(value: Any) -> str:
-    if value is None:
-        return "unknown"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    return str(list(value) if isinstance(value, tuple) else value)
-
-
-def _accepts(supported: bool | None) -> str:
-    return {True: "accepts", False: "refuses", None: "unknown"}[supported]

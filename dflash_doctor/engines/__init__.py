@@ -84,16 +84,6 @@ def named(name: str) -> Engine:
     return ENGINES[name]
 
 
-def from_option(name: str) -> Engine:
-    """The engine an ``--engine`` option names; a ToolError naming the known ones."""
-    from ..model import ToolError
-
-    try:
-        return named(name)
-    except LookupError as exc:
-        raise ToolError(f"--engine: {exc}") from None
-
-
 def of_package(package: str) -> Engine:
     """The engine whose import package is ``package`` (a collector's answer names it); LookupError when none."""
     found = [engine for engine in ENGINES.values() if engine.package == package]

@@ -13,20 +13,3 @@
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from typing import TYPE_CHECKING
-
-from ..model import ToolError
-
-if TYPE_CHECKING:
-    from ..targets import ResolvedTarget
-    from .files import TreeFiles
-
-
-def files_for(resolved: ResolvedTarget) -> Callable[[], TreeFiles]:
-    """How patch and restore write this target's tree (called when they do);
-    a ToolError with the target's reason when it cannot be written."""
-    if resolved.files is None:
-        raise ToolError(f"{resolved.info.location} cannot be patched: {resolved.no_files}")
-    return resolved.files

@@ -19,7 +19,7 @@ import libcst as cst
 
 from ..structure.forms import match_forms
 from ..model import ABSENT, PARTIAL, ToolError
-from ..structure.patterns import NodeIndex, PatternError, subtree_ids
+from ..structure.patterns import NodeIndex, PatternError, rewrite_find, rewrite_replace, subtree_ids
 from ..rules import Form
 from ..source import ParsedFile, SourceError
 
@@ -52,7 +52,7 @@ def site_edits(forms: list[Form], site: cst.CSTNode) -> list[SiteEdit]:
             found = [
                 (rewrite, where)
                 for rewrite in form.patch.rewrites
-                for where in rewrite.find.find(index)
+                for where in rewrite_find(rewrite).find(index)
                 if _overlap(where.node, match.node)
             ]
             if len(found) != 1:
@@ -62,7 +62,7 @@ def site_edits(forms: list[Form], site: cst.CSTNode) -> list[SiteEdit]:
                 raise PatchRefused(f"the patch for form {form.id} would change {len(found)} places in: {shown}")
             rewrite, where = found[0]
             try:
-                replacements.append((where.node, rewrite.replace.render(where.bindings)))
+                replacements.append((where.node, rewrite_replace(rewrite).render(where.bindings)))
             except PatternError as exc:
                 raise PatchRefused(str(exc)) from None
         edits.append(SiteEdit(form, form.patch.produces, tuple(replacements)))

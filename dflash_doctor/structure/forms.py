@@ -12,7 +12,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from ..engines import named
 from .liveness import dead_nodes, module_constants
 from ..model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, Evidence, FixResult
-from .patterns import Match, NodeIndex, subtree_ids
+from .patterns import Match, NodeIndex, compile_form, form_patterns, form_unless, form_where, subtree_ids
 from .rebinding import rebound_at, rebound_in
 from ..rules import IGNORE, Anchor, Form, Rule
 from ..source import SourceError, SourceTree, Symbol, locate
@@ -90,14 +90,14 @@ def read_forms(
         return id(found.node) not in dead
 
     for form in forms:
-        if any(live(found) for pattern in form.unless for found in pattern.find(index)):
+        if any(live(found) for pattern in form_unless(form) for found in pattern.find(index)):
             continue
-        if not form.patterns:
+        if not form_patterns(form):
             hits.append(FormHit(form, ()))
             continue
         found_all = [
             found
-            for pattern in form.patterns
+            for pattern in form_patterns(form)
             for found in pattern.find(index)
             if id(found.node) not in claimed and _where_holds(form, found)
         ]
@@ -112,7 +112,7 @@ def read_forms(
 
 
 def _where_holds(form: Form, found: Match) -> bool:
-    for metavariable, test, pattern in form.where:
+    for metavariable, test, pattern in form_where(form):
         bound = found.bindings.get(metavariable)
         if bound is None:
             continue  # this pattern of the form does not bind it
@@ -366,4 +366,4 @@ def warm_up(rules: tuple[Rule, ...]) -> None:
     run in a thread while a remote round trip waits on the network."""
     for rule in rules:
         for form in rule.forms:
-            form.compiled()
+            compile_form(form)

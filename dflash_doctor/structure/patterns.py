@@ -15,10 +15,15 @@ import dataclasses
 import re
 from collections.abc import Iterator, Sequence
 from functools import cache
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from ..model import ToolError
 from ..source import literal_value
+
+if TYPE_CHECKING:
+    from ..rules import Form, Rewrite
 
 _METAVAR = re.compile(r"\$([A-Z_][A-Z0-9_]*)")
 _MV_PREFIX = "__mv_"
@@ -319,3 +324,60 @@ def _contains(node: cst.CSTNode, node_type: type) -> bool:
             return True
         stack.extend(children(item))
     return False
+
+
+# A rule's patterns, compiled on first use: reading rule metadata never imports libcst.
+
+
+@cache
+def form_patterns(form: Form) -> tuple[Pattern, ...]:
+    return _compile(form.pattern_sources, form.where_file)
+
+
+@cache
+def form_unless(form: Form) -> tuple[Pattern, ...]:
+    return _compile(form.unless_sources, form.where_file)
+
+
+@cache
+def form_where(form: Form) -> tuple[tuple[str, str, Pattern], ...]:
+    compiled = _compile(tuple(source for _, _, source in form.where_sources), form.where_file)
+    return tuple((name, test, pattern) for (name, test, _), pattern in zip(form.where_sources, compiled))
+
+
+def compile_form(form: Form) -> tuple:
+    """Every pattern and template, compiled now (and cached); raises ToolError on a bad one."""
+    rewrites = form.patch.rewrites if form.patch else ()
+    return (
+        *form_patterns(form),
+        *form_unless(form),
+        *form_where(form),
+        *(rewrite_find(r) for r in rewrites),
+        *(rewrite_replace(r) for r in rewrites),
+    )
+
+
+@cache
+def rewrite_find(rewrite: Rewrite) -> Pattern:
+    return _compile((rewrite.find_source,), rewrite.where_file)[0]
+
+
+@cache
+def rewrite_replace(rewrite: Rewrite) -> Template:
+    try:
+        template = Template(rewrite.replace_source)
+    except PatternError as exc:
+        raise ToolError(f"{rewrite.where_file}: {exc}") from None
+    unbound = template.metavariables - metavariables(rewrite_find(rewrite).node)
+    if unbound:
+        raise ToolError(f"{rewrite.where_file}: replace uses ${', $'.join(sorted(unbound))}, which find does not bind")
+    if isinstance(template.node, cst.BaseExpression) != isinstance(rewrite_find(rewrite).node, cst.BaseExpression):
+        raise ToolError(f"{rewrite.where_file}: find and replace must both be expressions or both statements")
+    return template
+
+
+def _compile(sources: tuple[str, ...], where: str) -> tuple[Pattern, ...]:
+    try:
+        return tuple(Pattern(source) for source in sources)
+    except PatternError as exc:
+        raise ToolError(f"{where}: {exc}") from None

@@ -6,13 +6,11 @@ import contextlib
 import dataclasses
 import functools
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Protocol
 
-from ..engines import Engine
-from ..model import TargetInfo
+from ..model import TargetInfo, ToolError
 from ..patching.files import LocalFiles, TreeFiles
-from ..paths import cache_dir
+from ..paths import releases_dir
 from ..source import DirectoryTree, SourceTree
 
 NOT_RUN_HERE = (
@@ -40,11 +38,6 @@ class ResolvedTarget:
     no_files: str = COPIES
 
 
-def releases_dir(engine: Engine) -> Path:
-    """Where the engine's extracted releases are kept in the user cache: one directory per release, named by its version."""
-    return cache_dir() / engine.cache / "releases"
-
-
 def local(tree: DirectoryTree, info: TargetInfo) -> ResolvedTarget:
     """A tree on this machine: its code runs in the isolated child process, and
     its files are written in place, unless it is in the release cache."""
@@ -62,6 +55,14 @@ def local(tree: DirectoryTree, info: TargetInfo) -> ResolvedTarget:
     return ResolvedTarget(
         tree, info, behaviour=_child_session, files=functools.partial(LocalFiles, tree.root, tree.package)
     )
+
+
+def files_for(resolved: ResolvedTarget) -> Callable[[], TreeFiles]:
+    """How patch and restore write this target's tree (called when they do);
+    a ToolError with the target's reason when it cannot be written."""
+    if resolved.files is None:
+        raise ToolError(f"{resolved.info.location} cannot be patched: {resolved.no_files}")
+    return resolved.files
 
 
 def _child_session() -> contextlib.AbstractContextManager:

@@ -9,16 +9,22 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import stat
 import zlib
+from collections.abc import Iterable
 from pathlib import Path
 
 from ..engines import VLLM, Engine
 from ..model import ToolError
 from ..standalone.probe import MARKER
-from ..rules import Rule
+from ..rules import Rule, reference_configs
 from ..source import search_name
 
+# The transformers files a collector sends beside the engine's tree (``collected_files``).
+INIT = "transformers/__init__.py"
+AUTO_FILES = ("transformers/models/auto/configuration_auto.py", "transformers/models/auto/auto_mappings.py")
+_MODULE = re.compile(r"[a-z0-9_]{1,64}")
 MIB = 1024 * 1024
 # The most a probe may print: a real answer for every rule is well under 1 MiB.
 MAX_OUTPUT_BYTES = 32 * MIB
@@ -50,12 +56,20 @@ def probe_source() -> str:
     return Path(__file__).resolve().parent.parent.joinpath("standalone", "probe.py").read_text(encoding="utf-8")
 
 
+def collected_files(model_types: Iterable[str]) -> list[str]:
+    """The transformers files a collector sends beside the vLLM tree's, for these model types:
+    the version, the auto mapping, the helpers config classes call, and each type's module."""
+    files = [INIT, *AUTO_FILES, "transformers/configuration_utils.py", "transformers/modeling_rope_utils.py"]
+    return files + [
+        f"transformers/models/{kind}/configuration_{kind}.py"
+        for kind in sorted(set(model_types))
+        if _MODULE.fullmatch(kind)
+    ]
+
+
 def probe_request(rules: tuple[Rule, ...], engine: Engine = VLLM) -> dict:
     """The engine's package, the files the rules read, the transformers files beside them that
     build the reference drafters' configs, and the anchors the probe must search for if moved."""
-    from ..behaviour.reference import reference_configs
-    from ..behaviour.transformers import collected_files
-
     rules = tuple(rule for rule in rules if rule.engine == engine.name)  # another engine's rules read nothing here
     files = {relpath for rule in rules for relpath in rule.files}  # anchors, applicability, behaviour
     # the package __init__.py files Python runs before each of them (a rebinding there replaces their code)

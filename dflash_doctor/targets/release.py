@@ -33,7 +33,8 @@ from ..engines import VLLM, Engine
 from ..model import ToolError
 from ..paths import FULL_WHEEL, OFFLINE, cache_dir, write_atomically
 from ..terminal import progress
-from . import ResolvedTarget, releases_dir
+from ..paths import releases_dir
+from . import ResolvedTarget
 from .path import PathTarget
 from .pip_index import locate
 from .wheel_http import RangeSource, download, open_wheel

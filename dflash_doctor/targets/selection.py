@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..engines import named
 from ..model import ToolError
 from ..paths import read_file
 from .hosts import SshOptions
@@ -23,6 +24,14 @@ if TYPE_CHECKING:
     from . import Target
 
 MAX_HOSTS_FILE_BYTES = 1024 * 1024
+
+
+def from_option(name: str) -> Engine:
+    """The engine an ``--engine`` option names; a ToolError naming the known ones."""
+    try:
+        return named(name)
+    except LookupError as exc:
+        raise ToolError(f"--engine: {exc}") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,8 +56,6 @@ class TargetSpec:
 def select_targets(spec: TargetSpec, rules: tuple[Rule, ...]) -> tuple[list[tuple[str, Target]], bool]:
     """The targets the spec names, each with its name, and whether they make a fleet (one report per host or
     image, or per engine of a local install that holds several)."""
-    from ..engines import from_option
-
     chosen = None if spec.engine == "auto" else from_option(spec.engine)
     hosts = [check_host(host, "--host") for host in spec.hosts]
     hosts += read_hosts_file(spec.hosts_file) if spec.hosts_file is not None else []

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from ..draft.config import DraftConfig
+    from .config import DraftConfig
 
 
 def _sliding_layers(draft: DraftConfig) -> bool | None:
@@ -25,7 +25,7 @@ def _sliding_layers(draft: DraftConfig) -> bool | None:
 
 
 def _unshifted_ids(draft: DraftConfig) -> bool | None:
-    from ..draft.config import SPECULATORS, ZLAB
+    from .config import SPECULATORS, ZLAB
 
     return {ZLAB: True, SPECULATORS: False}.get(draft.format)
 
