@@ -27,6 +27,7 @@ from .rules import (
     Case,
     Construct,
     FixCase,
+    Flag,
     Form,
     FormPatch,
     Handing,
@@ -243,6 +244,7 @@ def _behaviour(raw: Any, where: str, anchor_ids: set[str]) -> Behaviour | None:
             "uncovered",
             "resolvers",
             "handing",
+            "flag",
         ),
         where,
     )
@@ -265,10 +267,28 @@ def _behaviour(raw: Any, where: str, anchor_ids: set[str]) -> Behaviour | None:
         uncovered=_strings(raw, "uncovered", where, tuple(sorted(anchor_ids))),
         resolvers=_resolvers(raw, question, where, anchor_ids),
         handing=_handing(raw.get("handing"), question, f"{where}.handing", anchor_ids),
+        flag=_flag(raw.get("flag"), question, f"{where}.flag"),
     )
 
 
-NEEDS = {"capture-ids": "resolvers", "block-drop": "handing"}  # what a question kind reads from its rule
+NEEDS = {"capture-ids": "resolvers", "block-drop": "handing", "algorithm-flag": "flag"}  # what a kind reads
+
+
+def _flag(raw: Any, question: str, where: str) -> Flag | None:
+    if raw is None:
+        if question == "algorithm-flag":
+            raise ToolError(f"{where}: the algorithm-flag question needs a flag table")
+        return None
+    if question != "algorithm-flag" or not isinstance(raw, dict):
+        raise ToolError(f"{where}: only the algorithm-flag question reads a flag table")
+    _known_keys(raw, ("file", "enum", "member", "predicate", "expected", "meaning"), where)
+    enum, member, predicate = (_require(raw, key, where) for key in ("enum", "member", "predicate"))
+    if not all(isinstance(name, str) and name.isidentifier() for name in (enum, member, predicate)):
+        raise ToolError(f"{where}: enum, member and predicate must be names")
+    if not isinstance(raw.get("expected"), bool):
+        raise ToolError(f"{where}: expected must be true or false")
+    meaning = _prose(_require(raw, "meaning", where))
+    return Flag(_require(raw, "file", where), enum, member, predicate, raw["expected"], meaning)
 
 
 def _resolvers(raw: dict[str, Any], question: str, where: str, anchor_ids: set[str]) -> tuple[tuple[str, str], ...]:

@@ -163,6 +163,7 @@ QUESTIONS = {  # question kind -> the links (parts) its observations have
     "layer-attention": ("runner-accepts", "layer-index", "sliding-window", "causality"),
     "block-drop": ("kv-cache-manager",),
     "layer-rope": ("runner-accepts", "rotary-base"),
+    "algorithm-flag": ("predicate",),
 }
 DIMENSIONS = ("runner", "setting")  # drafter configs are always alternatives (subjects, guards)
 
@@ -187,6 +188,21 @@ class Behaviour:
     uncovered: tuple[str, ...] = ()  # anchors whose code the question does not run: their forms still count
     resolvers: tuple[tuple[str, str], ...] = ()  # capture-ids: runner -> the anchor of the resolver it calls
     handing: Handing | None = None  # block-drop: what is handed on, and by which constructor
+    flag: Flag | None = None  # algorithm-flag: the predicate of the method's member that decides a behaviour
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    """The predicate ``predicate`` of member ``member`` of the enumeration ``enum`` (a class in
+    ``file``), run by the tree's own code, must give ``expected`` (SGLang: ``SpeculativeAlgorithm.DFLASH.is_eagle()``
+    decides whether the radix cache keys DFlash as EAGLE). ``meaning``: what the predicate decides, for the report."""
+
+    file: str
+    enum: str
+    member: str
+    predicate: str
+    expected: bool
+    meaning: str
 
 
 @dataclasses.dataclass(frozen=True)

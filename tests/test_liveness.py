@@ -135,7 +135,7 @@ def _backoff(*blocks: str) -> str:
 
 
 def _forms(code: str) -> list[str]:
-    (rule,) = [rule for rule in load_rules() if rule.id == "cache-drop"]
+    (rule,) = [rule for rule in load_rules() if rule.id == "cache-drop" and rule.engine == "vllm"]
     return [hit.form.id for hit in match_forms(rule.forms_for("mamba-backoff"), cst.parse_module(code))]
 
 
@@ -175,7 +175,7 @@ def test_the_check_reads_a_dead_form_as_not_there_and_says_so(tmp_path: Path):
         _backoff(BACKOFF_UNKNOWN, "if False:\n" + textwrap.indent(BACKOFF_FIXED, "    ")), "    "
     )
     (tmp_path / "vllm/v1/core/sched/scheduler.py").write_text(scheduler)
-    (rule,) = [rule for rule in load_rules() if rule.id == "cache-drop"]
+    (rule,) = [rule for rule in load_rules() if rule.id == "cache-drop" and rule.engine == "vllm"]
     (fix,) = FormReader(DirectoryTree(tmp_path, None)).run((rule,))
     assert fix.status == "unknown", fix.reason
     backoff = [item for item in fix.evidence if item.symbol == "Scheduler._mamba_block_aligned_split"]

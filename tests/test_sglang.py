@@ -22,7 +22,7 @@ import jsonschema
 import pytest
 
 from dflash_doctor.engines import SGLANG, VLLM
-from dflash_doctor.model import ABSENT, NOT_APPLICABLE, UNKNOWN, ToolError, engine_json, exit_code_for
+from dflash_doctor.model import ABSENT, NOT_APPLICABLE, PRESENT, UNKNOWN, ToolError, engine_json, exit_code_for
 from dflash_doctor.provenance import find_dist_info, read_provenance
 from dflash_doctor.releases import _row_path, release_row, rules_digest
 from dflash_doctor.rulefile import load_rule, load_rules
@@ -90,8 +90,14 @@ def test_sglangs_descriptor_is_what_its_wheels_say() -> None:
     }
 
 
-@pytest.mark.parametrize(("version", "judged"), [(LAST_WITHOUT, NOT_APPLICABLE), (FIRST_WITH, ABSENT)])
-def test_check_release_of_sglang_judges_by_sglangs_rules_never_vllms(version: str, judged: str) -> None:
+@pytest.mark.parametrize(
+    ("version", "judged"),
+    [
+        (LAST_WITHOUT, dict.fromkeys(("cache-drop", "rope-base", "swa-config"), NOT_APPLICABLE)),
+        (FIRST_WITH, {"cache-drop": PRESENT, "rope-base": ABSENT, "swa-config": ABSENT}),
+    ],
+)
+def test_check_release_of_sglang_judges_by_sglangs_rules_never_vllms(version: str, judged: dict[str, str]) -> None:
     """SGLang's own rules judge their fixes; a fix with only vLLM's rule is unknown with the reason."""
     proc = run_cli("check", "--release", version, "--engine", "sglang", "--format", "json")
     assert proc.returncode == 1, proc.stderr  # not-applicable and absent both fail
@@ -105,7 +111,7 @@ def test_check_release_of_sglang_judges_by_sglangs_rules_never_vllms(version: st
     assert [fix["id"] for fix in report["fixes"]] == [rule.id for rule in rules]
     for fix, rule in zip(report["fixes"], rules):
         if rule.engine == "sglang":
-            assert fix["status"] == judged and fix["prs"] == list(rule.prs)
+            assert fix["status"] == judged[rule.id] and fix["prs"] == list(rule.prs)
             continue
         assert fix["status"] == UNKNOWN and fix["prs"] == [] and fix["evidence"] == []
         assert fix["reason"] == f"no rule judges this fix in SGLang yet (the rule {fix['id']} describes vLLM's code)"
@@ -146,7 +152,7 @@ def test_a_tree_holding_both_engines_is_checked_for_each(both: Path) -> None:
     assert (vllm["engine"]["name"], vllm["engine"]["version"]) == ("vllm", "0.33.0")
     assert (sglang["engine"]["name"], sglang["engine"]["version"]) == ("sglang", FIRST_WITH)
     statuses = {fix["id"]: fix["status"] for fix in sglang["fixes"]}
-    assert statuses == {"cache-drop": UNKNOWN, "layer-offset": UNKNOWN, "rope-base": ABSENT, "swa-config": ABSENT}
+    assert statuses == {"cache-drop": PRESENT, "layer-offset": UNKNOWN, "rope-base": ABSENT, "swa-config": ABSENT}
     alone = json.loads(run_cli("check", "--path", str(both), "--engine", "vllm", "--format", "json").stdout)
     assert alone["fixes"] == vllm["fixes"] and UNKNOWN not in {fix["status"] for fix in alone["fixes"]}
     assert proc.returncode == fleet["exit_code"] == exit_code_for([vllm["exit_code"], sglang["exit_code"]])
@@ -354,8 +360,8 @@ def test_a_fix_has_a_rule_per_engine_and_each_tree_is_judged_by_its_own(both: Pa
     )
     assert vllm["fixes"] == plain["hosts"][0]["fixes"]  # vLLM's tree is judged by vLLM's rules alone
     by_id = {fix["id"]: fix for fix in sglang["fixes"]}
-    assert by_id["cache-drop"]["reason"].startswith("no rule judges this fix in SGLang yet")
-    assert by_id["cache-drop"]["prs"] == [] and by_id["layer-offset"]["prs"] == list(shipped.prs + shipped.unmerged_prs)
+    assert by_id["cache-drop"]["decided_by"] == "behaviour"  # SGLang's own rule
+    assert by_id["layer-offset"]["prs"] == list(shipped.prs + shipped.unmerged_prs)
     assert not (by_id["layer-offset"]["reason"] or "").startswith("no rule judges")  # its SGLang rule ran
     twice = tmp_path / "twice"
     shutil.copytree(rules, twice)
@@ -375,8 +381,13 @@ def test_the_release_matrix_of_sglang_judges_what_its_rules_cover_and_says_whose
     assert proc.returncode == 0 and matrix["engine"] == "sglang"
     assert [row["release"] for row in matrix["releases"]] == [LAST_WITHOUT, FIRST_WITH] == matrix["unjudged"]
     assert [row["fixes"] for row in matrix["releases"]] == [  # unjudged: a fix no SGLang rule covers yet is unknown
-        {"cache-drop": UNKNOWN, "layer-offset": UNKNOWN, "rope-base": NOT_APPLICABLE, "swa-config": NOT_APPLICABLE},
-        {"cache-drop": UNKNOWN, "layer-offset": UNKNOWN, "rope-base": ABSENT, "swa-config": ABSENT},
+        {
+            "cache-drop": NOT_APPLICABLE,
+            "layer-offset": UNKNOWN,
+            "rope-base": NOT_APPLICABLE,
+            "swa-config": NOT_APPLICABLE,
+        },
+        {"cache-drop": PRESENT, "layer-offset": UNKNOWN, "rope-base": ABSENT, "swa-config": ABSENT},
     ]
     assert "SGLang" in matrix["summary"]["text"] and "vLLM" not in matrix["summary"]["text"]
     table = run_cli("releases", "--engine", "sglang", "--offline", "--from", LAST_WITHOUT, "--to", FIRST_WITH).stdout

@@ -4,11 +4,13 @@ as observations (one per runner, setting, link and layer)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from ..draft.config import DraftConfig
 from ..model import UNKNOWN, Observation
 from .computed import Computed, as_list
 from .construct import Built, Indices
+from .flag import FlagAnswer
 
 Layers = dict[str | None, Built] | None  # per runner (None: an engine with one worker), when the rule builds layers
 
@@ -147,9 +149,22 @@ def layer_rope(name: str, draft: DraftConfig, computed: Computed, built: Layers)
             yield Observation(name, runner, DEFAULT, "rotary-base", index, expected, base, same, note)
 
 
-QUESTION_KINDS: dict[str, Callable[[str, DraftConfig, Computed, Layers], Iterator[Observation]]] = {
+def algorithm_flag(name: str, draft: DraftConfig, computed: Computed, answer: FlagAnswer) -> Iterator[Observation]:
+    """What the method's member answers to the predicate (the same for every drafter config)."""
+    flag = answer.flag
+    where = f"{answer.place.file}:{answer.place.line}" if answer.place else flag.file
+    note = answer.reason or (
+        f"{flag.enum}.{flag.predicate}() ({where}) is {answer.value} for {flag.enum}.{flag.member}: {flag.meaning}"
+    )
+    ok = None if answer.value is None else answer.value == flag.expected
+    yield Observation(name, None, DEFAULT, "predicate", None, flag.expected, answer.value, ok, note)
+
+
+# each kind reads what its rule's own run found (built layers, a predicate's answer), per drafter config
+QUESTION_KINDS: dict[str, Callable[[str, DraftConfig, Computed, Any], Iterator[Observation]]] = {
     "capture-ids": capture_ids,
     "layer-attention": layer_attention,
     "block-drop": block_drop,
     "layer-rope": layer_rope,
+    "algorithm-flag": algorithm_flag,
 }

@@ -14,6 +14,7 @@ from .compute import compute
 from .computed import Computed, RunProgram
 from .construct import construct_layers
 from .decide import decide
+from .flag import evaluate as evaluate_flag
 from .observe import QUESTION_KINDS
 from .plan import Questions
 
@@ -46,17 +47,23 @@ def answer_rules(
             continue
         kind = QUESTION_KINDS[behaviour.question]
         construct = behaviour.construct
-        built = (
-            construct_layers(tree, construct, [found.hf_config for found in probes], run, rule.files, platform.name)
-            if construct
-            else [None] * len(probes)
-        )
+        built: list[Any]  # what the rule's own run found, per drafter config
+        if behaviour.flag is not None:  # one answer of the tree's, the same for every drafter config
+            built = [evaluate_flag(tree, behaviour.flag, run)] * len(probes)
+        elif construct is not None:
+            built = construct_layers(
+                tree, construct, [found.hf_config for found in probes], run, rule.files, platform.name
+            )
+        else:
+            built = [None] * len(probes)
         observations = tuple(
             item
             for (name, draft), found, layers in zip(configs, probes, built)
             for item in kind(name, draft, found, layers)
         )
         answer = decide(behaviour, observations, behaviour.subjects, behaviour.guards)
+        if behaviour.flag is not None and answer.status == PRESENT:  # present says why: what the predicate answered
+            answer = dataclasses.replace(answer, reason=observations[0].note)
         if user is not None:
             mine = decide(behaviour, observations, (user_name(user),), ())
             # A working drafter the defect cannot reach keeps the tree's answer (which then does not gate).
