@@ -20,7 +20,7 @@ from ..isolation.sandbox import Call, Outcome, SandboxError
 from ..engines import Engine
 from ..engines.route import Route
 from ..rules import Construct
-from ..source import SourceError, SourceTree
+from ..source import SourceError, SourceTree, Symbol
 from .computed import RunProgram
 from .definitions import ExtractError, Locator
 from .program import ProgramBuilder
@@ -126,7 +126,7 @@ def _model_indices(
     tree: SourceTree,
     route: Route,
     construct: Construct,
-    layer,
+    layer: Symbol,
     hf_configs: dict[int, dict],
     data: dict,
     run: RunProgram,

@@ -12,12 +12,12 @@ import ast
 import copy
 import dataclasses
 import textwrap
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from functools import lru_cache
 
 from ..standalone.harness import SAFE_BUILTIN_NAMES
 from ..model import ToolError
-from ..source import SourceError, SourceTree, Symbol, locate, parse_python
+from ..source import ParsedFile, SourceError, SourceTree, Symbol, locate, parse_python
 
 SAFE_BUILTINS = frozenset(SAFE_BUILTIN_NAMES)
 CONTAINER_CALLS = {"frozenset", "set", "tuple", "list", "dict"}
@@ -79,7 +79,7 @@ class Locator:
         return found[0] if found else None
 
 
-def parsed_or_none(tree: SourceTree, relpath: str):
+def parsed_or_none(tree: SourceTree, relpath: str) -> ParsedFile | None:
     """The parsed file, None when the tree lacks it; an unreadable one raises ExtractError."""
     try:
         return tree.parsed(relpath)
@@ -238,10 +238,10 @@ def _optional_annotation(annotation: ast.expr) -> bool:
     )
 
 
-def top_level_bindings(module: ast.Module, name: str):
+def top_level_bindings(module: ast.Module, name: str) -> Iterator[tuple[ast.stmt, bool]]:
     """Statements binding ``name`` at module level; (node, conditional)."""
 
-    def visit(statements, conditional):
+    def visit(statements: list[ast.stmt], conditional: bool) -> Iterator[tuple[ast.stmt, bool]]:
         for statement in statements:
             if isinstance(statement, ast.If) and _is_type_checking(statement.test):
                 visit(statement.orelse, conditional)
@@ -327,7 +327,7 @@ def neutral_decorator(module: ast.Module, decorator: ast.expr) -> bool:
     if _memoising(module, decorator.func if isinstance(decorator, ast.Call) else decorator):
         return True
     factory_call = isinstance(decorator, ast.Call)
-    name = decorator.func if factory_call else decorator
+    name = decorator.func if isinstance(decorator, ast.Call) else decorator
     if not isinstance(name, ast.Name):
         return False
     bindings = list(top_level_bindings(module, name.id))
@@ -348,7 +348,7 @@ def neutral_decorator(module: ast.Module, decorator: ast.expr) -> bool:
 def _returns_name(function: ast.FunctionDef, name: str) -> bool:
     """Every ``return`` of the function itself (not of nested defs) hands back ``name``."""
     returns = []
-    stack = list(function.body)
+    stack: list[ast.AST] = list(function.body)
     while stack:
         node = stack.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):

@@ -3,7 +3,7 @@ from __future__ import annotations
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
@@ -34,9 +34,12 @@ from .options import (
     target_spec,
 )
 
+if TYPE_CHECKING:
+    from ..rules import Rule
+
 
 # --format's choices: the reporter registry's names.
-Format = Enum("Format", [(name, name) for name in FORMATS], type=str)
+Format = Enum("Format", [(name, name) for name in FORMATS], type=str)  # type: ignore[misc]  # members from the registry
 
 
 def parse_outputs(default_format: str, specs: list[str]) -> list[tuple[str, Path]]:
@@ -62,7 +65,7 @@ def parse_outputs(default_format: str, specs: list[str]) -> list[tuple[str, Path
     return outputs
 
 
-def _warm_up(rules) -> None:
+def _warm_up(rules: tuple[Rule, ...]) -> None:
     """Import the engine and compile the patterns while ssh waits on the network."""
     from ..structure.forms import warm_up
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from ..model import EXIT_MISSING, EXIT_OK, ToolError
+from ..model import EXIT_MISSING, EXIT_OK, CheckReport, ToolError
 from ..terminal import clean
 from .options import (
     AcceptNewHostKeyOption,
@@ -29,6 +29,10 @@ from .options import (
     SshConfigOption,
     target_spec,
 )
+
+if TYPE_CHECKING:
+    from ..patching.apply import RestorePlan
+    from ..targets.selection import TargetSpec
 
 ReleaseRefusedOption = typer.Option(
     None, "--release", help="Refused: release trees are a download cache, not an install."
@@ -172,7 +176,7 @@ def restore(
         tuple(only or ()),
     )
 
-    def confirm(plan, location: str) -> None:
+    def confirm(plan: RestorePlan, location: str) -> None:
         _confirm(
             f"Restore {', '.join(entry.file for entry in plan.restore)} in {location}?",
             yes,
@@ -194,18 +198,18 @@ def restore(
 
 
 def _spec(
-    path,
-    python,
-    release,
-    image,
-    host,
-    identity,
-    known_hosts,
-    ssh_config,
-    connect_timeout,
-    probe_timeout,
-    accept_new_host_key,
-):
+    path: Optional[Path],
+    python: Optional[str],
+    release: Optional[str],
+    image: Optional[str],
+    host: Optional[str],
+    identity: Optional[Path],
+    known_hosts: Optional[Path],
+    ssh_config: Optional[Path],
+    connect_timeout: float,
+    probe_timeout: float,
+    accept_new_host_key: bool,
+) -> TargetSpec:
     return target_spec(
         path,
         python,
@@ -264,7 +268,7 @@ def _confirm(question: str, yes: bool, shown: str = "", unchanged: str = "nothin
         raise ToolError(f"not confirmed: {unchanged}")
 
 
-def _report(report) -> int:
+def _report(report: CheckReport) -> int:
     """The check after the change, as a table."""
     from ..reporters import reporter
 

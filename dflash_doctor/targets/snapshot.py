@@ -146,7 +146,7 @@ def snapshot_target(
     answer: dict,
     kind: str,
     who: str,
-    details: tuple[tuple[str, str], ...] = (),
+    details: tuple[tuple[str, str | int], ...] = (),
     contents: Contents | None = None,
     more: More | None = None,
 ) -> ResolvedTarget:
