@@ -46,7 +46,7 @@ class Symbol:
 
     file: str
     qualname: str
-    node: ast.stmt  # a def or class (a stand-in's own statement)
+    node: Definition
     parsed: "ParsedFile"
 
     @property

@@ -14,6 +14,7 @@ import dataclasses
 import textwrap
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
+from typing import TypeVar
 
 from ..standalone.harness import SAFE_BUILTIN_NAMES
 from ..model import ToolError
@@ -23,6 +24,7 @@ SAFE_BUILTINS = frozenset(SAFE_BUILTIN_NAMES)
 CONTAINER_CALLS = {"frozenset", "set", "tuple", "list", "dict"}
 FIELD_CALLS = {"field", "Field"}
 OPTION_TYPES = {"bool", "int", "float", "str"}
+_Function = TypeVar("_Function", bound=ast.FunctionDef | ast.AsyncFunctionDef)
 STATIC_NODES = (
     ast.Constant,
     ast.Tuple,
@@ -93,7 +95,7 @@ def attribute_names(source: str) -> frozenset[str]:
     return frozenset(n.attr for n in ast.walk(parse_python(source)) if isinstance(n, ast.Attribute))
 
 
-def _copied(node: ast.FunctionDef, text: str) -> ast.FunctionDef:
+def _copied(node: _Function, text: str) -> _Function:
     """A fresh tree of the definition: its source lines parsed again (the C parser
     is far faster than ``deepcopy`` on a long method); ``deepcopy`` when they do
     not give back the same definition (a synthetic node, odd indentation)."""
@@ -103,13 +105,9 @@ def _copied(node: ast.FunctionDef, text: str) -> ast.FunctionDef:
         again = parse_python(textwrap.dedent(segment)).body
     except SyntaxError:
         again = []
-    if (
-        len(again) == 1
-        and type(again[0]) is type(node)
-        and again[0].name == node.name
-        and len(again[0].body) == len(node.body)
-    ):
-        return again[0]
+    first = again[0] if len(again) == 1 else None
+    if isinstance(first, type(node)) and first.name == node.name and len(first.body) == len(node.body):
+        return first
     return copy.deepcopy(node)
 
 
@@ -118,7 +116,7 @@ def _lines(text: str) -> list[str]:
     return text.splitlines(keepends=True)
 
 
-def stripped(node: ast.FunctionDef, text: str) -> ast.FunctionDef:
+def stripped(node: _Function, text: str) -> _Function:
     """A copy without annotations: they name types the sandbox does not have."""
     definition = _copied(node, text)
     for parent in ast.walk(definition):  # one walk: a node's children are queued before it is seen
