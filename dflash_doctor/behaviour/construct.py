@@ -20,7 +20,7 @@ from ..isolation.sandbox import Call, Outcome, SandboxError
 from ..engines import Engine
 from ..engines.route import Route
 from ..rules import Construct
-from ..source import SourceError, SourceTree, Symbol
+from ..source import Definition, SourceError, SourceTree, Symbol
 from .computed import RunProgram
 from .definitions import ExtractError, Locator
 from .program import ProgramBuilder
@@ -199,7 +199,7 @@ def _assumed(construct: Construct, platform: str, engine: Engine) -> dict[str, A
     return {**told, **containers, **unset, **dict(construct.assume)}
 
 
-def _model_keywords(node: ast.ClassDef, construct: Construct, deployment: str) -> str:
+def _model_keywords(node: Definition, construct: Construct, deployment: str) -> str:
     """The model constructor's arguments: the deployment config, a prefix, stand-ins for other required parameters."""
     init = _init(node, construct.file)
     names = [arg.arg for arg in _parameters(init)]
@@ -245,14 +245,14 @@ def _parameters(function: ast.FunctionDef) -> list[ast.arg]:
     return [*arguments.posonlyargs, *arguments.args][1:] + list(arguments.kwonlyargs)
 
 
-def _init(node: ast.ClassDef, where: str) -> ast.FunctionDef:
+def _init(node: Definition, where: str) -> ast.FunctionDef:
     for statement in node.body:
         if isinstance(statement, ast.FunctionDef) and statement.name == "__init__":
             return statement
     raise ExtractError(f"{node.name} in {where} has no __init__")
 
 
-def _layer_keywords(node: ast.ClassDef, construct: Construct) -> str:
+def _layer_keywords(node: Definition, construct: Construct) -> str:
     """The layer constructor's arguments: the drafter config, the layer index, a
     prefix, stand-ins for other required parameters; defaults left alone."""
     init = _init(node, construct.file)
@@ -269,7 +269,7 @@ def _layer_keywords(node: ast.ClassDef, construct: Construct) -> str:
     return ", ".join(parts)
 
 
-def _stand_in_parameters(node: ast.ClassDef, construct: Construct) -> list[str]:
+def _stand_in_parameters(node: Definition, construct: Construct) -> list[str]:
     required = _required(_init(node, construct.file))
     return [name for name in required if name not in (*construct.index_parameters, "config", "prefix")]
 
