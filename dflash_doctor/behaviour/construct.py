@@ -137,6 +137,7 @@ def _model_indices(
     (by its index), with the layer class a recorded stand-in, and bind each recorded
     layer call to the layer's ``__init__``: the index it received. Keyed by (config, runner)."""
     keys = [(index, runner) for index in hf_configs for runner in route.runner_names]
+    assert construct.model is not None  # asked only of a rule that names its model class
     try:
         builder = ProgramBuilder(tree, (*BOUND, route.current_config, construct.layer), classes=True, follow=follow)
         model = Locator(tree, [], [(construct.file, construct.model)]).one(construct.file, construct.model)
@@ -297,10 +298,13 @@ def _signature(tree: SourceTree, construct: Construct) -> _Signature:
     symbols = parsed.symbols(construct.signature) if parsed else []
     if len(symbols) != 1:
         raise ExtractError(f"{construct.signature} is not defined once in {construct.signature_file}")
-    return _bind_signature(symbols[0].node, construct.window)
+    function = symbols[0].node
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):  # a class: its own one is not there
+        raise ExtractError(f"{construct.signature} is not defined in {construct.signature_file}")
+    return _bind_signature(function, construct.window)
 
 
-def _bind_signature(function: ast.FunctionDef, parameter: str | None) -> _Signature:
+def _bind_signature(function: ast.FunctionDef | ast.AsyncFunctionDef, parameter: str | None) -> _Signature:
     """How calls bind to ``function``'s parameters, and the literal default of ``parameter``."""
     arguments = function.args
     positional = tuple(arg.arg for arg in [*arguments.posonlyargs, *arguments.args][1:])
