@@ -18,10 +18,9 @@ from .terminal import clean
 
 HELP_MAX_WIDTH = 120  # help uses the terminal's width up to this (click's default stops at 80)
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the class _UnbrokenWords is mixed into (whichever click typer carries)
     import click
-
-    _Formatter = click.HelpFormatter  # the class _UnbrokenWords is mixed into (whichever click typer carries)
+    from click import HelpFormatter as _Formatter
 else:
     _Formatter = object
 

@@ -72,6 +72,7 @@ if TYPE_CHECKING:  # annotations are strings: this runs on Pythons whose typing 
     from typing import Any, NoReturn
 
     JSON = dict[str, Any]  # a request, a call or an outcome: JSON to or from the parent
+    Namespace = dict[str, Any]  # the globals the program runs in
 
 SAFE_BUILTIN_NAMES = (
     "abs all any bool callable dict divmod enumerate filter float frozenset getattr hasattr "
@@ -110,7 +111,7 @@ class NeedsDefinition(ProbeGap):
 # could not be read.
 TREE_MODULES: "JSON" = {}
 TREE_PACKAGE: "list[str | None]" = [None]
-NAMESPACE: "list[dict[str, Any]]" = [{}]  # the current request's globals (a module's names are program names)
+NAMESPACE: "list[Namespace]" = [{}]  # the current request's globals (a module's names are program names)
 
 
 class TreeModule:
@@ -571,7 +572,7 @@ class Module:
         raise AttributeError("%s has no attribute %s" % (type(self).__name__, name))
 
 
-def module_class_factory(namespace: "dict[str, Any]") -> "Callable[[str, str], type]":
+def module_class_factory(namespace: "Namespace") -> "Callable[[str, str], type]":
     def module_class(name: str, body: str) -> type:
         methods: "dict[str, Any]" = {}
         exec(compiled(body), namespace, methods)
@@ -677,7 +678,7 @@ def fake_import(
     return ImportedName(name if fromlist else name.partition(".")[0])
 
 
-def build(spec: "Any", data: "JSON", namespace: "dict[str, Any]") -> "Any":  # a JSON spec, its stub
+def build(spec: "Any", data: "JSON", namespace: "Namespace") -> "Any":  # a JSON spec, its stub
     if isinstance(spec, list):
         return [build(item, data, namespace) for item in spec]
     if not isinstance(spec, dict):
@@ -859,7 +860,7 @@ def announce(request: "JSON", step: int) -> None:
 
 def serve(request: "JSON") -> "JSON":
     """The answer to one request, run in fresh globals."""
-    namespace: "dict[str, Any]" = {"__builtins__": exposed_builtins(), "__name__": "probed", "_stdlib": stdlib}
+    namespace: "Namespace" = {"__builtins__": exposed_builtins(), "__name__": "probed", "_stdlib": stdlib}
     NAMESPACE[0] = namespace
     TREE_MODULES.clear()
     TREE_PACKAGE[0] = None
@@ -896,9 +897,7 @@ def serve(request: "JSON") -> "JSON":
     return {"id": request.get("id"), "results": results}
 
 
-def explore(
-    call: "JSON", namespace: "dict[str, Any]", data: "JSON", timeout: float, begin: "Callable[[], None]"
-) -> "JSON":
+def explore(call: "JSON", namespace: "Namespace", data: "JSON", timeout: float, begin: "Callable[[], None]") -> "JSON":
     """The call's outcome over every way the branches unknown values decide can go
     (depth first, False before True): the outcome they all give, else a gap naming them.
     ``begin`` announces each run to the parent, which holds it to its deadline."""
@@ -928,7 +927,7 @@ def explore(
     return {"gap": "the branches decided by %s" % ", ".join(labels[:3])}
 
 
-def run_once(call: "JSON", namespace: "dict[str, Any]", data: "JSON", timeout: float) -> "JSON":
+def run_once(call: "JSON", namespace: "Namespace", data: "JSON", timeout: float) -> "JSON":
     """One run of the call along the branch choices in FORCED."""
     del RAISED[:]
     del TAKEN[:]
