@@ -299,7 +299,7 @@ class _Substitute(cst.CSTTransformer):
             return updated_node
         bound = self.bindings[original_node.value[len(_MV_PREFIX) :]]
         assert isinstance(bound, cst.BaseExpression)  # bound where a pattern's name was: an expression
-        if isinstance(bound, cst.BaseExpression) and not isinstance(bound, _ATOMS) and not bound.lpar:
+        if not isinstance(bound, _ATOMS) and not bound.lpar:
             bound = bound.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         return bound
 
