@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from . import __version__
 from .cache import judged_fixes
-from .model import CheckReport
+from .model import CheckReport, Section
 from .patching.state import mark_local_patches
 from .provenance import for_distribution, read_provenance
 from .rules import Rule, for_engine
@@ -28,7 +28,7 @@ def run_check(
     """Behaviour runs on the reference drafter configs wherever the target can run
     the tree's code; with ``draft_config`` the user's config is added (its answer
     gates) and the report also lints it and shows what the tree computes for it."""
-    sections = ()
+    sections: tuple[Section, ...] = ()
     with fewer_collections(), opened(target):
         resolved = target.resolve()
         rules = for_engine(rules, resolved.tree.engine.name)  # the tree's engine's rule of each fix

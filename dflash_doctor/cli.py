@@ -6,7 +6,8 @@ import os
 import sys
 import textwrap
 import traceback
-from typing import Optional
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Optional, Protocol, TypeGuard, TypeVar
 
 import typer
 
@@ -17,15 +18,21 @@ from .terminal import clean
 
 HELP_MAX_WIDTH = 120  # help uses the terminal's width up to this (click's default stops at 80)
 
+if TYPE_CHECKING:  # the class _UnbrokenWords is mixed into (whichever click typer carries)
+    import click
+    from click import HelpFormatter as _Formatter
+else:
+    _Formatter = object
 
-class _UnbrokenWords:
+
+class _UnbrokenWords(_Formatter):
     """Mixed into click's help formatter: a hyphenated word (`not-applicable`, `probe-script`) or a
     long path is never split across lines; paragraphs are filled here and handed on as `\\b` blocks."""
 
     def write_text(self, text: str) -> None:
         super().write_text(_filled(text, self.width - self.current_indent))
 
-    def write_dl(self, rows, col_max: int = 30, col_spacing: int = 2) -> None:
+    def write_dl(self, rows: Sequence[tuple[str, str]], col_max: int = 30, col_spacing: int = 2) -> None:
         rows = list(rows)
         first_col = min(max((len(first) for first, _ in rows), default=0), col_max) + col_spacing
         width = max(self.width - first_col - 2, 10)  # the description width click's write_dl uses
@@ -45,14 +52,21 @@ def _filled(text: str, width: int) -> str:
     return "\n\n".join(paragraphs)
 
 
-def _with_help_formatter(command):
+class _Command(Protocol):
+    context_class: type[Any]  # a click Context class, from whichever click typer carries
+
+
+_C = TypeVar("_C", bound=_Command)
+
+
+def _with_help_formatter(command: _C) -> _C:
     """Every command's help through _UnbrokenWords. The classes come from the command itself: typer
     0.28 carries its own click, older typers use the installed one."""
     base = command.context_class
     formatter = type("HelpFormatter", (_UnbrokenWords, base.formatter_class), {})
     context = type("HelpContext", (base,), {"formatter_class": formatter})
 
-    def install(node) -> None:  # a command's own context formats its help
+    def install(node: _Command) -> None:  # a command's own context formats its help
         node.context_class = context
         for sub in getattr(node, "commands", {}).values():
             install(sub)
@@ -146,7 +160,11 @@ def main(argv: Optional[list[str]] = None) -> None:
     sys.exit(code if isinstance(code, int) else EXIT_OK)
 
 
-def _no_command_given(exc: BaseException) -> bool:
+class _NoCommandGiven(Protocol):
+    ctx: click.Context
+
+
+def _no_command_given(exc: BaseException) -> TypeGuard[_NoCommandGiven]:
     """click's NoArgsIsHelpError, from whichever click typer carries (a usage error to click, exit 0 here)."""
     return any(cls.__name__ == "NoArgsIsHelpError" for cls in type(exc).__mro__) and hasattr(exc, "ctx")
 

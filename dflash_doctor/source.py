@@ -12,7 +12,7 @@ import dataclasses
 import hashlib
 import textwrap
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,7 +46,7 @@ class Symbol:
 
     file: str
     qualname: str
-    node: ast.AST
+    node: Definition
     parsed: "ParsedFile"
 
     @property
@@ -100,8 +100,8 @@ class ParsedFile:
             self.tree = parse_python(self.text, relpath)
         except SyntaxError as exc:
             raise SourceError(f"{relpath} does not parse: {exc.msg} (line {exc.lineno})") from None
-        self._by_qualname: dict[str, list[ast.AST]] | None = None
-        self._by_name: dict[str, list[tuple[str, ast.AST]]] | None = None
+        self._by_qualname: dict[str, list[Definition]] | None = None
+        self._by_name: dict[str, list[tuple[str, Definition]]] | None = None
 
     def symbols(self, qualname: str) -> list[Symbol]:
         """Defs with this qualified name; else defs with the same last name (moved)."""
@@ -112,12 +112,12 @@ class ParsedFile:
             return exact
         return [Symbol(self.relpath, found, node, self) for found, node in defs[1].get(wanted_name, ())]
 
-    def _defs(self) -> tuple[dict[str, list[ast.AST]], dict[str, list[tuple[str, ast.AST]]]]:
+    def _defs(self) -> tuple[dict[str, list[Definition]], dict[str, list[tuple[str, Definition]]]]:
         """The file's defs by qualified name and by name, in file order: walked once
         (a check asks for hundreds of names, most of them in a few files)."""
         if self._by_qualname is None:
-            by_qualname: dict[str, list[ast.AST]] = {}
-            by_name: dict[str, list[tuple[str, ast.AST]]] = {}
+            by_qualname: dict[str, list[Definition]] = {}
+            by_name: dict[str, list[tuple[str, Definition]]] = {}
             for found, node in _walk_defs(self.tree, ""):
                 by_qualname.setdefault(found, []).append(node)
                 by_name.setdefault(node.name, []).append((found, node))
@@ -136,9 +136,12 @@ def search_name(qualname: str) -> str:
     return parts[-1]
 
 
+Located = dict[tuple[str, str], "list[Symbol] | SourceError"]  # (file, qualname) -> its definitions
+
+
 def locate(
     tree: SourceTree, wanted: Iterable[tuple[str, str]], required: Iterable[tuple[str, str]]
-) -> tuple[dict[tuple[str, str], list[Symbol] | SourceError], bool]:
+) -> tuple[Located, bool]:
     """(file, qualname) -> the definitions found, or the SourceError that stopped the
     search; and whether the package was scanned for moved code.
 
@@ -167,10 +170,11 @@ def locate(
     return found, bool(moved)
 
 
+Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
 _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 
 
-def _walk_defs(node: ast.AST, prefix: str):
+def _walk_defs(node: ast.AST, prefix: str) -> Iterator[tuple[str, Definition]]:
     """Defs in statement position only: expressions cannot hold a def."""
     for field in _BODIES:
         for child in getattr(node, field, ()) or ():
@@ -182,11 +186,12 @@ def _walk_defs(node: ast.AST, prefix: str):
                 yield from _walk_defs(child, prefix)
 
 
-def _cst_statement_at(module: cst.Module, line: int) -> cst.CSTNode:
+def _cst_statement_at(module: cst.Module, line: int) -> cst.FunctionDef | cst.ClassDef:
     import libcst as cst
+    from libcst.metadata import PositionProvider
 
     wrapper = cst.MetadataWrapper(module, unsafe_skip_copy=True)
-    positions = wrapper.resolve(cst.metadata.PositionProvider)
+    positions = wrapper.resolve(PositionProvider)
     for node, position in positions.items():
         if isinstance(node, (cst.FunctionDef, cst.ClassDef)) and position.start.line <= line:
             header = position.start.line + len(node.decorators) if node.decorators else position.start.line

@@ -7,12 +7,15 @@ import pytest
 
 from conftest import ProbeAnswerOf
 
+from dflash_doctor.behaviour.construct import _signature
 from dflash_doctor.behaviour.decide import decide
+from dflash_doctor.behaviour.definitions import ExtractError
 from dflash_doctor.behaviour.observe import QUESTION_KINDS
 from dflash_doctor.check import run_check
 from dflash_doctor.model import Observation, ToolError
-from dflash_doctor.rules import QUESTIONS, Behaviour
+from dflash_doctor.rules import QUESTIONS, Behaviour, Construct
 from dflash_doctor.rulefile import load_rule, load_rules
+from dflash_doctor.source import DirectoryTree
 from dflash_doctor.targets.path import PathTarget
 
 RESOLVER = "vllm/v1/worker/gpu_model_runner.py"
@@ -246,3 +249,24 @@ def test_an_answer_of_the_wrong_shape_from_tree_code_is_unknown_not_a_crash(mini
     fixes = verdicts(tree)
     assert set(fixes) == {"layer-offset", "swa-config", "cache-drop"}
     assert fixes["cache-drop"].status == "present"  # untouched by the edit
+
+
+def test_a_signature_whose_class_has_no_init_of_its_own_is_unknown_not_a_crash(tmp_path):
+    """``Attention.__init__`` looked for where Attention inherits its ``__init__``: the locator
+    finds the class itself, which has no parameters to bind: an ExtractError (the answer is unknown),
+    not an AttributeError out of the check."""
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "attention.py").write_text("class Attention(Base):\n    pass\n", encoding="utf-8")
+    construct = Construct(
+        file="vllm/attention.py",
+        layer="Layer",
+        index_parameters=("layer_idx",),
+        recorded="Attention",
+        signature_file="vllm/attention.py",
+        signature="Attention.__init__",
+        parameter="sliding_window",
+        causal="attn",
+        assume=(),
+    )
+    with pytest.raises(ExtractError, match="Attention.__init__ is not defined in vllm/attention.py"):
+        _signature(DirectoryTree(tmp_path, None), construct)

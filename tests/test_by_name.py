@@ -115,6 +115,7 @@ def registry_tree(tmp_path: Path) -> DirectoryTree:
 def ask(tree: SourceTree, *expressions: str) -> list[Outcome]:
     builder = ProgramBuilder(tree, ())
     parsed = tree.parsed("vllm/registry.py")
+    assert parsed is not None
     for name in ("build", "resolve", "_BY_METHOD"):
         builder.resolve_name(parsed, "vllm/registry.py", name)
     calls = [Call(f"c{index}", expression) for index, expression in enumerate(expressions)]
@@ -223,6 +224,7 @@ def test_a_class_only_named_on_the_route_sends_no_methods_until_one_is_reached(r
     reaching one sends the class's methods, and the call runs again."""
     builder = ProgramBuilder(registry_tree, ())
     parsed = registry_tree.parsed("vllm/registry.py")
+    assert parsed is not None
     for name in ("resolve", "_BY_METHOD"):
         builder.resolve_name(parsed, "vllm/registry.py", name)
     (window,) = run_by_name(

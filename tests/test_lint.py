@@ -1,5 +1,5 @@
-"""The lint and type gate: ruff (lint and the formatter's layout) over the whole repository, mypy over the typed
-modules pyproject.toml lists (every new module joins them)."""
+"""The lint and type gate: ruff (lint and the formatter's layout) over the whole repository, mypy over the whole
+package and the typed test modules pyproject.toml lists."""
 
 from __future__ import annotations
 

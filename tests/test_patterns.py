@@ -19,6 +19,11 @@ def test_repeated_metavariable_must_bind_the_same_code():
     assert found("[$I + 1 for $I in $X]", "y = [i + 1 for i in xs]\n") == ["[i + 1 for i in xs]"]
 
 
+def test_metavariable_stands_for_code_not_for_an_absent_part():
+    assert found("return $X", "def f():\n    return\n") == []
+    assert found("return $X", "def f():\n    return 1\n") == ["return 1"]
+
+
 def test_quote_style_is_irrelevant_but_string_value_is_not():
     assert found("d.get('a')", 'd.get("a")\n') == ['d.get("a")']
     assert found("d.get('a')", 'd.get("b")\n') == []

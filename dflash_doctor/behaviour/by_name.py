@@ -97,11 +97,7 @@ class ByName:
             return None
         builder.copying_classes += 1
         try:
-            if (
-                any(isinstance(node, ast.ClassDef) for node, _ in bindings)
-                and len(bindings) == 1
-                and not bindings[0][1]
-            ):
+            if len(bindings) == 1 and isinstance(bindings[0][0], ast.ClassDef) and not bindings[0][1]:
                 return class_copy(builder, Symbol(file, name, bindings[0][0], parsed))
             builder.resolve_name(parsed, file, name)
             return name

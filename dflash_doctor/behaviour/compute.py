@@ -227,7 +227,7 @@ def _hf_config(
     for node in parsed.tree.body if parsed else ():
         if isinstance(node, ast.FunctionDef) and any(_registers(d, kind) for d in node.decorator_list):
             updater = node
-    if updater is None:
+    if updater is None or parsed is None:  # no file, no updater
         raise NotRegistered(f"this tree registers no speculators translation for {kind!r} in {translations}")
     builder = ProgramBuilder(tree, ())
     symbol = Symbol(translations, updater.name, updater, parsed)

@@ -19,9 +19,8 @@ from ..isolation import sandbox
 from ..isolation.sandbox import Call, Outcome, SandboxError
 from ..engines import Engine
 from ..rules import Construct
-from ..source import SourceError, SourceTree
+from ..source import Definition, SourceError, SourceTree, Symbol
 from .computed import RunProgram
-from ..source import Symbol
 from .definitions import ExtractError, Locator
 from .hf_config import returning_itself
 from .program import ProgramBuilder
@@ -148,6 +147,7 @@ def _model_indices(
     (a route of runners) or straight (``Direct``)."""
     route, direct = tree.engine.route, tree.engine.direct
     keys = [(index, runner) for index in hf_configs for runner in runners]
+    assert construct.model is not None  # asked only of a rule that names its model class
     bound = (*BOUND, route.current_config, construct.layer) if route is not None else (*BOUND, construct.layer)
     holder = route.deployment_name if route is not None else direct.parameter if direct is not None else "config"
     try:
@@ -221,7 +221,7 @@ def _assumed(construct: Construct, platform: str, engine: Engine) -> dict[str, A
     return {**told, **containers, **unset, **dict(construct.assume)}
 
 
-def _model_keywords(node: ast.ClassDef, construct: Construct, deployment: str) -> str:
+def _model_keywords(node: Definition, construct: Construct, deployment: str) -> str:
     """The model constructor's arguments: the deployment config, a prefix, stand-ins for other required parameters."""
     init = _init(node, construct.file)
     names = [arg.arg for arg in _parameters(init)]
@@ -267,14 +267,14 @@ def _parameters(function: ast.FunctionDef) -> list[ast.arg]:
     return [*arguments.posonlyargs, *arguments.args][1:] + list(arguments.kwonlyargs)
 
 
-def _init(node: ast.ClassDef, where: str) -> ast.FunctionDef:
+def _init(node: Definition, where: str) -> ast.FunctionDef:
     for statement in node.body:
         if isinstance(statement, ast.FunctionDef) and statement.name == "__init__":
             return statement
     raise ExtractError(f"{node.name} in {where} has no __init__")
 
 
-def _layer_keywords(node: ast.ClassDef, construct: Construct) -> str:
+def _layer_keywords(node: Definition, construct: Construct) -> str:
     """The layer constructor's arguments: the drafter config, the layer index, a
     prefix, stand-ins for other required parameters; defaults left alone."""
     init = _init(node, construct.file)
@@ -291,7 +291,7 @@ def _layer_keywords(node: ast.ClassDef, construct: Construct) -> str:
     return ", ".join(parts)
 
 
-def _stand_in_parameters(node: ast.ClassDef, construct: Construct) -> list[str]:
+def _stand_in_parameters(node: Definition, construct: Construct) -> list[str]:
     required = _required(_init(node, construct.file))
     return [name for name in required if name not in (*construct.index_parameters, "config", "prefix")]
 
@@ -325,10 +325,13 @@ def _signature(tree: SourceTree, construct: Construct) -> _Signature:
     symbols = parsed.symbols(construct.signature) if parsed else []
     if len(symbols) != 1:
         raise ExtractError(f"{construct.signature} is not defined once in {construct.signature_file}")
-    return _bind_signature(symbols[0].node, method="." in construct.signature)
+    function = symbols[0].node
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):  # a class: its own one is not there
+        raise ExtractError(f"{construct.signature} is not defined in {construct.signature_file}")
+    return _bind_signature(function, method="." in construct.signature)
 
 
-def _bind_signature(function: ast.FunctionDef, method: bool = True) -> _Signature:
+def _bind_signature(function: ast.FunctionDef | ast.AsyncFunctionDef, method: bool = True) -> _Signature:
     """How calls bind to ``function``'s parameters (a method's first is its instance), and their defaults."""
     arguments = function.args
     positional = tuple(arg.arg for arg in [*arguments.posonlyargs, *arguments.args][1 if method else 0 :])

@@ -12,17 +12,19 @@ import ast
 import copy
 import dataclasses
 import textwrap
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from functools import lru_cache
+from typing import TypeVar
 
 from ..standalone.harness import SAFE_BUILTIN_NAMES
 from ..model import ToolError
-from ..source import SourceError, SourceTree, Symbol, locate, parse_python
+from ..source import ParsedFile, SourceError, SourceTree, Symbol, locate, parse_python
 
 SAFE_BUILTINS = frozenset(SAFE_BUILTIN_NAMES)
 CONTAINER_CALLS = {"frozenset", "set", "tuple", "list", "dict"}
 FIELD_CALLS = {"field", "Field"}
 OPTION_TYPES = {"bool", "int", "float", "str"}
+_Function = TypeVar("_Function", bound=ast.FunctionDef | ast.AsyncFunctionDef)
 STATIC_NODES = (
     ast.Constant,
     ast.Tuple,
@@ -79,7 +81,7 @@ class Locator:
         return found[0] if found else None
 
 
-def parsed_or_none(tree: SourceTree, relpath: str):
+def parsed_or_none(tree: SourceTree, relpath: str) -> ParsedFile | None:
     """The parsed file, None when the tree lacks it; an unreadable one raises ExtractError."""
     try:
         return tree.parsed(relpath)
@@ -93,7 +95,7 @@ def attribute_names(source: str) -> frozenset[str]:
     return frozenset(n.attr for n in ast.walk(parse_python(source)) if isinstance(n, ast.Attribute))
 
 
-def _copied(node: ast.FunctionDef, text: str) -> ast.FunctionDef:
+def _copied(node: _Function, text: str) -> _Function:
     """A fresh tree of the definition: its source lines parsed again (the C parser
     is far faster than ``deepcopy`` on a long method); ``deepcopy`` when they do
     not give back the same definition (a synthetic node, odd indentation)."""
@@ -103,13 +105,9 @@ def _copied(node: ast.FunctionDef, text: str) -> ast.FunctionDef:
         again = parse_python(textwrap.dedent(segment)).body
     except SyntaxError:
         again = []
-    if (
-        len(again) == 1
-        and type(again[0]) is type(node)
-        and again[0].name == node.name
-        and len(again[0].body) == len(node.body)
-    ):
-        return again[0]
+    first = again[0] if len(again) == 1 else None
+    if isinstance(first, type(node)) and first.name == node.name and len(first.body) == len(node.body):
+        return first
     return copy.deepcopy(node)
 
 
@@ -118,7 +116,7 @@ def _lines(text: str) -> list[str]:
     return text.splitlines(keepends=True)
 
 
-def stripped(node: ast.FunctionDef, text: str) -> ast.FunctionDef:
+def stripped(node: _Function, text: str) -> _Function:
     """A copy without annotations: they name types the sandbox does not have."""
     definition = _copied(node, text)
     for parent in ast.walk(definition):  # one walk: a node's children are queued before it is seen
@@ -238,10 +236,10 @@ def _optional_annotation(annotation: ast.expr) -> bool:
     )
 
 
-def top_level_bindings(module: ast.Module, name: str):
+def top_level_bindings(module: ast.Module, name: str) -> Iterator[tuple[ast.stmt, bool]]:
     """Statements binding ``name`` at module level; (node, conditional)."""
 
-    def visit(statements, conditional):
+    def visit(statements: list[ast.stmt], conditional: bool) -> Iterator[tuple[ast.stmt, bool]]:
         for statement in statements:
             if isinstance(statement, ast.If) and _is_type_checking(statement.test):
                 visit(statement.orelse, conditional)
@@ -327,7 +325,7 @@ def neutral_decorator(module: ast.Module, decorator: ast.expr) -> bool:
     if _memoising(module, decorator.func if isinstance(decorator, ast.Call) else decorator):
         return True
     factory_call = isinstance(decorator, ast.Call)
-    name = decorator.func if factory_call else decorator
+    name = decorator.func if isinstance(decorator, ast.Call) else decorator
     if not isinstance(name, ast.Name):
         return False
     bindings = list(top_level_bindings(module, name.id))
@@ -348,7 +346,7 @@ def neutral_decorator(module: ast.Module, decorator: ast.expr) -> bool:
 def _returns_name(function: ast.FunctionDef, name: str) -> bool:
     """Every ``return`` of the function itself (not of nested defs) hands back ``name``."""
     returns = []
-    stack = list(function.body)
+    stack: list[ast.AST] = list(function.body)
     while stack:
         node = stack.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):

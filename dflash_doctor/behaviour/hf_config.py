@@ -249,7 +249,9 @@ def _as_function(symbol: Symbol, method: ast.FunctionDef, name: str) -> Symbol:
             inner.args = [ast.Name(id=definition.args.args[0].arg, ctx=ast.Load()), *inner.args]
     source = ast.unparse(ast.fix_missing_locations(definition))
     parsed = ParsedFile(symbol.file, f"{symbol.parsed.text}\n\n{source}\n".encode())
-    return Symbol(symbol.file, name, parsed.tree.body[-1], parsed)
+    copy = parsed.tree.body[-1]
+    assert isinstance(copy, ast.FunctionDef)  # ``definition`` parsed back
+    return Symbol(symbol.file, name, copy, parsed)
 
 
 def _is_super_call(func: ast.expr) -> bool:

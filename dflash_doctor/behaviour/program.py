@@ -56,6 +56,7 @@ def stdlib_binding(node: ast.stmt, name: str) -> str | None:
 
 
 KEPT_DECORATORS = {"staticmethod", "classmethod"}
+Function = ast.FunctionDef | ast.AsyncFunctionDef
 MAX_DEPTH = 12
 
 
@@ -94,17 +95,18 @@ class ProgramBuilder:
         """Wrap an expression of a module (e.g. a lambda's body) as ``def name(): return ...``."""
         parsed = self._parsed(symbol_file)
         definition = parse_python(f"def {name}():\n    return None").body[0]
+        assert isinstance(definition, ast.FunctionDef) and isinstance(definition.body[0], ast.Return)
         definition.body[0].value = copy.deepcopy(expression)
         self._add_function(parsed, ast.fix_missing_locations(definition), symbol_file, 0)
         return name
 
-    def _parsed(self, relpath: str):
+    def _parsed(self, relpath: str) -> ParsedFile:
         parsed = parsed_or_none(self.tree, relpath)
         if parsed is None:
             raise ExtractError(f"{relpath} is not in this tree")
         return parsed
 
-    def _add_function(self, parsed, node, file: str, depth: int) -> None:
+    def _add_function(self, parsed: ParsedFile, node: Function, file: str, depth: int) -> None:
         origin = f"{file}:{node.name}"
         if self._claim(node.name, origin):
             return
@@ -129,11 +131,11 @@ class ProgramBuilder:
                     return
         self.chunks.append(Chunk(name, source))
 
-    def resolve_name(self, parsed, file: str, name: str) -> None:
+    def resolve_name(self, parsed: ParsedFile, file: str, name: str) -> None:
         """Copy what ``name`` is bound to at the top of ``file`` (or leave a gap under it)."""
         self._resolve(parsed, file, name, 0)
 
-    def resolve_free(self, parsed, file: str, names: set[str]) -> None:
+    def resolve_free(self, parsed: ParsedFile, file: str, names: set[str]) -> None:
         self._resolve_free_names(parsed, file, names, 0)
 
     def method_source(self, owner: Symbol, method: ast.FunctionDef) -> tuple[str, set[str]]:
@@ -156,12 +158,12 @@ class ProgramBuilder:
             raise ExtractError(f"two copied definitions are both named {name!r} ({known} and {origin})")
         return True
 
-    def _resolve_free_names(self, parsed, file: str, names: set[str], depth: int) -> None:
+    def _resolve_free_names(self, parsed: ParsedFile, file: str, names: set[str], depth: int) -> None:
         for name in sorted(names):
             if name not in self.provided:
                 self._resolve(parsed, file, name, depth + 1)
 
-    def _resolve(self, parsed, file: str, name: str, depth: int, imported: bool = False) -> None:
+    def _resolve(self, parsed: ParsedFile, file: str, name: str, depth: int, imported: bool = False) -> None:
         if depth > MAX_DEPTH:
             raise ExtractError(f"the definitions {name!r} depends on go deeper than {MAX_DEPTH} levels")
         bindings = list(top_level_bindings(parsed.tree, name))
@@ -258,7 +260,7 @@ class ProgramBuilder:
                     return
         self._gap(name, f"{name} (imported from {module or 'a relative module'})")
 
-    def _resolve_imported(self, parsed, file: str, name: str, depth: int, label: str) -> None:
+    def _resolve_imported(self, parsed: ParsedFile, file: str, name: str, depth: int, label: str) -> None:
         """Follow an import into the tree. While constructing classes, a definition
         there that cannot be copied is a stand-in, like any name from outside."""
         if not self.classes:
@@ -291,24 +293,23 @@ class ProgramBuilder:
         """Copy a module-level class to construct; its program name. Its bases
         (torch modules) are not copied: ``super().__init__()`` is dropped."""
         origin = f"{symbol.file}:{symbol.qualname}"
-        if not self._claim(symbol.node.name, origin):
+        node = symbol.node
+        if not self._claim(node.name, origin):
+            if not isinstance(node, ast.ClassDef):
+                raise ExtractError(f"{symbol.qualname} in {symbol.file} is not a class")  # as class_body says
             # what the class name reaches: its constructor, and the class- and static methods called on it;
             # a dataclass is a record handed on, whose methods its holders call: all of them
-            entries: tuple[str, ...] = ("__init__", *class_level_methods(symbol.node))
-            if is_dataclass(symbol.node):
-                entries += tuple(s.name for s in symbol.node.body if isinstance(s, ast.FunctionDef))
+            entries: tuple[str, ...] = ("__init__", *class_level_methods(node))
+            if is_dataclass(node):
+                entries += tuple(s.name for s in node.body if isinstance(s, ast.FunctionDef))
             body = self.class_body(symbol, entries, constructing=True)
-            why = self.omitted.get(f"{symbol.node.name}.__init__")
+            why = self.omitted.get(f"{node.name}.__init__")
             if why:
                 raise ExtractError(why)
-            if is_dataclass(symbol.node) and "__init__" not in {
-                s.name for s in symbol.node.body if isinstance(s, ast.FunctionDef)
-            }:
+            if is_dataclass(node) and "__init__" not in {s.name for s in node.body if isinstance(s, ast.FunctionDef)}:
                 body += dataclass_init(symbol)
-            self.chunks.append(
-                Chunk(symbol.node.name, f"{symbol.node.name} = _module_class({symbol.node.name!r}, {body!r})")
-            )
-        return symbol.node.name
+            self.chunks.append(Chunk(node.name, f"{node.name} = _module_class({node.name!r}, {body!r})"))
+        return node.name
 
     def class_body(
         self, symbol: Symbol, entries: Iterable[str], option_defaults: bool = False, constructing: bool = False
@@ -352,9 +353,10 @@ class ProgramBuilder:
                     lines.append(ast.unparse(statement))
                     continue
                 for target in statement.targets:
-                    stand_in = f"_{node.name}_{target.id}"
-                    self._gap(stand_in, f"{node.name}.{target.id} ({symbol.file})")
-                    lines.append(f"{target.id} = {stand_in}")
+                    if isinstance(target, ast.Name):  # each one is (above)
+                        stand_in = f"_{node.name}_{target.id}"
+                        self._gap(stand_in, f"{node.name}.{target.id} ({symbol.file})")
+                        lines.append(f"{target.id} = {stand_in}")
         queue = [name for name in entries if name in methods]
         included: set[str] = set()
         while queue:
@@ -372,13 +374,13 @@ class ProgramBuilder:
             queue.extend(attr for attr in reached if attr in methods)
         return "\n".join(lines) + "\n"
 
-    def _method(self, owner: Symbol, method: ast.FunctionDef, constructing: bool = False) -> tuple[str, set[str]]:
+    def _method(self, owner: Symbol, method: Function, constructing: bool = False) -> tuple[str, set[str]]:
         where = f"{owner.qualname}.{method.name} in {owner.file}"
         definition = stripped(method, owner.parsed.text)
         if constructing:
             definition.body = [statement for statement in definition.body if not base_init(statement)] or [ast.Pass()]
         wrap = None
-        kept = []
+        kept: list[ast.expr] = []
         for decorator in definition.decorator_list:
             name = decorator.attr if isinstance(decorator, ast.Attribute) else getattr(decorator, "id", None)
             if name in PROPERTY_DECORATORS:

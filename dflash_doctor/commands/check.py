@@ -30,12 +30,13 @@ from .options import (
 )
 
 if TYPE_CHECKING:
+    from ..rules import Rule
     from ..targets.hosts import SshOptions
     from ..targets.image import ImageOptions
 
 
 # --format's choices: the reporter registry's names.
-Format = Enum("Format", [(name, name) for name in FORMATS], type=str)
+Format = Enum("Format", [(name, name) for name in FORMATS], type=str)  # type: ignore[misc]  # members from the registry
 
 
 def parse_outputs(default_format: str, specs: list[str]) -> list[tuple[str, Path]]:
@@ -61,7 +62,7 @@ def parse_outputs(default_format: str, specs: list[str]) -> list[tuple[str, Path
     return outputs
 
 
-def _warm_up(rules) -> None:
+def _warm_up(rules: tuple[Rule, ...]) -> None:
     """Import the engine and compile the patterns while ssh waits on the network."""
     from ..structure.forms import warm_up
 

@@ -14,12 +14,16 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from ..model import EXIT_MISSING, EXIT_OK, ToolError
+from ..model import EXIT_MISSING, EXIT_OK, CheckReport, ToolError
 from ..terminal import clean
 from .options import SSH, OnlyOption, PathOption, PythonOption, SingleHostOption, expand, target_spec
 
 if TYPE_CHECKING:
     from ..targets.hosts import SshOptions
+    from ..targets.selection import TargetSpec
+
+if TYPE_CHECKING:
+    from ..patching.apply import RestorePlan
     from ..targets.selection import TargetSpec
 
 ReleaseRefusedOption = typer.Option(
@@ -130,7 +134,7 @@ def restore(
         tuple(only or ()),
     )
 
-    def confirm(plan, location: str) -> None:
+    def confirm(plan: RestorePlan, location: str) -> None:
         _confirm(
             f"Restore {', '.join(entry.file for entry in plan.restore)} in {location}?",
             yes,
@@ -205,7 +209,7 @@ def _confirm(question: str, yes: bool, shown: str = "", unchanged: str = "nothin
         raise ToolError(f"not confirmed: {unchanged}")
 
 
-def _report(report) -> int:
+def _report(report: CheckReport) -> int:
     """The check after the change, as a table."""
     from ..reporters import reporter
 

@@ -15,12 +15,14 @@ import posixpath
 import re
 import tarfile
 from pathlib import Path
+from typing import IO
 
 from .interface import (
     MAX_MANIFEST_BYTES,
     Blob,
     ImageError,
     ImageSource,
+    OnRead,
     VerifiedStream,
     as_dict,
     as_list,
@@ -77,7 +79,7 @@ class ArchiveSource(ImageSource):
     def close(self) -> None:
         self.archive.close()
 
-    def _open(self, name: str, what: str):
+    def _open(self, name: str, what: str) -> IO[bytes]:
         """A member's contents; links are followed here, a few hops at most (tarfile would recurse)."""
         member = self._members.get(name.rstrip("/"))
         for _ in range(MAX_LINK_HOPS):
@@ -154,7 +156,7 @@ class ArchiveSource(ImageSource):
     def manifest(self, digest: str) -> Blob:
         raise ImageError(f"{self.reference}: a docker archive holds no image index")
 
-    def open_blob(self, digest: str, size: int | None, what: str, progress=None) -> VerifiedStream:
+    def open_blob(self, digest: str, size: int | None, what: str, progress: OnRead | None = None) -> VerifiedStream:
         name = self._blobs.get(check_digest(digest, what))
         if name is None:
             raise ImageError(f"{what}: {digest} is missing from {self.path}")

@@ -18,6 +18,7 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
 
 from ..engines import Engine
 from .archive import ArchiveSource
@@ -27,6 +28,9 @@ from .layout import LayoutSource
 from .manifest import Image, Layer, resolve_image
 from .merge import find_site, installs_of, merge, site_files
 from .registry import RegistrySource
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 LABELS = ("org.opencontainers.image.revision", "org.opencontainers.image.version", "org.opencontainers.image.source")
 TREE_FORMAT = "4"  # bump when what a tree holds changes (2: transformers config sources; 3: the dist-info of vllm-named distributions; 4: entry points)
@@ -138,7 +142,9 @@ def _layer_indexes(source: ImageSource, image: Image, images_dir: Path, progress
             bar.stop()
 
 
-def _layer_index(source: ImageSource, layer: Layer, images_dir: Path, bar, budget: Budget) -> LayerIndex:
+def _layer_index(
+    source: ImageSource, layer: Layer, images_dir: Path, bar: Progress | None, budget: Budget
+) -> LayerIndex:
     name = layer.digest.split(":", 1)[1]
     path = images_dir / "layers" / f"{LAYER_FORMAT}-{name}.json"
     index = load_index(path)
@@ -164,7 +170,7 @@ def _write_tree(files: dict[str, str], images_dir: Path, tree_dir: Path, meta: d
     try:
         root = staging / "root"
         made: set[str] = set()
-        packs: dict[str, object] = {}
+        packs: dict[str, BinaryIO] = {}
         try:
             for relpath, where in sorted(files.items()):
                 directory = os.path.join(

@@ -10,13 +10,16 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import BinaryIO
+from collections.abc import Callable
+from typing import Any, BinaryIO, Protocol, overload
 
 from ..model import ToolError
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024  # the registry's own limit for manifests
 CHUNK = 1024 * 1024
+JSON = dict[str, Any]  # a JSON object from an image (its fields are checked where they are read)
+OnRead = Callable[[int], object]  # told the size of each read (a progress bar)
 
 
 class ImageError(ToolError):
@@ -30,7 +33,11 @@ def check_digest(digest: object, what: str) -> str:
     return digest
 
 
-def load_json(data: bytes, what: str, expected: type = dict):
+@overload
+def load_json(data: bytes, what: str) -> JSON: ...
+@overload
+def load_json(data: bytes, what: str, expected: type[list[Any]]) -> list[Any]: ...
+def load_json(data: bytes, what: str, expected: type[JSON] | type[list[Any]] = dict) -> JSON | list[Any]:
     """A JSON object (or ``expected``), else an ImageError: not JSON, an integer past Python's
     digit limit, nested too deep for the parser, or of another type."""
     try:
@@ -62,12 +69,12 @@ def listed(names: list[str], most: int = 10) -> str:
     return ", ".join(names[:most]) + (f", ... ({len(names)} in all)" if len(names) > most else "") or "none"
 
 
-def as_dict(value: object) -> dict:
+def as_dict(value: object) -> JSON:
     """A JSON field that should be an object, or {} (a field of the wrong type is treated as absent)."""
     return value if isinstance(value, dict) else {}
 
 
-def as_list(value: object) -> list:
+def as_list(value: object) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
@@ -84,10 +91,18 @@ class Blob:
     digest: str
 
 
+class Raw(Protocol):
+    """What a blob's bytes are read from: a file, a tar member or a registry's response."""
+
+    def read(self, n: int = -1, /) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
 class VerifiedStream:
     """Reads a blob and fails at its end unless size and sha256 are what the manifest says."""
 
-    def __init__(self, raw: BinaryIO, digest: str, size: int | None, what: str, progress=None) -> None:
+    def __init__(self, raw: Raw, digest: str, size: int | None, what: str, progress: OnRead | None = None) -> None:
         self.raw = raw
         self.digest = check_digest(digest, what)
         self.size = size
@@ -149,7 +164,7 @@ class ImageSource(abc.ABC):
         """A manifest an index points to, verified against ``digest``."""
 
     @abc.abstractmethod
-    def open_blob(self, digest: str, size: int | None, what: str, progress=None) -> VerifiedStream:
+    def open_blob(self, digest: str, size: int | None, what: str, progress: OnRead | None = None) -> VerifiedStream:
         """A config or layer as a stream; its sha256 is checked as it is read."""
 
     def close(self) -> None:  # noqa: B027 - a source with nothing to release keeps this

@@ -216,12 +216,12 @@ class _TarBytes:
 class BoundedTarInfo(tarfile.TarInfo):
     """Refuses long-name and pax headers past MAX_HEADER_BYTES: tarfile reads them whole into memory."""
 
-    def _proc_member(self, archive):
+    def _proc_member(self, archive: tarfile.TarFile) -> tarfile.TarInfo:
         if self.type in EXTENDED_HEADERS and self.size > MAX_HEADER_BYTES:
             raise ValueError(
                 f"a {self.size}-byte extended tar header, more than {MAX_HEADER_BYTES} allowed (the cap on tar headers)"
             )
-        return super()._proc_member(archive)
+        return super()._proc_member(archive)  # type: ignore[misc]  # tarfile's private hook, absent from its stubs
 
 
 def read_layer(stream: VerifiedStream, media_type: str, pack: Path, what: str, budget: Budget) -> LayerIndex:
@@ -236,7 +236,7 @@ def read_layer(stream: VerifiedStream, media_type: str, pack: Path, what: str, b
     try:
         with (
             os.fdopen(fd, "wb") as out,
-            tarfile.open(
+            tarfile.open(  # type: ignore[call-overload]  # the stubs want a seekable file; a "r|" stream only reads
                 fileobj=_TarBytes(stream, budget), mode="r|", bufsize=TAR_BUFFER, tarinfo=BoundedTarInfo
             ) as archive,
         ):

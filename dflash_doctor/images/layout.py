@@ -10,6 +10,7 @@ from .interface import (
     Blob,
     ImageError,
     ImageSource,
+    OnRead,
     VerifiedStream,
     as_dict,
     as_list,
@@ -61,6 +62,6 @@ class LayoutSource(ImageSource):
         media_type = load_json(data, what).get("mediaType")
         return Blob(media_type if isinstance(media_type, str) else "", data, digest)
 
-    def open_blob(self, digest: str, size: int | None, what: str, progress=None) -> VerifiedStream:
+    def open_blob(self, digest: str, size: int | None, what: str, progress: OnRead | None = None) -> VerifiedStream:
         path = self.directory / "blobs" / "sha256" / check_digest(digest, what).split(":", 1)[1]
         return VerifiedStream(open_regular(path, f"{what}: blob"), digest, size, what, progress)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import posixpath
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..engines import Engine
@@ -80,9 +81,10 @@ def merge(indexes: list[LayerIndex]) -> View:
 def _find(root: _Node, path: str) -> _Node | None:
     node = root
     for part in path.split("/") if path else ():
-        node = node.children.get(part)
-        if node is None:
+        child = node.children.get(part)
+        if child is None:
             return None
+        node = child
     return node
 
 
@@ -129,8 +131,8 @@ def find_site(view: View, env: dict[str, str], store: Path, engine: Engine) -> S
     )
 
 
-def _interpreters(view: View, path_env: str):
-    seen = set()
+def _interpreters(view: View, path_env: str) -> Iterator[str]:
+    seen: set[str] = set()
     for directory in path_env.split(":"):
         if not directory.startswith("/"):
             continue
@@ -146,8 +148,8 @@ def _site_dirs(view: View, python: str, store: Path, installs: list[str], depth:
     root = posixpath.dirname(posixpath.dirname(python))
     config = _venv_config(view, posixpath.join(root, "pyvenv.cfg") if root else "pyvenv.cfg", store)
     if config is not None:
-        version = re.match(r"(3\.\d+)", config.get("version_info") or config.get("version") or "")
-        sites = _versioned(root, "lib/python{}/site-packages", version.group(1) if version else None, installs)
+        matched = re.match(r"(3\.\d+)", config.get("version_info") or config.get("version") or "")
+        sites = _versioned(root, "lib/python{}/site-packages", matched.group(1) if matched else None, installs)
         home = config.get("home", "")
         if config.get("include-system-site-packages", "").lower() == "true" and home.startswith("/") and depth == 0:
             base = posixpath.normpath(posixpath.join(home, "python3")).lstrip("/")

@@ -21,12 +21,13 @@ import threading
 import time
 import urllib.parse
 
-from .auth import DOCKER_HUB, basic_header, credentials_for, parse_challenge
+from .auth import DOCKER_HUB, Credentials, basic_header, credentials_for, parse_challenge
 from .interface import (
     MAX_MANIFEST_BYTES,
     Blob,
     ImageError,
     ImageSource,
+    OnRead,
     VerifiedStream,
     as_dict,
     as_list,
@@ -112,7 +113,8 @@ class _Response:
             raise ImageError(f"{self.what}: connection broken: {exc}") from None
 
     def read_capped(self, limit: int) -> bytes:
-        parts, total = [], 0
+        parts: list[bytes] = []
+        total = 0
         while True:
             data = self.read(64 * 1024)
             if not data:
@@ -136,7 +138,7 @@ class RegistrySource(ImageSource):
         self.scheme = "http" if self.ref.registry in insecure or self.api_host in insecure else "https"
         self.insecure = insecure
         self._authorization: str | None = None
-        self._credentials = None
+        self._credentials: Credentials | None = None
         self._looked_up = False
         self._lock = threading.Lock()  # layers are fetched from several threads
         self._ssl = ssl.create_default_context()  # honours SSL_CERT_FILE / SSL_CERT_DIR
@@ -149,7 +151,7 @@ class RegistrySource(ImageSource):
     def manifest(self, digest: str) -> Blob:
         return self._manifest(digest, digest)
 
-    def open_blob(self, digest: str, size: int | None, what: str, progress=None) -> VerifiedStream:
+    def open_blob(self, digest: str, size: int | None, what: str, progress: OnRead | None = None) -> VerifiedStream:
         response = self._get(f"/v2/{self.ref.repository}/blobs/{check_digest(digest, what)}", {}, what, whole=False)
         if response.status != 200:
             raise self._failure(response, what)
@@ -223,6 +225,7 @@ class RegistrySource(ImageSource):
 
     def _request(self, url: str, headers: dict[str, str], what: str, whole: bool) -> _Response:
         parts = urllib.parse.urlsplit(url)
+        connection: http.client.HTTPConnection
         if parts.scheme == "https":
             connection = http.client.HTTPSConnection(parts.netloc, timeout=self.timeout, context=self._ssl)
         else:
@@ -252,7 +255,7 @@ class RegistrySource(ImageSource):
 
     # ------------------------------------------------------------ auth
 
-    def _lookup(self):
+    def _lookup(self) -> Credentials | None:
         if not self._looked_up:
             self._credentials = credentials_for(self.ref.registry)
             self._looked_up = True

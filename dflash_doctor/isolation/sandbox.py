@@ -125,9 +125,12 @@ class LocalPipe:
         except OSError as exc:
             self._cwd.cleanup()
             raise SandboxError(f"{LABEL} could not start: {exc.strerror}") from None
-        self._stdin = self.proc.stdin.fileno()
+        stdin, stdout, stderr = self.proc.stdin, self.proc.stdout, self.proc.stderr
+        assert stdin is not None and stdout is not None and stderr is not None  # all three are pipes
+        self._files = (stdin, stdout, stderr)
+        self._stdin = stdin.fileno()
         os.set_blocking(self._stdin, False)
-        self._outputs = {self.proc.stdout.fileno(): 0, self.proc.stderr.fileno(): 1}
+        self._outputs = {stdout.fileno(): 0, stderr.fileno(): 1}
         self._selector = selectors.DefaultSelector()
         for fd in self._outputs:
             self._selector.register(fd, selectors.EVENT_READ)
@@ -135,9 +138,10 @@ class LocalPipe:
         self._closed = False
 
     def step(self, pending: memoryview, timeout: float) -> tuple[int, bytes, bytes, bool]:
-        if self.one_shot and not pending and not self.proc.stdin.closed:
+        stdin = self._files[0]
+        if self.one_shot and not pending and not stdin.closed:
             self._stop_writing()
-            self.proc.stdin.close()
+            stdin.close()
         if bool(pending) != self._writing:
             if pending:
                 self._selector.register(self._stdin, selectors.EVENT_WRITE)
@@ -186,7 +190,7 @@ class LocalPipe:
         except ProcessLookupError:
             pass
         self._selector.close()
-        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+        for stream in self._files:
             stream.close()
         _, status, usage = os.wait4(self.proc.pid, 0)
         self.proc.returncode = os.waitstatus_to_exitcode(status)
@@ -206,6 +210,7 @@ def run_isolated(program: str, request: bytes, *, wall_s: float, max_output_byte
         stdout = child.exchange(request, None)
     finally:
         pipe.close()
+    assert child.exit is not None  # the exchange ended with the child's exit
     return ChildRun(stdout, bytes(child.stderr), child.exit, pipe.peak_rss_bytes)
 
 
@@ -214,6 +219,7 @@ def session() -> Iterator[Any]:
     """One local child for a check's requests (its ``run``), killed on leaving.
     Started now: its start-up overlaps the parent's work until the first request
     (it waits for that request before the boundary goes up and any tree code is read)."""
+    child: Session | Unstarted
     try:
         child = Session(LocalPipe(child_program()), LABEL)
     except SandboxError as exc:  # it could not start: every request is unknown, with the reason

@@ -35,7 +35,7 @@ CALL_GRACE_S = 1.0  # ... this much later, so that the child's timer answers fir
 MAX_OUTPUT_BYTES = 8 << 20  # per session: stdout and stderr together
 STDERR_TAIL_BYTES = 64 * 1024
 # Why the child was killed, by signal.
-KILLED_BECAUSE = {
+KILLED_BECAUSE: dict[int, str] = {
     signal.SIGSYS: "it made a system call the sandbox forbids (SIGSYS)",
     signal.SIGXCPU: "it reached its CPU time limit (SIGXCPU)",
     signal.SIGKILL: "SIGKILL (its hard CPU limit, or the kernel out of memory)",

@@ -193,9 +193,9 @@ def mark_local_patches(report: CheckReport, tree: SourceTree) -> CheckReport:
     for fix in report.fixes:
         evidence = []
         for item in fix.evidence:
-            patch = applied.get((item.file, item.symbol, item.form))
-            if patch is not None and patch.fix == fix.id:
-                note = f"patched locally by dflash-doctor {patch.tool_version} on {patch.applied_at} (was {patch.form})"
+            found = applied.get((item.file, item.symbol, item.form))
+            if found is not None and found.fix == fix.id:
+                note = f"patched locally by dflash-doctor {found.tool_version} on {found.applied_at} (was {found.form})"
                 item = dataclasses.replace(item, note=note)
             evidence.append(item)
         marked = evidence != list(fix.evidence)

@@ -18,7 +18,7 @@ import re
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 
-from ..model import PRESENT, UNKNOWN, BottomLine, CheckReport, FixResult
+from ..model import PRESENT, UNKNOWN, BottomLine, CheckReport, FixResult, HostOutcome
 from ..terminal import clean
 
 # What ``clean`` leaves that XML 1.0 cannot hold: surrogates (lone ones, from undecodable bytes) and U+FFFE/U+FFFF.
@@ -29,13 +29,13 @@ class JunitReporter:
     def render(self, report: CheckReport, terminal: bool) -> str:
         return junit_document([report])
 
-    def render_fleet(self, outcomes, terminal: bool) -> str:
+    def render_fleet(self, outcomes: list[HostOutcome], terminal: bool) -> str:
         return junit_document(
             [o.report for o in outcomes if o.report], [(o.host, o.error) for o in outcomes if not o.report]
         )
 
 
-def junit_document(reports: Sequence[CheckReport], unreachable: Sequence[tuple[str, str]] = ()) -> str:
+def junit_document(reports: Sequence[CheckReport], unreachable: Sequence[tuple[str, str | None]] = ()) -> str:
     """One testsuite per target; several reports (a fleet) make several suites.
     A host that could not be checked is a suite with one erroring testcase."""
     root = ET.Element("testsuites", name="dflash-doctor")
@@ -44,9 +44,9 @@ def junit_document(reports: Sequence[CheckReport], unreachable: Sequence[tuple[s
     for suite in suites:
         root.append(suite)
         for key in totals:
-            totals[key] += int(suite.get(key))
-    for key, value in totals.items():
-        root.set(key, str(value))
+            totals[key] += int(suite.attrib[key])
+    for key, total in totals.items():
+        root.set(key, str(total))
     for element in root.iter():
         for key, value in list(element.attrib.items()):
             element.set(key, _inert(value))
@@ -60,7 +60,7 @@ def _inert(value: str, keep: str = "") -> str:
     return _NOT_XML.sub(lambda match: f"\\u{ord(match.group()):04x}", clean(value, keep))
 
 
-def _unreachable_suite(host: str, error: str) -> ET.Element:
+def _unreachable_suite(host: str, error: str | None) -> ET.Element:
     suite = ET.Element(
         "testsuite", name=f"dflash-doctor check {host}", tests="1", failures="0", errors="1", skipped="0"
     )
@@ -98,8 +98,8 @@ def _suite(report: CheckReport) -> ET.Element:
         else:
             ET.SubElement(case, "system-out").text = _details(fix)
     suite.set("tests", str(len(report.fixes)))
-    for key, value in counts.items():
-        suite.set(key, str(value))
+    for key, count in counts.items():
+        suite.set(key, str(count))
     return suite
 
 

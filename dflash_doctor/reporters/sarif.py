@@ -16,11 +16,14 @@ import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..engines import Engine
-from ..model import PRESENT, UNKNOWN, CheckReport, Evidence, FixResult
+from ..model import PRESENT, UNKNOWN, CheckReport, Evidence, FixResult, HostOutcome, Waiver
+
+if TYPE_CHECKING:
+    from ..rules import Rule
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 ROOT_ID = "VLLM_ROOT"  # the published base id of every engine's tree root (dashboards key on it)
@@ -31,7 +34,7 @@ class SarifReporter:
     def render(self, report: CheckReport, terminal: bool) -> str:
         return json.dumps(self.log([report]), indent=2) + "\n"
 
-    def render_fleet(self, outcomes, terminal: bool) -> str:
+    def render_fleet(self, outcomes: list[HostOutcome], terminal: bool) -> str:
         """A run per host; a host that could not be checked is a failed invocation."""
         log = self.log([o.report for o in outcomes if o.report])
         for o in outcomes:
@@ -71,7 +74,7 @@ class SarifReporter:
         ]
         return {"$schema": SCHEMA_URI, "version": "2.1.0", "runs": runs}
 
-    def _run(self, report: CheckReport, rules: dict) -> dict[str, Any]:
+    def _run(self, report: CheckReport, rules: dict[str, Rule]) -> dict[str, Any]:
         descriptors = [_descriptor(fix, rules.get(fix.id), report.provenance.engine) for fix in report.fixes]
         results = [
             self._result(report, fix, index, rules.get(fix.id))
@@ -101,7 +104,7 @@ class SarifReporter:
             },
         }
 
-    def _result(self, report: CheckReport, fix: FixResult, index: int, rule) -> dict[str, Any]:
+    def _result(self, report: CheckReport, fix: FixResult, index: int, rule: Rule | None) -> dict[str, Any]:
         deciding, related = _split_evidence(fix, rule)
         result: dict[str, Any] = {
             "ruleId": fix.id,
@@ -116,7 +119,7 @@ class SarifReporter:
         if related:
             result["relatedLocations"] = [_location(item) for item in related]
         if fix.waiver is not None:
-            result["suppressions"] = [_suppression(fix)]
+            result["suppressions"] = [_suppression(fix.waiver)]
         return result
 
 
@@ -126,7 +129,7 @@ def _level(report: CheckReport, fix: FixResult) -> str:
     return "warning" if fix.status == UNKNOWN and not report.strict else "error"
 
 
-def _descriptor(fix: FixResult, rule, engine: Engine) -> dict[str, Any]:
+def _descriptor(fix: FixResult, rule: Rule | None, engine: Engine) -> dict[str, Any]:
     descriptor: dict[str, Any] = {
         "id": fix.id,
         "name": "".join(part.capitalize() for part in fix.id.split("-")),
@@ -158,7 +161,7 @@ def _message(fix: FixResult) -> str:
     return f"{text} Remedy: {fix.remedy}"
 
 
-def _split_evidence(fix: FixResult, rule) -> tuple[list[Evidence], list[Evidence]]:
+def _split_evidence(fix: FixResult, rule: Rule | None) -> tuple[list[Evidence], list[Evidence]]:
     """Evidence whose form carries the fix's verdict is where the result is; the rest is related."""
     verdicts = {form.id: form.verdict for form in rule.forms} if rule is not None else {}
     deciding = [item for item in fix.evidence if verdicts.get(item.form) == fix.status]
@@ -179,7 +182,7 @@ def _location(item: Evidence) -> dict[str, Any]:
     }
 
 
-def _anchor_location(rule, engine: Engine) -> dict[str, Any]:
+def _anchor_location(rule: Rule | None, engine: Engine) -> dict[str, Any]:
     """No evidence (e.g. the file is missing): the file the rule reads first, else (no rule of this engine)
     the package's ``__init__.py``."""
     uri = rule.anchors[0].file if rule is not None and rule.engine == engine.name else f"{engine.package}/__init__.py"
@@ -199,8 +202,7 @@ def _fingerprint(report: CheckReport, fix: FixResult) -> str:
     return hashlib.sha256(f"{fix.id}\0{report.target.identity}".encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
-def _suppression(fix: FixResult) -> dict[str, Any]:
-    waiver = fix.waiver
+def _suppression(waiver: Waiver) -> dict[str, Any]:
     return {
         "kind": "external",
         "status": "accepted",

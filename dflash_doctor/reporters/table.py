@@ -19,7 +19,9 @@ from ..model import (
     BottomLine,
     CheckReport,
     FixResult,
+    HostOutcome,
     Provenance,
+    Waiver,
     fleet_summary,
 )
 from ..terminal import clean, columns
@@ -68,8 +70,9 @@ def _header(report: CheckReport, width: int | None) -> list[Line]:
 
 def _distribution(provenance: Provenance) -> list[Token]:
     """A vendor build or fork named as itself, with its own version, and the engine's release it is based on."""
-    engine = provenance.engine
-    name, version = clean(provenance.distribution.name), provenance.distribution.version
+    engine, distribution = provenance.engine, provenance.distribution
+    assert distribution is not None  # a vendor is named by its distribution
+    name, version = clean(distribution.name), distribution.version
     tokens: list[Token] = [(name, "bold"), (clean(version) if version else "(unknown version)", "bold")]
     based = provenance.based_on
     if based and based.releases:
@@ -118,9 +121,9 @@ def _decided(fix: FixResult) -> str:
     return f"by {by}"
 
 
-def _waiver(fix: FixResult) -> str:
-    until = f"until {fix.waiver.until.isoformat()}: " if fix.waiver.until else ""
-    return until + clean(fix.waiver.reason)
+def _waiver(waiver: Waiver) -> str:
+    until = f"until {waiver.until.isoformat()}: " if waiver.until else ""
+    return until + clean(waiver.reason)
 
 
 def _fix_lines(fix: FixResult, width: int | None, column: int) -> list[Line]:
@@ -128,7 +131,7 @@ def _fix_lines(fix: FixResult, width: int | None, column: int) -> list[Line]:
     first: Line = [(clean(fix.id).ljust(column), "bold"), (_verdict(fix), STYLES[fix.status]), ("  ", "")]
     lines = wrap(words(clean(headline)), width, first, column)
     if fix.waiver:
-        lines += _field("waived", words(_waiver(fix)), width, column)
+        lines += _field("waived", words(_waiver(fix.waiver)), width, column)
     if fix.affects_drafter is False:
         because = f": {clean(fix.affects_reason)}" if fix.affects_reason else ""
         lines += _field(
@@ -184,7 +187,7 @@ def _cell(report: CheckReport, fix_id: str) -> Token:
     return "-", ""
 
 
-def fleet_lines(outcomes, width: int | None) -> list[Line]:
+def fleet_lines(outcomes: list[HostOutcome], width: int | None) -> list[Line]:
     """One line per host: its host, then a verdict under each fix, or its error across the fix columns."""
     fix_ids = sorted({f.id for o in outcomes if o.report for f in o.report.fixes})
     rows = [[_cell(o.report, fix_id) for fix_id in fix_ids] if o.report else [] for o in outcomes]
@@ -211,5 +214,5 @@ class TableReporter:
     def render(self, report: CheckReport, terminal: bool) -> str:
         return render(check_lines(report, columns() if terminal else None), terminal)
 
-    def render_fleet(self, outcomes, terminal: bool) -> str:
+    def render_fleet(self, outcomes: list[HostOutcome], terminal: bool) -> str:
         return render(fleet_lines(outcomes, columns() if terminal else None), terminal)

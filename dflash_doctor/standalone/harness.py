@@ -58,11 +58,22 @@ and the request loop share its state (RECORDS, COMPILED, the timer); a split
 would be a third module text to ship and a second import path in the parent.
 """
 
+import functools
 import itertools
 import json
 import signal
 import sys
 from abc import ABCMeta
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations are strings: this runs on Pythons whose typing lacks these
+    from collections.abc import Callable, Iterable, Sequence
+    from inspect import Signature
+    from types import CodeType, ModuleType
+    from typing import Any, NoReturn
+
+    JSON = dict[str, Any]  # a request, a call or an outcome: JSON to or from the parent
+    Namespace = dict[str, Any]  # the globals the program runs in
 
 SAFE_BUILTIN_NAMES = (
     "abs all any bool callable dict divmod enumerate filter float frozenset getattr hasattr "
@@ -78,12 +89,12 @@ class ProbeGap(BaseException):
     during a call is remembered: tree code that catches it (a bare ``except``)
     would take a branch chosen by the stand-in, so the call's answer is the gap."""
 
-    def __init__(self, *args):
+    def __init__(self, *args: object) -> None:
         BaseException.__init__(self, *args)
         RAISED.append(self)
 
 
-RAISED = []  # the gaps raised during the current call
+RAISED: "list[ProbeGap]" = []  # the gaps raised during the current call
 
 
 class NeedsDefinition(ProbeGap):
@@ -91,7 +102,7 @@ class NeedsDefinition(ProbeGap):
     module's name (``importlib.import_module``) that the parent has not sent yet: the
     parent adds it and runs the call again."""
 
-    def __init__(self, module, name=None):
+    def __init__(self, module: str, name: "str | None" = None) -> None:
         ProbeGap.__init__(self, "%s%s, looked up by name" % (module, "" if name is None else "." + name))
         self.needs = [module, name]
 
@@ -99,19 +110,19 @@ class NeedsDefinition(ProbeGap):
 # What the parent has sent of the tree's modules: module -> {name: program name, or None
 # when the module does not define it}, None when there is no such module, or why it
 # could not be read.
-TREE_MODULES = {}
-TREE_PACKAGE = [None]
-NAMESPACE = [None]  # the current request's globals (a module's names are program names)
+TREE_MODULES: "JSON" = {}
+TREE_PACKAGE: "list[str | None]" = [None]
+NAMESPACE: "list[Namespace]" = [{}]  # the current request's globals (a module's names are program names)
 
 
 class TreeModule:
     """A module of the tree, imported by its name: each name read from it is the
     copied definition the parent sent."""
 
-    def __init__(self, name):
+    def __init__(self, name: str) -> None:
         object.__setattr__(self, "_name", name)
 
-    def __getattr__(self, attr):
+    def __getattr__(self, attr: str) -> object:
         module = object.__getattribute__(self, "_name")
         if attr.startswith("__"):
             raise ProbeGap("%s.%s (a dunder of a module)" % (module, attr))
@@ -123,7 +134,7 @@ class TreeModule:
         return NAMESPACE[0][entries[attr]]
 
 
-def import_module(name, package=None):
+def import_module(name: object, package: object = None) -> TreeModule:
     """``importlib.import_module`` for modules of the tree (anything else is a gap)."""
     if package is not None or not isinstance(name, str) or name.startswith("."):
         raise ProbeGap("a relative import by name")
@@ -140,31 +151,31 @@ def import_module(name, package=None):
     return TreeModule(name)
 
 
-def lazy_method(module, qualname):
+def lazy_method(module: str, qualname: str) -> object:
     """A method of a copied class that the parent has not sent: reaching it asks for the class's methods."""
 
     class Lazy(object):
-        def __get__(self, instance, owner=None):
+        def __get__(self, instance: object, owner: object = None) -> "NoReturn":
             raise NeedsDefinition(module, qualname)
 
-        def __call__(self, *args, **kwargs):
+        def __call__(self, *args: object, **kwargs: object) -> "NoReturn":
             raise NeedsDefinition(module, qualname)
 
     return Lazy()
 
 
-def omitted(why):
+def omitted(why: str) -> object:
     """A class attribute that could not be copied: reading it is a gap."""
 
     class Omitted(object):
-        def __get__(self, instance, owner=None):
+        def __get__(self, instance: object, owner: object = None) -> "NoReturn":
             raise ProbeGap(why)
 
     return Omitted()
 
 
-def signature_of(inspect):
-    def signature(function):
+def signature_of(inspect: "ModuleType") -> "Callable[[Callable[..., Any]], Signature]":
+    def signature(function: "Callable[..., Any]") -> "Signature":
         """``inspect.signature`` of copied code; of anything else, a gap."""
         if isinstance(function, (Gap, StandIn)):
             raise ProbeGap("the signature of %r" % (function,))
@@ -176,12 +187,12 @@ def signature_of(inspect):
 # Branches an unknown value decides: the call is run once per way the branches can go
 # (False first), and answers only when every way gives the same outcome.
 MAX_PATHS = 8
-FORCED = []  # the choices this run of the call must take, in order
+FORCED: "list[bool]" = []  # the choices this run of the call must take, in order
 CALLING = [False]  # whether a call runs (decisions are explored) or definitions are made
-TAKEN = []  # (label, choice) of every branch an unknown value decided in this run
+TAKEN: "list[tuple[str, bool]]" = []  # (label, choice) of every branch an unknown value decided in this run
 
 
-def decide(label):
+def decide(label: str) -> bool:
     """The truth of an unknown value that decides a branch, for this run of the call
     (while the program's definitions are made, such a branch is a gap)."""
     if not CALLING[0]:
@@ -202,25 +213,25 @@ class CallTimeout(BaseException):
 
 
 class MissingConfigKey(AttributeError):
-    def __init__(self, label, key):
+    def __init__(self, label: str, key: str) -> None:
         AttributeError.__init__(self, "%r object has no attribute %r" % (label, key))
         self.key = key
 
 
-def _raise_gap(self, *args, **kwargs):
+def _raise_gap(self: object, *args: object, **kwargs: object) -> "NoReturn":
     raise ProbeGap(object.__getattribute__(self, "_label"))
 
 
 class Gap:
     """Stands for something running the code cannot know: any use of it is a gap."""
 
-    def __init__(self, label):
+    def __init__(self, label: str) -> None:
         object.__setattr__(self, "_label", label)
 
     __getattr__ = _raise_gap
 
 
-def _gap_truth(self):
+def _gap_truth(self: object) -> bool:
     return decide(object.__getattribute__(self, "_label"))
 
 
@@ -230,7 +241,7 @@ class CopiedMeta(ABCMeta):
     the record of which class was built (as for a class imported inside the code),
     which can be returned but not used."""
 
-    def __call__(cls, *args, **kwargs):
+    def __call__(cls, *args: object, **kwargs: object) -> object:
         raised = len(RAISED)
         try:
             return ABCMeta.__call__(cls, *args, **kwargs)
@@ -245,22 +256,22 @@ class ForeignMeta(CopiedMeta):
     """The class of a base from outside the copied code: an attribute that the copied
     classes of its subclasses do not define may be the foreign base's, so it is a gap."""
 
-    def __getattr__(cls, name):
+    def __getattr__(cls, name: str) -> "NoReturn":
         if name.startswith("__"):
             raise AttributeError(name)
         raise ProbeGap("%s.%s (perhaps from its base %s, outside the copied code)" % (cls.__name__, name, cls._foreign))
 
 
-def foreign_base(label):
+def foreign_base(label: str) -> type:
     """A base class from outside the copied code (``nn.Module``): it knows nothing."""
 
     class Foreign(metaclass=ForeignMeta):
         _foreign = label
 
-        def __init__(self, *args, **kwargs):
+        def __init__(self, *args: object, **kwargs: object) -> None:
             raise ProbeGap("constructing %s, whose __init__ may be %s's" % (type(self).__name__, label))
 
-        def __getattr__(self, name):
+        def __getattr__(self, name: str) -> "NoReturn":
             if name.startswith("__"):
                 raise AttributeError(name)
             raise ProbeGap(
@@ -270,7 +281,7 @@ def foreign_base(label):
     return Foreign
 
 
-def foreign_bases(label):
+def foreign_bases(label: "Callable[[Any], str]") -> "Callable[[Any, tuple[type, ...]], tuple[type]]":
     """``__mro_entries__`` of a gap or stand-in used as a base class."""
     return lambda self, bases: (foreign_base(label(self)),)
 
@@ -282,20 +293,20 @@ for _name in (
     "__subclasscheck__ __setattr__ __enter__"
 ).split():
     setattr(Gap, _name, _raise_gap)
-Gap.__bool__ = _gap_truth
-Gap.__mro_entries__ = foreign_bases(lambda gap: object.__getattribute__(gap, "_label"))
+Gap.__bool__ = _gap_truth  # type: ignore[attr-defined]  # (set on the class, as the dunders above)
+Gap.__mro_entries__ = foreign_bases(lambda gap: object.__getattribute__(gap, "_label"))  # type: ignore[attr-defined]
 
 
 class Obj:
     """Attributes given up front; anything else is a gap or a missing key."""
 
-    def __init__(self, label, attrs, missing_is_gap):
+    def __init__(self, label: str, attrs: "dict[str, Any]", missing_is_gap: bool) -> None:
         object.__setattr__(self, "_label", label)
         object.__setattr__(self, "_missing_is_gap", missing_is_gap)
         for key, value in attrs.items():
             object.__setattr__(self, key, value)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> object:
         label = object.__getattribute__(self, "_label")
         if name.startswith("__"):
             raise AttributeError(name)
@@ -309,18 +320,18 @@ class LooseConfig(Obj):
     is the library's default, unknown here: read plainly it is a stand-in; read with
     ``getattr(config, key, default)`` or ``hasattr`` it is missing (see safe_getattr)."""
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> "StandIn":
         if name.startswith("__"):
             raise AttributeError(name)
         return StandIn("%s.%s" % (object.__getattribute__(self, "_label"), name), {}, ())
 
 
-def _missing(obj, name):
+def _missing(obj: object, name: str) -> bool:
     return isinstance(obj, LooseConfig) and name not in object.__getattribute__(obj, "__dict__")
 
 
 class NoOp:
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> "Callable[..., None]":
         return lambda *args, **kwargs: None
 
 
@@ -328,7 +339,7 @@ class Constructed(Gap):
     """What ``SomeClass(...)`` returns when SomeClass came from an import: it can
     only be returned (the answer says which class was built), not used."""
 
-    def __init__(self, path):
+    def __init__(self, path: str) -> None:
         Gap.__init__(self, "an instance of %s" % path)
         object.__setattr__(self, "path", path)
 
@@ -336,21 +347,21 @@ class Constructed(Gap):
 class ImportedName(Gap):
     """A name imported inside probed code: it can be looked into and called."""
 
-    def __init__(self, path):
+    def __init__(self, path: str) -> None:
         Gap.__init__(self, path)
         object.__setattr__(self, "path", path)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> "ImportedName":  # type: ignore[override]  # a gap's names are gaps
         if name.startswith("__"):
             raise AttributeError(name)
         return ImportedName(object.__getattribute__(self, "path") + "." + name)
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: object, **kwargs: object) -> Constructed:
         return Constructed(object.__getattribute__(self, "path"))
 
 
-def _refusing_dunders(getter):
-    def make(*names):
+def _refusing_dunders(getter: "Callable[..., Any]") -> "Callable[..., Any]":
+    def make(*names: str) -> object:
         for name in names:
             for part in str(name).split("."):
                 _plain_name(part)
@@ -359,7 +370,7 @@ def _refusing_dunders(getter):
     return make
 
 
-def _identity_decorator(*args, **kwargs):
+def _identity_decorator(*args: "Any", **kwargs: object) -> "Callable[..., Any]":
     """``@cache``, ``@lru_cache`` and ``@lru_cache(maxsize=...)``: the same function
     (memoising pure code changes no value it computes)."""
     if len(args) == 1 and callable(args[0]) and not kwargs:
@@ -367,7 +378,7 @@ def _identity_decorator(*args, **kwargs):
     return lambda function: function
 
 
-def _stdlib_modules():
+def _stdlib_modules() -> "dict[str, Obj]":
     """Pure parts of the standard library tree code may use, built from the real
     functions; anything else of these modules is a gap. No attribute reaches
     beyond its value (attrgetter and methodcaller refuse dunders)."""
@@ -390,7 +401,7 @@ def _stdlib_modules():
         "math": (math, "ceil floor gcd inf isfinite isinf isnan log log2 log10 nan prod sqrt trunc"),
         "numbers": (numbers, "Complex Integral Number Rational Real"),  # abstract classes: isinstance only
     }
-    modules = {}
+    modules: "dict[str, Obj]" = {}
     for module_name, (module, members) in names.items():
         attrs = {member: getattr(module, member) for member in members.split()}
         modules[module_name] = Obj(module_name, attrs, True)
@@ -423,26 +434,26 @@ def _stdlib_modules():
     return modules
 
 
-STDLIB = {}  # filled once, before the boundary goes up
+STDLIB: "dict[str, Obj]" = {}  # filled once, before the boundary goes up
 
 
-def stdlib(name):
+def stdlib(name: str) -> Obj:
     """A curated standard-library module (see _stdlib_modules), or a gap."""
     if name not in STDLIB:
         raise ProbeGap("the module %s" % name)
     return STDLIB[name]
 
 
-RECORDS = []  # calls of recorded stand-ins (e.g. Attention) since the last take_records()
+RECORDS: "list[JSON]" = []  # calls of recorded stand-ins (e.g. Attention) since the last take_records()
 
 
-def take_records():
+def take_records() -> "list[JSON]":
     taken = list(RECORDS)
     del RECORDS[:]
     return taken
 
 
-def summary(value, depth=0):
+def summary(value: object, depth: int = 0) -> object:
     """A recorded argument as JSON: plain values as they are, stand-ins by their path."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
@@ -461,12 +472,12 @@ class StandIn:
     their path); a branch on one is a gap unless the rule assumes its value; calls
     of a recorded name are recorded with their arguments."""
 
-    def __init__(self, path, assume, record):
+    def __init__(self, path: str, assume: "dict[str, Any]", record: "tuple[str, ...]") -> None:
         object.__setattr__(self, "_path", path)
         object.__setattr__(self, "_assume", assume)
         object.__setattr__(self, "_record", record)
 
-    def _derive(self, path):
+    def _derive(self, path: str) -> object:
         assume = object.__getattribute__(self, "_assume")
         if path in assume:
             return assume[path]
@@ -475,12 +486,12 @@ class StandIn:
                 return value
         return StandIn(path, assume, object.__getattribute__(self, "_record"))
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> object:
         if name.startswith("__"):
             raise AttributeError(name)
         return StandIn._derive(self, "%s.%s" % (object.__getattribute__(self, "_path"), name))
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: object, **kwargs: object) -> object:
         path = object.__getattribute__(self, "_path")
         if path in object.__getattribute__(self, "_record"):
             RECORDS.append(
@@ -492,26 +503,26 @@ class StandIn:
             )
         return StandIn._derive(self, path + "()")
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
 
-    def __setitem__(self, key, value):  # filling a tensor stand-in: nothing the question reads
+    def __setitem__(self, key: "Any", value: "Any") -> None:  # filling a tensor stand-in: nothing the question reads
         pass
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<%s>" % object.__getattribute__(self, "_path")
 
-    def __format__(self, spec):
+    def __format__(self, spec: str) -> str:
         return repr(self)
 
     __str__ = __repr__
 
 
-def container(path):
+def container(path: str) -> "Callable[..., list[Any]]":
     """A container class outside the extracted code (``nn.ModuleList``): built from
     one iterable, it holds those items in order, as a list does."""
 
-    def build_container(*args, **kwargs):
+    def build_container(*args: "Iterable[Any]", **kwargs: object) -> "list[Any]":
         if kwargs or len(args) > 1:
             raise ProbeGap("%s called with other arguments than one iterable" % path)
         return list(args[0]) if args else []
@@ -519,12 +530,12 @@ def container(path):
     return build_container
 
 
-def _stand_in_gap(self, *args):
+def _stand_in_gap(self: object, *args: object) -> "NoReturn":
     raise ProbeGap("%s (a stand-in) decides a branch or a value" % object.__getattribute__(self, "_path"))
 
 
-def _stand_in_op(symbol):
-    def operate(self, *args):
+def _stand_in_op(symbol: str) -> "Callable[..., object]":
+    def operate(self: StandIn, *args: object) -> object:
         return StandIn._derive(self, "(%s %s)" % (object.__getattribute__(self, "_path"), symbol))
 
     return operate
@@ -532,8 +543,8 @@ def _stand_in_op(symbol):
 
 for _name in "__iter__ __len__ __index__ __int__ __float__ __hash__ __contains__ __enter__".split():
     setattr(StandIn, _name, _stand_in_gap)
-StandIn.__bool__ = lambda self: decide("%s (a stand-in)" % object.__getattribute__(self, "_path"))
-StandIn.__mro_entries__ = foreign_bases(lambda stand_in: object.__getattribute__(stand_in, "_path"))
+StandIn.__bool__ = lambda self: decide("%s (a stand-in)" % object.__getattribute__(self, "_path"))  # type: ignore[attr-defined]
+StandIn.__mro_entries__ = foreign_bases(lambda stand_in: object.__getattribute__(stand_in, "_path"))  # type: ignore[attr-defined]
 for _name, _symbol in (
     ("add", "+"),
     ("sub", "-"),
@@ -565,13 +576,13 @@ class Module:
     """Base of a constructed class (it stands for torch.nn.Module): an attribute
     its constructor did not set does not exist."""
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> "NoReturn":
         raise AttributeError("%s has no attribute %s" % (type(self).__name__, name))
 
 
-def module_class_factory(namespace):
-    def module_class(name, body):
-        methods = {}
+def module_class_factory(namespace: "Namespace") -> "Callable[[str, str], type]":
+    def module_class(name: str, body: str) -> type:
+        methods: "dict[str, Any]" = {}
         exec(compiled(body), namespace, methods)
         return type(name, (Module,), methods)
 
@@ -579,14 +590,14 @@ def module_class_factory(namespace):
 
 
 # What the stubs of one request are built from, kept for its many calls (cleared per request).
-COMPILED = {}  # class bodies by text
-DATA_TEXT = {}  # request data by name as JSON text: a deep copy is one json.loads
+COMPILED: "dict[str, CodeType]" = {}  # class bodies by text
+DATA_TEXT: "dict[str, str]" = {}  # request data by name as JSON text: a deep copy is one json.loads
 
 
-PROGRAM_CODE = {}  # a program statement's code by its text, kept across the requests of one child
+PROGRAM_CODE: "dict[str, CodeType]" = {}  # a program statement's code by its text, kept across the requests of one child
 
 
-def program_code(source):
+def program_code(source: str) -> "CodeType":
     """The statement compiled once per child: the rounds of a check (definitions looked up by
     name) send the same program again with a few more definitions."""
     if source not in PROGRAM_CODE:
@@ -596,40 +607,42 @@ def program_code(source):
     return PROGRAM_CODE[source]
 
 
-def compiled(body):
+def compiled(body: str) -> "CodeType":
     if body not in COMPILED:
         COMPILED[body] = compile(body, "<stub>", "exec")
     return COMPILED[body]
 
 
-def fresh(data, name):
+def fresh(data: "JSON", name: str) -> "Any":
     """A deep copy of request data ``name`` (JSON values only)."""
     if name not in DATA_TEXT:
         DATA_TEXT[name] = json.dumps(data[name])
     return json.loads(DATA_TEXT[name])
 
 
-def _plain_name(name):
+def _plain_name(name: str) -> str:
     if isinstance(name, str) and name.startswith("__"):
         raise ProbeGap("a dunder attribute (%s)" % name)
     return name
 
 
-def safe_getattr(obj, name, *default):
+def safe_getattr(obj: object, name: str, *default: object) -> object:
     if default and _missing(obj, name):
         return default[0]
     return getattr(obj, _plain_name(name), *default)
 
 
-def safe_hasattr(obj, name):
+def safe_hasattr(obj: object, name: str) -> bool:
     return not _missing(obj, name) and hasattr(obj, _plain_name(name))
 
 
-def safe_setattr(obj, name, value):
+def safe_setattr(obj: object, name: str, value: object) -> None:
     setattr(obj, _plain_name(name), value)
 
 
-def disguised(real, serve, arity=None):
+def disguised(
+    real: "Callable[..., Any]", serve: "Callable[..., Any]", arity: "tuple[int, int] | None" = None
+) -> object:
     """``serve``, presented to the tree's code as the built-in ``real`` it stands
     for: the same repr, ``__name__``, ``__qualname__``, ``__module__`` and type
     names, no binding as a method, and for a call of another shape than
@@ -639,18 +652,18 @@ def disguised(real, serve, arity=None):
         __module__ = "builtins"
         __qualname__ = "builtin_function_or_method"
 
-        def __call__(self, *args, **kwargs):
+        def __call__(self, *args: object, **kwargs: object) -> object:
             if arity is not None and (kwargs or not arity[0] <= len(args) <= arity[1]):
                 return real(*args, **kwargs)  # raises its TypeError
             return serve(*args, **kwargs)
 
-        def __repr__(self):
+        def __repr__(self) -> str:
             return repr(real)
 
-        def __setattr__(self, name, value):
+        def __setattr__(self, name: str, value: object) -> None:
             setattr(real, _plain_name(name), value)  # raises its AttributeError
 
-        def __delattr__(self, name):
+        def __delattr__(self, name: str) -> None:
             delattr(real, _plain_name(name))
 
     kind = type(real)  # builtin_function_or_method, or type for ``type`` itself
@@ -661,7 +674,9 @@ def disguised(real, serve, arity=None):
     return served
 
 
-def fake_import(name, globals=None, locals=None, fromlist=(), level=0):
+def fake_import(
+    name: str, globals: object = None, locals: object = None, fromlist: "Sequence[str] | None" = (), level: int = 0
+) -> object:
     """Imports inside probed functions give names that record what they build
     (the curated standard-library modules are themselves)."""
     if level:
@@ -671,11 +686,11 @@ def fake_import(name, globals=None, locals=None, fromlist=(), level=0):
     return ImportedName(name if fromlist else name.partition(".")[0])
 
 
-def _returning(value):
+def _returning(value: "Any") -> "Any":
     return lambda *args, **kwargs: value
 
 
-def build(spec, data, namespace):
+def build(spec: "Any", data: "JSON", namespace: "Namespace") -> "Any":  # a JSON spec, its stub
     if isinstance(spec, list):
         return [build(item, data, namespace) for item in spec]
     if not isinstance(spec, dict):
@@ -695,7 +710,7 @@ def build(spec, data, namespace):
             return built
         return Obj(spec["$obj"], build(spec.get("attrs", {}), data, namespace), True)
     if "$class" in spec:
-        body = {}
+        body: "dict[str, Any]" = {}
         exec(compiled(spec["body"]), namespace, body)
         cls = type(spec["$class"], (LooseConfig if spec.get("loose") else Obj,), body)
         return cls(spec["$class"], build(spec.get("attrs", {}), data, namespace), True)
@@ -732,7 +747,7 @@ def build(spec, data, namespace):
     return {key: build(value, data, namespace) for key, value in spec.items()}
 
 
-def to_json(value, depth=0):
+def to_json(value: object, depth: int = 0) -> object:
     if depth > 20:
         return {"$repr": "too deep"}
     if value is None or isinstance(value, (bool, int, float, str)):
@@ -753,11 +768,11 @@ def to_json(value, depth=0):
     return {"$repr": type(value).__name__}
 
 
-def type_check(real):
+def type_check(real: "Callable[[Any, Any], bool]") -> "Callable[[object, Any], bool]":
     """``isinstance``/``issubclass`` against a class outside the extracted code (a
     stand-in): its answer is not known, so it decides a branch (explored both ways)."""
 
-    def check(value, classes):
+    def check(value: object, classes: "Any") -> bool:
         if isinstance(value, Gap):
             raise ProbeGap(object.__getattribute__(value, "_label"))
         classes = (
@@ -783,7 +798,9 @@ def type_check(real):
     return check
 
 
-def _by_qualified_name(real, value, classes, named):
+def _by_qualified_name(
+    real: "Callable[[Any, Any], bool]", value: object, classes: "Any", named: "list[ImportedName]"
+) -> bool:
     """A type check against a class imported inside the code (known only by its qualified
     name): the copied classes' own names decide; a base from outside leaves it unknown."""
     if isinstance(value, Constructed):
@@ -810,29 +827,29 @@ def _by_qualified_name(real, value, classes, named):
     return False
 
 
-def type_of(value):
+def type_of(value: object) -> type:
     """``type(value)``: of a value running the code cannot know, not known either."""
     if isinstance(value, (Gap, StandIn)):
         raise ProbeGap("the type of %s" % summary_text(value))
     return type(value)
 
 
-def summary_text(value):
+def summary_text(value: object) -> str:
     return object.__getattribute__(value, "_path") if isinstance(value, StandIn) else type(value).__name__
 
 
-def on_alarm(signum, frame):
+def on_alarm(signum: int, frame: object) -> "NoReturn":
     raise CallTimeout()
 
 
-def real_builtin(name):
+def real_builtin(name: str) -> "Any":
     return __builtins__[name] if isinstance(__builtins__, dict) else getattr(__builtins__, name)
 
 
-SERVED_CLASSES = {}  # id of a served built-in that is a class (type) -> the class, for type checks
+SERVED_CLASSES: "dict[int, type]" = {}  # id of a served built-in that is a class (type) -> the class, for type checks
 
 
-def exposed_builtins():
+def exposed_builtins() -> "dict[str, Any]":
     """What the tree's code gets as its built-ins."""
     builtins = {name: real_builtin(name) for name in SAFE_BUILTIN_NAMES}
     served_type = disguised(type, type_of, (1, 1))
@@ -850,15 +867,15 @@ def exposed_builtins():
     return builtins
 
 
-def announce(request, step):
+def announce(request: "JSON", step: int) -> None:
     """Step ``step`` of ``request`` begins: the parent holds it to its deadline from here."""
     sys.stdout.write(json.dumps({"id": request.get("id"), "step": step}) + "\n")
     sys.stdout.flush()
 
 
-def serve(request):
+def serve(request: "JSON") -> "JSON":
     """The answer to one request, run in fresh globals."""
-    namespace = {"__builtins__": exposed_builtins(), "__name__": "probed", "_stdlib": stdlib}
+    namespace: "Namespace" = {"__builtins__": exposed_builtins(), "__name__": "probed", "_stdlib": stdlib}
     NAMESPACE[0] = namespace
     TREE_MODULES.clear()
     TREE_PACKAGE[0] = None
@@ -888,20 +905,20 @@ def serve(request):
             signal.setitimer(signal.ITIMER_REAL, 0)
         if why is not None:
             namespace[chunk["name"]] = Gap("%s (%s)" % (chunk["name"], why))
-    results = {}
+    results: "dict[str, JSON]" = {}
     for call in request["calls"]:
         step = next(steps)  # each run of the call announces this step again: the parent holds each run to the deadline
-        results[call["id"]] = explore(call, namespace, data, timeout, lambda step=step: announce(request, step))
+        results[call["id"]] = explore(call, namespace, data, timeout, functools.partial(announce, request, step))
     return {"id": request.get("id"), "results": results}
 
 
-def explore(call, namespace, data, timeout, begin):
+def explore(call: "JSON", namespace: "Namespace", data: "JSON", timeout: float, begin: "Callable[[], None]") -> "JSON":
     """The call's outcome over every way the branches unknown values decide can go
     (depth first, False before True): the outcome they all give, else a gap naming them.
     ``begin`` announces each run to the parent, which holds it to its deadline."""
-    pending = [[]]
-    outcomes = []
-    labels = []
+    pending: "list[list[bool]]" = [[]]
+    outcomes: "list[JSON]" = []
+    labels: "list[str]" = []
     while pending:
         if len(outcomes) == MAX_PATHS:
             return {"gap": "more than %d ways the branches decided by %s can go" % (MAX_PATHS, ", ".join(labels[:3]))}
@@ -925,7 +942,7 @@ def explore(call, namespace, data, timeout, begin):
     return {"gap": "the branches decided by %s" % ", ".join(labels[:3])}
 
 
-def run_once(call, namespace, data, timeout):
+def run_once(call: "JSON", namespace: "Namespace", data: "JSON", timeout: float) -> "JSON":
     """One run of the call along the branch choices in FORCED."""
     del RAISED[:]
     del TAKEN[:]
@@ -934,7 +951,7 @@ def run_once(call, namespace, data, timeout):
     try:
         for name, spec in call.get("bind", {}).items():
             namespace[name] = build(spec, data, namespace)
-        outcome = {"value": to_json(eval(call["expr"], namespace))}
+        outcome: "JSON" = {"value": to_json(eval(call["expr"], namespace))}
     except ProbeGap as exc:
         outcome = {"gap": str(exc.args[0]) if exc.args else "?"}
     except CallTimeout:
@@ -957,7 +974,7 @@ def run_once(call, namespace, data, timeout):
     return outcome
 
 
-def main():
+def main() -> None:
     """Serve request lines until stdin ends: one answer line each."""
     line = sys.stdin.buffer.readline()
     if not line:

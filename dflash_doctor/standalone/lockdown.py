@@ -29,6 +29,16 @@ import errno
 import os
 import sys
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations are strings: this runs on Pythons whose typing lacks these
+    from typing import TypedDict
+
+    class Arch(TypedDict):
+        audit_arch: int
+        syscalls: dict[str, int]
+
+    Instruction = tuple[int, int, int, int]  # (code, jt, jf, k)
+
 DEFAULT_LIMITS = {"memory_bytes": 512 << 20, "cpu_s": 20, "open_files": 8}
 
 PR_SET_SECCOMP = 22
@@ -101,7 +111,7 @@ FORBIDDEN = (
 )
 
 # Numbers by architecture (asm/unistd_64.h; asm-generic/unistd.h for aarch64).
-ARCHES = {
+ARCHES: "dict[str, Arch]" = {
     "x86_64": {
         "audit_arch": 0xC000003E,
         "syscalls": {
@@ -203,7 +213,7 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
 
 
-def arch():
+def arch() -> "Arch":
     """The entry of ARCHES for this machine; raises LockdownError elsewhere."""
     if not sys.platform.startswith("linux"):
         raise LockdownError("seccomp needs Linux; this is %s" % sys.platform)
@@ -215,7 +225,7 @@ def arch():
     return ARCHES[machine]
 
 
-def seccomp_program(entry):
+def seccomp_program(entry: "Arch") -> "list[Instruction]":
     """The filter as (code, jt, jf, k) tuples: check the ABI, allow ALLOWED,
     kill on FORBIDDEN, EPERM for the rest."""
     table = entry["syscalls"]
@@ -242,12 +252,12 @@ def seccomp_program(entry):
     return program
 
 
-def _check(result, what):
+def _check(result: int, what: str) -> None:
     if result != 0:
         raise LockdownError("%s failed: %s" % (what, os.strerror(ctypes.get_errno())))
 
 
-def _set_limits(limits):
+def _set_limits(limits: "dict[str, int]") -> None:
     import resource  # POSIX only: imported once arch() has said Linux
 
     memory = int(limits["memory_bytes"])
@@ -266,7 +276,7 @@ def _set_limits(limits):
             raise LockdownError("setrlimit(%s) failed: %s" % (name, exc)) from None
 
 
-def lockdown(limits=None):
+def lockdown(limits: "dict[str, int] | None" = None) -> "tuple[str, ...]":
     """Put this process behind the boundary; returns the layers in force.
 
     ``limits`` overrides DEFAULT_LIMITS (memory_bytes, cpu_s, open_files)."""

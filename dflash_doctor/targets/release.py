@@ -52,7 +52,9 @@ def canonical_release(version: str) -> str:
     text = version[1:] if version[:1] in ("v", "V") else version
     if not RELEASE.fullmatch(text):
         raise ToolError(f"not a release version: {version!r} (expected e.g. 0.20.1)")
-    numbers, suffix = re.fullmatch(r"([\d.]+?)((?:a|b|rc|\.post|\.dev)\d+)?", text).groups()
+    split = re.fullmatch(r"([\d.]+?)((?:a|b|rc|\.post|\.dev)\d+)?", text)
+    assert split is not None  # RELEASE matched
+    numbers, suffix = split.groups()
     parts = [str(int(part)) for part in numbers.split(".")]
     while len(parts) > 3 and parts[-1] == "0":
         parts.pop()
@@ -153,7 +155,7 @@ def _one_fetch(key: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _staging():
+def _staging() -> Iterator[Path]:
     """A fresh directory under the cache's ``tmp`` (the same file system as the cache)."""
     staging_root = cache_dir() / "tmp"
     try:

@@ -117,7 +117,7 @@ class SnapshotTree(SourceTree):
         for relpath in relpaths:
             self._take(relpath, part, with_bytes)
 
-    def _take(self, relpath: str, part: dict, with_bytes: bool) -> None:
+    def _take(self, relpath: str, part: Mapping[str, Any], with_bytes: bool) -> None:
         """What the host's answer ``part`` says of ``relpath`` (nothing else of the answer is taken)."""
         files, sha256, errors = part.get("files", {}), part.get("sha256", {}), part.get("file_errors", {})
         self._more_held.discard(relpath)
@@ -146,7 +146,7 @@ def snapshot_target(
     answer: dict,
     kind: str,
     who: str,
-    details: tuple[tuple[str, str], ...] = (),
+    details: tuple[tuple[str, str | int], ...] = (),
     contents: Contents | None = None,
     more: More | None = None,
 ) -> ResolvedTarget:

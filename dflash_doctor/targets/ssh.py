@@ -37,10 +37,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..isolation import sandbox
-from ..isolation.session import RUN_TIMEOUT_S, Session, Unstarted
+from ..isolation.session import RUN_TIMEOUT_S, Outcome, Session, Unstarted
 from ..model import TargetInfo, ToolError
 from ..patching.sftp_files import SftpFiles
 from ..standalone.probe import MARKER, STAGE_BOOT
@@ -50,6 +50,9 @@ from .channel import ChannelPipe, behaviour_lifetime
 from .hosts import HostKeyPolicy, HostSpec, SshOptions, fingerprint, parse_host
 from .probing import MAX_OUTPUT_BYTES, MIB, answered, encode_request, parse_probe_output, probe_source
 from .snapshot import Contents, More, snapshot_target
+
+if TYPE_CHECKING:
+    from paramiko import Channel, ProxyCommand, SSHClient
 
 # Most hops of a ProxyJump chain (OpenSSH has no limit; a loop would never end).
 MAX_JUMPS = 8
@@ -116,13 +119,13 @@ class SshTarget:
         self.bytes_sent = 0
         self.bytes_received = 0
         self.connect_tries = 0  # of the last connection made
-        self._open: tuple[HostSpec, object] | None = None
-        self._staged: list = []  # the staged collectors of this connection's checks, closed with it
+        self._open: tuple[HostSpec, SSHClient] | None = None
+        self._staged: list[Channel] = []  # the staged collectors of this connection's checks, closed with it
         self._fetched = (0, 0)  # bytes sent and received for what the last check asked its collector for since
-        self._jumps: list = []  # the ProxyJump clients the connection goes through, closed with it
+        self._jumps: list[SSHClient] = []  # the ProxyJump clients the connection goes through, closed with it
 
     @contextlib.contextmanager
-    def connected(self):
+    def connected(self) -> Iterator[SSHClient]:
         """Keep one connection open: yields the paramiko client, and every
         ``resolve`` inside runs its probe, and its behaviour, on it (patch:
         check, write, re-check). Inside an open one, the same connection."""
@@ -173,17 +176,17 @@ class SshTarget:
         resolved = dataclasses.replace(resolved, info=info)
         if self._open is None:
             return dataclasses.replace(resolved, no_files="the ssh connection it was read over is closed")
-        files = functools.partial(SftpFiles, self._open[1], resolved.tree.root, self.options.python, info.location)
+        files = functools.partial(SftpFiles, self._open[1], answer.get("root", ""), self.options.python, info.location)
         return dataclasses.replace(resolved, behaviour=functools.partial(self._behaviour, self._open), files=files)
 
-    def _close(self, client) -> None:
+    def _close(self, client: SSHClient) -> None:
         """Close the connection, then let go of the jump hosts it went through (the last
         check using one closes it: its transport thread ends)."""
         client.close()
         while self._jumps:
             JUMPS.release(self._jumps.pop())
 
-    def _connect(self, spec: HostSpec, chain: tuple[str, ...] = ()):
+    def _connect(self, spec: HostSpec, chain: tuple[str, ...] = ()) -> SSHClient:
         """``chain``: the hosts that jump to this one, to refuse ProxyJump loops.
         A connection refused, reset or closed before the SSH banner (a busy
         server past its ``MaxStartups``, or one restarting) is tried again after
@@ -199,7 +202,7 @@ class SshTarget:
             time.sleep(FIRST_PAUSE_S * 2 ** (self.connect_tries - 1) * random.uniform(0.5, 1.5))
             self.connect_tries += 1
 
-    def _connect_once(self, spec: HostSpec, chain: tuple[str, ...]):
+    def _connect_once(self, spec: HostSpec, chain: tuple[str, ...]) -> SSHClient:
         import paramiko
 
         # paramiko's transport thread logs failures itself; ours are reported as one line.
@@ -259,7 +262,7 @@ class SshTarget:
             raise ToolError(f"{who}: cannot connect: {reason}") from None
         return client
 
-    def _proxy_socket(self, spec: HostSpec, chain: tuple[str, ...]):
+    def _proxy_socket(self, spec: HostSpec, chain: tuple[str, ...]) -> ProxyCommand | Channel | None:
         import paramiko
 
         if spec.proxy_command:
@@ -271,9 +274,10 @@ class SshTarget:
                 hops = " -> ".join((*chain, spec.proxy_jump))
                 raise ToolError(f"{chain[0]}: ProxyJump loop in the ssh config ({hops}); refusing")
             jump = SshTarget(spec.proxy_jump, self.options, self.request)
+            hop = spec.proxy_jump
 
             def connect() -> tuple[Any, Callable[[], None]]:
-                client = jump._connect(parse_host(spec.proxy_jump, self.options), chain)
+                client = jump._connect(parse_host(hop, self.options), chain)
                 return client, lambda: jump._close(client)
 
             # one connection to the jump host for every check of this process that goes through it
@@ -298,7 +302,9 @@ class SshTarget:
         script = f"{prefix}if timeout -k 1 1 true >/dev/null 2>&1; then timeout -k 5 {seconds} {run}; else {run}; fi"
         return f"sh -c {shlex.quote(script)}"
 
-    def _run_probe(self, client, spec: HostSpec, who: str, staged: bool) -> tuple[dict, tuple[Contents, More] | None]:
+    def _run_probe(
+        self, client: SSHClient, spec: HostSpec, who: str, staged: bool
+    ) -> tuple[dict, tuple[Contents, More] | None]:
         """The collector's answer, and how to ask it for the bytes it held back and for
         more files (None when it is not asked: whole at once, or an answer with an error).
         ``staged``: in two parts on one run (the first without the bytes), the collector
@@ -356,7 +362,9 @@ class SshTarget:
     def counted(self, info: TargetInfo) -> TargetInfo:
         """``info`` at the end of a check: its byte counts include the held-back bytes it asked for."""
         more = dict(zip(("bytes_sent", "bytes_received"), self._fetched))
-        return dataclasses.replace(info, details=tuple((k, v + more[k] if k in more else v) for k, v in info.details))
+        return dataclasses.replace(
+            info, details=tuple((k, v + more[k] if k in more and isinstance(v, int) else v) for k, v in info.details)
+        )
 
     @staticmethod
     def _contents(ask: Callable[[bytes], dict]) -> dict:
@@ -369,7 +377,7 @@ class SshTarget:
         """What the collector finds at module files of the package it did not send (``more_files``)."""
         return ask(b"%s %s\n" % (b"more" if with_bytes else b"digests", base64.b64encode(json.dumps(paths).encode())))
 
-    def _ask(self, spec: HostSpec, who: str, channel, lock: threading.Lock, line: bytes) -> dict:
+    def _ask(self, spec: HostSpec, who: str, channel: Channel, lock: threading.Lock, line: bytes) -> dict:
         """One word to a staged collector and its answer (one round trip on its channel);
         the bytes it moves count in ``counted``. Its answer is untrusted: type-checked here,
         and the caller takes from it only what it asked for."""
@@ -408,7 +416,7 @@ class SshTarget:
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise ToolError(f"{spec.given}: the probe could not run: {exc}") from None
 
-    def _start_session(self, spec: HostSpec, client):
+    def _start_session(self, spec: HostSpec, client: SSHClient) -> Session | Unstarted:
         """The behaviour child on the host, booted and waiting for its first request
         (it reads that request before the lockdown goes up and any tree code is
         read); an ``Unstarted`` one when it cannot start."""
@@ -435,7 +443,7 @@ class SshTarget:
         return Session(ChannelPipe(channel, label, self, lifetime_s=seconds), label, wall_s=wall_s)
 
     @contextlib.contextmanager
-    def _behaviour(self, connection: tuple[HostSpec, object]):
+    def _behaviour(self, connection: tuple[HostSpec, SSHClient]) -> Iterator[Callable[..., dict[str, Outcome]]]:
         """One check's session on the host (``ResolvedTarget.behaviour``), started
         when the check first asks for it: a check the results cache answers starts
         none, and a check's tree code never runs in the child of another check."""
@@ -449,7 +457,7 @@ class SshTarget:
         finally:
             session.close()
 
-    def _drain(self, channel, deadline: float, cap: int, answer: bool = False) -> tuple[bytes, bytes]:
+    def _drain(self, channel: Channel, deadline: float, cap: int, answer: bool = False) -> tuple[bytes, bytes]:
         """Standard output (at most ``cap`` bytes) and the tail of standard
         error, until the remote side closes them, the deadline passes, or (``answer``)
         output holds a whole marked line (``probing.answered``, looked for in each

@@ -49,7 +49,8 @@ class Source(Protocol):
     """The bytes of a wheel: ``size`` of them, ``read(start, end)`` any range, ``fetched(start, end)`` the
     bytes such a read moves over the network."""
 
-    size: int
+    @property
+    def size(self) -> int: ...
 
     def read(self, start: int, end: int) -> bytes: ...
 
