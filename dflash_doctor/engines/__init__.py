@@ -18,6 +18,7 @@ import dataclasses
 import re
 from collections.abc import Mapping
 
+from .metrics import Metrics
 from .route import Route
 
 
@@ -49,6 +50,7 @@ class Engine:
     cache: str  # the user cache's subdirectory of the engine's releases and matrix rows ("": the cache itself)
     first_dflash: str  # the first release on the package index with a DFlash code path
     route: Route | None = None  # the objects behaviour runs the tree's code on (None: behaviour cannot run it)
+    metrics: Metrics | None = None  # where a running server reports acceptance (``accept``); None: not read
 
     def kept(self) -> tuple[str, ...]:
         """What a release tree keeps of the engine's wheel, besides its dist-info."""
