@@ -236,3 +236,19 @@ def test_garbage_where_sglang_numbers_should_be_is_one_line_and_bounded(metrics,
     assert not target.exists()  # nothing half-written
     assert all(request.startswith("GET /") for request in asked) and len(asked) <= 2  # only the two endpoints read
     assert result.peak_rss < 250 * MIB and result.seconds < 30, (result.peak_rss, result.seconds)
+
+
+def test_the_engine_is_told_by_the_prefix_of_the_series(cli):
+    vllm = b'vllm:spec_decode_num_drafts_total{model_name="m"} 5\n'
+    sglang = VERIFY.format(verify=10).encode() + GENERATED.format(tokens=50).encode()
+    with RawServer(by_path({"/metrics": vllm})) as server:
+        assert_error(cli("accept", "--metrics-url", server.url, "--engine", "sglang"), "exposes no sglang: series")
+    with RawServer(by_path({"/metrics": vllm + sglang})) as server:
+        assert_error(
+            cli("accept", "--metrics-url", server.url),
+            "exposes series of vLLM (vllm:) and SGLang (sglang:): give --engine",
+        )
+    with RawServer(by_path({"/metrics": b"process_cpu_seconds_total 3\n"})) as server:
+        assert_error(
+            cli("accept", "--metrics-url", server.url), "exposes no series of vLLM (vllm:) or SGLang (sglang:)"
+        )

@@ -272,7 +272,8 @@ def _notes(read: _Read, expected: Expected | None, from_server: bool) -> tuple[s
         notes.append(
             f"The server exposes no {described.drafts}_total counter (older releases lack it, or no request has "
             f"finished yet): the figure is its gauge {described.gauge}, which covers only {described.gauge_span}, "
-            "carries no counts and keeps its last value while the server is idle: not the window measured."
+            "carries no counts and keeps its last value while the server is idle (it is read at the last sample, "
+            "whatever --window)."
         )
     if described is not None and described.server_info is not None and measurement.source == SERVER_INFO:
         notes.append(

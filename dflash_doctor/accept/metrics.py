@@ -204,20 +204,21 @@ def engine_of(sample: Scrape, told: Engine | None) -> Engine:
         if told not in found:
             raise ToolError(
                 f"{sample.url} exposes no {prefix} series: not a {told.display} metrics endpoint "
-                f"(it exposes {_named(found)})"
+                f"(it exposes series of {_named(found, ' and ')})"
             )
         return told
-    if len(found) != 1:
-        known = ", ".join(f"{engine.display} ({_metrics(engine).prefix})" for engine in READ)
+    if not found:
         raise ToolError(
-            f"{sample.url} exposes series of {_named(found)}: not one engine's metrics endpoint (accept reads {known}); "
-            "give --engine"
+            f"{sample.url} exposes no series of {_named(list(READ), ' or ')}: not the metrics endpoint of an engine "
+            "accept reads"
         )
+    if len(found) > 1:
+        raise ToolError(f"{sample.url} exposes series of {_named(found, ' and ')}: give --engine")
     return found[0]
 
 
-def _named(engines: list[Engine]) -> str:
-    return " and ".join(f"{engine.display} ({_metrics(engine).prefix})" for engine in engines) or "no engine's series"
+def _named(engines: list[Engine], joint: str) -> str:
+    return joint.join(f"{engine.display} ({_metrics(engine).prefix})" for engine in engines) or "no engine"
 
 
 def has_drafts(sample: Scrape, engine: Engine) -> bool:
