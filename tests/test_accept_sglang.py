@@ -146,7 +146,10 @@ def test_the_engine_told_must_be_the_one_serving(cli):
 def test_speculative_decoding_off(cli):
     with FakeSglang(algorithm=None) as server:
         server.finish(1)
-        assert_error(cli("accept", "--metrics-url", server.url), "speculative decoding is not enabled")
+        assert_error(
+            cli("accept", "--metrics-url", server.url),
+            "/server_info: speculative decoding is not enabled on this server (speculative_algorithm is none)",
+        )
 
 
 def test_neither_endpoint_says_what_was_asked_first(cli):
