@@ -156,6 +156,18 @@ def _handler(server: FakeSglang):
                 return self._send(200, body, prometheus_client.CONTENT_TYPE_LATEST)
             if self.path == "/server_info":
                 return self._send(200, json.dumps(server.server_info()).encode(), "application/json")
+            if self.path == "/v1/models":
+                return self._send(200, json.dumps({"data": [{"id": "m"}]}).encode(), "application/json")
             self._send(404, b'{"detail":"Not Found"}', "application/json")
+
+        def do_POST(self) -> None:
+            """An OpenAI-compatible request: answered once it has finished (and been counted)."""
+            self.rfile.read(int(self.headers["Content-Length"]))
+            if self.path not in ("/v1/completions", "/v1/chat/completions"):
+                return self._send(404, b'{"detail":"Not Found"}', "application/json")
+            with server.lock:
+                server.finish(1)
+            usage = {"prompt_tokens": 200, "completion_tokens": 320, "total_tokens": 520}
+            self._send(200, json.dumps({"id": "1", "choices": [], "usage": usage}).encode(), "application/json")
 
     return Handler

@@ -83,6 +83,18 @@ def test_a_collapsed_server_fails_with_the_collapse_diagnosis(accept):
     assert report["window_s"] is None  # totals since the start
 
 
+def test_a_workload_is_counted_as_its_requests_finish(accept, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps(f"Question {i}") + "\n" for i in range(6)))
+    with FakeSglang(length=6.4) as server:
+        server.finish(40)  # earlier traffic: not in the window
+        code, report = accept("--metrics-url", server.url, "--prompts", str(prompts), *QWEN3_8B, "--dataset", "gsm8k")
+    assert (code, report["diagnosis"]["code"]) == (0, "within-band")
+    assert report["drafts"] == 6 * 50 and report["acceptance_length"] == 6.4
+    assert (report["load"]["answered"], report["load"]["model"]) == (6, "m")
+    assert report["load"]["base_url"] == server.url + "/v1" and report["mean_prompt_tokens"] == 200
+
+
 def test_the_drafter_the_server_names_is_the_bar_without_drafter(accept):
     with FakeSglang(length=2.9) as server:  # below 0.95 x alpaca's 3.16, the lowest figure of Qwen3-8B-DFlash-b16
         server.finish(20)
