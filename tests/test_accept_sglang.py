@@ -173,6 +173,21 @@ def test_neither_endpoint_says_what_was_asked_first(cli):
         )
 
 
+def test_without_metrics_a_workload_is_sent_only_to_a_server_that_says_it_drafts(cli, accept, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('"one"\n"two"\n')
+    with RawServer(lambda h: status(h, "HTTP/1.1 404 Not Found", {"Content-Length": "0"})) as server:
+        proc = cli(
+            "accept", "--metrics-url", server.url, "--engine", "sglang", "--prompts", str(prompts), "--model", "m"
+        )
+        asked = list(server.requests)
+    assert_error(proc, "server_info: HTTP 404")
+    assert not any(request.startswith("POST") for request in asked), asked
+    with FakeSglang(metrics=False, average=6.3) as server:
+        code, report = accept("--metrics-url", server.url, "--prompts", str(prompts))
+    assert (code, report["source"]["kind"], report["load"]["answered"]) == (0, "sglang-server-info", 2)
+
+
 # -- hostile ---------------------------------------------------------------------
 
 

@@ -186,15 +186,18 @@ def _from_server_info(
     missing: metrics.NotServed | None,
     send: Callable[[], LoadResult | None],
 ) -> _Read:
-    """No metrics endpoint: the running average the engine's own endpoint gives, read after the workload.
-    ``missing``: the metrics endpoint's 404, said instead when the engine was guessed and neither is served."""
-    load = send()
+    """No metrics endpoint: the running average the engine's own endpoint gives, read before the workload
+    (is it the engine's, drafting?) and again after it. ``missing``: the metrics endpoint's 404, said instead
+    when the engine was guessed and neither is served."""
     try:
         server = read_server_info(url, engine, options.timeout)
     except metrics.NotServed:
         if missing is not None:
             raise missing from None
         raise
+    load = send()
+    if load is not None:
+        server = read_server_info(url, engine, options.timeout)
     return _Read(_without_counts(engine, SERVER_INFO, server.url, options.model, server.average, load), load, server)
 
 
