@@ -300,3 +300,16 @@ def test_read_launch_flags_pairs():
     assert flags.value("--a", "--b") == "2" and flags.given("--c") and not flags.given("--z")
     with pytest.raises(ToolError):
         read_launch_flags('--a "unclosed')
+
+
+@pytest.mark.release
+def test_check_of_an_sglang_tree_lints_the_drafter_for_sglang():
+    proc = run_cli(
+        "check", "--release", "0.5.11", "--engine", "sglang", "--draft-config", str(MIMO), "--format", "json"
+    )
+    assert proc.returncode in (0, 1, 2), proc.stderr
+    draft = json.loads(proc.stdout)["draft"]
+    assert draft["engine"] == "sglang"
+    assert {"sglang-last-layer": "error", "sglang-swa-unread": "warning"}.items() <= {
+        finding["code"]: finding["severity"] for finding in draft["findings"]
+    }.items()

@@ -1,4 +1,4 @@
-"""The drafter's own config: lint it, and show what a vLLM tree computes for it.
+"""The drafter's own config: lint it (for the engine it is served by), and show what a vLLM tree computes for it.
 
 ``draft_sections`` is what ``check --draft-config`` adds to a CheckReport.
 """
@@ -23,7 +23,8 @@ def draft_sections(
 ) -> tuple[tuple[Section, ...], tuple[FixResult, ...]]:
     """The ``draft`` and ``probes`` report sections, and the fixes judged with the
     user's config as the one that gates. Raises ToolError for unreadable input."""
-    report = lint_report(Path(draft_config), None if target_config is None else Path(target_config))
+    target = None if target_config is None else Path(target_config)
+    report = lint_report(Path(draft_config), target, resolved.tree.engine.name)  # linted for the tree's engine
     fixes, probes = judged_fixes(resolved, rules, report.config)
     if probes is not None and probes.hf_source is not None:  # the window finding from the object the verdict used
         from ..behaviour.hf_config import HfView
