@@ -368,7 +368,7 @@ class ReleasesRequest:
 
 def releases(request: ReleasesRequest, said: Callable[[str], None] = lambda line: None) -> Matrix:
     """The matrix; ``said`` hears where the release list came from when not the package index."""
-    from .targets.selection import from_option
+    from .model import from_option
     from .paths import FULL_WHEEL, OFFLINE
     from .releases import Matrix, plan, release_rows, rules_digest
     from .rulefile import load_rules

@@ -55,7 +55,8 @@ def draft_sections(
     from .draft.lint import lint_report, with_hf
     from .draft.render import DraftSection
 
-    report = lint_report(Path(draft_config), None if target_config is None else Path(target_config))
+    target = None if target_config is None else Path(target_config)
+    report = lint_report(Path(draft_config), target, resolved.tree.engine.name)  # linted for the tree's engine
     fixes, probes = judged_fixes(resolved, rules, report.config)
     if probes is not None and probes.hf_source is not None:  # the window finding from the object the verdict used
         from .draft.config import HfView

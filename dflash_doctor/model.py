@@ -7,7 +7,7 @@ import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
-from .engines import VLLM, Engine
+from .engines import VLLM, Engine, named
 
 PRESENT = "present"
 ABSENT = "absent"
@@ -567,6 +567,14 @@ class ToolError(Exception):
     The base of every domain error (SourceError, ExtractError, SandboxError,
     PatchRefused, GitFailure): one that escapes its handler still ends as one
     line, never as a traceback or exit 1."""
+
+
+def from_option(name: str) -> Engine:
+    """The engine an ``--engine`` option names; a ToolError naming the known ones."""
+    try:
+        return named(name)
+    except LookupError as exc:
+        raise ToolError(f"--engine: {exc}") from None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,7 @@ PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 # What a documented command needs that this machine does not have: (words that mark it, reason).
 NEEDS = [
     ({"--host", "--hosts-file"}, "needs ssh hosts with vLLM (tests/test_ssh.py checks a real sshd on 127.0.0.1)"),
-    ({"--metrics-url", "--sglang"}, "needs a running vLLM or SGLang server (tests/test_accept.py serves real metrics)"),
+    ({"--metrics-url"}, "needs a running vLLM or SGLang server (tests/test_accept*.py serve real metrics)"),
     ({"--image"}, "needs a registry or an image built here (tests/test_image.py pushes real ones to a local registry)"),
     (
         {"ancestry", "--repo"},

@@ -1,6 +1,6 @@
 """dflash-doctor accept against real HTTP servers on 127.0.0.1 (tests/metrics_server.py):
 metrics produced by prometheus_client under vLLM's names and labels, counters that
-advance between samples, an OpenAI-compatible stub, and SGLang's /server_info."""
+advance between samples, and an OpenAI-compatible stub (SGLang: test_accept_sglang.py)."""
 
 from __future__ import annotations
 
@@ -297,11 +297,10 @@ def test_second_sample_unreadable_is_an_error(tmp_path):
 @pytest.mark.parametrize(
     "args, fragment",
     [
-        ((), "give one source"),
-        (("--metrics-url", "http://127.0.0.1:1/metrics", "--sglang", "http://127.0.0.1:1"), "give one source"),
+        ((), "give --metrics-url"),
         (("--metrics-url", "file:///etc/passwd"), "must be an http:// or https:// URL"),
         (("--metrics-url", "http://127.0.0.1:1/metrics", "--window", "0"), "--window must be more than 0"),
-        (("--sglang", "http://127.0.0.1:1", "--window", "1"), "--window needs --metrics-url"),
+        (("--metrics-url", "http://127.0.0.1:1", "--engine", "tgi"), "--engine: no engine called 'tgi'"),
         (("--metrics-url", "http://127.0.0.1:1/metrics", "--dataset", "gsm8k"), "give --drafter too"),
         (("--metrics-url", "http://127.0.0.1:1/metrics", *QWEN3_8B, "--dataset", "nope"), "published: gsm8k"),
         (
@@ -487,54 +486,6 @@ def test_missing_prompts_file(tmp_path, cli):
         cli("accept", "--metrics-url", "http://127.0.0.1:1/metrics", "--prompts", str(tmp_path / "none.jsonl")),
         "no such file",
     )
-
-
-# -- SGLang ---------------------------------------------------------------------------
-
-
-def sglang_info(**state) -> dict:
-    return {
-        "status": "ready",
-        "internal_states": [{"speculative_algorithm": "DFLASH", "last_gen_throughput": 120.0, **state}],
-    }
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "info, rc, code",
-    [
-        (sglang_info(avg_spec_accept_length=6.4), 0, "within-band"),
-        (sglang_info(avg_spec_accept_length=1.1), 1, "collapse"),
-        (sglang_info(avg_spec_accept_length=5.7), 1, "uniform-loss"),
-        (sglang_info(), 2, "too-little-data"),
-    ],
-)
-def test_sglang_server_info(info, rc, code, accept):
-    with FakeEngine(server_info=info) as engine:
-        got_rc, report = accept("--sglang", engine.url, *QWEN3_8B, "--dataset", "gsm8k")
-    assert (got_rc, report["diagnosis"]["code"]) == (rc, code)
-    assert report["source"] == {"kind": "sglang-server-info", "url": engine.url + "/server_info", "model": None}
-    assert report["acceptance_length"] == info["internal_states"][0].get("avg_spec_accept_length")
-    assert report["drafts"] is None and report["per_position"] == [] and report["window_s"] is None
-    assert any("running average since the server started" in note for note in report["notes"])
-
-
-@pytest.mark.slow
-def test_sglang_without_speculative_decoding(cli):
-    with FakeEngine(server_info=sglang_info(speculative_algorithm=None)) as engine:
-        assert_error(cli("accept", "--sglang", engine.url), "speculative decoding is not enabled")
-    with FakeEngine(server_info={"version": "x"}) as engine:
-        assert_error(cli("accept", "--sglang", engine.url), "has no internal_states")
-
-
-@pytest.mark.slow
-def test_sglang_with_a_workload(tmp_path, accept):
-    prompts = write_prompts(tmp_path / "p.jsonl", ["one", "two", "three"])
-    with FakeEngine(server_info=sglang_info(avg_spec_accept_length=6.1)) as engine:
-        code, report = accept("--sglang", engine.url, "--prompts", prompts)
-        sent = len(engine.requests)
-    assert code == 0 and sent == 3 and report["load"]["answered"] == 3
-    assert report["mean_prompt_tokens"] == 180
 
 
 # -- output ---------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from conftest import assert_error, run_cli
-from metrics_server import RawServer, ok
+from metrics_server import RawServer, ok, status
 
 HUGE = "1" + "0" * 5000  # past Python's 4,300-digit limit: json.loads and tomllib raise ValueError
 
@@ -75,5 +75,11 @@ def test_a_host_a_resolver_refuses_is_one_line_naming_the_line(line, tmp_path):
 @pytest.mark.slow
 def test_an_sglang_answer_with_an_integer_past_the_digit_limit_is_not_json():
     body = ('{"internal_states": [{"avg_spec_accept_length": ' + HUGE + "}]}").encode()
-    with RawServer(ok(body, "application/json")) as server:
-        assert_error(run_cli("accept", "--sglang", server.url), "did not answer JSON")
+
+    def answer(handler) -> None:  # an SGLang server without --enable-metrics: no /metrics
+        if handler.path == "/server_info":
+            return ok(body, "application/json")(handler)
+        status(handler, "HTTP/1.1 404 Not Found", {"Content-Length": "0"})
+
+    with RawServer(answer) as server:
+        assert_error(run_cli("accept", "--metrics-url", server.url, "--engine", "sglang"), "did not answer JSON")

@@ -76,6 +76,10 @@ def session(tmp_path_factory):
         shutil.copy(DRAFTER, drafter / "config.json")
     (home / "models" / "Qwen3.6-27B").mkdir()
     (home / "models" / "Qwen3.6-27B" / "config.json").write_text(json.dumps({"num_hidden_layers": 64}))
+    (work / "serve.sh").write_text(  # the launch command the docs lint with --launch-flags @serve.sh
+        "python -m sglang.launch_server --model-path Qwen/Qwen3.6-27B --speculative-algorithm DFLASH \\\n"
+        "    --speculative-draft-model-path z-lab/Qwen3.6-27B-DFlash --speculative-num-draft-tokens 16\n"
+    )
     env = {
         **os.environ,
         "HOME": str(home),

@@ -19,7 +19,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dflash_doctor.accept.metrics import SERIES, counts_between, counts_since_start, parse_exposition, Scrape
+from dflash_doctor.accept.metrics import SERIES, READ, counts_between, counts_since_start, parse_exposition
 from dflash_doctor.targets.selection import read_hosts_file
 from dflash_doctor.draft.lint import lint_report
 from dflash_doctor.images.archive import ArchiveSource
@@ -195,7 +195,7 @@ SAMPLE = st.builds(
     lambda name, labels, position, value: (
         name + "{" + ",".join(f'{k}="{v}"' for k, v in {**labels, **position}.items()) + "} " + value
     ),
-    st.sampled_from(SERIES + ("vllm:num_requests_running", "vllm:cache_config_info")),
+    st.sampled_from(SERIES + ("vllm:num_requests_running", "vllm:cache_config_info", "sglang:num_running_reqs")),
     LABELS,
     st.dictionaries(st.just("position"), POSITION, max_size=1),
     st.sampled_from(["1", "0", "3.5", "-5", "NaN", "+Inf", "1e999", "x", "1 123", ""]),
@@ -216,9 +216,10 @@ WIDE = st.integers(0, 2000).map(
 def test_metrics_are_counts_or_one_line(first, second):
     def run() -> None:
         before = parse_exposition(first, "http://127.0.0.1/metrics")
-        counts_since_start(Scrape("u", 0.0, *before))
         after = parse_exposition(second, "http://127.0.0.1/metrics")
-        counts_between(Scrape("u", 0.0, *before), Scrape("u", 1.0, *after))
+        for engine in READ:  # the same series read by each engine's names
+            counts_since_start(before, engine)
+            counts_between(before, after, engine)
 
     result_or_tool_error(run)
 

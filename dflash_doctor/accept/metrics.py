@@ -1,5 +1,6 @@
-"""Reading acceptance from a server: vLLM's Prometheus spec-decode counters
-(parsed with prometheus_client's text parser) or SGLang's /server_info.
+"""Reading acceptance from a server's Prometheus endpoint (prometheus_client's text
+parser), by the names the engine's descriptor gives (``Engine.metrics``): which
+engine serves is told by the prefix of the series it exposes.
 
 Only the sample lines of the series read here reach the parser, each with a
 bounded number of labels (its cost grows with labels times line length), and
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import http.client
-import json
 import math
 import re
 import time
@@ -18,31 +18,39 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ..engines import ENGINES, Engine
+from ..engines.metrics import Metrics
 from ..model import ToolError
 from .http import Refused, excerpt, fetch
 
 if TYPE_CHECKING:
     from prometheus_client.samples import Sample
 
-DRAFTS = "vllm:spec_decode_num_drafts"
-DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
-ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
-ACCEPTED_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
-COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_PER_POSITION)
-# Histogram of prompt lengths of finished requests: its _sum and _count give
-# the mean prompt length of the traffic the counters saw.
-PROMPT_TOKENS = "vllm:request_prompt_tokens"
-PROMPT_SERIES = (PROMPT_TOKENS + "_sum", PROMPT_TOKENS + "_count")
+READ = tuple(engine for engine in ENGINES.values() if engine.metrics is not None)  # the engines accept reads
 
-SERIES = tuple(counter + suffix for counter in COUNTERS for suffix in ("_total", "_created")) + PROMPT_SERIES
 
-MODEL_LABEL = "model_name"
+def kept_series(metrics: Metrics) -> tuple[str, ...]:
+    """The sample names read of an engine's endpoint."""
+    counters = tuple(counter + suffix for counter in metrics.counters() for suffix in ("_total", "_created"))
+    return counters + (metrics.prompt_sum, metrics.prompt_count) + ((metrics.gauge,) if metrics.gauge else ())
+
+
+def _metrics(engine: Engine) -> Metrics:
+    if engine.metrics is None:
+        raise ToolError(f"accept cannot read {engine.display} servers (its metrics are not described)")
+    return engine.metrics
+
+
+SERIES = tuple(name for engine in READ for name in kept_series(_metrics(engine)))
+PREFIXES = tuple(_metrics(engine).prefix for engine in READ)
+
 POSITION_LABEL = "position"
 # Caps (docs/security.md, "Metrics"): vLLM labels its series with model_name,
 # engine and position; per engine and model it exposes 2 x (3 + k) + 2 of these
-# lines for k speculative tokens, and DFlash drafts at most a block of 16.
+# lines for k speculative tokens, and DFlash drafts at most a block of 16. SGLang
+# labels its series with model_name, engine_type, ranks and custom labels.
 MAX_LABELS = 32
 MAX_SERIES_LINES = 10_000
 MAX_POSITION = 1024
@@ -74,8 +82,15 @@ def http_get(url: str, timeout: float) -> bytes:
     request = urllib.request.Request(url, headers={"Accept": "text/plain, application/json"})
     try:
         return fetch(request, timeout)
+    except urllib.error.HTTPError as exc:
+        error = NotServed if exc.code == 404 else ToolError
+        raise error(f"cannot read {url}: {failure(exc, timeout)}") from None
     except (OSError, Refused, http.client.HTTPException) as exc:
         raise ToolError(f"cannot read {url}: {failure(exc, timeout)}") from None
+
+
+class NotServed(ToolError):
+    """The server answered 404: it does not serve the endpoint (SGLang without --enable-metrics has no /metrics)."""
 
 
 def failure(exc: Exception, timeout: float) -> str:
@@ -97,18 +112,21 @@ def failure(exc: Exception, timeout: float) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Scrape:
-    """The spec-decode series of one scrape, by series, with their creation times."""
+    """The series of one scrape that accept reads, by series, with their creation times."""
 
     url: str
     taken_at: float  # time.monotonic()
-    values: Mapping[SeriesKey, float]
+    values: Mapping[SeriesKey, float]  # counters by name without _total; other samples by their name
     created: Mapping[SeriesKey, float]  # the counter's _created sample, when exposed
+    prefixes: frozenset[str] = frozenset()  # the engines' series prefixes seen in the body
 
 
-def series_lines(text: str, url: str) -> str:
-    """The sample lines of the series read here, refused past the caps. Comments and
-    other series never reach the parser (a sample keeps its name without its TYPE line)."""
+def series_lines(text: str, url: str) -> tuple[str, frozenset[str]]:
+    """The sample lines of the series read here, refused past the caps, and the engine
+    prefixes the body's series names start with. Comments and other series never reach
+    the parser (a sample keeps its name without its TYPE line)."""
     kept = []
+    prefixes: set[str] = set()
     for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
@@ -119,6 +137,7 @@ def series_lines(text: str, url: str) -> str:
             raise ToolError(
                 f"{url} did not answer Prometheus text ('{excerpt(line)}' is not a sample; first line: '{excerpt(first)}')"
             )
+        prefixes.update(prefix for prefix in PREFIXES if name.group().startswith(prefix))
         if name.group() not in SERIES:
             continue
         if line.count("=") > MAX_LABELS:
@@ -128,38 +147,43 @@ def series_lines(text: str, url: str) -> str:
         kept.append(line)
         if len(kept) > MAX_SERIES_LINES:
             raise ToolError(f"{url}: more than {MAX_SERIES_LINES} spec-decode sample lines (the cap on series lines)")
-    return "\n".join(kept) + "\n"
+    return "\n".join(kept) + "\n", frozenset(prefixes)
 
 
-def parse_exposition(text: str, url: str) -> tuple[dict[SeriesKey, float], dict[SeriesKey, float]]:
+COUNTER_NAMES = tuple(name for engine in READ for name in _metrics(engine).counters())
+PER_POSITION = tuple(name for engine in READ if (name := _metrics(engine).per_position))
+
+
+def parse_exposition(text: str, url: str) -> Scrape:
+    """The series read here (of every engine accept reads); ``taken_at`` is left 0."""
     from prometheus_client.parser import text_string_to_metric_families
 
     values: dict[SeriesKey, float] = {}
     created: dict[SeriesKey, float] = {}
-    lines = series_lines(text, url)
+    lines, prefixes = series_lines(text, url)
     try:
         for family in text_string_to_metric_families(lines):
             for sample in family.samples:
                 labels = tuple(sorted(sample.labels.items()))
-                for counter in COUNTERS:
-                    if sample.name == counter + "_total":
-                        if counter == ACCEPTED_PER_POSITION:
-                            _position(sample.labels.get(POSITION_LABEL), url)
-                        values[(counter, labels)] = _count(sample, url)
-                    elif sample.name == counter + "_created":
-                        created[(counter, labels)] = _count(sample, url)
-                if sample.name in PROMPT_SERIES:
+                if sample.name.endswith("_total") and sample.name[: -len("_total")] in COUNTER_NAMES:
+                    counter = sample.name[: -len("_total")]
+                    if counter in PER_POSITION:
+                        _position(counter, sample.labels.get(POSITION_LABEL), url)
+                    values[(counter, labels)] = _count(sample, url)
+                elif sample.name.endswith("_created") and sample.name[: -len("_created")] in COUNTER_NAMES:
+                    created[(sample.name[: -len("_created")], labels)] = _count(sample, url)
+                elif sample.name in SERIES:  # a prompt series or a gauge
                     values[(sample.name, labels)] = _count(sample, url)
     except ValueError as exc:
         first_line = text.strip().splitlines()[0]  # a line was kept: the text is not blank
         raise ToolError(
             f"{url} did not answer Prometheus text ({excerpt(str(exc))}; first line: '{excerpt(first_line)}')"
         ) from None
-    return values, created
+    return Scrape(url, 0.0, values, created, prefixes)
 
 
 def _count(sample: Sample, url: str) -> float:
-    """A counter's value (or creation time): finite and not negative, else the data is bad."""
+    """A counter's value (or creation time, or a gauge's value): finite and not negative, else the data is bad."""
     value = sample.value
     if not math.isfinite(value) or value < 0:
         raise ToolError(f"{url}: {sample.name} is {value}: a counter is a finite number, never negative")
@@ -169,27 +193,61 @@ def _count(sample: Sample, url: str) -> float:
 def scrape(url: str, timeout: float) -> Scrape:
     body = http_get(url, timeout)
     taken_at = time.monotonic()
-    text = body.decode("utf-8", errors="replace")
-    values, created = parse_exposition(text, url)
-    if not any(key[0] == DRAFTS for key in values):
+    return dataclasses.replace(parse_exposition(body.decode("utf-8", errors="replace"), url), taken_at=taken_at)
+
+
+def engine_of(sample: Scrape, told: Engine | None) -> Engine:
+    """The engine whose series the endpoint exposes: ``told`` (``--engine``) must be it."""
+    found = [engine for engine in READ if _metrics(engine).prefix in sample.prefixes]
+    if told is not None:
+        prefix = _metrics(told).prefix
+        if told not in found:
+            raise ToolError(
+                f"{sample.url} exposes no {prefix} series: not a {told.display} metrics endpoint "
+                f"(it exposes series of {_named(found, ' and ')})"
+            )
+        return told
+    if not found:
         raise ToolError(
-            f"{url} has no {DRAFTS}_total counter: speculative decoding is not enabled on this server, "
-            "its stats are off (--disable-log-stats), or this is not a vLLM metrics endpoint"
+            f"{sample.url} exposes no series of {_named(list(READ), ' or ')}: not the metrics endpoint of an engine "
+            "accept reads"
         )
-    return Scrape(url, taken_at, values, created)
+    if len(found) > 1:
+        raise ToolError(f"{sample.url} exposes series of {_named(found, ' and ')}: give --engine")
+    return found[0]
 
 
-def models_in(sample: Scrape) -> list[str]:
-    return sorted({dict(labels).get(MODEL_LABEL, "") for name, labels in sample.values if name == DRAFTS})
+def _named(engines: list[Engine], joint: str) -> str:
+    return joint.join(f"{engine.display} ({_metrics(engine).prefix})" for engine in engines) or "no engine"
 
 
-def select_model(sample: Scrape, model: str | None) -> Scrape:
-    """Only the series of one served model (label ``model_name``); all when None."""
-    if model is None:
+def has_drafts(sample: Scrape, engine: Engine) -> bool:
+    return any(name == _metrics(engine).drafts for name, _ in sample.values)
+
+
+def require_drafts(sample: Scrape, engine: Engine) -> None:
+    """An engine whose counters exist from its start (at 0) has speculative decoding off without them."""
+    if not has_drafts(sample, engine):
+        raise ToolError(
+            f"{sample.url} has no {_metrics(engine).drafts}_total counter: speculative decoding is not enabled on "
+            f"this server, its stats are off (--disable-log-stats), or this is not a {engine.display} metrics endpoint"
+        )
+
+
+def models_in(sample: Scrape, engine: Engine) -> list[str]:
+    label = _metrics(engine).model_label
+    return sorted({dict(labels).get(label, "") for _, labels in sample.values})
+
+
+def select_model(sample: Scrape, engine: Engine, model: str | None) -> Scrape:
+    """Only the series of one served model (the engine's model label); all when None. An
+    endpoint that exposes series of other models only has none for ``model``."""
+    if model is None or not sample.values:
         return sample
-    keep = {key for key in sample.values if dict(key[1]).get(MODEL_LABEL) == model}
-    if not any(key[0] == DRAFTS for key in keep):
-        seen = ", ".join(excerpt(name) or "(no model_name label)" for name in models_in(sample))
+    label = _metrics(engine).model_label
+    keep = {key for key in sample.values if dict(key[1]).get(label) == model}
+    if not keep:
+        seen = ", ".join(excerpt(name) or f"(no {label} label)" for name in models_in(sample, engine))
         raise ToolError(f"{sample.url} has no spec-decode counters for model {model!r} (models: {seen})")
     return dataclasses.replace(
         sample,
@@ -203,96 +261,80 @@ class Counts:
     """Spec-decode counts summed over engines (and models, unless filtered)."""
 
     drafts: float
-    draft_tokens: float
-    accepted: float
+    draft_tokens: float | None  # None: the engine does not count them
+    accepted: float  # accepted draft tokens (the bonus token of each step not included)
     accepted_per_position: tuple[float, ...]
-    prompt_tokens: float | None  # over finished requests, when the server exposes the histogram
+    prompt_tokens: float | None  # over finished requests, when the server exposes them
     requests: float | None
 
 
-def _sum_counts(values: Mapping[SeriesKey, float]) -> Counts:
-    totals = {name: 0.0 for name in (DRAFTS, DRAFT_TOKENS, ACCEPTED, *PROMPT_SERIES)}
+def _sum_counts(values: Mapping[SeriesKey, float], metrics: Metrics, url: str) -> Counts:
+    def total(name: str | None) -> float:
+        return sum(value for (series, _), value in values.items() if series == name)
+
+    drafts, accepted = total(metrics.drafts), total(metrics.accepted)
+    if metrics.bonus_counted:
+        if accepted < drafts:
+            raise ToolError(
+                f"{url}: {metrics.accepted}_total ({accepted:g}) is below {metrics.drafts}_total ({drafts:g}): "
+                "every drafting step emits at least one token"
+            )
+        accepted -= drafts
     per_position: dict[int, float] = {}
     for (name, labels), value in values.items():
-        if name == ACCEPTED_PER_POSITION:
-            position = dict(labels).get(POSITION_LABEL)
-            if position is not None:  # checked by _position as it was parsed
-                per_position[int(position)] = per_position.get(int(position), 0.0) + value
-        else:
-            totals[name] += value
-    has_prompts = any(name in PROMPT_SERIES for name, _ in values)
+        position = dict(labels).get(POSITION_LABEL)
+        if name == metrics.per_position and position is not None:  # checked by _position as it was parsed
+            per_position[int(position)] = per_position.get(int(position), 0.0) + value
+    has_prompts = any(name in (metrics.prompt_sum, metrics.prompt_count) for name, _ in values)
     return Counts(
-        drafts=totals[DRAFTS],
-        draft_tokens=totals[DRAFT_TOKENS],
-        accepted=totals[ACCEPTED],
+        drafts=drafts,
+        draft_tokens=total(metrics.draft_tokens) if metrics.draft_tokens else None,
+        accepted=accepted,
         accepted_per_position=tuple(per_position.get(p, 0.0) for p in range(max(per_position, default=-1) + 1)),
-        prompt_tokens=totals[PROMPT_SERIES[0]] if has_prompts else None,
-        requests=totals[PROMPT_SERIES[1]] if has_prompts else None,
+        prompt_tokens=total(metrics.prompt_sum) if has_prompts else None,
+        requests=total(metrics.prompt_count) if has_prompts else None,
     )
 
 
-def _position(label: str | None, url: str) -> None:
+def _position(counter: str, label: str | None, url: str) -> None:
     """A per-position counter's ``position`` (when given): ASCII digits below MAX_POSITION, else bad data."""
     if label is None:
         return
     if not (label.isascii() and label.isdigit()) or len(label) > len(str(MAX_POSITION)) or int(label) >= MAX_POSITION:
         raise ToolError(
-            f'{url}: {ACCEPTED_PER_POSITION}_total has position="{excerpt(label, 20)}": a position is a number of '
+            f'{url}: {counter}_total has position="{excerpt(label, 20)}": a position is a number of '
             f"speculative tokens, below {MAX_POSITION} (the cap on positions)"
         )
 
 
-def counts_since_start(sample: Scrape) -> Counts:
-    return _sum_counts(sample.values)
+def counts_since_start(sample: Scrape, engine: Engine) -> Counts:
+    return _sum_counts(sample.values, _metrics(engine), sample.url)
 
 
-def counts_between(before: Scrape, after: Scrape) -> tuple[Counts, bool]:
+def counts_between(before: Scrape, after: Scrape, engine: Engine) -> tuple[Counts, bool]:
     """What happened between two scrapes, and whether the server restarted.
 
     A counter that went backwards, vanished, or whose ``_created`` time
     changed means the server restarted in between: then, as Prometheus'
     ``increase()`` does, everything counted since the restart is the increase
-    (never a negative count), and the older counts are gone.
+    (never a negative count), and the older counts are gone. A gauge is no count:
+    its value is never compared.
     """
-    restarted = any(after.values.get(key, -1.0) < value for key, value in before.values.items()) or any(
+    metrics = _metrics(engine)
+    counted = {key: value for key, value in after.values.items() if key[0] != metrics.gauge}
+    earlier = {key: value for key, value in before.values.items() if key[0] != metrics.gauge}
+    restarted = any(counted.get(key, -1.0) < value for key, value in earlier.items()) or any(
         key in after.created and after.created[key] != created for key, created in before.created.items()
     )
     if restarted:
-        return _sum_counts(after.values), True
-    return _sum_counts({key: value - before.values.get(key, 0.0) for key, value in after.values.items()}), False
+        return _sum_counts(counted, metrics, after.url), True
+    delta = {key: value - earlier.get(key, 0.0) for key, value in counted.items()}
+    return _sum_counts(delta, metrics, after.url), False
 
 
-@dataclasses.dataclass(frozen=True)
-class SglangReading:
-    url: str
-    acceptance_length: float | None  # None: no verify step recorded yet
-
-
-def read_sglang(url: str, timeout: float) -> SglangReading:
-    """``internal_states[0].avg_spec_accept_length`` of ``GET /server_info``:
-    a running average since the server started, without counts."""
-    info_url = (
-        url if url.rstrip("/").endswith(("/server_info", "/get_server_info")) else url.rstrip("/") + "/server_info"
-    )
-    body = http_get(info_url, timeout)
-    try:
-        info: Any = json.loads(body)
-    except (ValueError, RecursionError):  # not JSON (or an integer past Python's digit limit), or nested too deep
-        raise ToolError(f"{info_url} did not answer JSON") from None
-    states = info.get("internal_states") if isinstance(info, dict) else None
-    if not isinstance(states, list) or not states or not isinstance(states[0], dict):
-        raise ToolError(f"{info_url} has no internal_states: not an SGLang server_info answer")
-    state = states[0]
-    algorithm = state.get("speculative_algorithm", info.get("speculative_algorithm", ""))
-    if algorithm is None or (isinstance(algorithm, str) and algorithm.upper() == "NONE"):
-        raise ToolError(
-            f"{info_url}: speculative decoding is not enabled on this server (speculative_algorithm is none)"
-        )
-    value = state.get("avg_spec_accept_length")
-    if value is not None and (
-        isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-    ):
-        raise ToolError(f"{info_url}: avg_spec_accept_length is not a finite number: {excerpt(repr(value))}")
-    # Before the first verify step SGLang leaves the key out (or reports 0):
-    # an acceptance length is never below 1.
-    return SglangReading(info_url, float(value) if value is not None and value >= 1 else None)
+def gauge_mean(sample: Scrape, engine: Engine) -> float | None:
+    """The mean of the engine's acceptance gauge over its series (one per scheduler); None when it has
+    none, or none at 1 or more (an acceptance length is never below 1: 0 is a scheduler without drafts)."""
+    name = _metrics(engine).gauge
+    readings = [value for (series, _), value in sample.values.items() if series == name and value >= 1]
+    return sum(readings) / len(readings) if readings else None

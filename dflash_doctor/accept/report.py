@@ -9,8 +9,10 @@ from typing import Any
 from ..terminal import clean, literal, terminal_text
 from .diagnose import COLLAPSE, NO_REFERENCE, TOO_LITTLE_DATA, WITHIN_BAND, Diagnosis
 from .load import LoadResult
-from .measurement import VLLM_METRICS, Measurement
+from ..engines import named
+from .measurement import GAUGE, METRICS, Measurement
 from .reference import Expected
+from .server_info import ServerState
 
 SCHEMA = "dflash-doctor/accept/v1"
 
@@ -23,6 +25,7 @@ class AcceptReport:
     load: LoadResult | None
     notes: tuple[str, ...]
     tool_version: str
+    server: ServerState | None = None  # what the server says about itself, where its engine has such an endpoint
 
     @property
     def exit_code(self) -> int:
@@ -33,7 +36,7 @@ class AcceptReport:
         return {
             "schema": SCHEMA,
             "tool_version": self.tool_version,
-            "source": {"kind": m.source, "url": m.url, "model": m.model},
+            "source": {"kind": m.kind, "url": m.url, "model": m.model, "engine": m.engine},
             "acceptance_length": _round(m.acceptance_length),
             "draft_acceptance_rate": _round(m.draft_acceptance_rate),
             "per_position": [round(rate, 4) for rate in m.per_position],
@@ -46,6 +49,7 @@ class AcceptReport:
             "load": None if self.load is None else self.load.to_json(),
             "expected": None if self.expected is None else self.expected.to_json(),
             "diagnosis": self.diagnosis.to_json(),
+            "server": None if self.server is None else self.server.to_json(),
             "notes": list(self.notes),
             "exit_code": self.exit_code,
         }
@@ -60,19 +64,35 @@ STYLES = {WITHIN_BAND: "bold green", NO_REFERENCE: "bold green", TOO_LITTLE_DATA
 
 def _rows(report: AcceptReport) -> list[tuple[str, str]]:
     m = report.measurement
-    what = "vLLM metrics" if m.source == VLLM_METRICS else "SGLang server_info"
+    display = named(m.engine).display
+    what = {METRICS: "metrics", GAUGE: "acceptance gauge"}.get(m.source, "server info")
     scope = f"model {m.model}" if m.model else "all models"
     if m.window_s is not None:
         span = f"window of {m.window_s:.2f} s"
-    elif m.source == VLLM_METRICS:
+    elif m.source == METRICS:
         span = "totals since the server started"
+    elif m.source == GAUGE:
+        span = "its last interval"
     else:
         span = "running average since the server started"
-    rows = [("source", f"{what} at {m.url} ({scope}; {span})")]
+    rows = [("source", f"{display} {what} at {m.url} ({scope}; {span})")]
+    server = report.server
+    if server is not None:
+        said = [
+            f"{name} {value}"
+            for name, value in (
+                ("version", server.version),
+                ("algorithm", server.algorithm),
+                ("block size", server.block_size),
+                ("drafter", server.drafter),
+            )
+            if value is not None
+        ]
+        rows.append(("server", f"{', '.join(said) or 'says nothing of its drafting'} ({server.url})"))
     if m.acceptance_length is None:
         rows.append(("acceptance", "no drafts recorded"))
     elif m.drafts is None:
-        rows.append(("acceptance", f"{m.acceptance_length:.2f} mean acceptance length (SGLang average)"))
+        rows.append(("acceptance", f"{m.acceptance_length:.2f} mean acceptance length ({display} {what}, no counts)"))
     else:
         rows.append(
             (

@@ -17,10 +17,16 @@ class Format(str, Enum):
 
 def accept(
     metrics_url: Optional[str] = typer.Option(
-        None, "--metrics-url", help="vLLM's Prometheus endpoint, e.g. http://HOST:8000/metrics."
+        None,
+        "--metrics-url",
+        help="The server's Prometheus endpoint (vLLM or SGLang), e.g. http://HOST:8000/metrics, or its bare address "
+        "(its /metrics is read; SGLang's /server_info too).",
     ),
-    sglang: Optional[str] = typer.Option(
-        None, "--sglang", help="An SGLang server, e.g. http://HOST:30000 (reads GET /server_info)."
+    engine: str = typer.Option(
+        "auto",
+        "--engine",
+        help="The engine serving: auto (told by the series the endpoint exposes; an SGLang server without "
+        "--enable-metrics by its /server_info), vllm or sglang.",
     ),
     model: Optional[str] = typer.Option(
         None, "--model", help="Only this served model (label model_name); also the model prompts are sent to."
@@ -81,7 +87,6 @@ def accept(
 
     options = AcceptOptions(
         metrics_url=metrics_url,
-        sglang_url=sglang,
         model=model,
         window=window,
         prompts=prompts,
@@ -95,6 +100,7 @@ def accept(
         temperature=temperature,
         min_drafts=min_drafts,
         progress=sys.stderr.isatty(),
+        engine=engine,
     )
     report = api.accept(options)
     emit(render(report, format.value, terminal=output is None and sys.stdout.isatty()), output)

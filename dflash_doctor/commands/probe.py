@@ -20,7 +20,7 @@ def probe_script(
 
     from ..rulefile import select
     from ..targets.probing import probe_request, probe_source
-    from ..targets.selection import from_option
+    from ..model import from_option
 
     chosen = from_option(engine)
     request = json.dumps(probe_request(select(only), chosen), sort_keys=True)

@@ -44,7 +44,7 @@ def rules_show(
 ) -> int:
     """Show one rule. What it checks, why it matters, the forms it knows, the remedy."""
     from ..docs import rule_markdown
-    from ..targets.selection import from_option
+    from ..model import from_option
     from ..model import ToolError
     from ..rulefile import select
 

@@ -42,6 +42,7 @@ class TargetLayers:
 
     count: int
     source: str
+    architectures: tuple[str, ...] = ()  # the target's model classes, when its config names them
 
     def to_json(self) -> dict[str, Any]:
         return {"count": self.count, "source": self.source}
@@ -230,7 +231,9 @@ def load_target_layers(path: Path) -> TargetLayers:
     for holder, where in ((data, "num_hidden_layers"), (data.get("text_config"), "text_config.num_hidden_layers")):
         count = holder.get("num_hidden_layers") if isinstance(holder, dict) else None
         if isinstance(count, int) and not isinstance(count, bool) and count > 0:
-            return TargetLayers(count, f"{path} ({where})")
+            named = data.get("architectures")
+            architectures = tuple(a for a in named if isinstance(a, str)) if isinstance(named, list) else ()
+            return TargetLayers(count, f"{path} ({where})", architectures)
     raise ToolError(f"target config {path} has no num_hidden_layers (nor text_config.num_hidden_layers)")
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..model import EXIT_MISSING, EXIT_OK, exit_code_for
+from ..model import EXIT_MISSING, EXIT_OK, ToolError, exit_code_for
 from .config import (
     FULL,
     LAYER_TYPES,
@@ -47,6 +47,41 @@ INFO = "info"
 SEVERITIES = (ERROR, WARNING, INFO)
 DFLASH_SPECULATOR_TYPES = ("dflash", "dflash2")
 
+from .launch import LaunchFlags  # noqa: E402
+from .sglang import REPLACED, lint_sglang, says_sglang  # noqa: E402 - it reads the severities above
+
+# What an engine other than vLLM makes of the file (and of its launch flags): the generic findings its
+# pass says in its own terms, (code, severity), and the pass. vLLM's are the generic passes themselves.
+EnginePass = Callable[[DraftConfig, TargetLayers | None, LaunchFlags | None, Add], None]
+ENGINE_PASSES: dict[str, tuple[frozenset[tuple[str, str]], EnginePass]] = {
+    "sglang": (REPLACED, lint_sglang),
+}
+# The engines whose launch flags are linted, and what tells their flags.
+LAUNCH_FLAGS: dict[str, Callable[[LaunchFlags], bool]] = {"sglang": says_sglang}
+
+
+def lint_engine(told: str, flags: LaunchFlags | None) -> str:
+    """The engine to lint for: ``told`` (``--engine``, an engine's name), or for ``auto`` the engine whose
+    launch flags were given, else vLLM; a ToolError for flags of no engine whose flags are read."""
+    from ..engines import VLLM
+    from ..model import from_option
+
+    readers = ", ".join(sorted(LAUNCH_FLAGS))
+    if told != "auto":
+        name = from_option(told).name
+        if flags is not None and name not in LAUNCH_FLAGS:
+            raise ToolError(f"--launch-flags: only the launch flags of {readers} are linted, not {name}'s")
+        return name
+    if flags is None:
+        return VLLM.name
+    found = [name for name, says in LAUNCH_FLAGS.items() if says(flags)]
+    if len(found) != 1:
+        raise ToolError(
+            f"--launch-flags: no speculative flags of {readers} in them (--speculative-algorithm, "
+            "--speculative-draft-model-path, --speculative-num-draft-tokens): give them, or --engine"
+        )
+    return found[0]
+
 
 @dataclasses.dataclass(frozen=True)
 class Finding:
@@ -65,6 +100,8 @@ class LintReport:
     target: TargetLayers | None  # from --target-config, else num_target_layers in the config
     findings: tuple[Finding, ...]
     hf: HfView | None = None  # the hf_config a checked vLLM builds from the file, when there is one
+    engine: str = "vllm"  # the engine the file is linted for (``config --engine``)
+    launch: LaunchFlags | None = None  # the engine's launch flags linted with it (``config --launch-flags``)
 
     @property
     def errors(self) -> int:
@@ -88,25 +125,38 @@ class LintReport:
             "errors": self.errors,
             "warnings": self.warnings,
             "hf_config": None if self.hf is None else self.hf.source.to_json(),
+            "engine": self.engine,
+            "launch_flags": None if self.launch is None else self.launch.to_json(),
         }
 
 
-def lint_report(path: Path, target_config: Path | None = None) -> LintReport:
-    """Load and lint a drafter config; raises ToolError when a file cannot be read."""
+def lint_report(
+    path: Path, target_config: Path | None = None, engine: str = "vllm", flags: LaunchFlags | None = None
+) -> LintReport:
+    """Load and lint a drafter config for ``engine`` (with its launch ``flags``); raises ToolError when a
+    file cannot be read."""
     config = load_draft_config(path)
     target = load_target_layers(target_config) if target_config is not None else None
-    return LintReport(config, target_layer_count(config, target), lint(config, target))
+    known = target_layer_count(config, target)
+    return LintReport(config, known, lint(config, target, None, engine, flags), engine=engine, launch=flags)
 
 
 def with_hf(report: LintReport, hf: HfView) -> LintReport:
     """The report again, its window finding read from the hf_config a vLLM tree built
     (``report.target`` stands for --target-config: the config's own count agrees with itself)."""
-    return dataclasses.replace(report, findings=lint(report.config, report.target, hf), hf=hf)
+    findings = lint(report.config, report.target, hf, report.engine, report.launch)
+    return dataclasses.replace(report, findings=findings, hf=hf)
 
 
-def lint(config: DraftConfig, target: TargetLayers | None = None, hf: HfView | None = None) -> tuple[Finding, ...]:
+def lint(
+    config: DraftConfig,
+    target: TargetLayers | None = None,
+    hf: HfView | None = None,
+    engine: str = "vllm",
+    flags: LaunchFlags | None = None,
+) -> tuple[Finding, ...]:
     """Every finding, most severe first; ``target`` comes from --target-config;
-    ``hf``: the hf_config a checked vLLM builds from the file."""
+    ``hf``: the hf_config a checked vLLM builds from the file; ``engine``'s own pass adds its findings."""
     findings: list[Finding] = []
 
     def add(severity: str, code: str, message: str, fix: str) -> None:
@@ -117,6 +167,10 @@ def lint(config: DraftConfig, target: TargetLayers | None = None, hf: HfView | N
     _lint_layers(config, add, hf)
     _lint_mask_and_block(config, add)
     _lint_causality(config, add)
+    if engine in ENGINE_PASSES:
+        replaced, engine_pass = ENGINE_PASSES[engine]
+        findings[:] = [finding for finding in findings if (finding.code, finding.severity) not in replaced]
+        engine_pass(config, target_layer_count(config, target), flags, add)
     order = {severity: rank for rank, severity in enumerate(SEVERITIES)}
     return tuple(sorted(findings, key=lambda f: order[f.severity]))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar
 
+from ..engines import named
 from ..terminal import clean, literal, terminal_text
 from .lint import LintReport
 
@@ -57,7 +58,11 @@ class DraftSection:
         layers = (
             "target layer count unknown" if target is None else f"target has {target.count} layers ({target.source})"
         )
-        return f"drafter config {self.lint.config.path} ({self.lint.config.format} format); {layers}"
+        engine = named(self.lint.engine).display
+        flags = f", with launch flags from {self.lint.launch.source}" if self.lint.launch is not None else ""
+        return (
+            f"drafter config {self.lint.config.path} ({self.lint.config.format} format, for {engine}{flags}); {layers}"
+        )
 
     def _totals(self) -> str:
         return f"{self.lint.errors} error(s), {self.lint.warnings} warning(s)"

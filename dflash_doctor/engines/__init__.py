@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping
 
 from .route import Direct, Route
+from .metrics import Metrics
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +51,7 @@ class Engine:
     first_dflash: str  # the first release on the package index with a DFlash code path
     route: Route | None = None  # the objects behaviour runs the tree's code on (None: behaviour cannot run it)
     direct: Direct | None = None  # or: the drafter's hf_config handed straight to its model (no route of runners)
+    metrics: Metrics | None = None  # where a running server reports acceptance (``accept``); None: not read
 
     def kept(self) -> tuple[str, ...]:
         """What a release tree keeps of the engine's wheel, besides its dist-info."""

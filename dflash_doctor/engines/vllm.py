@@ -1,6 +1,7 @@
 """vLLM, described."""
 
 from . import Engine, PlatformKind
+from .metrics import Metrics
 from .route import Fields, Registry, Route, RunnerKind, RunnerSwitch, Where
 
 VLLM = Engine(
@@ -64,5 +65,18 @@ VLLM = Engine(
         models=Registry("vllm/model_executor/models/registry.py", "_VLLM_MODELS", "_resolve_module_name"),
         config_registry=Where("vllm/transformers_utils/config.py", "_CONFIG_REGISTRY"),
         configs_package="vllm/transformers_utils/configs/__init__.py",
+    ),
+    # vllm/v1/spec_decode/metrics.py (SpecDecodingProm): the four counters, per model_name and engine;
+    # the prompt-length histogram of finished requests (vllm/v1/metrics/loggers.py).
+    metrics=Metrics(
+        prefix="vllm:",
+        drafts="vllm:spec_decode_num_drafts",
+        accepted="vllm:spec_decode_num_accepted_tokens",
+        bonus_counted=False,
+        prompt_sum="vllm:request_prompt_tokens_sum",
+        prompt_count="vllm:request_prompt_tokens_count",
+        model_label="model_name",
+        draft_tokens="vllm:spec_decode_num_draft_tokens",
+        per_position="vllm:spec_decode_num_accepted_tokens_per_pos",
     ),
 )

@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..engines import named
-from ..model import ToolError
+
+from ..model import ToolError, from_option
 from ..paths import read_file
 from .hosts import SshOptions
 from .image import ImageOptions
@@ -24,14 +24,6 @@ if TYPE_CHECKING:
     from . import Target
 
 MAX_HOSTS_FILE_BYTES = 1024 * 1024
-
-
-def from_option(name: str) -> Engine:
-    """The engine an ``--engine`` option names; a ToolError naming the known ones."""
-    try:
-        return named(name)
-    except LookupError as exc:
-        raise ToolError(f"--engine: {exc}") from None
 
 
 @dataclasses.dataclass(frozen=True)
