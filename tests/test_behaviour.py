@@ -159,6 +159,7 @@ def test_a_probe_answer_is_judged_by_structure_only(mini_tree, tmp_path, monkeyp
     assert {fix.id: fix.status for fix in fixes} == {
         "cache-drop": "present",
         "layer-offset": "present",
+        "rope-base": "present",
         "swa-config": "present",
     }
     assert "never run on this one" in next(fix for fix in fixes if fix.id == "layer-offset").reason

@@ -247,8 +247,16 @@ def target_layer_count(config: DraftConfig, target: TargetLayers | None) -> Targ
 
 
 # What such classes derive from the file (Qwen2/Qwen3: sliding_window is None unless
-# use_sliding_window; layer_types from max_window_layers): unknown when the class cannot run.
-DERIVED = ("sliding_window", "layer_types", "use_sliding_window", "max_window_layers")
+# use_sliding_window; layer_types from max_window_layers; transformers 5 moves rope_theta
+# into rope_parameters): unknown when the class cannot run.
+DERIVED = (
+    "sliding_window",
+    "layer_types",
+    "use_sliding_window",
+    "max_window_layers",
+    "rope_parameters",
+    "rope_theta",
+)
 
 
 @dataclasses.dataclass(frozen=True)
