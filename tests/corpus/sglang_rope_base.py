@@ -36,6 +36,19 @@ HELPER = '''def _draft_rope(config):
 
 '''
 
+UTILS = "sglang/srt/speculative/dflash_utils.py"
+IMPORT_UTILS = "from sglang.srt.speculative.dflash_utils import (\n"
+UTILS_HELPER = '''
+
+def draft_rope(config: Any):
+    """The drafter's RoPE base and parameters as transformers 5 holds them (rope_parameters)."""
+    parameters = _cfg_get(config, "rope_parameters", None)
+    if parameters is not None:
+        return parameters["rope_theta"], parameters
+    return _cfg_get(config, "rope_theta", 10000), _cfg_get(config, "rope_scaling", None)
+'''
+
+
 EDITS = edits(
     "rope-base",
     (
@@ -127,6 +140,32 @@ EDITS = edits(
         "preserve",
         "the base and parameters renamed within DFlashAttention.__init__",
         Transform(DF, rename_within("class DFlashAttention(", "    def _build_qkv_proj(", "rope_theta", "draft_base")),
+    ),
+    (
+        "read-moved-to-dflash-utils",
+        "0.5.23",
+        "preserve",
+        "the read written anew as a helper in speculative/dflash_utils.py and imported where the layer is built",
+        Transform(UTILS, lambda text: text + UTILS_HELPER),
+        Replace(DF, IMPORT_UTILS, IMPORT_UTILS + "    draft_rope,\n"),
+        Replace(
+            DF,
+            CONFIG_READ,
+            "        rope_theta, rope_scaling = draft_rope(config)\n",
+        ),
+    ),
+    (
+        "read-moved-imported-locally",
+        "0.5.23",
+        "preserve",
+        "as read-moved-to-dflash-utils, the helper imported inside DFlashAttention.__init__ (as SGLang imports kernels)",
+        Transform(UTILS, lambda text: text + UTILS_HELPER),
+        Replace(
+            DF,
+            CONFIG_READ,
+            "        from sglang.srt.speculative.dflash_utils import draft_rope\n\n"
+            "        rope_theta, rope_scaling = draft_rope(config)\n",
+        ),
     ),
     (
         "rope-parameters-direct",

@@ -98,6 +98,29 @@ CALL_511 = """        # DFlash uses non-causal attention over the draft block.
 KIND_511 = "            attn_type=AttentionType.ENCODER_ONLY,\n        )\n"
 
 
+UTILS = "sglang/srt/speculative/dflash_utils.py"
+IMPORT_UTILS = "from sglang.srt.speculative.dflash_utils import (\n"
+UTILS_HELPER = '''
+from sglang.srt.layers.radix_attention import AttentionType
+
+
+def dflash_layer_attention(config: Any, layer_id: int):
+    """One draft layer's RadixAttention window (the tokens left of the current one; -1: none) and type."""
+    kinds = get_dflash_layer_types(config)
+    dflash = _cfg_get(config, "dflash_config", None) or {}
+    if dflash.get("use_swa") and "sliding_attention" not in (kinds or ()):
+        window, causal = int(dflash["swa_window_size"]) - 1, False
+    elif kinds is not None and kinds[layer_id] == "sliding_attention":
+        window, causal = get_dflash_attention_sliding_window_size(config), True
+    else:
+        window, causal = -1, False
+    explicit = getattr(_get_text_config(config), "is_causal", None)
+    if explicit is not None:
+        causal = bool(explicit)
+    return window, AttentionType.DECODER if causal else AttentionType.ENCODER_ONLY
+'''
+
+
 def on_523(name: str, kind: str, why: str, *changes: object) -> tuple:
     """An edit of 0.5.23 with the MiMo window added first."""
     return (name, "0.5.23", kind, why, MIMO_ADDED, *changes)
@@ -199,6 +222,30 @@ EDITS = edits(
             DF,
             WINDOW_KW + "            attn_type=self.attn_type,\n",
             "            sliding_window_size=window,\n            attn_type=attn_type,\n",
+        ),
+    ),
+    on_523(
+        "parameters-moved-to-dflash-utils",
+        "preserve",
+        "window and type chosen by a helper written anew in speculative/dflash_utils.py, imported where the layer is built",
+        Transform(UTILS, lambda text: text + UTILS_HELPER),
+        Replace(DF, IMPORT_UTILS, IMPORT_UTILS + "    dflash_layer_attention,\n"),
+        Replace(
+            DF,
+            PARAMS_CALL,
+            "        self.sliding_window_size, self.attn_type = dflash_layer_attention(config, layer_id)\n",
+        ),
+    ),
+    on_523(
+        "parameters-moved-imported-locally",
+        "preserve",
+        "as parameters-moved-to-dflash-utils, the helper imported inside DFlashAttention.__init__",
+        Transform(UTILS, lambda text: text + UTILS_HELPER),
+        Replace(
+            DF,
+            PARAMS_CALL,
+            "        from sglang.srt.speculative.dflash_utils import dflash_layer_attention\n\n"
+            "        self.sliding_window_size, self.attn_type = dflash_layer_attention(config, layer_id)\n",
         ),
     ),
     on_523(
