@@ -4,10 +4,13 @@ fix is present (never absent/partial), a breaking edit absent or partial (never
 present); ``unknown`` is allowed and listed at the end of the run ("corpus
 unknowns: ..."). Two swa-config lists are asserted apart: ``OBSERVED`` (causality
 edits: observed, not judged; the verdict stays the unedited tree's) and
-``WITH_DRAFT_CONFIG`` (edits only a user's --draft-config tells apart)."""
+``WITH_DRAFT_CONFIG`` (edits only a user's --draft-config tells apart). An SGLang edit
+is checked on its SGLang tree by SGLang's rule, rewrites code (not layout), and, when it
+breaks or adds the fix, changes which drafter layers fail and in what."""
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 from pathlib import Path
@@ -46,7 +49,8 @@ EDITS = (
 ENGINES = {engine.name: engine for engine in (VLLM, SGLANG)}
 DRAFTERS = Path(__file__).parent / "corpus" / "drafters"
 # SGLang's edits that break or add a fix (issue 23): each must change what the drafter layers get.
-SGLANG_MOVES = tuple(edit for edit in EDITS if edit.engine == "sglang" and edit.kind != "preserve")
+SGLANG_EDITS = tuple(edit for edit in EDITS if edit.engine == "sglang")
+SGLANG_MOVES = tuple(edit for edit in SGLANG_EDITS if edit.kind != "preserve")
 # Edits that put code that never runs beside live code (issue 19 item 2).
 DEAD_CODE = tuple(edit for edit in EDITS if any(isinstance(change, Dead) for change in edit.changes))
 
@@ -197,6 +201,16 @@ def test_causality_is_observed_not_judged(edit, base_tree, rules_by_fix, tmp_pat
     assert all(expected == observed for expected, observed in before.values() if expected is not None)
     changed = [key for key in after if after[key] != before[key]]
     assert changed and all(after[key][0] != after[key][1] for key in changed), changed
+
+
+@pytest.mark.parametrize("edit", SGLANG_EDITS, ids=[edit.id for edit in SGLANG_EDITS])
+def test_an_sglang_edit_rewrites_code_not_layout(edit, base_tree, tmp_path):
+    """Every edited file parses to another tree than the release's: no edit is only comments or layout."""
+    tree = tmp_path / "tree"
+    shutil.copytree(base_tree(edit.base, edit.engine), tree)
+    before = {relpath: ast.dump(ast.parse((tree / relpath).read_text())) for relpath in edit.files}
+    edit.apply(tree)
+    assert all(ast.dump(ast.parse((tree / relpath).read_text())) != before[relpath] for relpath in edit.files)
 
 
 @pytest.mark.parametrize("edit", SGLANG_MOVES, ids=[edit.id for edit in SGLANG_MOVES])
