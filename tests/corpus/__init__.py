@@ -1,5 +1,5 @@
-"""The metamorphic corpus: small declarative edits of real vLLM release trees
-that keep, break or add one fix (issue 11, "Tests").
+"""The metamorphic corpus: small declarative edits of real vLLM and SGLang release
+trees that keep, break or add one fix (issues 11 and 23, "Tests").
 
 An edit is a record: which fix, which release tree, which files, whether it
 preserves the fix's semantics, breaks them, or adds the fix to a tree that
@@ -87,6 +87,7 @@ class Edit:
     why: str  # what the edit does and why it keeps, breaks or adds the fix
     changes: tuple[Replace | Transform | Dead, ...]
     draft_config: str | None = None  # a file in tests/corpus/drafters/, checked as the user's --draft-config
+    engine: str = "vllm"  # whose release tree is edited, and whose rule judges it
 
     def __post_init__(self) -> None:
         assert self.kind in KINDS, self.kind
@@ -94,7 +95,12 @@ class Edit:
 
     @property
     def id(self) -> str:
-        return f"{self.fix}/{self.kind}/{self.name}"
+        return f"{self.subject}/{self.kind}/{self.name}"
+
+    @property
+    def subject(self) -> str:
+        """The fix, named with its engine unless it is vLLM's."""
+        return self.fix if self.engine == "vllm" else f"{self.engine}-{self.fix}"
 
     @property
     def live(self) -> Edit | None:
@@ -121,9 +127,11 @@ class Edit:
             path.write_text(text)
 
 
-def edits(fix: str, *records: tuple) -> tuple[Edit, ...]:
+def edits(fix: str, *records: tuple, engine: str = "vllm") -> tuple[Edit, ...]:
     """``edits(FIX, (name, base, kind, why, change, ...), ...)`` -> the fix's Edit records."""
-    built = tuple(Edit(fix, name, base, kind, why, tuple(changes)) for name, base, kind, why, *changes in records)
+    built = tuple(
+        Edit(fix, name, base, kind, why, tuple(changes), engine=engine) for name, base, kind, why, *changes in records
+    )
     names = [edit.name for edit in built]
     assert len(names) == len(set(names)), "edit names repeat"
     return built

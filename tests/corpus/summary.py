@@ -27,7 +27,7 @@ class CorpusSummary:
         self.seen: dict[str, tuple[str, str, str]] = {}  # edit id -> (fix, kind, status)
 
     def record(self, edit, status: str) -> None:
-        self.seen[edit.id] = (edit.fix, edit.kind, status)
+        self.seen[edit.id] = (edit.subject, edit.kind, status)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if not self.seen:

@@ -1,0 +1,133 @@
+"""SGLang's fixes judged on its real wheels (issue 23, "Tests"): every release on
+the package index, from the last without DFlash (0.5.10.post1) to the newest.
+
+One ``releases --engine sglang --format json`` run judges every row; each
+release's own check then says who decided (behaviour) and which reference
+drafter fails, per layer and part. The releases read by hand (their
+``models/dflash.py`` and ``speculative/dflash_utils.py``) are asserted exactly; a
+release newer than those is asserted only to be judged, by behaviour, so the
+next release needs no change here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from conftest import run_cli
+from dflash_doctor.check import run_check
+from dflash_doctor.engines import SGLANG
+from dflash_doctor.model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, FixResult
+from dflash_doctor.provenance import version_key
+from dflash_doctor.releases import in_range, index_releases
+from dflash_doctor.rulefile import load_rules
+from dflash_doctor.targets.release import ReleaseTarget
+
+pytestmark = pytest.mark.release  # real SGLang wheels, fetched once into the user cache
+
+SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
+LAST_WITHOUT, NEWEST_READ = "0.5.10.post1", "0.5.23"
+FIXES = ("rope-base", "swa-config")
+
+# The words reasons use for each reference drafter (rules/reference/drafters/names.toml).
+WORDS = {
+    "zlab-mixed": "z-lab drafters mixing sliding and full layers",
+    "zlab-full": "z-lab drafters with full attention only",
+    "sliding-noncausal": "drafters with only sliding, non-causal layers",
+    "mimo-swa": "MiMo drafters with a dflash_config sliding window",
+}
+THREE = ("zlab-mixed", "sliding-noncausal", "mimo-swa")  # the reference drafters that state a window and a base
+
+
+def releases_from(first: str, last: str) -> tuple[str, ...]:
+    """The releases read by hand from ``first`` to ``last``, post releases included."""
+    read = (
+        "0.5.11 0.5.12 0.5.12.post1 0.5.13 0.5.13.post1 0.5.14 0.5.15 0.5.15.post1 0.5.16 0.5.17 0.5.18 0.5.19 "
+        "0.5.20 0.5.21 0.5.22 0.5.23"
+    ).split()
+    return tuple(v for v in read if version_key(first) <= version_key(v) <= version_key(last))
+
+
+# What the code of each release does, read in its wheel, as (status, {(drafter, part) that fails}):
+# rope-base: 0.5.11-0.5.12.post1 read float(getattr(config, "rope_theta", 1000000)), and transformers 5
+# configs have no rope_theta attribute, so every drafter gets 1e6; from 0.5.13 get_rope_config reads
+# rope_parameters first.
+ROPE = {
+    **{v: (ABSENT, {(name, "rotary-base") for name in THREE}) for v in releases_from("0.5.11", "0.5.12.post1")},
+    **{v: (PRESENT, set()) for v in releases_from("0.5.13", NEWEST_READ)},
+}
+# swa-config: to 0.5.13.post1 every layer is RadixAttention(attn_type=ENCODER_ONLY) without a window
+# (so z-lab's sliding layers, causal by default, also run non-causally);
+# 0.5.14-0.5.17 take windows from layer_types but build every sliding layer DECODER (causal) whatever
+# is_causal says; from 0.5.18 _get_dflash_attention_type honours is_causal. No release reads a MiMo
+# dflash_config.use_swa (swa_window_size only for Nemotron-3.5 drafters with sliding layer_types), so
+# the MiMo drafter, which has no layer_types, runs every layer without its window.
+SWA = {
+    **{
+        v: (ABSENT, {(name, "sliding-window") for name in THREE} | {("zlab-mixed", "causality")})
+        for v in releases_from("0.5.11", "0.5.13.post1")
+    },
+    **{
+        v: (PARTIAL, {("sliding-noncausal", "causality"), ("mimo-swa", "sliding-window")})
+        for v in releases_from("0.5.14", "0.5.17")
+    },
+    **{v: (PARTIAL, {("mimo-swa", "sliding-window")}) for v in releases_from("0.5.18", NEWEST_READ)},
+}
+KNOWN = {"rope-base": ROPE, "swa-config": SWA}
+
+
+@pytest.fixture(scope="module")
+def matrix() -> dict:
+    """One ``releases`` run over every SGLang release on the index from the last without DFlash."""
+    proc = run_cli("releases", "--engine", "sglang", "--from", LAST_WITHOUT, "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    jsonschema.validate(data, json.loads((SCHEMAS / "releases-v1.schema.json").read_text()))
+    return data
+
+
+@pytest.fixture(scope="module")
+def checks(matrix: dict) -> dict[str, dict[str, FixResult]]:
+    """Each release's own check of SGLang's two fixes: who decided, the reason, the observations."""
+    rules = tuple(rule for rule in load_rules() if rule.engine == SGLANG.name and rule.id in FIXES)
+    assert sorted(rule.id for rule in rules) == list(FIXES)
+    return {
+        row["release"]: {fix.id: fix for fix in run_check(ReleaseTarget(row["release"], SGLANG), rules).fixes}
+        for row in matrix["releases"]
+    }
+
+
+def test_the_matrix_judges_every_sglang_release_on_the_index(matrix: dict) -> None:
+    rows = [row["release"] for row in matrix["releases"]]
+    assert matrix["engine"] == "sglang" and matrix["releases_from"] == "package index"
+    assert rows == in_range(index_releases(SGLANG), LAST_WITHOUT, None, SGLANG)  # every one, in index order
+    assert rows[0] == LAST_WITHOUT and set(releases_from("0.5.11", NEWEST_READ)) <= set(rows)
+    assert all("error" not in row for row in matrix["releases"]), matrix["releases"]
+
+
+@pytest.mark.parametrize("fix_id", FIXES)
+def test_each_release_gets_the_verdict_its_code_earns_by_behaviour(fix_id: str, matrix: dict, checks: dict) -> None:
+    seen = []
+    for row in matrix["releases"]:
+        release, status = row["release"], row["fixes"][fix_id]
+        fix = checks[release][fix_id]
+        assert fix.status == status, (release, fix.reason)  # the matrix says what the release's check says
+        seen.append(release)
+        if release == LAST_WITHOUT:
+            assert status == NOT_APPLICABLE, (release, fix.reason)
+            continue
+        assert fix.decided_by == "behaviour", (release, fix.decided_by, fix.reason)
+        if release not in KNOWN[fix_id]:  # newer than the releases read: judged, by behaviour
+            assert version_key(release) > version_key(NEWEST_READ) and status != UNKNOWN, (release, fix.reason)
+            continue
+        expected, failing = KNOWN[fix_id][release]
+        failed = {(item.config, item.part) for item in fix.behaviour.observations if item.ok is False}
+        assert (status, failed) == (expected, failing), (release, fix.reason)
+        if failing:
+            fails = fix.reason.split("fails for ", 1)[1].split("; works for ")[0]
+            named = {name for name in WORDS if WORDS[name] in fails}
+            assert named == {name for name, _ in failing}, (release, fix.reason)
+        assert all(item.ok is not None for item in fix.behaviour.observations if item.config in THREE), release
+    assert set(KNOWN[fix_id]) <= set(seen)
