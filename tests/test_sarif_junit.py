@@ -15,6 +15,7 @@ from referencing.exceptions import NoSuchResource
 from conftest import HOSTILE_TEXT, assert_inert_xml, run_cli
 from dflash_doctor.docs import rule_markdown
 from dflash_doctor.rulefile import load_rules
+from dflash_doctor.rules import for_engine
 
 SARIF_SCHEMA = json.loads((Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text())
 RESOLVER = "vllm/v1/worker/gpu_model_runner.py"
@@ -72,15 +73,15 @@ def test_sarif_of_a_release_without_the_fixes(release):
     assert code == 1
     assert sarif_errors(log) == []
     run = log["runs"][0]
-    rules = {rule.id: rule for rule in load_rules()}
+    rules = {rule.id: rule for rule in for_engine(load_rules(), "vllm")}
     descriptors = run["tool"]["driver"]["rules"]
-    assert [d["id"] for d in descriptors] == ["cache-drop", "layer-offset", "swa-config"]
+    assert [d["id"] for d in descriptors] == ["cache-drop", "layer-offset", "rope-base", "swa-config"]
     for descriptor in descriptors:
         rule = rules[descriptor["id"]]
         assert descriptor["help"]["markdown"] == rule_markdown(rule)
         assert rule.why in descriptor["help"]["text"] and rule.remedy in descriptor["help"]["text"]
         assert descriptor["shortDescription"]["text"] == rule.title
-    assert [r["ruleId"] for r in run["results"]] == ["cache-drop", "layer-offset", "swa-config"]
+    assert [r["ruleId"] for r in run["results"]] == ["cache-drop", "layer-offset", "swa-config"]  # rope-base present
     assert {r["level"] for r in run["results"]} == {"error"}
     assert run["invocations"][0]["exitCode"] == 1
     root = root_of(log)
@@ -166,7 +167,7 @@ def test_junit_one_testcase_per_fix_with_verdict_and_remedy(release):
     assert code == 1
     [suite] = root.findall("testsuite")
     cases = {case.get("name"): case for case in suite.findall("testcase")}
-    assert sorted(cases) == ["cache-drop", "layer-offset", "swa-config"]
+    assert sorted(cases) == ["cache-drop", "layer-offset", "rope-base", "swa-config"]
     props = {p.get("name"): p.get("value") for p in suite.find("properties")}
     assert {case.get("classname") for case in cases.values()} == {f"release:{props['target.location']}"}
     failure = cases["cache-drop"].find("failure")

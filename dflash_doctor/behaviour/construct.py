@@ -149,7 +149,8 @@ def _model_indices(
     keys = [(index, runner) for index in hf_configs for runner in runners]
     assert construct.model is not None  # asked only of a rule that names its model class
     bound = (*BOUND, route.current_config, construct.layer) if route is not None else (*BOUND, construct.layer)
-    holder = route.deployment_name if route is not None else direct.parameter if direct is not None else "config"
+    assert route is not None or direct is not None  # construct_layers asks only such engines
+    holder = route.deployment_name if route is not None else direct.parameter if direct is not None else ""
     try:
         builder = ProgramBuilder(tree, bound, classes=True, follow=follow)
         model = Locator(tree, [], [(construct.file, construct.model)]).one(construct.file, construct.model)
@@ -171,9 +172,7 @@ def _model_indices(
             "loose": True,
         }
         bind: tuple[tuple[str, Any], ...] = ((holder, config),)
-        if (
-            route is not None
-        ):  # the drafter's config reaches the model through the deployment config's speculative config
+        if route is not None:  # the config reaches the model through the deployment config's speculative config
             fields = route.fields
             speculative = sandbox.strict_object(
                 fields.speculative,
