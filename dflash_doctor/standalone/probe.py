@@ -136,29 +136,49 @@ def _read_text(path):
         return ""
 
 
-def pth_directories(directory, name):
-    """The existing directories a .pth file names. ``import`` lines are code and
-    are skipped, but for setuptools' editable finder the parent directory of each
-    package in its MAPPING literal is read (never imported)."""
+def pth_entries(text, finder_text):
+    """The directories a .pth file's ``text`` names, as written (relative to its directory,
+    or absolute). ``import`` lines are code and are skipped, but for setuptools' editable
+    finder the parent directory of each package in its MAPPING literal is read (never
+    imported): ``finder_text(module)`` gives the finder module's text. Shared with the
+    image reader, which reads the files from an image's layers."""
     found = []
-    for line in _read_text(os.path.join(directory, name)).splitlines():
+    for line in text.splitlines():
         finder = EDITABLE_FINDER.match(line)
         if finder:
-            text = _read_text(os.path.join(directory, finder.group(1) + ".py"))
-            mapping = re.search(r"^MAPPING\s*(?::[^=\n]*)?=\s*(\{.*\})\s*$", text, re.M)
+            mapping = re.search(r"^MAPPING\s*(?::[^=\n]*)?=\s*(\{.*\})\s*$", finder_text(finder.group(1)), re.M)
             try:
                 packages = ast.literal_eval(mapping.group(1)) if mapping else {}
                 packages = packages if isinstance(packages, dict) else {}
             except (ValueError, SyntaxError):
                 packages = {}
-            candidates = [os.path.dirname(p) for p in packages.values() if isinstance(p, str)]
-        elif not line.strip() or line.startswith(("#", "import ", "import\t")):
-            continue
-        else:
-            candidates = [os.path.join(directory, line.rstrip())]
-        for path in map(os.path.abspath, candidates):
-            if os.path.isdir(path) and path not in sys.path and path not in found:
-                found.append(path)
+            found.extend(os.path.dirname(p) for p in packages.values() if isinstance(p, str))
+        elif line.strip() and not line.startswith(("#", "import ", "import\t")):
+            found.append(line.rstrip())
+    return found
+
+
+def pth_directories(directory, name):
+    """The existing directories a .pth file names (``pth_entries``)."""
+    found = []
+    text = _read_text(os.path.join(directory, name))
+    entries = pth_entries(text, lambda module: _read_text(os.path.join(directory, module + ".py")))
+    for path in (os.path.abspath(os.path.join(directory, entry)) for entry in entries):
+        if os.path.isdir(path) and path not in sys.path and path not in found:
+            found.append(path)
+    return found
+
+
+def found_packages(packages):
+    """Which of ``packages`` this interpreter finds (``find_spec``: never imported)."""
+    found = []
+    for package in packages:
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and spec.submodule_search_locations:
+            found.append(package)
     return found
 
 
@@ -330,13 +350,15 @@ def patched_files(manifest, package):
 
 def collect(request):
     """``request``: {"package": name, "files": [relpath], "anchors": [[relpath, name]],
-    "deadline": seconds (optional)}."""
+    "deadline": seconds (optional), "detect": [package] (optional: those found are answered in ``found``)}."""
     package = request.get("package")
     if not package:
         return {"error": "the probe request names no package (was it made with `dflash-doctor probe-script`?)"}
     answer = locate(package)
     answer["host"] = socket.gethostname()
     answer["package"] = package
+    if request.get("detect"):  # the other engines' packages: which of them this interpreter holds too
+        answer["found"] = found_packages([name for name in request["detect"] if isinstance(name, str)])
     if answer.get("error"):
         return answer
     root = os.path.dirname(answer["package_dir"])

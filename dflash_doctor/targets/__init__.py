@@ -75,6 +75,13 @@ class Target(Protocol):
         """Find the tree; raise ToolError when there is none to check."""
 
 
+def per_engine(target: Target) -> list[tuple[Engine | None, Target]]:
+    """The target once per engine it holds: a host or an image that detects its engines
+    when it is opened offers ``per_engine()`` (call inside ``opened``); any other, itself."""
+    split = getattr(target, "per_engine", None)
+    return list(split()) if split is not None else [(None, target)]
+
+
 def opened(target: Target) -> contextlib.AbstractContextManager:
     """Hold what the target keeps open while its tree is checked (an ssh
     connection, on which behaviour runs); closed on leaving."""
