@@ -253,12 +253,14 @@ def test_an_image_is_checked_for_the_engine_it_holds(tmp_path: Path, mini_tree) 
     assert report["target"]["site"] == "/" + SITE
     again = json.loads(run_cli("check", "--image", f"oci:{layout}:sglang", "--format", "json", env=env).stdout)
     assert again["engine"] == report["engine"] and again["fixes"] == report["fixes"]
-    both = [
+    auto, *both = [
         json.loads(run_cli("check", "--image", f"oci:{layout}:both", *engine, "--format", "json", env=env).stdout)
         for engine in ((), ("--engine", "sglang"), ("--engine", "vllm"))
     ]
-    assert [report["engine"]["name"] for report in both] == ["vllm", "sglang", "vllm"]
-    assert both[0]["fixes"] == both[2]["fixes"] and UNKNOWN not in {fix["status"] for fix in both[0]["fixes"]}
+    fleet_validator().validate(auto)  # an image holding both engines: a report for each
+    assert [report["engine"] for report in auto["hosts"]] == [both[1]["engine"], both[0]["engine"]]
+    assert [report["engine"]["name"] for report in both] == ["sglang", "vllm"]
+    assert auto["hosts"][0]["fixes"] == both[1]["fixes"] and UNKNOWN not in {fix["status"] for fix in both[1]["fixes"]}
     assert_error(run_cli("check", "--image", f"oci:{layout}:none", env=env), "no vllm or sglang package in the image")
     assert_error(
         run_cli("check", "--image", f"oci:{layout}:none", "--engine", "sglang", env=env),

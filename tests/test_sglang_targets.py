@@ -7,6 +7,8 @@ through its ``.pth``, finder or ``direct_url.json``, never outside the image."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 import jsonschema
@@ -127,3 +129,144 @@ def test_a_hosts_file_reports_a_row_per_host_and_engine(tmp_path: Path, keys, cl
     finally:
         for srv in servers.values():
             srv.stop()
+
+
+# -- images ------------------------------------------------------------------------------------------------------
+
+CHECKOUT = "sgl-workspace/sglang/python"  # where SGLang's images install it from source, editable
+FINDER = f"__editable___sglang_{SGL.replace('.', '_')}_finder"
+POINTERS: dict[str, dict[str, bytes]] = {
+    # setuptools' PEP 660 .pth naming the project's directory, as `pip install -e` writes it for SGLang
+    "pth": {f"__editable__.sglang-{SGL}.pth": f"/{CHECKOUT}\n".encode()},
+    # the same, relative to the site directory (five levels below the image's root)
+    "relative": {f"__editable__.sglang-{SGL}.pth": f"../../../../../{CHECKOUT}\n".encode()},
+    # setuptools' editable finder: a .pth that imports it, its MAPPING naming the package's directory
+    "finder": {
+        f"__editable__.sglang-{SGL}.pth": f"import {FINDER}; {FINDER}.install()\n".encode(),
+        f"{FINDER}.py": f"MAPPING: dict[str, str] = {{'sglang': '/{CHECKOUT}/sglang'}}\nNAMESPACES = {{}}\n".encode(),
+    },
+    # no .pth: only what pip recorded, the project's directory in direct_url.json
+    "direct_url": {},
+}
+
+
+def sglang_checkout(prefix: str = CHECKOUT) -> dict[str, object]:
+    """SGLang's package from its real wheel's tree, as layer entries of a source checkout at ``prefix``."""
+    tree = release_tree(SGL, SGLANG)
+    return {
+        f"{prefix}/{path.relative_to(tree).as_posix()}": path.read_bytes()
+        for path in sorted((tree / "sglang").rglob("*.py"))
+    }
+
+
+def editable_site(pointer: dict[str, bytes], url: str = f"file:///{CHECKOUT}") -> dict[str, object]:
+    """The site directory of an editable install: the wheel's METADATA, pip's direct_url.json, the pointer files."""
+    from registry import SITE
+
+    dist_info = f"sglang-{SGL}.dist-info"
+    metadata = (release_tree(SGL, SGLANG) / dist_info / "METADATA").read_bytes()
+    direct_url = json.dumps({"url": url, "dir_info": {"editable": True}}).encode()
+    record = "".join(f"{name},,\n" for name in (*pointer, f"{dist_info}/METADATA", f"{dist_info}/direct_url.json"))
+    files = {
+        f"{dist_info}/METADATA": metadata,
+        f"{dist_info}/direct_url.json": direct_url,
+        f"{dist_info}/RECORD": record.encode(),
+    }
+    return {f"{SITE}/{relpath}": data for relpath, data in {**files, **pointer}.items()}
+
+
+@pytest.fixture(scope="module")
+def path_report() -> dict:
+    """``check --path`` of the wheel's own tree: what every image holding the same files must answer."""
+    return json.loads(run_cli("check", "--path", str(release_tree(SGL, SGLANG)), "--format", "json").stdout)
+
+
+def image_json(*args: str, env: dict | None = None) -> dict:
+    proc = run_cli("check", *args, "--format", "json", env=env)
+    assert proc.stdout, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("kind", list(POINTERS))
+def test_an_editable_sglang_image_is_checked_from_its_checkout(tmp_path: Path, kind: str, path_report: dict) -> None:
+    from registry import SITE, python_files, write_image
+
+    layout = tmp_path / "oci"
+    write_image(layout, "sgl", [python_files(), sglang_checkout(), editable_site(POINTERS[kind])])
+    report = image_json("--image", f"oci:{layout}:sgl")
+    jsonschema.validate(report, CHECK_V2)
+    assert (report["engine"]["name"], report["engine"]["version"]) == ("sglang", SGL)
+    assert report["engine"]["distribution"] == {"name": "sglang", "version": SGL}
+    assert report["target"]["site"] == f"/{SITE}" and report["target"]["checkout"] == f"/{CHECKOUT}"
+    assert report["fixes"] == path_report["fixes"]
+
+
+def test_an_image_holding_both_engines_from_a_registry_is_checked_for_each(tmp_path: Path, mini_tree) -> None:
+    from registry import Registry, python_files, tree_files, write_image
+
+    layout = tmp_path / "oci"
+    vllm = mini_tree(VLLM)
+    write_image(layout, "both", [python_files(), tree_files(vllm), sglang_checkout(), editable_site(POINTERS["pth"])])
+    write_image(layout, "sglang", [python_files(), sglang_checkout(), editable_site(POINTERS["pth"])])
+    env = {"DFLASH_DOCTOR_CACHE": str(tmp_path / "cache")}
+    registry = Registry(tmp_path / "registry")
+    try:
+        refs = {tag: registry.push(layout, tag, f"lmsysorg/sglang:{tag}") for tag in ("both", "sglang")}
+        insecure = ("--insecure-registry", registry.host)
+        fleet = image_json("--image", refs["both"], *insecure)
+        fleet_validator().validate(fleet)
+        assert engines_of(fleet) == [("vllm", VLLM), ("sglang", SGL)]
+        assert [report["target"]["reference"] for report in fleet["hosts"]] == [refs["both"]] * 2
+        assert (
+            "checkout" not in fleet["hosts"][0]["target"] and fleet["hosts"][1]["target"]["checkout"] == f"/{CHECKOUT}"
+        )
+        vllm_alone = json.loads(run_cli("check", "--path", str(vllm), "--format", "json").stdout)
+        assert fleet["hosts"][0]["fixes"] == vllm_alone["fixes"]
+        for engine, report in zip(("vllm", "sglang"), fleet["hosts"]):
+            alone = image_json("--image", refs["both"], *insecure, "--engine", engine)
+            assert alone["engine"] == report["engine"] and alone["fixes"] == report["fixes"]
+        table = run_cli("check", "--image", refs["both"], *insecure).stdout
+        assert f"{refs['both']} vLLM" in table and f"{refs['both']} SGLang" in table
+        # Two images: a row per image and engine; a second run reads no layer (what each image holds is kept).
+        cached = {**os.environ, **env}
+        cached.pop("DFLASH_DOCTOR_NO_CACHE", None)
+        both_refs = ("--image", refs["both"], "--image", refs["sglang"], *insecure)
+        first = image_json(*both_refs, env=cached)
+        assert engines_of(first) == [("vllm", VLLM), ("sglang", SGL), ("sglang", SGL)]
+        images = tmp_path / "cache" / "images"
+        for name in ("layers", "files"):
+            shutil.rmtree(images / name)
+        assert image_json(*both_refs, env=cached)["hosts"] == first["hosts"]
+        assert not (images / "layers").exists() and not (images / "files").exists()
+    finally:
+        registry.stop()
+
+
+def test_a_hostile_images_pointers_are_followed_only_inside_it(tmp_path: Path) -> None:
+    """Pointers to a host directory holding a marker SGLang, and one that climbs above the image's root with
+    ``..`` to the checkout the image does hold: neither is followed (the marker's version is never read)."""
+    from registry import python_files, write_image
+
+    outside = tmp_path / "outside"
+    (outside / "sglang").mkdir(parents=True)
+    (outside / "sglang" / "__init__.py").write_text("")
+    (outside / "sglang" / "_version.py").write_text("__version__ = version = '6.6.6'\n")
+    hostile = {
+        "host-pth": {f"__editable__.sglang-{SGL}.pth": f"{outside}\n".encode()},
+        "climbing-pth": {f"__editable__.sglang-{SGL}.pth": f"../../../../../../../{CHECKOUT}\n".encode()},
+        "climbing-finder": {
+            f"__editable__.sglang-{SGL}.pth": f"import {FINDER}; {FINDER}.install()\n".encode(),
+            f"{FINDER}.py": f"MAPPING = {{'sglang': '../../../../../../../{CHECKOUT}/sglang'}}\n".encode(),
+        },
+    }
+    layout = tmp_path / "oci"
+    checkout = sglang_checkout()
+    for tag, pointer in hostile.items():
+        write_image(layout, tag, [python_files(), checkout, editable_site(pointer, url=outside.as_uri())])
+    write_image(layout, "climbing-url", [python_files(), checkout, editable_site({}, url=f"file:///../../{CHECKOUT}")])
+    for tag in (*hostile, "climbing-url"):
+        proc = run_cli("check", "--image", f"oci:{layout}:{tag}", "--engine", "sglang")
+        assert proc.returncode == 3 and "6.6.6" not in proc.stdout + proc.stderr
+        assert proc.stderr.strip().splitlines() == [
+            "dflash-doctor: error: no sglang package in the image (looked in every site-packages and dist-packages)"
+        ], tag

@@ -49,6 +49,9 @@ class Engine:
     cache: str  # the user cache's subdirectory of the engine's releases and matrix rows ("": the cache itself)
     first_dflash: str  # the first release on the package index with a DFlash code path
     route: Route | None = None  # the objects behaviour runs the tree's code on (None: behaviour cannot run it)
+    # Directories of an image (from its root) where the engine is installed from source, editable: its package's
+    # files under them are kept, and a site directory's .pth, editable finder or direct_url.json leads to them.
+    checkouts: tuple[str, ...] = ()
 
     def kept(self) -> tuple[str, ...]:
         """What a release tree keeps of the engine's wheel, besides its dist-info."""

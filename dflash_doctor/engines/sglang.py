@@ -26,4 +26,6 @@ SGLANG = Engine(
     report_key="sglang",
     cache="sglang",  # sglang/releases/<version>/, sglang/matrix/
     first_dflash="0.5.11",  # sglang/srt/models/dflash.py and SpeculativeAlgorithm.DFLASH; absent in 0.5.10.post1
+    # lmsysorg/sglang images: `pip install -e "python[all]"` in /sgl-workspace/sglang (the tree: its python/)
+    checkouts=("sgl-workspace",),
 )
