@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..engines import ENGINES, Engine
+from ..paths import write_atomically
 from .archive import ArchiveSource
 from .interface import ImageError, ImageSource
 from .layers import Budget, LayerIndex, load_index, read_layer, save_index
@@ -89,7 +90,7 @@ def image_trees(
                 done = {"site": site.directory, "python": site.python, "checkout": site.checkout}
                 _write_tree(tree_files(view, site, engine), images_dir, trees[engine], done)
             metas[engine] = done
-        _save_held(held_file, held)
+        write_atomically(held_file, json.dumps(held))
     if not metas:
         packages = " or ".join(engine.package for engine in engines)
         raise ImageError(f"no {packages} package in the image (looked in every site-packages and dist-packages)")
@@ -117,18 +118,6 @@ def _load_held(path: Path) -> list[str] | None:
     except (OSError, ValueError):
         return None
     return held if isinstance(held, list) and all(isinstance(name, str) for name in held) else None
-
-
-def _save_held(path: Path, held: list[str]) -> None:
-    fd, temp = tempfile.mkstemp(prefix=".part.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(held, out)
-        os.replace(temp, path)
-    except OSError as exc:
-        raise ImageError(f"cannot write {path}: {exc.strerror or exc}") from None
-    finally:
-        Path(temp).unlink(missing_ok=True)
 
 
 def _load_meta(tree_dir: Path) -> dict | None:
