@@ -264,9 +264,15 @@ def test_a_hostile_images_pointers_are_followed_only_inside_it(tmp_path: Path) -
     for tag, pointer in hostile.items():
         write_image(layout, tag, [python_files(), checkout, editable_site(pointer, url=outside.as_uri())])
     write_image(layout, "climbing-url", [python_files(), checkout, editable_site({}, url=f"file:///../../{CHECKOUT}")])
+    env = {**os.environ, "DFLASH_DOCTOR_CACHE": str(tmp_path / "cache")}
+    env.pop("DFLASH_DOCTOR_NO_CACHE", None)
     for tag in (*hostile, "climbing-url"):
-        proc = run_cli("check", "--image", f"oci:{layout}:{tag}", "--engine", "sglang")
+        proc = run_cli("check", "--image", f"oci:{layout}:{tag}", "--engine", "sglang", env=env)
         assert proc.returncode == 3 and "6.6.6" not in proc.stdout + proc.stderr
         assert proc.stderr.strip().splitlines() == [
             "dflash-doctor: error: no sglang package in the image (looked in every site-packages and dist-packages)"
         ], tag
+    # Nothing assembled from what they point at: each image is recorded as holding no engine, and no tree is written.
+    images = tmp_path / "cache" / "images"
+    assert [json.loads(path.read_text()) for path in (images / "held").iterdir()] == [[]] * 4
+    assert list((images / "trees").iterdir()) == []
