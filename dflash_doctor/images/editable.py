@@ -1,7 +1,7 @@
 """Editable installs in an image: where a site directory sends Python for an engine's package.
 
-An image may install an engine from a source checkout, editable (SGLang's images:
-``pip install -e`` in ``/sgl-workspace/sglang``): the site directory then holds no
+An image may install an engine from a source checkout, editable (``pip install -e``
+under one of the engine's ``checkouts``): the site directory then holds no
 package, but a ``.pth`` line, setuptools' editable finder (its ``MAPPING``) or the
 dist-info's ``direct_url.json`` (``dir_info``, ``editable``) names the directory that
 does. They are read from the image's layers (the same ``.pth`` reading as the
