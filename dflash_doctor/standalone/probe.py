@@ -350,7 +350,8 @@ def patched_files(manifest, package):
 
 def collect(request):
     """``request``: {"package": name, "files": [relpath], "anchors": [[relpath, name]],
-    "deadline": seconds (optional), "detect": [package] (optional: those found are answered in ``found``)}."""
+    "deadline": seconds (optional), "detect": [package] (optional: those found are answered in ``found``),
+    "instead": [request] (optional: when ``package`` is not found, the first whose package is, answered)}."""
     package = request.get("package")
     if not package:
         return {"error": "the probe request names no package (was it made with `dflash-doctor probe-script`?)"}
@@ -360,6 +361,12 @@ def collect(request):
     if request.get("detect"):  # the other engines' packages: which of them this interpreter holds too
         answer["found"] = found_packages([name for name in request["detect"] if isinstance(name, str)])
     if answer.get("error"):
+        # not here: the first of the ``instead`` requests whose package is found is answered in its place
+        instead = answering_instead(request, answer.get("found", []))
+        if instead is not None:
+            other = collect(instead)
+            other["found"] = answer["found"]
+            return other
         return answer
     root = os.path.dirname(answer["package_dir"])
     answer["root"] = root
@@ -405,6 +412,15 @@ def collect(request):
     answer["search"] = search
     answer["dist_info_files"] = dist_info
     return answer
+
+
+def answering_instead(request, found):
+    """The first of the request's ``instead`` requests (another engine's, when its package is not
+    found) whose package is among ``found``; None when there is none."""
+    for other in request.get("instead") or []:
+        if isinstance(other, dict) and other.get("package") in found and not other.get("instead"):
+            return other
+    return None
 
 
 # The most files one ``more`` line may name.
@@ -467,6 +483,8 @@ def stage(request, deadline):
     """``collect`` in two parts; the second only when asked for, and more files while
     the client asks (see the module's docstring). Each word within its own deadline."""
     answer = collect(request)
+    if answer.get("package") != request.get("package"):  # another engine's, answered instead
+        request = answering_instead(request, answer.get("found", [])) or request
     first, held = split_answer(answer, (request.get("version_file"), PATCH_MANIFEST))
     respond(encode(first))
     while not answer.get("error"):

@@ -149,25 +149,35 @@ class SshTarget:
     def per_engine(self) -> list[tuple[Engine, Target]]:
         """The host's tree of each engine its Python finds, inside ``connected()``: the
         collector of ``request`` also says which of the ``detect`` requests' packages it
-        finds (one round trip); its answer serves that engine's check. ToolError when none."""
+        finds, and answers the first of them in its place when its own is not there (one round trip);
+        its answer serves that engine's check. ToolError when none."""
         from ..engines import of_package
 
         if not self.detect or self._open is None:
             return [(of_package(self.request["package"]), self)]
         spec, client = self._open
         who = f"{self.given}: {self.options.python}"
-        asked = {**self.request, "detect": [request["package"] for request in self.detect]}
+        detect = [request["package"] for request in self.detect]
+        # one collector run: the others' packages looked for, and the first found answered when this one is not there
+        asked = {**self.request, "detect": detect, "instead": list(self.detect)}
         answer, remote = self._run_probe(client, spec, who, staged=True, request=asked)
         found = set(answer.get("found", ()))
-        requests = [self.request] if not answer.get("error") else []
-        requests += [request for request in self.detect if request["package"] in found]
+        everyone = (self.request, *self.detect)
+        answered = (
+            None if answer.get("error") else next((r for r in everyone if r["package"] == answer.get("package")), None)
+        )
+        requests = [
+            request
+            for request in everyone
+            if request is answered or request in self.detect and request["package"] in found
+        ]
         if not requests:
             packages = [request["package"] for request in (self.request, *self.detect)]
             raise ToolError(
                 f"{who}: neither {' nor '.join(packages)} is installed in its environment "
                 f"(point at the remote interpreter that has one of them with --python)"
             )
-        self._first = (self.request, answer, remote) if not answer.get("error") else None
+        self._first = (answered, answer, remote) if answered is not None else None
         return [(of_package(request["package"]), EngineOnHost(self, request)) for request in requests]
 
     def resolve(self, request: dict | None = None) -> ResolvedTarget:
