@@ -98,6 +98,7 @@ def check(request: CheckRequest, warm_up: Callable[[tuple[Rule, ...]], None] | N
     from .check import run_check
     from .paths import FULL_WHEEL
     from .rulefile import load_rules, select
+    from .targets import opened, per_engine
     from .targets.selection import select_targets
     from .waivers import apply_waivers, load_waivers
 
@@ -121,23 +122,32 @@ def check(request: CheckRequest, warm_up: Callable[[tuple[Rule, ...]], None] | N
             report = apply_waivers(report, waivers, request.waivers)
         return _with_bottom_line(report, rules)
 
+    def finish_host(outcome: HostOutcome) -> HostOutcome:
+        try:
+            return HostOutcome(outcome.host, report=finish(outcome.report)) if outcome.report else outcome
+        except ToolError as exc:
+            return HostOutcome(outcome.host, error=str(exc))
+
     if fleet:
         from .fleet import check_targets
         from .model import fleet_exit_code
-
-        def finish_host(outcome: HostOutcome) -> HostOutcome:
-            try:
-                return HostOutcome(outcome.host, report=finish(outcome.report)) if outcome.report else outcome
-            except ToolError as exc:
-                return HostOutcome(outcome.host, error=str(exc))
 
         outcomes = tuple(
             finish_host(o) for o in check_targets(targets, rules, request.jobs, progress=request.progress, **drafter)
         )
         return CheckResult(True, outcomes, fleet_exit_code(list(outcomes)))
-    with FULL_WHEEL.on(request.full_wheel):  # the release's wheel, and the transformers wheel its behaviour fetches
-        report = finish(run_check(targets[0][1], rules, **drafter))
-    return CheckResult(False, (HostOutcome(targets[0][0], report=report),), report.exit_code)
+    name, target = targets[0]
+    # the release's wheel, and the transformers wheel its behaviour fetches; a host's one connection
+    with FULL_WHEEL.on(request.full_wheel), opened(target):
+        split = per_engine(target)
+        if len(split) > 1:  # a host or image holding several engines: a report for each
+            from .fleet import engine_outcomes
+            from .model import fleet_exit_code
+
+            outcomes = tuple(finish_host(o) for o in engine_outcomes(name, split, rules, **drafter))
+            return CheckResult(True, outcomes, fleet_exit_code(list(outcomes)))
+        report = finish(run_check(split[0][1], rules, **drafter))
+    return CheckResult(False, (HostOutcome(name, report=report),), report.exit_code)
 
 
 def with_ancestry(report: CheckReport, repo: Path, main_ref: str | None, rules: tuple[Rule, ...]) -> CheckReport:

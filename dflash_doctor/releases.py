@@ -204,8 +204,12 @@ def cached_releases(digest: str, engine: Engine = VLLM) -> list[str]:
 
 
 def in_range(versions: Iterable[str], first: str | None, last: str | None, engine: Engine = VLLM) -> list[str]:
-    """The versions from ``first`` (default: the engine's first release with DFlash) to ``last``."""
-    first = first or engine.first_dflash
+    """The versions from ``first`` to ``last``. By default from the last of ``versions`` before the engine's
+    first release with DFlash (its fixes not-applicable: where DFlash starts shows), else from that first one."""
+    versions = sorted(versions, key=version_key)
+    if first is None:
+        before = [v for v in versions if version_key(v) < version_key(engine.first_dflash)]
+        first = before[-1] if before else engine.first_dflash
     low = version_key(first)
     high = version_key(last) if last else None
     if high is not None and high < low:

@@ -33,6 +33,7 @@ from dflash_doctor.reporters.sarif import SarifReporter
 from dflash_doctor.reporters.table import TableReporter
 from dflash_doctor.source import DirectoryTree
 from dflash_doctor.targets.path import PathTarget
+from dflash_doctor.images.editable import inside
 from dflash_doctor.targets.probing import encode_request, parse_probe_output, probe_request, probe_source
 from dflash_doctor.targets.snapshot import snapshot_target
 
@@ -49,6 +50,7 @@ TOY = Engine(
     report_key="toyengine",
     cache="toyengine",
     first_dflash="2.0.0",
+    checkouts=("opt/toy-src",),
 )
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 CHECK_SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "schemas" / "check-v2.schema.json").read_text())
@@ -202,6 +204,19 @@ def test_image_layers_keep_a_registered_engines_files(registered: Engine) -> Non
     assert wanted(f"{site}/toyengine/scheduler.py") == "source"
     assert wanted(f"{site}/toyengine_npu-2.0.0.dist-info/RECORD") == "source"
     assert wanted(f"{site}/toyengine_extras/other.py") is None
+    # installed editable: its package under the engine's checkouts, and what leads a site directory there
+    assert wanted("opt/toy-src/repo/python/toyengine/scheduler.py") == "source"
+    assert wanted("opt/toy-src/repo/README.md") is None and wanted("opt/elsewhere/toyengine/scheduler.py") is None
+    assert wanted(f"{site}/__editable__.toyengine-2.0.0.pth") == wanted(f"{site}/__editable___toyengine_finder.py")
+    assert wanted(f"{site}/__editable__.toyengine-2.0.0.pth") == "source"
+    assert [
+        inside("usr/lib/site", entry) for entry in ("/opt/x", "../../../opt/x", "../../../../opt/x", "./a/../b")
+    ] == [
+        "opt/x",
+        "opt/x",
+        None,  # above the image's root: refused, never clamped
+        "usr/lib/site/b",
+    ]
 
 
 def test_patch_state_and_writes_stay_inside_the_toy_package(site: Path) -> None:

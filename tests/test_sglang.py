@@ -269,12 +269,14 @@ def test_an_image_is_checked_for_the_engine_it_holds(tmp_path: Path, mini_tree) 
     assert report["target"]["site"] == "/" + SITE
     again = json.loads(run_cli("check", "--image", f"oci:{layout}:sglang", "--format", "json", env=env).stdout)
     assert again["engine"] == report["engine"] and again["fixes"] == report["fixes"]
-    both = [
+    auto, *both = [
         json.loads(run_cli("check", "--image", f"oci:{layout}:both", *engine, "--format", "json", env=env).stdout)
         for engine in ((), ("--engine", "sglang"), ("--engine", "vllm"))
     ]
-    assert [report["engine"]["name"] for report in both] == ["vllm", "sglang", "vllm"]
-    assert both[0]["fixes"] == both[2]["fixes"] and UNKNOWN not in {fix["status"] for fix in both[0]["fixes"]}
+    fleet_validator().validate(auto)  # an image holding both engines: a report for each
+    assert [report["engine"] for report in auto["hosts"]] == [both[1]["engine"], both[0]["engine"]]
+    assert [report["engine"]["name"] for report in both] == ["sglang", "vllm"]
+    assert auto["hosts"][0]["fixes"] == both[1]["fixes"] and UNKNOWN not in {fix["status"] for fix in both[1]["fixes"]}
     assert_error(run_cli("check", "--image", f"oci:{layout}:none", env=env), "no vllm or sglang package in the image")
     assert_error(
         run_cli("check", "--image", f"oci:{layout}:none", "--engine", "sglang", env=env),
@@ -401,3 +403,50 @@ def test_a_source_that_starts_with_a_byte_order_mark_parses_as_python_reads_it()
     compile((tree / relpath).read_bytes(), relpath, "exec")  # Python itself accepts it
     parsed = DirectoryTree(tree, None, SGLANG).parsed(relpath)
     assert parsed is not None and parsed.symbols("Qwen2ForSequenceClassification")
+
+
+def sglang_applies_rule(directory: Path) -> Path:
+    """A shipped rule's fix, said of SGLang's code (its own id), applying where ``ServerArgs`` names "DFLASH" (0.5.11
+    does, 0.5.10.post1 does not; later releases moved it): its verdict before 0.5.11 comes from the applies logic."""
+    shipped = next(rule for rule in load_rules() if rule.id == "cache-drop")
+    text = shipped.source.read_text(encoding="utf-8").replace('id = "cache-drop"', 'id = "sglang-applies"', 1)
+    start, end = text.index("[applies]"), text.index("[behaviour]")
+    applies = (
+        '[applies]\nfile = "sglang/srt/server_args.py"\nsymbol = "ServerArgs"\nliteral = "DFLASH"\n'
+        'remedy = "Install an SGLang release with DFlash (0.5.11 or later)."\n\n'
+    )
+    directory.mkdir()
+    (directory / "sglang-applies.toml").write_text('engine = "sglang"\n' + text[:start] + applies + text[end:])
+    return directory
+
+
+def test_the_release_matrix_of_sglang_lists_every_release_on_the_index_from_the_last_without_dflash(
+    tmp_path: Path,
+) -> None:
+    from packaging.version import Version
+
+    listed = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", "sglang", "--disable-pip-version-check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    versions = next(line for line in listed.splitlines() if line.startswith("Available versions:")).split(":", 1)[1]
+    expected = sorted(
+        (v.strip() for v in versions.split(",") if not Version(v.strip()).is_prerelease),
+        key=Version,
+    )
+    expected = [v for v in expected if Version(v) >= Version(LAST_WITHOUT)]
+    env = {**os.environ, "DFLASH_DOCTOR_RULES": str(sglang_applies_rule(tmp_path / "rules"))}
+    proc = run_cli("releases", "--engine", "sglang", "--format", "json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    matrix = json.loads(proc.stdout)
+    jsonschema.validate(matrix, json.loads((SCHEMAS / "releases-v1.schema.json").read_text()))
+    assert matrix["engine"] == "sglang" and matrix["releases_from"] == "package index"
+    assert [row["release"] for row in matrix["releases"]] == expected and expected[0] == LAST_WITHOUT
+    ids = [rule.id for rule in load_rules()] + ["sglang-applies"]
+    assert [fix["id"] for fix in matrix["fixes"]] == ids
+    assert all(list(row["fixes"]) == ids for row in matrix["releases"])  # a column per fix, in every row
+    applies = {row["release"]: row["fixes"]["sglang-applies"] for row in matrix["releases"]}
+    assert applies[LAST_WITHOUT] == "not-applicable" and applies[FIRST_WITH] != "not-applicable"

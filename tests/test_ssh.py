@@ -197,6 +197,9 @@ def test_remote_without_vllm(server, client, remotes):
     trust(client, srv)
     proc = ssh_check(client, "--host", host(srv), "--python", str(remotes["empty"]))
     assert proc.returncode == 3
+    one_line_error(proc, "neither vllm nor sglang is installed")
+    proc = ssh_check(client, "--host", host(srv), "--python", str(remotes["empty"]), "--engine", "vllm")
+    assert proc.returncode == 3
     one_line_error(proc, "vllm is not installed")
 
 

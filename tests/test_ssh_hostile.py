@@ -236,11 +236,16 @@ def test_remote_without_vllm_says_how_to_point_at_one(remote, client, tmp_path):
     answer = tmp_path / "answer"
     answer.write_text(MARKER + json.dumps({"error": "vllm is not installed in this interpreter's environment"}) + "\n")
     python = hostile_python(tmp_path, f"cat {answer}\n")
-    result = ssh_run(client, remote, python)
+    result = ssh_run(client, remote, python, "--engine", "vllm")
     one_line(
         result,
         "vllm is not installed in this interpreter's environment (point at the remote interpreter "
         "that has vllm with --python)",
+    )
+    one_line(  # --engine auto: no engine found (the answer names none of the others)
+        ssh_run(client, remote, python),
+        "neither vllm nor sglang is installed in its environment (point at the remote interpreter that has one "
+        "of them with --python)",
     )
 
 

@@ -92,7 +92,7 @@ InsecureRegistryOption = typer.Option(
 EngineOption = typer.Option(
     "auto",
     "--engine",
-    help="The engine whose tree is checked: auto (every engine whose package --path or --python holds, each checked; for --image the first it holds, vLLM before SGLang; vLLM for --release and --host), vllm or sglang.",
+    help="The engine whose tree is checked: auto (every engine whose package --path, --python, --host or --image holds, each checked; vLLM for --release), vllm or sglang.",
 )
 RegistryTimeoutOption = typer.Option(
     30.0,

@@ -20,7 +20,7 @@ def releases(
     first: Optional[str] = typer.Option(
         None,
         "--from",
-        help="Oldest release in the matrix (default: the engine's first with DFlash, vLLM 0.20.0, SGLang 0.5.11).",
+        help="Oldest release in the matrix (default: the last without DFlash, before the engine's first with it: vLLM 0.20.0, SGLang 0.5.11).",
     ),
     last: Optional[str] = typer.Option(
         None, "--to", help="Newest release in the matrix (default: the newest on the index)."

@@ -52,6 +52,9 @@ class Engine:
     route: Route | None = None  # the objects behaviour runs the tree's code on (None: behaviour cannot run it)
     direct: Direct | None = None  # or: the drafter's hf_config handed straight to its model (no route of runners)
     metrics: Metrics | None = None  # where a running server reports acceptance (``accept``); None: not read
+    # Directories of an image (from its root) where the engine is installed from source, editable: its package's
+    # files under them are kept, and a site directory's .pth, editable finder or direct_url.json leads to them.
+    checkouts: tuple[str, ...] = ()
 
     def kept(self) -> tuple[str, ...]:
         """What a release tree keeps of the engine's wheel, besides its dist-info."""

@@ -62,4 +62,6 @@ SGLANG = Engine(
             average_span="everything since the server started (or since its internal state was last set)",
         ),
     ),
+    # lmsysorg/sglang images: `pip install -e "python[all]"` in /sgl-workspace/sglang (the tree: its python/)
+    checkouts=("sgl-workspace",),
 )

@@ -1,11 +1,11 @@
-"""An image's engine files (vLLM's) as a directory: layers read once, remembered per digest.
+"""An image's engine files as a directory per engine it holds: layers read once, remembered per digest.
 
 Under the images directory (``<cache>/images``, or a scratch directory when
 caches are off): ``files/<hex>.pack`` each layer's kept contents,
 ``layers/<format>-<hex>.json`` what each layer held (so an image sharing base layers
-downloads only its new ones), ``trees/<format>-<hex>/`` the assembled tree of
+downloads only its new ones), ``trees/<format>-<engine>-<hex>/`` the assembled tree of
 an image (by its manifest digest, per engine), with ``image.json`` written last
-as the mark that it is complete.
+as the mark that it is complete, and ``held/<format>-<hex>.json`` the engines the image holds.
 """
 
 from __future__ import annotations
@@ -20,22 +20,23 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from ..engines import Engine
+from ..engines import ENGINES, Engine
+from ..paths import write_atomically
 from .archive import ArchiveSource
 from .interface import ImageError, ImageSource
 from .layers import Budget, LayerIndex, load_index, read_layer, save_index
 from .layout import LayoutSource
 from .manifest import Image, Layer, resolve_image
-from .merge import find_site, installs_of, merge, site_files
+from .merge import find_site, installs_of, merge, tree_files
 from .registry import RegistrySource
 
 if TYPE_CHECKING:
     from rich.progress import Progress
 
 LABELS = ("org.opencontainers.image.revision", "org.opencontainers.image.version", "org.opencontainers.image.source")
-TREE_FORMAT = "4"  # bump when what a tree holds changes (2: transformers config sources; 3: the dist-info of vllm-named distributions; 4: entry points)
+TREE_FORMAT = "5"  # bump when what a tree holds changes (2: transformers config sources; 3: the dist-info of vllm-named distributions; 4: entry points; 5: editable checkouts)
 # Bump when what a layer index keeps changes (layers.wanted: every engine's files, so a new engine bumps it).
-LAYER_FORMAT = "5"  # 5: SGLang registered
+LAYER_FORMAT = "6"  # 5: SGLang registered; 6: .pth files, editable finders and the engines' checkouts
 LAYER_JOBS = 4
 
 
@@ -49,6 +50,7 @@ class ImageTree:
     python: str | None  # the interpreter on the image's PATH that imports it
     labels: tuple[tuple[str, str], ...]
     engine: Engine  # whose package the tree holds
+    checkout: str | None = None  # an editable install: the directory inside the image holding the package
 
 
 def open_source(reference: str, insecure: tuple[str, ...] = (), timeout: float = 30.0) -> ImageSource:
@@ -60,45 +62,66 @@ def open_source(reference: str, insecure: tuple[str, ...] = (), timeout: float =
     return RegistrySource(reference.removeprefix("docker://"), insecure, timeout)
 
 
-def image_tree(
+def image_trees(
     source: ImageSource, platform: str, images_dir: Path, engines: tuple[Engine, ...], progress: bool = False
-) -> ImageTree:
-    """The tree of the first of ``engines`` whose package the image holds (one engine: that one's, or its error)."""
+) -> list[ImageTree]:
+    """The tree of each of ``engines`` whose package the image holds, in their order (ImageError when none does).
+    Which engines an image holds is remembered per image digest, so a second check reads no layer."""
     image = resolve_image(source, platform)
     labels = tuple((name, image.labels[name]) for name in LABELS if name in image.labels)
-    trees = {
-        engine: images_dir / "trees" / f"{TREE_FORMAT}-{engine.name}-{image.digest.split(':', 1)[1]}"
-        for engine in engines
-    }
-    engine, done = engines[0], _load_meta(trees[engines[0]])
-    if done is None:
+    digest = image.digest.split(":", 1)[1]
+    trees = {engine: images_dir / "trees" / f"{TREE_FORMAT}-{engine.name}-{digest}" for engine in engines}
+    held_file = images_dir / "held" / f"{TREE_FORMAT}-{digest}.json"
+    held = _load_held(held_file)
+    metas = {engine: _load_meta(trees[engine]) for engine in engines if held is None or engine.name in held}
+    if held is None or None in metas.values():
         try:
-            for name in ("files", "layers", "trees", "tmp"):
+            for name in ("files", "layers", "trees", "held", "tmp"):
                 (images_dir / name).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ImageError(f"cannot create the image cache {images_dir}: {exc.strerror or exc}") from None
         indexes = _layer_indexes(source, image, images_dir, progress)
         view = merge(indexes)
-        held = [each for each in engines if installs_of(view, each)]
-        if not held and len(engines) > 1:
-            packages = " or ".join(each.package for each in engines)
-            raise ImageError(f"no {packages} package in the image (looked in every site-packages and dist-packages)")
-        engine = held[0] if held else engine
-        done = _load_meta(trees[engine])
-        if done is None:
-            site = find_site(view, image.env, images_dir / "files", engine)
-            done = {"site": site.directory, "python": site.python}
-            _write_tree(site_files(view, site.directory), images_dir, trees[engine], done)
-    return ImageTree(
-        trees[engine] / "root",
-        source.reference,
-        image.digest,
-        image.platform,
-        "/" + done["site"],
-        done["python"],
-        labels,
-        engine,
-    )
+        store = images_dir / "files"
+        held = [engine.name for engine in ENGINES.values() if installs_of(view, engine, store)]
+        metas = {}
+        for engine in engines:
+            if engine.name not in held:
+                continue
+            done = _load_meta(trees[engine])
+            if done is None:
+                site = find_site(view, image.env, store, engine)
+                done = {"site": site.directory, "python": site.python, "checkout": site.checkout}
+                _write_tree(tree_files(view, site, engine), images_dir, trees[engine], done)
+            metas[engine] = done
+        write_atomically(held_file, json.dumps(held))
+    if not metas:
+        packages = " or ".join(engine.package for engine in engines)
+        raise ImageError(f"no {packages} package in the image (looked in every site-packages and dist-packages)")
+    return [
+        ImageTree(
+            trees[engine] / "root",
+            source.reference,
+            image.digest,
+            image.platform,
+            "/" + done["site"],
+            done["python"],
+            labels,
+            engine,
+            "/" + done["checkout"] if done.get("checkout") else None,
+        )
+        for engine, done in metas.items()
+        if done is not None
+    ]
+
+
+def _load_held(path: Path) -> list[str] | None:
+    """The engines an image holds, as a check of it wrote them (None: not known yet)."""
+    try:
+        held = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return held if isinstance(held, list) and all(isinstance(name, str) for name in held) else None
 
 
 def _load_meta(tree_dir: Path) -> dict | None:

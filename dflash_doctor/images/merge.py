@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..engines import Engine
+from .editable import checkout_of, sites_with_pointers
 from .interface import ImageError
 from .layers import SITE_DIRS, LayerIndex, read_packed
 
@@ -30,6 +31,7 @@ class Site:
 
     directory: str
     python: str | None  # the interpreter on PATH that imports it, None when only one install exists
+    checkout: str | None = None  # an editable install: the directory holding the package (editable.py)
 
 
 class _Node:
@@ -102,29 +104,36 @@ def resolve(view: View, path: str) -> str | None:
     return None
 
 
-def installs_of(view: View, engine: Engine) -> list[str]:
-    """The site directories (inside the image) that hold the engine's package."""
+def installs_of(view: View, engine: Engine, store: Path) -> dict[str, str | None]:
+    """The site directories (inside the image) that hold the engine's package, each with the checkout
+    its editable install leads to (None: the package is in the site directory itself)."""
     init = f"/{engine.package}/__init__.py"
-    return sorted(
-        path[: -len(init)]
+    installs: dict[str, str | None] = {
+        path[: -len(init)]: None
         for path in view
         if path.endswith(init)
         and posixpath.basename(posixpath.dirname(posixpath.dirname(path))) in SITE_DIRS
         and resolve(view, path) is not None
-    )
+    }
+    for site in sites_with_pointers(view) - set(installs):
+        checkout = checkout_of(view, site, engine, store)
+        if checkout is not None:
+            installs[site] = checkout
+    return dict(sorted(installs.items()))
 
 
 def find_site(view: View, env: dict[str, str], store: Path, engine: Engine) -> Site:
     """The interpreters on the image's PATH in order, each with its site dirs; the first holding the engine's package wins."""
-    installs = installs_of(view, engine)
+    installs = installs_of(view, engine, store)
     if not installs:
         raise ImageError(f"no {engine.package} package in the image (looked in every site-packages and dist-packages)")
     for python in _interpreters(view, env.get("PATH") or DEFAULT_PATH):
-        for directory in _site_dirs(view, python, store, installs):
+        for directory in _site_dirs(view, python, store, list(installs)):
             if directory in installs:
-                return Site(directory, "/" + python)
+                return Site(directory, "/" + python, installs[directory])
     if len(installs) == 1:
-        return Site(installs[0], None)
+        directory, checkout = next(iter(installs.items()))
+        return Site(directory, None, checkout)
     listed = ", ".join("/" + d for d in installs)
     raise ImageError(
         f"several {engine.package} installs ({listed}) and no Python on the image's PATH imports one of them"
@@ -191,9 +200,18 @@ def _venv_config(view: View, path: str, store: Path) -> dict[str, str] | None:
     return {key.strip(): value.strip() for key, sep, value in pairs if sep}
 
 
+def tree_files(view: View, site: Site, engine: Engine) -> dict[str, str]:
+    """relpath in the tree -> where its bytes are packed: the site directory's files, and for an
+    editable install the engine's package from its checkout (as Python imports it through the site)."""
+    files = site_files(view, site.directory)
+    if site.checkout is not None:
+        files |= {relpath: where for relpath, where in site_files(view, site.checkout).items() if engine.owns(relpath)}
+    return files
+
+
 def site_files(view: View, site: str) -> dict[str, str]:
     """relpath under the site dir -> where its bytes are packed (the engines' sources and dist-info), links followed."""
-    prefix = site + "/"
+    prefix = site + "/" if site else ""
     files = {}
     for path in view:
         if not path.startswith(prefix):

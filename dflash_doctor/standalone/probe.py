@@ -40,7 +40,7 @@ import zlib
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations are strings: this runs on Pythons whose typing lacks these
-    from collections.abc import Container, Iterable, Iterator
+    from collections.abc import Callable, Container, Iterable, Iterator
     from typing import Any
 
     JSON = dict[str, Any]  # a request or an answer
@@ -143,29 +143,49 @@ def _read_text(path: str) -> str:
         return ""
 
 
-def pth_directories(directory: str, name: str) -> "list[str]":
-    """The existing directories a .pth file names. ``import`` lines are code and
-    are skipped, but for setuptools' editable finder the parent directory of each
-    package in its MAPPING literal is read (never imported)."""
+def pth_entries(text: "str", finder_text: "Callable[[str], str]") -> "list[str]":
+    """The directories a .pth file's ``text`` names, as written (relative to its directory,
+    or absolute). ``import`` lines are code and are skipped, but for setuptools' editable
+    finder the parent directory of each package in its MAPPING literal is read (never
+    imported): ``finder_text(module)`` gives the finder module's text. Shared with the
+    image reader, which reads the files from an image's layers."""
     found: "list[str]" = []
-    for line in _read_text(os.path.join(directory, name)).splitlines():
+    for line in text.splitlines():
         finder = EDITABLE_FINDER.match(line)
         if finder:
-            text = _read_text(os.path.join(directory, finder.group(1) + ".py"))
-            mapping = re.search(r"^MAPPING\s*(?::[^=\n]*)?=\s*(\{.*\})\s*$", text, re.M)
+            mapping = re.search(r"^MAPPING\s*(?::[^=\n]*)?=\s*(\{.*\})\s*$", finder_text(finder.group(1)), re.M)
             try:
                 packages = ast.literal_eval(mapping.group(1)) if mapping else {}
                 packages = packages if isinstance(packages, dict) else {}
             except (ValueError, SyntaxError):
                 packages = {}
-            candidates = [os.path.dirname(p) for p in packages.values() if isinstance(p, str)]
-        elif not line.strip() or line.startswith(("#", "import ", "import\t")):
-            continue
-        else:
-            candidates = [os.path.join(directory, line.rstrip())]
-        for path in map(os.path.abspath, candidates):
-            if os.path.isdir(path) and path not in sys.path and path not in found:
-                found.append(path)
+            found.extend(os.path.dirname(p) for p in packages.values() if isinstance(p, str))
+        elif line.strip() and not line.startswith(("#", "import ", "import\t")):
+            found.append(line.rstrip())
+    return found
+
+
+def pth_directories(directory: "str", name: "str") -> "list[str]":
+    """The existing directories a .pth file names (``pth_entries``)."""
+    found: "list[str]" = []
+    text = _read_text(os.path.join(directory, name))
+    entries = pth_entries(text, lambda module: _read_text(os.path.join(directory, module + ".py")))
+    for path in (os.path.abspath(os.path.join(directory, entry)) for entry in entries):
+        if os.path.isdir(path) and path not in sys.path and path not in found:
+            found.append(path)
+    return found
+
+
+def found_packages(packages: "Iterable[str]") -> "list[str]":
+    """Which of ``packages`` this interpreter finds (``find_spec``: never imported)."""
+    found = []
+    for package in packages:
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and spec.submodule_search_locations:
+            found.append(package)
     return found
 
 
@@ -339,14 +359,23 @@ def patched_files(manifest: "bytes | None", package: str) -> "list[str]":
 
 def collect(request: "JSON") -> "JSON":
     """``request``: {"package": name, "files": [relpath], "anchors": [[relpath, name]],
-    "deadline": seconds (optional)}."""
+    "deadline": seconds (optional), "detect": [package] (optional: those found are answered in ``found``),
+    "instead": [request] (optional: when ``package`` is not found, the first whose package is, answered)}."""
     package = request.get("package")
     if not package:
         return {"error": "the probe request names no package (was it made with `dflash-doctor probe-script`?)"}
     answer = locate(package)
     answer["host"] = socket.gethostname()
     answer["package"] = package
+    if request.get("detect"):  # the other engines' packages: which of them this interpreter holds too
+        answer["found"] = found_packages([name for name in request["detect"] if isinstance(name, str)])
     if answer.get("error"):
+        # not here: the first of the ``instead`` requests whose package is found is answered in its place
+        instead = answering_instead(request, answer.get("found", []))
+        if instead is not None:
+            other = collect(instead)
+            other["found"] = answer["found"]
+            return other
         return answer
     root = os.path.dirname(answer["package_dir"])
     answer["root"] = root
@@ -393,6 +422,15 @@ def collect(request: "JSON") -> "JSON":
     answer["search"] = search
     answer["dist_info_files"] = dist_info
     return answer
+
+
+def answering_instead(request: "JSON", found: "Container[str]") -> "JSON | None":
+    """The first of the request's ``instead`` requests (another engine's, when its package is not
+    found) whose package is among ``found``; None when there is none."""
+    for other in request.get("instead") or []:
+        if isinstance(other, dict) and other.get("package") in found and not other.get("instead"):
+            return other
+    return None
 
 
 # The most files one ``more`` line may name.
@@ -455,6 +493,8 @@ def stage(request: "JSON", deadline: int) -> None:
     """``collect`` in two parts; the second only when asked for, and more files while
     the client asks (see the module's docstring). Each word within its own deadline."""
     answer = collect(request)
+    if answer.get("package") != request.get("package"):  # another engine's, answered instead
+        request = answering_instead(request, answer.get("found", [])) or request
     first, held = split_answer(answer, (request.get("version_file"), PATCH_MANIFEST))
     respond(encode(first))
     while not answer.get("error"):

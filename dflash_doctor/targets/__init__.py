@@ -8,6 +8,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from ..engines import Engine
 from ..model import TargetInfo, ToolError
 from ..patching.files import LocalFiles, TreeFiles
 from ..paths import releases_dir
@@ -74,6 +75,13 @@ def _child_session() -> contextlib.AbstractContextManager:
 class Target(Protocol):
     def resolve(self) -> ResolvedTarget:
         """Find the tree; raise ToolError when there is none to check."""
+
+
+def per_engine(target: Target) -> list[tuple[Engine | None, Target]]:
+    """The target once per engine it holds: a host or an image that detects its engines
+    when it is opened offers ``per_engine()`` (call inside ``opened``); any other, itself."""
+    split = getattr(target, "per_engine", None)
+    return list(split()) if split is not None else [(None, target)]
 
 
 def opened(target: Target) -> contextlib.AbstractContextManager:

@@ -1,6 +1,6 @@
 """A container image, read from a registry, an OCI layout or a docker archive.
 
-The image's engine files (vLLM's) land in the user cache (or a scratch directory that
+The image's engine files (of each engine it holds) land in the user cache (or a scratch directory that
 lives as long as the target when caches are off); the check then reads them
 like any directory tree. The code is the image's, not the operator's.
 """
@@ -10,13 +10,17 @@ from __future__ import annotations
 import dataclasses
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..engines import ENGINES, VLLM, Engine
 from ..model import TargetInfo
 from ..paths import cache_dir, caches_disabled
 from ..provenance import find_dist_info
 from ..source import DirectoryTree
-from . import ResolvedTarget, local
+from . import ResolvedTarget, Target, local
+
+if TYPE_CHECKING:
+    from ..images.extract import ImageTree
 
 REVISION_LABEL = "org.opencontainers.image.revision"
 READ_ONLY = (
@@ -37,23 +41,27 @@ class ImageTarget:
     def __init__(self, reference: str, options: ImageOptions, engine: Engine | None = VLLM) -> None:
         self.reference = reference
         self.options = options
-        self.engine = engine  # None: the first registered engine whose package the image holds
+        self.engine = engine  # None: every registered engine whose package the image holds (the first, resolved alone)
         self._scratch: tempfile.TemporaryDirectory | None = None
+        self._tree: ImageTree | None = None  # found by per_engine
+
+    def per_engine(self) -> list[tuple[Engine, Target]]:
+        """The image's tree of each engine it holds (its layers read once), each checked on its own."""
+        found: list[tuple[Engine, Target]] = []
+        for tree in self._trees():
+            each = ImageTarget(self.reference, self.options, tree.engine)
+            each._scratch, each._tree = self._scratch, tree  # the scratch directory lives as long as each of them
+            found.append((tree.engine, each))
+        return found
 
     def resolve(self) -> ResolvedTarget:
-        from ..images.extract import image_tree, open_source  # startup: ssl, http.client, tarfile only for an image
-
-        source = open_source(self.reference, self.options.insecure, self.options.timeout)
-        try:
-            engines = tuple(ENGINES.values()) if self.engine is None else (self.engine,)
-            tree = image_tree(source, self.options.platform, self._images_dir(), engines, self.options.progress)
-        finally:
-            source.close()
+        tree = self._tree or self._trees()[0]
         details = (
             ("reference", tree.reference),
             ("digest", tree.digest),
             ("platform", tree.platform),
             ("site", tree.site),
+            *((("checkout", tree.checkout),) if tree.checkout else ()),
             *((("python", tree.python),) if tree.python else ()),
             *tree.labels,
         )
@@ -67,6 +75,16 @@ class ImageTarget:
             files=None,
             no_files=READ_ONLY,
         )
+
+    def _trees(self) -> list[ImageTree]:
+        from ..images.extract import image_trees, open_source  # startup: ssl, http.client, tarfile only for an image
+
+        source = open_source(self.reference, self.options.insecure, self.options.timeout)
+        try:
+            engines = tuple(ENGINES.values()) if self.engine is None else (self.engine,)
+            return image_trees(source, self.options.platform, self._images_dir(), engines, self.options.progress)
+        finally:
+            source.close()
 
     def _images_dir(self) -> Path:
         if not caches_disabled():

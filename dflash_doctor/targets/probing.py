@@ -49,6 +49,7 @@ _FIELDS = {
     "file_errors": ((dict,), _TEXT),
     "dist_info_files": ((dict,), _TEXT),
     "search": ((dict,), (list,)),
+    "found": ((list,), None),
 }
 
 
@@ -165,6 +166,8 @@ def _checked(answer: dict, who: str) -> dict:
         )
         if good and field == "search":
             good = all(isinstance(item, str) for items in value.values() for item in items)
+        if good and field == "found":
+            good = all(isinstance(item, str) for item in value)
         if not good:
             raise ToolError(f"{who}: the probe answer is malformed: field {field!r} has the wrong type")
     return answer

@@ -40,14 +40,13 @@ class TargetSpec:
     images: tuple[str, ...] = ()
     ssh: SshOptions = SshOptions()
     image: ImageOptions = ImageOptions()
-    engine: str = (
-        "auto"  # auto: every engine a local install holds; for an image the first; vLLM for releases and hosts
-    )
+    engine: str = "auto"  # auto: every engine a local install, a host or an image holds; vLLM for releases
 
 
 def select_targets(spec: TargetSpec, rules: tuple[Rule, ...]) -> tuple[list[tuple[str, Target]], bool]:
     """The targets the spec names, each with its name, and whether they make a fleet (one report per host or
-    image, or per engine of a local install that holds several)."""
+    image, or per engine of a local install that holds several). A host or an image holding several engines
+    is told apart when it is opened (``targets.per_engine``)."""
     chosen = None if spec.engine == "auto" else from_option(spec.engine)
     hosts = [check_host(host, "--host") for host in spec.hosts]
     hosts += read_hosts_file(spec.hosts_file) if spec.hosts_file is not None else []
@@ -90,13 +89,15 @@ def select_targets(spec: TargetSpec, rules: tuple[Rule, ...]) -> tuple[list[tupl
 
 
 def ssh_target(host: str, spec: TargetSpec, rules: tuple[Rule, ...], engine: Engine | None = None) -> Target:
-    """One host's target: its collector asks for ``engine``'s package (vLLM when none is named)."""
-    from ..engines import VLLM
+    """One host's target: its collector asks for ``engine``'s package; when none is named, for the
+    first registered engine's, and which of the others' packages the host holds (each is checked too)."""
+    from ..engines import ENGINES
     from .probing import probe_request
     from .ssh import SshTarget
 
     options = dataclasses.replace(spec.ssh, python=spec.python or "python3")
-    return SshTarget(host, options, probe_request(rules, engine or VLLM))
+    first, *others = (engine,) if engine is not None else tuple(ENGINES.values())
+    return SshTarget(host, options, probe_request(rules, first), tuple(probe_request(rules, each) for each in others))
 
 
 def _probe_files(from_probe: Path) -> tuple[list[tuple[str, Target]], bool]:

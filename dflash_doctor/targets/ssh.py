@@ -1,4 +1,4 @@
-"""A vLLM tree on another machine, read over one ssh connection.
+"""An engine's tree on another machine, read over one ssh connection.
 
 One connection per host. The probe goes to the remote interpreter on stdin
 and the files the rules need come back compressed on stdout. Inside
@@ -14,6 +14,9 @@ under the same lockdown as a local child and answers the check's behaviour
 requests in sequence (session.py), one round trip each; nothing from the
 remote machine runs on this one. Outside ``connected()`` the probe answers
 whole at once (``python - collect REQUEST``). Nothing is installed or written there.
+Under ``--engine auto`` the first collector is also asked which of the other
+engines' packages the host's Python finds (``per_engine``): each found is checked
+too, over the same connection (``EngineOnHost``).
 Host keys are verified against known_hosts; an unknown key is refused unless
 ``accept_new_host_key`` (then recorded), a changed key is always refused.
 Keys and the agent are the only authentication.
@@ -39,12 +42,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..engines import Engine
 from ..isolation import sandbox
 from ..isolation.session import RUN_TIMEOUT_S, Outcome, Session, Unstarted
 from ..model import TargetInfo, ToolError
 from ..patching.sftp_files import SftpFiles
 from ..standalone.probe import MARKER, STAGE_BOOT
-from . import ResolvedTarget
+from . import ResolvedTarget, Target
 from .jumps import JUMPS
 from .channel import ChannelPipe, behaviour_lifetime
 from .hosts import HostKeyPolicy, HostSpec, SshOptions, fingerprint, parse_host
@@ -61,7 +65,6 @@ CONNECT_TRIES = 5
 FIRST_PAUSE_S = 0.25
 # The tail of the remote standard error kept for the error message.
 STDERR_TAIL_BYTES = 64 * 1024
-NO_VLLM_HINT = "point at the remote interpreter that has vllm with --python"
 # What the host's interpreter runs: ``sandbox.child_program()``, sent on stdin
 # after its length, the requests following it on the same stream, runs in a
 # fork; this process only watches. The client cannot kill a process on the host,
@@ -112,10 +115,12 @@ def _busy(exc: BaseException) -> str | None:
 class SshTarget:
     """One host; ``resolve`` makes the single round trip."""
 
-    def __init__(self, given: str, options: SshOptions, request: dict) -> None:
+    def __init__(self, given: str, options: SshOptions, request: dict, detect: tuple[dict, ...] = ()) -> None:
         self.given = given
         self.options = options
         self.request = request
+        self.detect = detect  # the other engines' requests: each engine whose package the host finds is checked too
+        self._first: tuple[dict, dict, tuple[Contents, More] | None] | None = None  # per_engine's answer, kept
         self.bytes_sent = 0
         self.bytes_received = 0
         self.connect_tries = 0  # of the last connection made
@@ -139,27 +144,69 @@ class SshTarget:
             yield client
         finally:
             self._open = None
+            self._first = None
             while self._staged:
                 self._staged.pop().close()  # its collector reads the end of its input and exits
             self._close(client)
 
-    def resolve(self) -> ResolvedTarget:
-        """The tree; inside ``connected()`` known first by the host's digests (the
-        bytes come when a check reads them) and its behaviour runs on the host over
-        the open connection (outside, there is none to run it on: structure only)."""
+    def per_engine(self) -> list[tuple[Engine, Target]]:
+        """The host's tree of each engine its Python finds, inside ``connected()``: the
+        collector of ``request`` also says which of the ``detect`` requests' packages it
+        finds, and answers the first of them in its place when its own is not there (one round trip);
+        its answer serves that engine's check. ToolError when none."""
+        from ..engines import of_package
+
+        if not self.detect or self._open is None:
+            return [(of_package(self.request["package"]), self)]
+        spec, client = self._open
         who = f"{self.given}: {self.options.python}"
-        if self._open is not None:
+        detect = [request["package"] for request in self.detect]
+        # one collector run: the others' packages looked for, and the first found answered when this one is not there
+        asked = {**self.request, "detect": detect, "instead": list(self.detect)}
+        answer, remote = self._run_probe(client, spec, who, staged=True, request=asked)
+        found = set(answer.get("found", ()))
+        everyone = (self.request, *self.detect)
+        answered = (
+            None if answer.get("error") else next((r for r in everyone if r["package"] == answer.get("package")), None)
+        )
+        requests = [
+            request
+            for request in everyone
+            if request is answered or request in self.detect and request["package"] in found
+        ]
+        if not requests:
+            packages = [request["package"] for request in (self.request, *self.detect)]
+            raise ToolError(
+                f"{who}: neither {' nor '.join(packages)} is installed in its environment "
+                f"(point at the remote interpreter that has one of them with --python)"
+            )
+        self._first = (answered, answer, remote) if answered is not None else None
+        return [(of_package(request["package"]), EngineOnHost(self, request)) for request in requests]
+
+    def resolve(self, request: dict | None = None) -> ResolvedTarget:
+        """The tree ``request`` asks for (``self.request`` when None); inside ``connected()``
+        known first by the host's digests (the bytes come when a check reads them) and its
+        behaviour runs on the host over the open connection (outside, there is none to run
+        it on: structure only)."""
+        request = self.request if request is None else request
+        who = f"{self.given}: {self.options.python}"
+        if self._open is not None and self._first is not None and self._first[0] is request:
+            _, answer, remote = self._first  # what per_engine asked, on this connection
+            self._first = None
+        elif self._open is not None:
             spec, client = self._open
-            answer, remote = self._run_probe(client, spec, who, staged=True)
+            answer, remote = self._run_probe(client, spec, who, staged=True, request=request)
         else:
             spec = parse_host(self.given, self.options)
             client = self._connect(spec)
             try:
-                answer, remote = self._run_probe(client, spec, who, staged=False)
+                answer, remote = self._run_probe(client, spec, who, staged=False, request=request)
             finally:
                 self._close(client)
         if answer.get("error"):
-            raise ToolError(f"{who}: {answer['error']} ({NO_VLLM_HINT})")
+            raise ToolError(
+                f"{who}: {answer['error']} (point at the remote interpreter that has {request['package']} with --python)"
+            )
         details = (
             ("bytes_sent", self.bytes_sent),
             ("bytes_received", self.bytes_received),
@@ -303,7 +350,7 @@ class SshTarget:
         return f"sh -c {shlex.quote(script)}"
 
     def _run_probe(
-        self, client: SSHClient, spec: HostSpec, who: str, staged: bool
+        self, client: SSHClient, spec: HostSpec, who: str, staged: bool, request: dict[str, Any]
     ) -> tuple[dict, tuple[Contents, More] | None]:
         """The collector's answer, and how to ask it for the bytes it held back and for
         more files (None when it is not asked: whole at once, or an answer with an error).
@@ -314,13 +361,13 @@ class SshTarget:
         limit = self.options.probe_timeout
         seconds = math.ceil(limit) + 1
         lifetime = math.ceil(behaviour_lifetime(limit, min(limit, RUN_TIMEOUT_S))) + 1
-        request = encode_request({**self.request, "deadline": seconds})
+        encoded = encode_request({**request, "deadline": seconds})
         python = shlex.quote(self.options.python)
         source = probe_source().encode()
         if staged:  # each part within ``seconds`` on the host
-            run, payload = f"{python} -c {shlex.quote(STAGE_BOOT)} stage {request}", b"%d\n%s" % (len(source), source)
+            run, payload = f"{python} -c {shlex.quote(STAGE_BOOT)} stage {encoded}", b"%d\n%s" % (len(source), source)
         else:
-            run, payload = f"{python} - collect {request}", source
+            run, payload = f"{python} - collect {encoded}", source
         command = self._remote_command(run, lifetime if staged else seconds)
         self.bytes_sent = self.bytes_received = 0
         self._fetched = (0, 0)
@@ -488,3 +535,20 @@ class SshTarget:
             else:
                 select.select([channel], [], [], left)
         return bytes(output), bytes(errors)
+
+
+class EngineOnHost:
+    """One engine's tree on a host whose ``SshTarget`` holds the connection: checked over it."""
+
+    def __init__(self, host: SshTarget, request: dict) -> None:
+        self.host = host
+        self.request = request
+
+    def connected(self) -> contextlib.AbstractContextManager:
+        return self.host.connected()
+
+    def resolve(self) -> ResolvedTarget:
+        return self.host.resolve(self.request)
+
+    def counted(self, info: TargetInfo) -> TargetInfo:
+        return self.host.counted(info)
