@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .model import EXIT_OK, BottomLine, CheckReport, HostOutcome, ToolError
-from .targets.selection import TargetSpec, select_target, ssh_target
+from .targets.selection import TargetSpec, ssh_target
 
 if TYPE_CHECKING:
     from .accept import AcceptOptions, AcceptReport
@@ -190,12 +191,14 @@ class Patching:
         from .cache import structure_fixes
         from .targets import files_for
         from .patching.plan import plan_patches
+        from .rules import for_engine
 
         self._target, self._rules = target, rules
         self.location = resolved.info.location
         open_files = files_for(resolved)  # refused before anything is planned or shown
         self._files = None if dry_run else open_files()  # the root is held from before the check reads the tree
-        self.plan: PatchPlan = plan_patches(resolved.tree, rules, structure_fixes(resolved.tree, rules))
+        ours = for_engine(rules, resolved.tree.engine.name)  # the tree's engine's rule of each fix
+        self.plan: PatchPlan = plan_patches(resolved.tree, ours, structure_fixes(resolved.tree, ours))
 
     @property
     def dry_run_code(self) -> int:
@@ -278,11 +281,24 @@ def _installed(request: PatchRequest, rules: tuple[Rule, ...]) -> Target:
         raise ToolError(f"--image: {READ_ONLY}")
     if spec.hosts_file is not None or spec.from_probe is not None or len(spec.hosts) > 1:
         raise ToolError("patch one install: give --path, --python or one --host")
+    from .targets.selection import from_option
+
+    chosen = None if spec.engine == "auto" else from_option(spec.engine)
     if not spec.hosts:
-        return select_target(spec.path, spec.python, None)
+        from .targets.detect import local_targets
+
+        if spec.path is not None and spec.python is not None:
+            raise ToolError("give one target, not --path and --python")
+        found = local_targets(spec.path, spec.python or sys.executable, None, chosen)
+        if len(found) > 1:
+            names = " and ".join(engine.display for engine, _ in found)
+            raise ToolError(
+                f"this install holds {names}: patch one engine at a time (--engine {' or --engine '.join(e.name for e, _ in found)})"
+            )
+        return found[0][1]
     if spec.path is not None:
         raise ToolError("give one target, not --host and --path")
-    return ssh_target(spec.hosts[0], spec, rules)
+    return ssh_target(spec.hosts[0], spec, rules, chosen)
 
 
 def _rechecked(target: Target, rules: tuple[Rule, ...]) -> CheckReport:

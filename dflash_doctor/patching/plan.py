@@ -175,6 +175,7 @@ class PatchedTree(SourceTree):
     def __init__(self, base: SourceTree, replaced: Mapping[str, bytes]) -> None:
         super().__init__()
         self.base = base
+        self.engine = base.engine  # the rules read are the base tree's engine's
         self.replaced = dict(replaced)
 
     def read(self, relpath: str) -> bytes | None:
