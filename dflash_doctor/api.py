@@ -145,11 +145,14 @@ def with_ancestry(report: CheckReport, repo: Path, main_ref: str | None, rules: 
     """The report with an ``ancestry`` section for its recorded build commit."""
     from .ancestry import trace
 
-    if not report.provenance.commit:
+    provenance = report.provenance
+    if not provenance.commit:
         raise ToolError(
-            f"--repo: {report.target.location} records no build commit to look up (version {report.provenance.version})"
+            f"--repo: {report.target.location} records no build commit to look up (version {provenance.version})"
         )
-    section = trace(repo, report.provenance.commit, report.provenance.commit_source, rules=rules, main_ref=main_ref)
+    section = trace(
+        repo, provenance.commit, provenance.commit_source, rules=rules, main_ref=main_ref, engine=provenance.engine
+    )
     return dataclasses.replace(report, sections=(*report.sections, section))
 
 
@@ -324,7 +327,8 @@ def patch_pr(
 @dataclasses.dataclass(frozen=True)
 class AncestryRequest:
     """``ancestry``: whether ``commit`` (or, without it, the build commit ``target`` records)
-    holds each fix's PR in the clone ``repo``."""
+    holds each fix's PR in the clone ``repo``: the PRs of the rules of the engine ``target.engine``
+    names, or (auto) of the engine whose package the clone holds at the commit."""
 
     repo: Path
     commit: str | None = None
@@ -339,10 +343,11 @@ class AncestryRequest:
 def ancestry(request: AncestryRequest) -> AncestryReport:
     from .ancestry import commit_from_target, trace
     from .rulefile import select
-    from .targets.selection import select_targets
+    from .targets.selection import from_option, select_targets
 
     rules = select(list(request.only) or None)
     spec = request.target
+    engine = None if spec.engine == "auto" else from_option(spec.engine)
     source: str | None
     if request.commit is not None:
         if spec.path or spec.python or spec.release or spec.hosts or spec.images:
@@ -360,6 +365,7 @@ def ancestry(request: AncestryRequest) -> AncestryReport:
         main_ref=request.main_ref,
         remote=request.remote,
         fetch=request.fetch,
+        engine=engine,
     )
 
 

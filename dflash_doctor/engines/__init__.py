@@ -50,10 +50,16 @@ class Engine:
     first_dflash: str  # the first release on the package index with a DFlash code path
     route: Route | None = None  # the objects behaviour runs the tree's code on (None: behaviour cannot run it)
     direct: Direct | None = None  # or: the drafter's hf_config handed straight to its model (no route of runners)
+    source_dir: str = ""  # the directory of the engine's own git repository that holds its package ("": the root)
 
     def kept(self) -> tuple[str, ...]:
         """What a release tree keeps of the engine's wheel, besides its dist-info."""
         return (f"{self.package}/**.py",)
+
+    @property
+    def repository_package(self) -> str:
+        """Where the engine's own git repository keeps its package (``vllm``, ``python/sglang``)."""
+        return f"{self.source_dir}/{self.package}" if self.source_dir else self.package
 
     def owns(self, relpath: str) -> bool:
         """Whether ``relpath`` (relative to the tree root) lies inside the engine's package."""

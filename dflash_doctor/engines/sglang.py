@@ -30,4 +30,5 @@ SGLANG = Engine(
     # The model loader builds the drafter's hf_config (transformers' AutoConfig for a qwen3 drafter) and
     # constructs the drafter's model class with it as ``config`` (DFlashDraftModel(config, quant_config, prefix)).
     direct=Direct(parameter="config"),
+    source_dir="python",  # github.com/sgl-project/sglang keeps the package in python/sglang/ (python/pyproject.toml)
 )
