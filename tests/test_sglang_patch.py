@@ -110,7 +110,7 @@ def test_swa_config_is_refused_with_its_rules_reason(tmp_path):
 
 
 def test_a_tree_holding_both_engines_is_patched_for_the_engine_named(tmp_path, mini_tree):
-    site = mini_tree("0.33.0", "site")  # the files vLLM's rules read
+    site = mini_tree("0.20.1", "site")  # the files vLLM's rules read; its layer-offset is absent
     sglang = installed(tmp_path, "0.5.11")
     shutil.move(sglang / "sglang", site / "sglang")
     shutil.move(sglang / "sglang-0.5.11.dist-info", site / "sglang-0.5.11.dist-info")
@@ -122,5 +122,11 @@ def test_a_tree_holding_both_engines_is_patched_for_the_engine_named(tmp_path, m
     assert proc.returncode == 0, proc.stderr
     patched = snapshot(site)
     assert {path for path in original if original[path][0] != patched[path][0]} == {DFLASH}
+    # one state directory beside both packages: the other engine waits until this one is restored
+    proc = run_cli("patch", "--path", str(site), "--only", "layer-offset", "--engine", "vllm", "--yes")
+    assert proc.returncode == 3 and "records patches of SGLang's files: patch and restore one engine" in proc.stderr
+    assert snapshot(site) == patched
     assert run_cli("restore", "--path", str(site), "--engine", "sglang", "--yes").returncode == 0
     assert snapshot(site) == original
+    proc = run_cli("patch", "--path", str(site), "--only", "layer-offset", "--engine", "vllm", "--yes")
+    assert proc.returncode == 0, proc.stderr
