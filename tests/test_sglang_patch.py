@@ -4,19 +4,21 @@ rope-base is patched in 0.5.11 and 0.5.12 (the rule's rewrite of the ``rope_thet
 in ``DFlashAttention.__init__``) and proved by behaviour: after the patch the check runs the tree's
 own drafter layers on the reference drafters and each is built with the base its config states
 (1e7, 1e4), not 1e6; restore gives the release back byte for byte and the check says absent again.
-swa-config is refused with its rule's reason; a dry run writes nothing.
+swa-config is refused with its rule's reason; a dry run writes nothing; over ssh the cycle is the same.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import check_json, run_cli, statuses
+from conftest import check_json, make_venv, run_cli, statuses
 from patching import STATE, sha, snapshot
+from sshd import host, trust
 from dflash_doctor.engines import SGLANG
 from dflash_doctor.rulefile import load_rules
 from dflash_doctor.targets.release import release_tree
@@ -130,3 +132,27 @@ def test_a_tree_holding_both_engines_is_patched_for_the_engine_named(tmp_path, m
     assert snapshot(site) == original
     proc = run_cli("patch", "--path", str(site), "--only", "layer-offset", "--engine", "vllm", "--yes")
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.slow
+def test_rope_base_is_patched_and_restored_over_ssh(tmp_path, server, client):
+    """The same cycle on a host: the check, the writes (SFTP) and the re-check over one connection."""
+    root = installed(tmp_path, "0.5.11")
+    python = make_venv(tmp_path / "venv", root)
+    srv = server()
+    trust(client, srv)
+    args = [*client["args"], "--host", host(srv), "--python", str(python), "--engine", "sglang"]
+    original = snapshot(root)
+    proc = run_cli("patch", *args, *ROPE, "--yes", env=client["env"])
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert f"patched {DFLASH}" in proc.stderr and re.search(r"^rope-base +PRESENT ", proc.stdout, re.M)
+    assert srv.log_count("Connection from 127.0.0.1") == 1
+    patched = snapshot(root)
+    assert {path for path in original if original[path][0] != patched[path][0]} == {DFLASH}
+    code, report = check_json(*args, *ROPE, env=client["env"])
+    assert code == 0 and statuses(report) == {"rope-base": "present"}
+    assert rope_bases(report)["mimo-swa"] == {(1e4, 1e4)}  # behaviour, run on the host
+    assert report["local_patches"][0]["file"] == DFLASH
+    proc = run_cli("restore", *args, "--yes", env=client["env"])
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert snapshot(root) == original
