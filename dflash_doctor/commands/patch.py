@@ -46,7 +46,7 @@ def patch(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the unified diff and change nothing."),
     yes: bool = YesOption,
     repo: Optional[Path] = typer.Option(
-        None, "--repo", help="A vLLM git checkout: apply --pr's change to its working tree instead."
+        None, "--repo", help="A vLLM or SGLang git checkout: apply --pr's change to its working tree instead."
     ),
     pr: Optional[int] = typer.Option(
         None, "--pr", help="With --repo: the PR whose change to apply (its landing on main, else refs/pull/N/head)."
