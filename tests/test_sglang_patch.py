@@ -101,6 +101,20 @@ def test_dry_run_shows_the_diff_and_writes_nothing(tmp_path):
     assert snapshot(root) == original and not (root / STATE).exists()
 
 
+def test_a_release_with_the_fix_has_nothing_to_patch_and_a_fix_without_an_sglang_rule_is_refused(tmp_path):
+    root = installed(tmp_path, "0.5.13")  # reads the base through get_rope_config
+    original = snapshot(root)
+    proc = run_cli("patch", "--path", str(root), *ROPE, "--yes")
+    assert proc.returncode == 0 and "nothing to patch: every selected fix is present" in proc.stderr
+    unruled = sorted({rule.id for rule in load_rules()} - {rule.id for rule in load_rules() if rule.engine == "sglang"})
+    for fix in unruled:  # judged by no rule of SGLang's yet: never patched by vLLM's
+        proc = run_cli("patch", "--path", str(root), "--only", fix, "--yes")
+        assert proc.returncode == 2 and f"{fix}: not patched: no rule describes SGLang's code of this fix" in (
+            proc.stderr
+        )
+    assert snapshot(root) == original and not (root / STATE).exists()
+
+
 def test_swa_config_is_refused_with_its_rules_reason(tmp_path):
     root = installed(tmp_path, "0.5.11")
     original = snapshot(root)
