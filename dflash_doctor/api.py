@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .model import EXIT_OK, BottomLine, CheckReport, HostOutcome, ToolError
-from .targets.selection import TargetSpec, select_target, ssh_target
+from .targets.selection import TargetSpec, ssh_target
 
 if TYPE_CHECKING:
     from .accept import AcceptOptions, AcceptReport
@@ -154,11 +155,14 @@ def with_ancestry(report: CheckReport, repo: Path, main_ref: str | None, rules: 
     """The report with an ``ancestry`` section for its recorded build commit."""
     from .ancestry import trace
 
-    if not report.provenance.commit:
+    provenance = report.provenance
+    if not provenance.commit:
         raise ToolError(
-            f"--repo: {report.target.location} records no build commit to look up (version {report.provenance.version})"
+            f"--repo: {report.target.location} records no build commit to look up (version {provenance.version})"
         )
-    section = trace(repo, report.provenance.commit, report.provenance.commit_source, rules=rules, main_ref=main_ref)
+    section = trace(
+        repo, provenance.commit, provenance.commit_source, rules=rules, main_ref=main_ref, engine=provenance.engine
+    )
     return dataclasses.replace(report, sections=(*report.sections, section))
 
 
@@ -200,12 +204,14 @@ class Patching:
         from .cache import structure_fixes
         from .targets import files_for
         from .patching.plan import plan_patches
+        from .rules import for_engine
 
         self._target, self._rules = target, rules
         self.location = resolved.info.location
         open_files = files_for(resolved)  # refused before anything is planned or shown
         self._files = None if dry_run else open_files()  # the root is held from before the check reads the tree
-        self.plan: PatchPlan = plan_patches(resolved.tree, rules, structure_fixes(resolved.tree, rules))
+        ours = for_engine(rules, resolved.tree.engine.name)  # the tree's engine's rule of each fix
+        self.plan: PatchPlan = plan_patches(resolved.tree, ours, structure_fixes(resolved.tree, ours))
 
     @property
     def dry_run_code(self) -> int:
@@ -288,11 +294,24 @@ def _installed(request: PatchRequest, rules: tuple[Rule, ...]) -> Target:
         raise ToolError(f"--image: {READ_ONLY}")
     if spec.hosts_file is not None or spec.from_probe is not None or len(spec.hosts) > 1:
         raise ToolError("patch one install: give --path, --python or one --host")
+    from .targets.selection import from_option
+
+    chosen = None if spec.engine == "auto" else from_option(spec.engine)
     if not spec.hosts:
-        return select_target(spec.path, spec.python, None)
+        from .targets.detect import local_targets
+
+        if spec.path is not None and spec.python is not None:
+            raise ToolError("give one target, not --path and --python")
+        found = local_targets(spec.path, spec.python or sys.executable, None, chosen)
+        if len(found) > 1:
+            names = " and ".join(engine.display for engine, _ in found)
+            raise ToolError(
+                f"this install holds {names}: patch one engine at a time (--engine {' or --engine '.join(e.name for e, _ in found)})"
+            )
+        return found[0][1]
     if spec.path is not None:
         raise ToolError("give one target, not --host and --path")
-    return ssh_target(spec.hosts[0], spec, rules)
+    return ssh_target(spec.hosts[0], spec, rules, chosen)
 
 
 def _rechecked(target: Target, rules: tuple[Rule, ...]) -> CheckReport:
@@ -318,7 +337,8 @@ def patch_pr(
 @dataclasses.dataclass(frozen=True)
 class AncestryRequest:
     """``ancestry``: whether ``commit`` (or, without it, the build commit ``target`` records)
-    holds each fix's PR in the clone ``repo``."""
+    holds each fix's PR in the clone ``repo``: the PRs of the rules of the engine ``target.engine``
+    names, or (auto) of the engine whose package the clone holds at the commit."""
 
     repo: Path
     commit: str | None = None
@@ -333,10 +353,11 @@ class AncestryRequest:
 def ancestry(request: AncestryRequest) -> AncestryReport:
     from .ancestry import commit_from_target, trace
     from .rulefile import select
-    from .targets.selection import select_targets
+    from .targets.selection import from_option, select_targets
 
     rules = select(list(request.only) or None)
     spec = request.target
+    engine = None if spec.engine == "auto" else from_option(spec.engine)
     source: str | None
     if request.commit is not None:
         if spec.path or spec.python or spec.release or spec.hosts or spec.images:
@@ -354,6 +375,7 @@ def ancestry(request: AncestryRequest) -> AncestryReport:
         main_ref=request.main_ref,
         remote=request.remote,
         fetch=request.fetch,
+        engine=engine,
     )
 
 

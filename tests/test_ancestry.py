@@ -61,8 +61,10 @@ def test_section_for_the_check_report_is_the_ancestry_report(history):
 def test_one_entry_per_fix_and_pr_from_the_rules(history):
     from dflash_doctor.rulefile import load_rules
 
-    report = trace(history.path, "main")
-    expected = [(rule.id, pr) for rule in load_rules() for pr in (*rule.prs, *rule.unmerged_prs)]
+    report = trace(history.path, "main")  # a vLLM clone: the PRs of vLLM's rules, never another engine's
+    expected = [
+        (rule.id, pr) for rule in load_rules() if rule.engine == "vllm" for pr in (*rule.prs, *rule.unmerged_prs)
+    ]
     assert [(e.fix, e.pr) for e in report.prs] == expected
     assert {e.fix for e in report.prs if e.pr == 40898} == {"layer-offset", "swa-config", "cache-drop"}
 
@@ -225,6 +227,9 @@ def test_a_clone_that_is_not_vllm_is_refused_in_one_line(tmp_path):
     repo.git("remote", "add", "origin", "https://github.com/vllm-project/vllm.git")
     repo.commit("Initial import (#1000)", {"src/app/__init__.py": "VALUE = 1\n", "README.md": "not vLLM\n"})
     proc = run_cli("ancestry", "--repo", str(repo.path), "--commit", "main")
+    assert_error(proc, f"{repo.path} does not look like a vLLM or SGLang clone: commit ")
+    assert "has no vllm/ or python/sglang/ package" in proc.stderr and proc.stdout == ""
+    proc = run_cli("ancestry", "--repo", str(repo.path), "--commit", "main", "--engine", "vllm")
     assert_error(proc, f"{repo.path} does not look like a vLLM clone: commit ")
     assert "has no vllm/ package" in proc.stderr and proc.stdout == ""
 
@@ -328,7 +333,7 @@ def test_bad_repositories(history, tmp_path):
     assert_error(run_cli("ancestry", "--repo", str(tmp_path / "absent"), "--commit", "main"), "no such repository")
     assert_error(run_cli("ancestry", "--repo", str(tmp_path), "--commit", "main"), "not a git repository")
     lone = Repo.init(tmp_path / "lone", branch="trunk")
-    lone.commit("only (#1)", {"a.txt": "a\n"})
+    lone.commit("only (#1)", {"vllm/__init__.py": ""})  # a vLLM clone without a main line
     assert_error(run_cli("ancestry", "--repo", str(lone.path), "--commit", "HEAD"), "neither origin/main nor main")
     assert_error(run_cli("ancestry", "--commit", "main"), "--repo")
 

@@ -421,7 +421,7 @@ def test_file_changed_after_the_check_is_refused(tmp_path, mini_tree):
         handle.write("# someone else's edit\n")
     edited = snapshot(root)
     with pytest.raises(ToolError, match="changed since it was checked"):
-        apply_changes(LocalFiles(root), plan.changes, "test")
+        apply_changes(LocalFiles(root, "vllm"), plan.changes, "test")
     assert snapshot(root) == edited  # no backup, no manifest, no state directory
 
 
@@ -587,7 +587,7 @@ def test_two_fixes_in_one_file_share_one_backup(tmp_path, mini_tree):
     root = mini_tree("0.20.1")
     original = snapshot(root)
     (tmp_path / "demo.toml").write_text(DEMO_RULE)
-    files = LocalFiles(root)
+    files = LocalFiles(root, "vllm")
     for rules in (select(["layer-offset"]), (load_rule(tmp_path / "demo.toml"),)):
         tree = PathTarget(root).resolve().tree
         plan = plan_patches(tree, rules, FormReader(tree).run(rules))
@@ -640,7 +640,7 @@ def test_a_file_removed_while_restore_runs_is_refused_by_name(tmp_path, mini_tre
             super().still_there()
             (root / RESOLVER).unlink()
 
-    files = RemovedMeanwhile(root)
+    files = RemovedMeanwhile(root, "vllm")
     plan = plan_restore(files, None)
     with pytest.raises(ToolError, match=f"{RESOLVER} was removed while restore ran; it is not restored"):
         apply_restore(files, plan)

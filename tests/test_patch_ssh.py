@@ -201,7 +201,7 @@ def test_the_remote_lock_ends_when_dflash_doctor_dies(remote, tmp_path):
         "from dflash_doctor.targets.ssh import SshOptions, SshTarget\n"
         f"options = SshOptions(python={str(remote['python'])!r}, identity=Path({user['args'][1]!r}), known_hosts=Path({str(user['known'])!r}))\n"
         f"with SshTarget({host(remote['srv'])!r}, options, {{}}).connected() as ssh_client:\n"
-        f"    with SftpFiles(ssh_client, {str(root)!r}, options.python, 'remote').lock('{STATE}/lock'):\n"
+        f"    with SftpFiles(ssh_client, {str(root)!r}, options.python, 'remote', 'vllm').lock('{STATE}/lock'):\n"
         "        print('held', flush=True)\n"
         "        time.sleep(600)\n"
     )

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..engines import ENGINES, Engine
 from ..model import ToolError
 from ..provenance import read_provenance
 from ..rulefile import load_rules
@@ -258,15 +259,30 @@ def _wanted_prs(rules: Sequence[Rule], prs: Sequence[int] | None) -> list[tuple[
     return chosen + [(None, pr) for pr in dict.fromkeys(prs) if pr not in {p for _, p in pairs}]
 
 
-def _require_vllm(repository: Repository, commit: str) -> None:
-    """A vLLM clone has the ``vllm`` package at the commit; judged elsewhere, every PR would come out unknown
-    (their landing commits are not there) with advice to fetch vLLM's pull refs from a remote that has none."""
-    entry = repository.git("ls-tree", commit, "--", "vllm").split("\t")[0].split()
-    if entry[1:2] != ["tree"]:
+def _has_package(repository: Repository, commit: str, engine: Engine) -> bool:
+    entry = repository.git("ls-tree", commit, "--", engine.repository_package).split("\t")[0].split()
+    return entry[1:2] == ["tree"]
+
+
+def engine_of_clone(repository: Repository, commit: str, engine: Engine | None = None) -> Engine:
+    """The engine whose clone ``repository`` is, read from the package at ``commit`` (``engine``: only that one).
+    Judged elsewhere, every PR would come out unknown (their landing commits are not there) with advice to
+    fetch pull refs from a remote that has none, so a commit without the package is refused."""
+    engines = [engine] if engine is not None else list(ENGINES.values())
+    found = [each for each in engines if _has_package(repository, commit, each)]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        names = " or ".join(each.display for each in engines)
+        packages = " or ".join(f"{each.repository_package}/" for each in engines)
         raise ToolError(
-            f"{repository.location} does not look like a vLLM clone: commit {short_sha(commit)} has no "
-            "vllm/ package (give --repo a clone of vLLM)"
+            f"{repository.location} does not look like a {names} clone: commit {short_sha(commit)} has no "
+            f"{packages} package (give --repo a clone of {names})"
         )
+    raise ToolError(
+        f"commit {short_sha(commit)} in {repository.location} holds the packages of "
+        f"{' and '.join(each.display for each in found)}: name the engine with --engine"
+    )
 
 
 def trace(
@@ -279,19 +295,25 @@ def trace(
     main_ref: str | None = None,
     remote: str = "origin",
     fetch: bool = False,
+    engine: Engine | None = None,
 ) -> AncestryReport:
-    """Judge ``commit`` in ``repo`` for every PR of ``rules`` (default: all rules)."""
+    """Judge ``commit`` in ``repo`` for every PR of ``rules`` (default: all rules) that describe the code of
+    ``engine`` (default: the engine whose package the clone holds at ``commit``, before any fetch)."""
     if rules is None:
         rules = load_rules()
-    wanted = _wanted_prs(rules, prs)
-    numbers = list(dict.fromkeys(pr for _, pr in wanted))
     repository = Repository(repo)
     try:
         try:
-            not_on_remote = fetch_refs(repository, remote, main_branch(main_ref, remote), numbers) if fetch else set()
+            if engine is None:
+                engine = engine_of_clone(repository, resolve_commit(repository, commit, commit_source))
+            wanted = _wanted_prs([rule for rule in rules if rule.engine == engine.name], prs)
+            numbers = list(dict.fromkeys(pr for _, pr in wanted))
+            not_on_remote = (
+                fetch_refs(repository, remote, main_branch(main_ref, remote), numbers, engine) if fetch else set()
+            )
             main = resolve_main_ref(repository, main_ref, remote)
             judged = resolve_commit(repository, commit, commit_source)
-            _require_vllm(repository, judged)
+            engine_of_clone(repository, judged, engine)
             cases = _Judge(repository, judged, main, remote, fetch, not_on_remote).run(numbers)
         except GitFailure as exc:
             raise ToolError(f"{exc} (in {repository.location})") from None
@@ -314,10 +336,11 @@ def commit_from_target(target: Target) -> tuple[str, str | None]:
         return resolved.build_commit
     if not provenance.commit:
         distribution = provenance.distribution
-        if distribution is not None and provenance.vendor:  # its own version is no tag of vLLM's
+        if distribution is not None and provenance.vendor:  # its own version is no tag of the engine's
+            engine = provenance.engine.display
             raise ToolError(
                 f"the target records no build commit ({distribution.name} {distribution.version}, a vendor "
-                "build or fork of vLLM): give --commit SHA, the vLLM commit it is built from"
+                f"build or fork of {engine}): give --commit SHA, the {engine} commit it is built from"
             )
         if provenance.version:
             raise ToolError(

@@ -6,6 +6,7 @@ import dataclasses
 import re
 from collections.abc import Iterable
 
+from ..engines import Engine
 from ..model import ToolError
 from .git import ALLOWED_PROTOCOLS, FETCH_TIMEOUT_S, GitFailure, Repository
 
@@ -74,15 +75,15 @@ def main_branch(main_ref: str | None, remote: str) -> str | None:
     return main_ref.split("/", 1)[1] if main_ref.startswith(f"{remote}/") else None
 
 
-def fetch_refs(repository: Repository, remote: str, branch: str | None, prs: Iterable[int]) -> set[int]:
-    """Fetch ``refs/pull/N/head`` (and the main branch) from ``remote``; the PRs it lacks."""
+def fetch_refs(repository: Repository, remote: str, branch: str | None, prs: Iterable[int], engine: Engine) -> set[int]:
+    """Fetch ``refs/pull/N/head`` (and the main branch) from ``remote``, a clone of ``engine``; the PRs it lacks."""
     repository.refuse_upload_pack()
     remotes = repository.lines("remote")
     if remote not in remotes:
         known = f"its remotes: {', '.join(remotes)}" if remotes else "it has no remotes"
         raise ToolError(
             f"--fetch: {repository.location} has no remote named {remote} ({known}): name one with --remote NAME, "
-            f"or add it: git -C {repository.location} remote add {remote} https://github.com/vllm-project/vllm.git"
+            f"or add it: git -C {repository.location} remote add {remote} URL (of {engine.display}'s repository)"
         )
     url = repository.git("remote", "get-url", "--end-of-options", remote, ok=(0, 2)).strip() or "no URL"
     wanted = {f"refs/pull/{pr}/head": f"refs/pull/{pr}/head" for pr in prs}

@@ -33,7 +33,7 @@ class Format(str, Enum):
 
 
 def ancestry(
-    repo: Path = typer.Option(..., "--repo", help="A vLLM clone to judge the commit in."),
+    repo: Path = typer.Option(..., "--repo", help="A vLLM or SGLang clone to judge the commit in."),
     commit: Optional[str] = typer.Option(
         None,
         "--commit",
@@ -65,6 +65,12 @@ def ancestry(
     ssh: SshOptions = SSH,
     image: Optional[str] = SingleImageOption,
     image_options: ImageOptions = IMAGE,
+    engine: str = typer.Option(
+        "auto",
+        "--engine",
+        help="Whose PRs are judged: auto (the engine whose package the clone holds at the commit: vllm/, or "
+        "python/sglang/), vllm or sglang. Also chooses the target's engine.",
+    ),
 ) -> int:
     """Say whether a commit contains each fix's PR. Decided with git: merge commit, patch-id, merge-tree.
 
@@ -83,6 +89,7 @@ def ancestry(
         images=[image] if image else None,
         ssh=ssh,
         image=dataclasses.replace(image_options, progress=sys.stderr.isatty()),
+        engine=engine,
     )
     report = api.ancestry(
         api.AncestryRequest(repo, commit, spec, tuple(only or ()), tuple(pr or ()), main_ref, remote, fetch)

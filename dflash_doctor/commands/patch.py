@@ -33,6 +33,11 @@ ImageRefusedOption = typer.Option(
     None, "--image", help="Refused: an image is patched when it is built (see docs/images.md)."
 )
 YesOption = typer.Option(False, "--yes", "-y", help="Apply without asking (needed when there is no terminal).")
+EngineOption = typer.Option(
+    "auto",
+    "--engine",
+    help="The engine whose tree is patched: auto (the one engine --path or --python holds; vLLM for --host), vllm or sglang.",
+)
 
 
 def patch(
@@ -45,7 +50,7 @@ def patch(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the unified diff and change nothing."),
     yes: bool = YesOption,
     repo: Optional[Path] = typer.Option(
-        None, "--repo", help="A vLLM git checkout: apply --pr's change to its working tree instead."
+        None, "--repo", help="A vLLM or SGLang git checkout: apply --pr's change to its working tree instead."
     ),
     pr: Optional[int] = typer.Option(
         None, "--pr", help="With --repo: the PR whose change to apply (its landing on main, else refs/pull/N/head)."
@@ -54,9 +59,10 @@ def patch(
         None, "--main-ref", help="With --repo: the main line (default origin/main, else main)."
     ),
     remote: str = typer.Option("origin", "--remote", help="With --repo: the remote named in fetch hints."),
+    engine: str = EngineOption,
     ssh: SshOptions = SSH,
 ) -> int:
-    """Patch missing fixes into an installed vLLM. Each fix is proved by a re-check, and the original
+    """Patch missing fixes into an installed vLLM or SGLang. Each fix is proved by a re-check, and the original
     files are kept for `restore`.
 
     Exit: 0 every selected fix present afterwards, 1 some still absent/partial/not-applicable
@@ -84,7 +90,7 @@ def patch(
             raise ToolError("give --repo and --pr together")
         return _patch_repo(repo, pr, main_ref, remote, dry_run, yes)
     request = api.PatchRequest(
-        _spec(path, python, release, image, host, ssh),
+        _spec(path, python, release, image, host, ssh, engine),
         tuple(only or ()),
     )
     with api.patching(request, dry_run) as session:
@@ -120,6 +126,7 @@ def restore(
     host: Optional[str] = SingleHostOption,
     only: Optional[list[str]] = OnlyOption,
     yes: bool = YesOption,
+    engine: str = EngineOption,
     ssh: SshOptions = SSH,
 ) -> int:
     """Give back the files `patch` changed. Byte for byte, then re-checked; a file changed since
@@ -130,7 +137,7 @@ def restore(
     from .. import api
 
     request = api.PatchRequest(
-        _spec(path, python, release, image, host, ssh),
+        _spec(path, python, release, image, host, ssh, engine),
         tuple(only or ()),
     )
 
@@ -162,8 +169,11 @@ def _spec(
     image: Optional[str],
     host: Optional[str],
     ssh: SshOptions,
+    engine: str,
 ) -> TargetSpec:
-    return target_spec(path, python, release, [host] if host else None, images=[image] if image else None, ssh=ssh)
+    return target_spec(
+        path, python, release, [host] if host else None, images=[image] if image else None, ssh=ssh, engine=engine
+    )
 
 
 def _patch_repo(repo: Path, pr: int, main_ref: Optional[str], remote: str, dry_run: bool, yes: bool) -> int:

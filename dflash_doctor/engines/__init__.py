@@ -55,10 +55,16 @@ class Engine:
     # Directories of an image (from its root) where the engine is installed from source, editable: its package's
     # files under them are kept, and a site directory's .pth, editable finder or direct_url.json leads to them.
     checkouts: tuple[str, ...] = ()
+    source_dir: str = ""  # the directory of the engine's own git repository that holds its package ("": the root)
 
     def kept(self) -> tuple[str, ...]:
         """What a release tree keeps of the engine's wheel, besides its dist-info."""
         return (f"{self.package}/**.py",)
+
+    @property
+    def repository_package(self) -> str:
+        """Where the engine's own git repository keeps its package (``vllm``, ``python/sglang``)."""
+        return f"{self.source_dir}/{self.package}" if self.source_dir else self.package
 
     def owns(self, relpath: str) -> bool:
         """Whether ``relpath`` (relative to the tree root) lies inside the engine's package."""

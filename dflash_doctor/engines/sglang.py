@@ -64,4 +64,5 @@ SGLANG = Engine(
     ),
     # lmsysorg/sglang images: `pip install -e "python[all]"` in /sgl-workspace/sglang (the tree: its python/)
     checkouts=("sgl-workspace",),
+    source_dir="python",  # github.com/sgl-project/sglang keeps the package in python/sglang/ (python/pyproject.toml)
 )

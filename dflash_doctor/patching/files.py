@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
-from ..engines import VLLM
 from ..model import ToolError
 from .beneath import DIR_FLAGS, WalkError, open_dir
 from .caps import LIST_CAP, Cap
@@ -124,7 +123,7 @@ class LocalFiles:
     and each directory, once opened, is kept, so the directory a file's bytes
     were checked in is the one its new bytes are renamed into."""
 
-    def __init__(self, root: Path, package: str = VLLM.package) -> None:
+    def __init__(self, root: Path, package: str) -> None:
         self.location = str(root)
         self.package = package
         self.root = Path(os.path.realpath(root))

@@ -79,6 +79,9 @@ def plan_patches(tree: SourceTree, rules: tuple[Rule, ...], fixes: tuple[FixResu
     sites: list[SitePatch] = []
     for fix in fixes:
         rule = by_id[fix.id]
+        if rule.engine != tree.engine.name:  # no rule describes this engine's code of the fix
+            refusals.append(Refusal(fix.id, f"no rule describes {tree.engine.display}'s code of this fix yet"))
+            continue
         wanted = _sites_to_patch(rule, fix, refusals)
         if not wanted:
             continue
@@ -175,6 +178,7 @@ class PatchedTree(SourceTree):
     def __init__(self, base: SourceTree, replaced: Mapping[str, bytes]) -> None:
         super().__init__()
         self.base = base
+        self.engine = base.engine  # the rules read are the base tree's engine's
         self.replaced = dict(replaced)
 
     def read(self, relpath: str) -> bytes | None:

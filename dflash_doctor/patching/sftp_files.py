@@ -39,7 +39,6 @@ import stat
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from ..engines import VLLM
 from ..model import ToolError
 from .caps import LIST_CAP, Cap
 from .files import DIRECTORY, FILE, SYMLINK, TEMP_SUFFIX, FileStat, kind_of, outside_refusal, parts_of, symlink_refusal
@@ -72,9 +71,7 @@ LOCK_TIMEOUT = 60.0
 class SftpFiles:
     """A tree on the host at the other end of ``client`` (an open paramiko SSHClient)."""
 
-    def __init__(
-        self, client: paramiko.SSHClient, root: str, python: str, location: str, package: str = VLLM.package
-    ) -> None:
+    def __init__(self, client: paramiko.SSHClient, root: str, python: str, location: str, package: str) -> None:
         import paramiko
 
         self.package = package

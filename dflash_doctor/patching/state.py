@@ -21,6 +21,7 @@ import re
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ..engines import ENGINES, Engine
 from ..model import PRESENT, CheckReport, ToolError
 from ..standalone.probe import PATCH_MANIFEST as MANIFEST
 from ..standalone.probe import PATCH_STATE_DIR as STATE_DIR
@@ -141,7 +142,26 @@ def read_state(files: TreeFiles) -> State:
     try:
         return parse_state(data.decode("utf-8"), files.package)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        other = _other_engine(data, files.package)
+        if other is not None:  # one state directory beside the packages of a directory holding two engines
+            raise ToolError(
+                f"{MANIFEST} in {files.location} records patches of {other.display}'s files: patch and restore "
+                f"one engine at a time (`dflash-doctor restore --engine {other.name}` first); nothing was changed"
+            ) from None
         raise ToolError(f"{MANIFEST} in {files.location} cannot be read ({exc}); nothing was changed") from None
+
+
+def _other_engine(data: bytes, package: str) -> Engine | None:
+    """The registered engine, not ``package``'s, whose package holds every file a manifest this tool wrote names."""
+    for engine in ENGINES.values():
+        if engine.package == package:
+            continue
+        try:
+            if parse_state(data.decode("utf-8"), engine.package):
+                return engine
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            continue
+    return None
 
 
 def write_state(files: TreeFiles, state: State, like: FileStat) -> None:

@@ -113,24 +113,6 @@ def _probe_files(from_probe: Path) -> tuple[list[tuple[str, Target]], bool]:
     return [(from_probe.stem, ProbeFileTarget(from_probe))], False
 
 
-def select_target(path: Path | None, python: str | None, release: str | None) -> Target:
-    """The one local vLLM target named; the current interpreter when none."""
-    chosen = [name for name, value in (("--path", path), ("--python", python), ("--release", release)) if value]
-    if len(chosen) > 1:
-        raise ToolError(f"give one target, not {' and '.join(chosen)}")
-    if path is not None:
-        from .path import PathTarget
-
-        return PathTarget(path)
-    if release is not None:
-        from .release import ReleaseTarget
-
-        return ReleaseTarget(release)
-    from .interpreter import InterpreterTarget
-
-    return InterpreterTarget(python or sys.executable)
-
-
 def read_hosts_file(path: Path) -> list[str]:
     try:
         lines = read_file(path, MAX_HOSTS_FILE_BYTES, "hosts file").decode("utf-8").splitlines()

@@ -223,7 +223,9 @@ class SshTarget:
         resolved = dataclasses.replace(resolved, info=info)
         if self._open is None:
             return dataclasses.replace(resolved, no_files="the ssh connection it was read over is closed")
-        files = functools.partial(SftpFiles, self._open[1], answer.get("root", ""), self.options.python, info.location)
+        files = functools.partial(
+            SftpFiles, self._open[1], answer.get("root", ""), self.options.python, info.location, resolved.tree.package
+        )
         return dataclasses.replace(resolved, behaviour=functools.partial(self._behaviour, self._open), files=files)
 
     def _close(self, client: SSHClient) -> None:
