@@ -218,7 +218,8 @@ class Patching:
 
 @contextlib.contextmanager
 def patching(request: PatchRequest, dry_run: bool = False) -> Iterator[Patching]:
-    """The target held open (one ssh connection for the check, the writes and the re-check) while the patch is planned, applied and re-checked."""
+    """The target held open (one ssh connection for the check, the writes and the re-check)
+    while the patch is planned, applied and re-checked."""
     from .rulefile import select
     from .targets import opened
 

@@ -218,7 +218,8 @@ def _received(
     if not outcome.ok:
         return Indices(
             None,
-            f"building {construct.model} {outcome.unknowable or f'raises {outcome.error_type}: {outcome.error_message}'}",
+            f"building {construct.model} "
+            f"{outcome.unknowable or f'raises {outcome.error_type}: {outcome.error_message}'}",
         )
     records = _records(outcome.value)
     if records is None:
@@ -227,7 +228,8 @@ def _received(
     if len(mine) != hf.get("num_hidden_layers"):
         return Indices(
             None,
-            f"{construct.model} built {len(mine)} {construct.layer} layers for {hf.get('num_hidden_layers')} in the config",
+            f"{construct.model} built {len(mine)} {construct.layer} layers for {hf.get('num_hidden_layers')} in the "
+            "config",
         )
     if not wanted:
         return Indices(tuple(None for _ in mine))

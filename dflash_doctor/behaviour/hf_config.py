@@ -118,7 +118,10 @@ def hf_views(tree: SourceTree, items: Sequence[tuple[DraftConfig, dict[str, Any]
             views[index] = HfView(plain, HfSource("speculators", label, version, origin, SPECULATORS_NOTE))
             continue
         if not isinstance(model_type, str):
-            why = "the config has no model_type, so vLLM's loader (Transformers' AutoConfig) cannot tell which class builds it"
+            why = (
+                "the config has no model_type, so vLLM's loader (Transformers' AutoConfig) cannot tell which class "
+                "builds it"
+            )
             views[index] = _unknown(plain, HfSource(None, None, version, origin, None, why))
             continue
         if model_type not in classes:

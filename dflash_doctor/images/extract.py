@@ -29,7 +29,9 @@ from .merge import find_site, installs_of, merge, site_files
 from .registry import RegistrySource
 
 LABELS = ("org.opencontainers.image.revision", "org.opencontainers.image.version", "org.opencontainers.image.source")
-TREE_FORMAT = "4"  # bump when what a tree holds changes (2: transformers config sources; 3: the dist-info of vllm-named distributions; 4: entry points)
+# Bump when what a tree holds changes (2: transformers config sources; 3: the dist-info of
+# vllm-named distributions; 4: entry points).
+TREE_FORMAT = "4"
 # Bump when what a layer index keeps changes (layers.wanted: every engine's files, so a new engine bumps it).
 LAYER_FORMAT = "5"  # 5: SGLang registered
 LAYER_JOBS = 4

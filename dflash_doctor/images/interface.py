@@ -122,7 +122,8 @@ class VerifiedStream:
         found = "sha256:" + self._hash.hexdigest()
         if found != self.digest:
             raise ImageError(
-                f"{self.what}: sha256 mismatch (expected {self.digest}, got {found}); the blob is damaged or tampered with"
+                f"{self.what}: sha256 mismatch (expected {self.digest}, got {found}); the blob is damaged or "
+                "tampered with"
             )
 
     def _take(self, data: bytes) -> None:

@@ -283,7 +283,8 @@ class FormReader:
         if not applies:
             return result(
                 UNKNOWN,
-                reason=f"cannot tell whether this {engine.display} has DFlash: {rule.applies.symbol} not found in {rule.applies.file} or elsewhere",
+                reason=f"cannot tell whether this {engine.display} has DFlash: {rule.applies.symbol} not found in "
+                f"{rule.applies.file} or elsewhere",
                 cause=NOT_ENGINE.format(engine=engine.display, package=engine.package),
             )
         if not self._applies(rule, applies):

@@ -41,7 +41,8 @@ class ResolvedTarget:
 
 
 def releases_dir(engine: Engine) -> Path:
-    """Where the engine's extracted releases are kept in the user cache: one directory per release, named by its version."""
+    """Where the engine's extracted releases are kept in the user cache: one directory per
+    release, named by its version."""
     return cache_dir() / engine.cache / "releases"
 
 
@@ -55,8 +56,8 @@ def local(tree: DirectoryTree, info: TargetInfo) -> ResolvedTarget:
             info,
             behaviour=_child_session,
             no_files=(
-                f"it is in dflash-doctor's read-only release cache ({releases}), a download cache, not an installation: "
-                f"patch a copy of it, or an installed {tree.engine.display}"
+                f"it is in dflash-doctor's read-only release cache ({releases}), a download cache, not an "
+                f"installation: patch a copy of it, or an installed {tree.engine.display}"
             ),
         )
     return ResolvedTarget(

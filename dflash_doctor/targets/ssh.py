@@ -238,7 +238,8 @@ class SshTarget:
         except paramiko.BadHostKeyException as exc:
             self._close(client)
             raise ToolError(
-                f"{who}: host key changed: expected {fingerprint(exc.expected_key)}, got {fingerprint(exc.key)}; refusing"
+                f"{who}: host key changed: expected {fingerprint(exc.expected_key)}, got {fingerprint(exc.key)}; "
+                "refusing"
             ) from None
         except paramiko.AuthenticationException:
             self._close(client)
