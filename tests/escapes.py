@@ -89,7 +89,10 @@ ESCAPE_BODY = """
         real = next(box[0]).f_builtins
         os_module = real["_" + "_import__"]("os")
 """
-RESOLVER_START = "        if not (self.speculative_config and self.speculative_config.draft_model_config):\n            return None\n"
+RESOLVER_START = (
+    "        if not (self.speculative_config and self.speculative_config.draft_model_config):\n"
+    "            return None\n"
+)
 
 
 def hostile_tree(mini_tree: Callable[[str], Path], action: str) -> Path:
