@@ -136,7 +136,8 @@ def main() -> None:
         warm_env = {k: v for k, v in os.environ.items() if k != "DFLASH_DOCTOR_NO_CACHE"}
         startup = [timed([sys.executable, "-m", "dflash_doctor", "--version"], warm_env) for _ in range(args.runs)]
         print(
-            f"dflash-doctor --version (interpreter + CLI start-up, part of every run): {statistics.median(t for t, _ in startup):.3f} s"
+            "dflash-doctor --version (interpreter + CLI start-up, part of every run): "
+            f"{statistics.median(t for t, _ in startup):.3f} s"
         )
         for name in ("release", "main"):
             judged = shas[name]
@@ -165,7 +166,8 @@ def main() -> None:
                 text=True,
             ).stdout.strip()
             print(
-                f"\njudged: {name} tip {judged[:12]}, {ahead} commits in the merge-base range (ancestry exit {cold[-1][1].returncode})"
+                f"\njudged: {name} tip {judged[:12]}, {ahead} commits in the merge-base range (ancestry exit "
+                f"{cold[-1][1].returncode})"
             )
             print(f"  ancestry, all PRs, cold     {statistics.median(t for t, _ in cold):6.3f} s")
             print(f"  ancestry, all PRs, warm     {statistics.median(t for t, _ in warm):6.3f} s")

@@ -105,10 +105,12 @@ def main() -> None:
     print(f"base layer {args.base_mb} MB + vLLM layer; {args.runs} run(s), median wall time, loopback registry")
     print(f"  skopeo copy of image A (all blobs to a dir): {skopeo:.2f} s")
     print(
-        f"  check --image A, empty cache:               {first:.2f} s = {first / skopeo:.2f}x skopeo; peak RSS {memory['first']} MB"
+        f"  check --image A, empty cache:               {first:.2f} s = {first / skopeo:.2f}x skopeo; peak RSS "
+        f"{memory['first']} MB"
     )
     print(
-        f"  check --image B, sharing A's base:          {second:.2f} s = {second / skopeo:.2f}x skopeo; peak RSS {memory['second']} MB"
+        f"  check --image B, sharing A's base:          {second:.2f} s = {second / skopeo:.2f}x skopeo; peak RSS "
+        f"{memory['second']} MB"
     )
     print(f"  layers read in all: {layers} (A: 2, B: 1 new)")
 

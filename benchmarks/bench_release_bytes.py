@@ -94,7 +94,8 @@ def plan_on_index(first: str, last: str) -> None:
         size = sum(read) + sum(opened.fetched(start, end) for start, end, _ in spans(kept))
         whole, moved = whole + opened.size, moved + size
         print(
-            f"{version:>8}: wheel {opened.size / 1e6:6.1f} MB, range read {size / 1e6:5.1f} MB ({size / opened.size:5.1%})"
+            f"{version:>8}: wheel {opened.size / 1e6:6.1f} MB, range read {size / 1e6:5.1f} MB "
+            f"({size / opened.size:5.1%})"
         )
         located.session.close()
     print(f"   total: wheels {whole / 1e9:.2f} GB, range reads {moved / 1e6:.0f} MB ({moved / whole:.1%})")
@@ -157,8 +158,8 @@ def main() -> None:
     for way, rows in figures.items():
         fetch, seconds, moved, requests = (statistics.median(row[i] for row in rows) for i in range(4))
         print(
-            f"{way:>6}: {moved / 1e6:6.1f} MB in {requests:.0f} requests ({moved / full_bytes:6.1%} of the full download); "
-            f"fetch {fetch:5.2f} s; check --release from an empty cache {seconds:5.2f} s"
+            f"{way:>6}: {moved / 1e6:6.1f} MB in {requests:.0f} requests ({moved / full_bytes:6.1%} of the full "
+            f"download); fetch {fetch:5.2f} s; check --release from an empty cache {seconds:5.2f} s"
         )
 
 

@@ -90,7 +90,8 @@ def main() -> None:
     target = report["target"]
     print(f"vLLM {args.release}, {args.runs} runs each, median wall time, results cache off")
     print(
-        f"  check --path (local):       {local_s:.3f} s; structure only {local_bare_s:.3f} s: behaviour adds {local_s - local_bare_s:+.3f} s"
+        f"  check --path (local):       {local_s:.3f} s; structure only {local_bare_s:.3f} s: behaviour adds "
+        f"{local_s - local_bare_s:+.3f} s"
     )
     print(f"  check --host (ssh loopback): {ssh_s:.3f} s = {ssh_s / local_s:.2f}x local")
     print(
@@ -100,7 +101,8 @@ def main() -> None:
         f"  running behaviour on the host rather than here costs {(ssh_s - bare_s) - (local_s - local_bare_s):+.3f} s"
     )
     print(
-        f"  per behaviour check: {(connections - args.runs) / args.runs:g} connection(s), {execs / args.runs:g} exec channel(s); "
+        f"  per behaviour check: {(connections - args.runs) / args.runs:g} connection(s), "
+        f"{execs / args.runs:g} exec channel(s); "
         f"{int(target['bytes_sent']):,} bytes sent, {int(target['bytes_received']):,} bytes received"
     )
 

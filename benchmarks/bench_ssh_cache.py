@@ -158,11 +158,13 @@ def main() -> None:
         f"  ssh host true: {m['ssh true']:.3f} s; check --path warm {m['warm path']:.3f} s, cold {m['cold path']:.3f} s"
     )
     print(
-        f"  check --host warm: {m['warm host']:.3f} s = {m['warm host'] / warm_floor:.2f}x its floor ({warm_floor:.3f} s); "
+        f"  check --host warm: {m['warm host']:.3f} s = {m['warm host'] / warm_floor:.2f}x its floor "
+        f"({warm_floor:.3f} s); "
         f"{children} behaviour children in {args.runs} checks; {int(target['bytes_received']):,} bytes received"
     )
     print(
-        f"  check --host cold: {m['cold host']:.3f} s = {m['cold host'] / cold_floor:.2f}x its floor ({cold_floor:.3f} s)"
+        f"  check --host cold: {m['cold host']:.3f} s = {m['cold host'] / cold_floor:.2f}x its floor "
+        f"({cold_floor:.3f} s)"
     )
     for name, (seconds, answered, started, tries, floor_s) in fleets.items():
         floor = (

@@ -234,7 +234,8 @@ class Patching:
 
 @contextlib.contextmanager
 def patching(request: PatchRequest, dry_run: bool = False) -> Iterator[Patching]:
-    """The target held open (one ssh connection for the check, the writes and the re-check) while the patch is planned, applied and re-checked."""
+    """The target held open (one ssh connection for the check, the writes and the re-check)
+    while the patch is planned, applied and re-checked."""
     from .rulefile import select
     from .targets import opened
 
@@ -306,7 +307,8 @@ def _installed(request: PatchRequest, rules: tuple[Rule, ...]) -> Target:
         if len(found) > 1:
             names = " and ".join(engine.display for engine, _ in found)
             raise ToolError(
-                f"this install holds {names}: patch one engine at a time (--engine {' or --engine '.join(e.name for e, _ in found)})"
+                f"this install holds {names}: patch one engine at a time "
+                f"(--engine {' or --engine '.join(e.name for e, _ in found)})"
             )
         return found[0][1]
     if spec.path is not None:

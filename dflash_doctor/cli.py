@@ -108,7 +108,8 @@ def _app(name: str | None = None) -> typer.Typer:
 
 
 def __getattr__(name: str) -> typer.Typer:
-    """``cli.app``: the app with every command (its help, the docs' checks); ``main`` builds only the command it runs."""
+    """``cli.app``: the app with every command (its help, the docs' checks); ``main`` builds
+    only the command it runs."""
     if name == "app":
         return _app()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -52,7 +52,8 @@ def rule_markdown(rule: Rule) -> str:
             "## How behaviour decides",
             "",
             f"Question `{behaviour.question}`, run on the tree's own code for every check that can run it. "
-            f"Chain (every link must hold for a configuration to work): {', '.join(f'`{p}`' for p in behaviour.chain)}. "
+            "Chain (every link must hold for a configuration to work): "
+            f"{', '.join(f'`{p}`' for p in behaviour.chain)}. "
             f"Alternatives (configurations that may disagree, giving `partial`): drafter configs"
             + "".join(f", {d}s" for d in behaviour.alternatives)
             + ". "
@@ -68,7 +69,8 @@ def rule_markdown(rule: Rule) -> str:
                 else ""
             )
             + (
-                f" Layers built from the tree's own `{behaviour.construct.layer}`, recording `{behaviour.construct.recorded}`."
+                f" Layers built from the tree's own `{behaviour.construct.layer}`, recording "
+                f"`{behaviour.construct.recorded}`."
                 if behaviour.construct
                 else ""
             )
@@ -100,7 +102,10 @@ def rule_markdown(rule: Rule) -> str:
 
 def _remedy(rule: Rule, status: str) -> str:
     if status == UNKNOWN:
-        return "what to do to get an answer, by cause (a file that does not parse, code in a form the rule does not know, behaviour that could not run)"
+        return (
+            "what to do to get an answer, by cause (a file that does not parse, code in a form the rule does not "
+            "know, behaviour that could not run)"
+        )
     forms = [form for form in rule.forms if form.remedy and form.verdict == status]
     workaround = "".join(f" Where the code is `{form.id}`: {form.remedy}" for form in forms)
     return rule.remedy_for(status) + workaround

@@ -140,7 +140,10 @@ class ConfigResult:
         if self.works:
             return label
         if self.refusals:
-            return f"{label}: no runner accepts it ({'; '.join(f'{runner.upper()}: {why}' for runner, why in self.refusals)})"
+            return (
+                f"{label}: no runner accepts it "
+                f"({'; '.join(f'{runner.upper()}: {why}' for runner, why in self.refusals)})"
+            )
         broken = self.broken
         if broken is None:
             return label
@@ -457,7 +460,8 @@ class BottomLine:
 
     @classmethod
     def together(cls, lines: Sequence["BottomLine"]) -> "BottomLine":
-        """One bottom line for many targets (a fleet): every fix any of them needs, from the newest release any needs."""
+        """One bottom line for many targets (a fleet): every fix any of them needs, from the
+        newest release any needs."""
         todo = tuple(dict.fromkeys(fix_id for line in lines for fix_id in line.fixes))
         unknown = tuple(dict.fromkeys(fix_id for line in lines for fix_id in line.unknown))
         unreleased = any(line.action == UNRELEASED for line in lines)

@@ -26,7 +26,8 @@ def cache_dir() -> Path:
 
 
 def releases_dir(engine: Engine) -> Path:
-    """Where the engine's extracted releases are kept in the user cache: one directory per release, named by its version."""
+    """Where the engine's extracted releases are kept in the user cache: one directory per release,
+    named by its version."""
     return cache_dir() / engine.cache / "releases"
 
 

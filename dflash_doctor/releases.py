@@ -151,7 +151,8 @@ class Matrix:
 
 
 def index_releases(engine: Engine = VLLM) -> list[str]:
-    """Every final release of the engine the configured package index lists, oldest first; ToolError when it cannot say."""
+    """Every final release of the engine the configured package index lists, oldest first;
+    ToolError when it cannot say."""
     project = engine.distribution
     with tempfile.TemporaryDirectory(prefix="dflash-doctor-") as temp:
         log = Path(temp) / "pip.log"
@@ -231,7 +232,8 @@ def plan(
         releases = in_range(listed, first, last, engine)
         if not releases:
             raise ToolError(
-                f"the package index lists no {engine.display} release from {first or engine.first_dflash} to {last or 'the newest'}"
+                f"the package index lists no {engine.display} release from {first or engine.first_dflash} to "
+                f"{last or 'the newest'}"
             )
         return releases, "package index"
     releases = in_range(cached_releases(digest, engine), first, last, engine)

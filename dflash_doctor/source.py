@@ -245,7 +245,8 @@ class SourceTree:
         return {name: list(files) for name, files in self._scans[wanted].items()}
 
     def package_stamp(self) -> list | None:
-        """What a search reads, cheaply (``stamp.py``); None when repeating the search is cheap anyway (a snapshot's)."""
+        """What a search reads, cheaply (``stamp.py``); None when repeating the search is
+        cheap anyway (a snapshot's)."""
         return None
 
     def package_unchanged(self, rows: list) -> bool:

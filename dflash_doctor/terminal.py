@@ -1,4 +1,5 @@
-"""Text for a terminal: untrusted strings made inert, rich output rendered, progress bars (rich itself honours NO_COLOR).
+"""Text for a terminal: untrusted strings made inert, rich output rendered, progress bars
+(rich itself honours NO_COLOR).
 
 Every string that comes from a tree, a host, a file or an endpoint goes
 through ``clean`` (plain text) or ``literal`` (a rich cell) before it is

@@ -127,7 +127,8 @@ def _plugins_on_route(
                 rule,
                 dataclasses.replace(fix, evidence=(*fix.evidence, *evidence)),
                 UNKNOWN,
-                f"{resolved.tree.engine.display} loads plugins at start that may replace the code on this fix's route: {words}",
+                f"{resolved.tree.engine.display} loads plugins at start that may replace the code on this fix's "
+                f"route: {words}",
                 UNKNOWN_CODE,
             )
         elif unread:

@@ -26,7 +26,10 @@ NEEDS = [
     ({"ansible-playbook"}, "needs an inventory of GPU hosts"),
     ({"./gate.sh"}, "needs GPU_HOST; tests/test_docs.py::test_shell_gate_step runs docs/ci/gate.sh"),
 ]
-NEEDS_INDEX = "asks the package index and fetches every release missing from the cache (182 MB by range requests from an empty one)"
+NEEDS_INDEX = (
+    "asks the package index and fetches every release missing from the cache (182 MB by range requests "
+    "from an empty one)"
+)
 NEEDS_TERMINAL = "asks for confirmation on a terminal"
 
 

@@ -78,7 +78,10 @@ def session_for(**limits: Any) -> Session:
 
 # The first lines of the hostile resolver: the real builtins and os, through WALK (appended to its module).
 ESCAPE_BODY = '        real = _top_frame().f_builtins\n        os_module = _module("os")\n'
-RESOLVER_START = "        if not (self.speculative_config and self.speculative_config.draft_model_config):\n            return None\n"
+RESOLVER_START = (
+    "        if not (self.speculative_config and self.speculative_config.draft_model_config):\n"
+    "            return None\n"
+)
 
 
 def hostile_tree(mini_tree: Callable[[str], Path], action: str) -> Path:

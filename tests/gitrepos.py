@@ -260,7 +260,9 @@ def generate_history(
         if i == 0 and not start:
             changes = {**files, **changes}
         chunks.append(
-            f"commit refs/heads/{branch}\ncommitter Test Committer <committer@example.invalid> {repo.clock} +0000\n".encode()
+            (
+                f"commit refs/heads/{branch}\ncommitter Test Committer <committer@example.invalid> {repo.clock} +0000\n"
+            ).encode()
         )
         data(f"{subject}\n\nSigned-off-by: Test Author <author@example.invalid>\n")
         if i == 0 and start:

@@ -29,7 +29,9 @@ def build_wheel(version: str = VERSION) -> bytes:
         "vllm/_version.py": f'__version__ = version = "{version}"\n'.encode(),
         "vllm/padding.bin": os.urandom(PADDING),
         f"vllm-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n".encode(),
-        f"vllm-{version}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"vllm-{version}.dist-info/WHEEL": (
+            b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
     }
     record = "".join(f"{name},sha256={digest(data)},{len(data)}\n" for name, data in files.items())
     record += f"vllm-{version}.dist-info/RECORD,,\n"

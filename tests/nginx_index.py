@@ -86,9 +86,8 @@ class NginxIndex:
                 os.link(wheel, www / "files" / wheel.name)
             except OSError:
                 shutil.copy(wheel, www / "files" / wheel.name)
-            links.append(
-                f'<a href="/files/{wheel.name}#sha256={hashlib.sha256(wheel.read_bytes()).hexdigest()}">{wheel.name}</a>'
-            )
+            digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+            links.append(f'<a href="/files/{wheel.name}#sha256={digest}">{wheel.name}</a>')
         (www / "simple" / "vllm" / "index.html").write_text(
             "<!DOCTYPE html><html><body>\n" + "\n".join(links) + "\n</body></html>\n"
         )

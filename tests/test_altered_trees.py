@@ -70,7 +70,8 @@ def test_reformatted_fix_is_still_present(mini_tree):
     edit(
         tree,
         RESOLVER,
-        'layer_ids = [\n                    i + 1 for i in (dflash_config.get("target_layer_ids") or [])\n                ]',
+        'layer_ids = [\n                    i + 1 for i in (dflash_config.get("target_layer_ids") or [])\n'
+        "                ]",
         "layer_ids = [ 1+idx for idx in (dflash_config.get( 'target_layer_ids' ) or ( ))]",
     )
     _, report = check_json("--path", str(tree), "--only", "layer-offset")
@@ -82,7 +83,8 @@ def test_removing_the_shift_locally_is_absent_and_shows_as_modified(mini_tree):
     edit(
         tree,
         RESOLVER,
-        'layer_ids = [\n                    i + 1 for i in (dflash_config.get("target_layer_ids") or [])\n                ]',
+        'layer_ids = [\n                    i + 1 for i in (dflash_config.get("target_layer_ids") or [])\n'
+        "                ]",
         'layer_ids = dflash_config.get("target_layer_ids")',
     )
     _, report = check_json("--path", str(tree))
@@ -115,7 +117,9 @@ def test_pr_40898_swa_form_is_recognised(mini_tree):
         tree,
         QD,
         "        self.self_attn = DFlashQwen3Attention(",
-        '        sliding_window = (\n            config.sliding_window if layer_type == "sliding_attention" else None\n        )\n'
+        "        sliding_window = (\n"
+        '            config.sliding_window if layer_type == "sliding_attention" else None\n'
+        "        )\n"
         "        self.self_attn = DFlashQwen3Attention(",
     )
     _, report = check_json("--path", str(tree), "--only", "swa-config")

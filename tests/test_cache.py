@@ -25,7 +25,8 @@ def test_cached_answer_equals_fresh_and_follows_edits(tmp_path, mini_tree):
     resolver = tree / RESOLVER
     resolver.write_text(
         resolver.read_text().replace(
-            'layer_ids = [\n                    i + 1 for i in (dflash_config.get("target_layer_ids") or [])\n                ]',
+            'layer_ids = [\n                    i + 1 for i in (dflash_config.get("target_layer_ids") or [])\n'
+            "                ]",
             'layer_ids = dflash_config.get("target_layer_ids")',
         )
     )

@@ -27,7 +27,8 @@ MiniTree = Callable[..., Path]  # conftest's mini_tree fixture
 THROUGH_HELPER = 'dflash_shift(i) for i in (dflash_config.get("target_layer_ids") or [])'
 HELPER = "def dflash_shift(i):\n    return i + 1\n"
 NO_SHIFT = "def dflash_shift(i):\n    return i\n"
-# A check in its own process that says on stderr each process it starts (the behaviour child) and each .py file it opens.
+# A check in its own process that says on stderr each process it starts (the behaviour child)
+# and each .py file it opens.
 WATCHED = """
 import sys
 def spawned(event, args):

@@ -113,7 +113,8 @@ def empty_checkout(tmp_path) -> Path:
 
 
 def environment(checkout: Path, index: str = "http://127.0.0.1:9/simple") -> dict[str, str]:
-    """The venv first on PATH (as setup-python puts its Python), no pip.conf, ``index`` (by default none that answers)."""
+    """The venv first on PATH (as setup-python puts its Python), no pip.conf, ``index`` (by
+    default none that answers)."""
     env = {
         k: v
         for k, v in os.environ.items()

@@ -48,6 +48,7 @@ def test_docs_build_strict(tmp_path):
     assert (tmp_path / "site" / "ci" / "github-actions.yml").is_file()
 
 
+@pytest.mark.slow  # a build takes a second or two; the fast tier keeps the strict build above
 @pytest.mark.parametrize("broken", ["[gone](no-such-page.md)", "[anchor](guide.md#no-such-section)"])
 def test_a_broken_link_fails_the_build(tmp_path, broken):
     shutil.copytree(DOCS, tmp_path / "docs")

@@ -60,7 +60,8 @@ def test_the_guess_of_tapped_layers():
 
 
 def sglang_guess_functions() -> list[tuple[str, object]]:
-    """``build_target_layer_ids`` of every SGLang wheel with DFlash in the user cache, compiled alone from its source."""
+    """``build_target_layer_ids`` of every SGLang wheel with DFlash in the user cache, compiled alone
+    from its source."""
     from dflash_doctor.engines import SGLANG
     from dflash_doctor.targets import releases_dir
 

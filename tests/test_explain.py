@@ -94,9 +94,9 @@ def test_0_30_cache_drop_partial_names_the_opt_out_in_words():
     code, report = check_json("--release", "0.30.0", "--only", "cache-drop")
     fix = fixes_of(report)["cache-drop"]
     assert fix["status"] == "partial" and code == 1
-    assert (
-        fix["headline"]
-        == "DFlash still drops the last prefix-cache block in some configurations (e.g. unless disable_eagle_block_drop is set)."
+    assert fix["headline"] == (
+        "DFlash still drops the last prefix-cache block in some configurations "
+        "(e.g. unless disable_eagle_block_drop is set)."
     )
     assert fix["title"] == "DFlash is exempt from EAGLE's prefix-cache block drop"
     assert fix["reason"].startswith(

@@ -64,7 +64,8 @@ def test_a_setuptools_editable_install_is_found_without_running_its_finder(tmp_p
             "-c",
             (
                 "import json, sys; from setuptools.command.editable_wheel import _finder_template, _make_identifier; "
-                "name, path = sys.argv[1:]; print(json.dumps([_make_identifier(name), _finder_template(name, {'vllm': path}, {})]))"
+                "name, path = sys.argv[1:]; print(json.dumps([_make_identifier(name), _finder_template(name, "
+                "{'vllm': path}, {})]))"
             ),
             name,
             str(release("0.33.0") / "vllm"),

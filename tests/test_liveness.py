@@ -32,10 +32,18 @@ DEAD_CASES = {
     "after raise": "ran.append('live')\nraise StopIteration\nran.append('dead')",
     "after continue": "for item in [1]:\n    ran.append('live')\n    continue\n    ran.append('dead')",
     "after break": "while x:\n    ran.append('live')\n    break\n    ran.append('dead')",
-    "after an if whose branches both return": "if x:\n    ran.append('live')\n    return\nelse:\n    return\nran.append('dead')",
-    "after an if/elif/else that all end": "if x:\n    return\nelif not x:\n    raise ValueError\nelse:\n    return\nran.append('dead')",
-    "after while True without break": "while True:\n    ran.append('live')\n    for item in [1]:\n        break\n    return\nran.append('dead')",
-    "after try whose body and handlers end": "try:\n    ran.append('live')\n    return\nexcept ValueError:\n    raise\nran.append('dead')",
+    "after an if whose branches both return": (
+        "if x:\n    ran.append('live')\n    return\nelse:\n    return\nran.append('dead')"
+    ),
+    "after an if/elif/else that all end": (
+        "if x:\n    return\nelif not x:\n    raise ValueError\nelse:\n    return\nran.append('dead')"
+    ),
+    "after while True without break": (
+        "while True:\n    ran.append('live')\n    for item in [1]:\n        break\n    return\nran.append('dead')"
+    ),
+    "after try whose body and handlers end": (
+        "try:\n    ran.append('live')\n    return\nexcept ValueError:\n    raise\nran.append('dead')"
+    ),
     "after a finally that returns": "try:\n    ran.append('live')\nfinally:\n    return\nran.append('dead')",
     "untaken arm of a conditional expression": "ran.append('live') if True else ran.append('dead')",
     "right of a false and": "False and ran.append('dead')\nran.append('live')",
@@ -46,15 +54,21 @@ DEAD_CASES = {
 LIVE_CASES = {
     "an unknown test": "if x:\n    ran.append('live')",
     "while True with its own break": "while True:\n    break\nran.append('live')",
-    "a handler that falls through": "try:\n    if x:\n        raise ValueError\n    return\nexcept ValueError:\n    pass\nran.append('live')",
-    "a with block (its exit may swallow the raise)": "import contextlib\nwith contextlib.suppress(ValueError):\n    raise ValueError\nran.append('live')",
+    "a handler that falls through": (
+        "try:\n    if x:\n        raise ValueError\n    return\nexcept ValueError:\n    pass\nran.append('live')"
+    ),
+    "a with block (its exit may swallow the raise)": (
+        "import contextlib\nwith contextlib.suppress(ValueError):\n    raise ValueError\nran.append('live')"
+    ),
     "one branch returns": "if x:\n    return\nran.append('live')",
     "a comparison with an unknown side": "if x == 1 or x != 1:\n    ran.append('live')",
     "a loop over a starred tuple": "for item in (*[1],):\n    ran.append('live')",
     "a bare TYPE_CHECKING nothing vouches for": "if TYPE_CHECKING:\n    ran.append('live')",
     "a nested function called": "def helper():\n    ran.append('live')\nif x:\n    helper()",
     "a nested function handed on": "def helper():\n    ran.append('live')\nlist(map(lambda f: f(), [helper]))",
-    "a nested function a decorator may call": "def call(function):\n    function()\n    return function\n@call\ndef helper():\n    ran.append('live')",
+    "a nested function a decorator may call": (
+        "def call(function):\n    function()\n    return function\n@call\ndef helper():\n    ran.append('live')"
+    ),
     "a nested function reached through locals()": "def helper():\n    ran.append('live')\nlocals()['helper']()",
 }
 

@@ -91,7 +91,8 @@ def resolver_answers(root: Path) -> list:
             "zlab = resolve(NS(dflash_config={'target_layer_ids': [1, 16, 31, 46, 61]}))",
             "zlab_small = resolve(NS(dflash_config={'target_layer_ids': [0, 16, 31]}))",
             "pre = {}",
-            "update_dflash({'aux_hidden_state_layer_ids': [2, 17, 32, 47, 62], 'mask_token_id': 7, 'draft_vocab_size': 9}, pre)",
+            "update_dflash({'aux_hidden_state_layer_ids': [2, 17, 32, 47, 62], 'mask_token_id': 7, "
+            "'draft_vocab_size': 9}, pre)",
             "speculators = resolve(NS(**pre))",
             "eagle = resolve(NS(eagle_aux_hidden_state_layer_ids=[3, 5]))",
             "print(json.dumps([zlab, zlab_small, speculators, eagle]))",
@@ -149,7 +150,8 @@ def predicate_answers(root: Path) -> dict:
             ),
             SPEC_STUB,
             "Spec.use_eagle, Spec.use_dflash, Spec.use_eagle_block_drop = use_eagle, use_dflash, use_eagle_block_drop",
-            f"print(json.dumps({{m: [Spec(m).use_eagle_block_drop(), Spec(m, True).use_eagle_block_drop()] for m in {METHODS!r}}}))",
+            "print(json.dumps({m: [Spec(m).use_eagle_block_drop(), Spec(m, True).use_eagle_block_drop()] "
+            f"for m in {METHODS!r}}}))",
         ]
     )
     return run_python(code)
@@ -259,7 +261,8 @@ def test_cache_drop_patch_changes_the_mamba_chunking_for_dflash_only(tmp_path, m
             "Spec.use_eagle, Spec.use_dflash = use_eagle, use_dflash",
             "def chunk(method):",
             "    spec = Spec(method)",
-            "    me = NS(use_eagle=spec.use_eagle(), vllm_config=NS(speculative_config=spec), cache_config=NS(block_size=16))",
+            "    me = NS(use_eagle=spec.use_eagle(), vllm_config=NS(speculative_config=spec), "
+            "cache_config=NS(block_size=16))",
             "    request = NS(num_computed_tokens=0, num_prompt_tokens=100, num_tokens=100)",
             "    return _mamba_block_aligned_split(me, request, 100)",
             "print(json.dumps({m: chunk(m) for m in ['dflash', 'eagle3', 'ngram']}))",
@@ -571,7 +574,7 @@ anchors = ["resolver"]
 patterns = ["getattr($H, 'eagle_aux_hidden_state_layer_ids', None)"]
 patch.produces = "eagle-ids-or-none"
 patch.rewrite = [{ find = "getattr($H, 'eagle_aux_hidden_state_layer_ids', None)", replace = "getattr($H, 'eagle_aux_hidden_state_layer_ids', None) or None" }]
-"""
+"""  # noqa: E501 (a TOML inline table is one line)
 )
 
 
@@ -730,7 +733,8 @@ def test_disk_full_leaves_the_old_file(tmp_path, mini_tree, where):
             f"mount -t tmpfs -o size=16m tmpfs {mount}",
             f"cp -a {source} {tree}",
             f"{sys.executable} {tmp_path / 'fill.py'} {mount} {leave}",
-            f"{sys.executable} -m dflash_doctor patch --path {tree} --only layer-offset --yes > {out}.stdout 2> {out}.stderr || echo $? > {out}.code",
+            f"{sys.executable} -m dflash_doctor patch --path {tree} --only layer-offset --yes "
+            f"> {out}.stdout 2> {out}.stderr || echo $? > {out}.code",
             f"cp -a {tree} {out}.tree",
         ]
     )

@@ -251,9 +251,11 @@ def test_resolver_reading_unknown_state_gives_unknown_layers_not_a_guess(mini_tr
     edit(
         tree,
         "vllm/model_executor/models/qwen3_dflash.py",
-        '    dflash_config = getattr(config, "dflash_config", None) or {}\n    layer_types = getattr(config, "layer_types", None)\n    use_swa',
+        '    dflash_config = getattr(config, "dflash_config", None) or {}\n'
+        '    layer_types = getattr(config, "layer_types", None)\n    use_swa',
         "    if get_tensor_model_parallel_world_size() > 1:\n        return None, False\n"
-        '    dflash_config = getattr(config, "dflash_config", None) or {}\n    layer_types = getattr(config, "layer_types", None)\n    use_swa',
+        '    dflash_config = getattr(config, "dflash_config", None) or {}\n'
+        '    layer_types = getattr(config, "layer_types", None)\n    use_swa',
     )
     report = compute(PathTarget(tree).resolve().tree, (load_draft_config(QWEN3_8B),), ASKED)[0].to_json()
     assert report["layers"] is None

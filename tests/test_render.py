@@ -188,7 +188,8 @@ def test_fleet_with_a_long_host_stacks_at_80(fleet_answers, tmp_path):
 
 @RELEASE
 def test_waiver_and_drafter_shown_on_a_terminal(tmp_path):
-    """A waived fix and a fix that cannot affect the given drafter keep their verdict and say so on a line of their own."""
+    """A waived fix and a fix that cannot affect the given drafter keep their verdict and say
+    so on a line of their own."""
     waivers = tmp_path / "waivers.toml"
     waivers.write_text(
         '[[waiver]]\nid = "cache-drop"\nreason = "prefix caching is off on this pool"\nuntil = "2099-12-31"\n'

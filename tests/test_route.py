@@ -236,7 +236,8 @@ def test_pure_standard_library_code_on_the_route_is_run(mini_tree, monkeypatch):
         SHIFT_033,
         "            import functools\n"
         "            shift = functools.reduce(operator.add, [1])\n"
-        '            layer_ids = list(map(partial(operator.add, shift), dflash_config.get("target_layer_ids") or []))\n',
+        "            layer_ids = list(map(partial(operator.add, shift), "
+        'dflash_config.get("target_layer_ids") or []))\n',
     )
     fix = verdicts(tree)["layer-offset"]
     assert (fix.status, fix.decided_by) == ("present", "behaviour"), fix.reason

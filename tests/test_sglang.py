@@ -245,7 +245,8 @@ def test_a_rule_of_another_engine_leaves_its_fix_unknown_on_a_vllm_tree(tmp_path
 
 
 def sglang_files(version: str = FIRST_WITH) -> dict[str, bytes]:
-    """SGLang's package markers, version file, DFlash drafter and dist-info from its real wheel, as image layer entries."""
+    """SGLang's package markers, version file, DFlash drafter and dist-info from its real
+    wheel, as image layer entries."""
     tree = release_tree(version, SGLANG)
     kept = ["sglang/__init__.py", "sglang/version.py", SGLANG.version_file, "sglang/srt/models/dflash.py"]
     files = {relpath: (tree / relpath).read_bytes() for relpath in kept}
@@ -287,7 +288,8 @@ def test_an_image_is_checked_for_the_engine_it_holds(tmp_path: Path, mini_tree) 
 def test_an_editable_sglang_beside_an_installed_vllm_is_found_through_the_interpreter(
     tmp_path: Path, mini_tree
 ) -> None:
-    """As SGLang's images install it: from a source checkout, editable (a PEP 660 .pth and direct_url.json's dir_info)."""
+    """As SGLang's images install it: from a source checkout, editable (a PEP 660 .pth and
+    direct_url.json's dir_info)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True, timeout=120)
     python = tmp_path / "venv" / "bin" / "python"
     purelib = Path(

@@ -4,6 +4,7 @@ the same engine, listed, tested and reported, with nothing in the package naming
 
 import ast
 import dataclasses
+import functools
 import json
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from dflash_doctor.engines import ENGINES
 from dflash_doctor.rulefile import load_rules
 
 TOY_ID = "toy-speculators-ids"
+DEFINITIONS = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 TOY_RULE = '''
 id = "toy-speculators-ids"
 title = "Speculators-format DFlash drafters keep their capture ids"
@@ -112,24 +114,19 @@ def toy_rules(tmp_path, monkeypatch):
     return directory
 
 
-def _code_strings(path: Path) -> set[str]:
-    """String constants and names in a module's code (docstrings and comments aside)."""
-    tree = ast.parse(path.read_text())
-    docstrings = {
-        id(node.body[0].value)
-        for node in ast.walk(tree)
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-        and node.body
-        and isinstance(node.body[0], ast.Expr)
-        and isinstance(node.body[0].value, ast.Constant)
-    }
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+@functools.cache
+def _code_strings(path: Path) -> frozenset[str]:
+    """String constants and names in a module's code (docstrings and comments aside).
+    Cached: two tests read the same modules, which no test changes."""
+    docstrings, found = set(), set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, DEFINITIONS) and node.body and isinstance(node.body[0], ast.Expr):
+            docstrings.add(id(node.body[0].value))  # walked after its definition: breadth first
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
             found.add(node.value)
         elif isinstance(node, ast.Name):
             found.add(node.id)
-    return found
+    return frozenset(found)
 
 
 def test_no_module_of_the_engine_names_a_fix():

@@ -135,7 +135,8 @@ def series_lines(text: str, url: str) -> tuple[str, frozenset[str]]:
         if name is None or line[name.end() : name.end() + 1] not in ("{", " ", "\t"):
             first = text.strip().splitlines()[0]
             raise ToolError(
-                f"{url} did not answer Prometheus text ('{excerpt(line)}' is not a sample; first line: '{excerpt(first)}')"
+                f"{url} did not answer Prometheus text ('{excerpt(line)}' is not a sample; first line: "
+                f"'{excerpt(first)}')"
             )
         prefixes.update(prefix for prefix in PREFIXES if name.group().startswith(prefix))
         if name.group() not in SERIES:

@@ -167,7 +167,10 @@ def no_figures(name: str) -> str:
     drafter = find_drafter(name)
     if drafter is None:
         with_figures = ", ".join(d.name for d in load_reference().drafters if d.figures)
-        return f"dflash-doctor knows no published acceptance length for drafter {name!r} (it knows figures for {with_figures})"
+        return (
+            f"dflash-doctor knows no published acceptance length for drafter {name!r} (it knows figures for "
+            f"{with_figures})"
+        )
     where = f": {drafter.unpublished.title} ({drafter.unpublished.url})" if drafter.unpublished else ""
     return f"no acceptance length is published for {drafter.name}{where}"
 

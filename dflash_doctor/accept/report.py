@@ -97,7 +97,8 @@ def _rows(report: AcceptReport) -> list[tuple[str, str]]:
         rows.append(
             (
                 "acceptance",
-                f"{m.acceptance_length:.2f} mean acceptance length (1 + {m.accepted_tokens:,} accepted / {m.drafts:,} drafts)",
+                f"{m.acceptance_length:.2f} mean acceptance length (1 + {m.accepted_tokens:,} accepted / "
+                f"{m.drafts:,} drafts)",
             )
         )
     if m.draft_acceptance_rate is not None:
@@ -112,7 +113,8 @@ def _rows(report: AcceptReport) -> list[tuple[str, str]]:
         rows.append(
             (
                 "load",
-                f"{load.answered} of {load.prompts} prompts answered in {load.seconds:.1f} s by {load.base_url}{failed}",
+                f"{load.answered} of {load.prompts} prompts answered in {load.seconds:.1f} s by "
+                f"{load.base_url}{failed}",
             )
         )
     if report.expected is not None:

@@ -192,7 +192,8 @@ class _Judge:
                     case.verdict = (
                         CONTAINED,
                         "merge-tree",
-                        f"the change {short_sha(base_commit)}..{short_sha(tip)} merges into the judged commit as a no-op",
+                        f"the change {short_sha(base_commit)}..{short_sha(tip)} merges into the judged commit as a "
+                        "no-op",
                     )
                     break
                 conflicts.extend(merged.conflicts)
@@ -205,10 +206,14 @@ class _Judge:
             return (
                 UNKNOWN,
                 "none",
-                f"the clone is shallow, so the history is incomplete; fetch it: git -C {location} fetch --unshallow {self.remote}",
+                f"the clone is shallow, so the history is incomplete; fetch it: git -C {location} fetch --unshallow "
+                f"{self.remote}",
             )
         if not case.landings and not case.head:
-            why = f"no first-parent commit of {self.main.name} ends in (#{case.pr}) and refs/pull/{case.pr}/head is not in the repository"
+            why = (
+                f"no first-parent commit of {self.main.name} ends in (#{case.pr}) and refs/pull/{case.pr}/head is "
+                "not in the repository"
+            )
             if case.pr in self.not_on_remote:
                 return UNKNOWN, "none", f"{why}, and {self.remote} has no refs/pull/{case.pr}/head either"
             return UNKNOWN, "none", f"{why}; fetch: {self.fetch_hint(case.pr, main_too=True)}"
@@ -235,7 +240,8 @@ class _Judge:
             return (
                 MISSING,
                 "none",
-                f"landing commit {short_sha(case.landings[0])} was reverted by {short_sha(case.reverts[0])}, and no other test finds the change",
+                f"landing commit {short_sha(case.landings[0])} was reverted by {short_sha(case.reverts[0])}, and no "
+                "other test finds the change",
             )
         steps = [
             f"landing commit {short_sha(case.landings[0])} is not an ancestor"

@@ -214,7 +214,8 @@ def _statement(builder: ProgramBuilder, owner: Symbol, statement: ast.stmt, full
     if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
         return ""  # a docstring
     if isinstance(statement, ast.AsyncFunctionDef):
-        return f"{statement.name} = {OMITTED}({f'{statement.name} is a coroutine function, which behaviour does not run'!r})"
+        why = f"{statement.name} is a coroutine function, which behaviour does not run"
+        return f"{statement.name} = {OMITTED}({why!r})"
     if isinstance(statement, ast.FunctionDef) and not full and not _is_dunder(statement.name):
         return f"{statement.name} = {LAZY}({module_name(owner.file)!r}, {f'{owner.qualname}.{statement.name}'!r})"
     if isinstance(statement, ast.FunctionDef):

@@ -94,7 +94,10 @@ def _with_uncovered(rule: Rule, structure: FixResult, answer: BehaviourAnswer) -
         if anchor is None:
             continue
         if item.form == UNRECOGNISED:
-            why = f"{item.symbol} ({item.file}:{item.line}), which behaviour does not run, has a form this rule does not know"
+            why = (
+                f"{item.symbol} ({item.file}:{item.line}), which behaviour does not run, has a form this rule does "
+                "not know"
+            )
             return dataclasses.replace(answer, status=None, reason=why), []
         form = forms.get(item.form)
         if form is not None and form.verdict in DECISIVE and not form.catch_all:

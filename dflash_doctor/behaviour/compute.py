@@ -38,7 +38,8 @@ class NotRegistered(ExtractError):
 
 @dataclasses.dataclass(frozen=True)
 class _Hf:
-    """A drafter's hf_config as the engine builds it, where its translation ran (speculators), and which class built it."""
+    """A drafter's hf_config as the engine builds it, where its translation ran (speculators),
+    and which class built it."""
 
     data: dict[str, Any]
     translation: Place | None
@@ -83,7 +84,10 @@ def compute(
     failed = None
     spec = route.speculative_config
     if not plan.runners:
-        failed = f"this tree has none of {tree.engine.display}'s model runners ({', '.join(kind.marker for kind in route.runners)})"
+        failed = (
+            f"this tree has none of {tree.engine.display}'s model runners "
+            f"({', '.join(kind.marker for kind in route.runners)})"
+        )
     elif spec_symbol is None:
         failed = plan.reasons.get("spec") or f"{spec.symbol} not found in {spec.file}"
     else:

@@ -239,7 +239,8 @@ def _received(
     if not outcome.ok:
         return Indices(
             None,
-            f"building {construct.model} {outcome.unknowable or f'raises {outcome.error_type}: {outcome.error_message}'}",
+            f"building {construct.model} "
+            f"{outcome.unknowable or f'raises {outcome.error_type}: {outcome.error_message}'}",
         )
     records = _records(outcome.value)
     if records is None:
@@ -248,7 +249,8 @@ def _received(
     if len(mine) != hf.get("num_hidden_layers"):
         return Indices(
             None,
-            f"{construct.model} built {len(mine)} {construct.layer} layers for {hf.get('num_hidden_layers')} in the config",
+            f"{construct.model} built {len(mine)} {construct.layer} layers for {hf.get('num_hidden_layers')} in the "
+            "config",
         )
     if not wanted:
         return Indices(tuple(None for _ in mine))
@@ -396,7 +398,8 @@ def _as_config_value(value: Any, construct: Construct) -> Any:
 
 
 def _causality(record: dict, signature: _Signature, construct: Construct) -> bool | None:
-    """The causality the recorded call was handed (``causal_parameter``), by the stand-in it names; None when another."""
+    """The causality the recorded call was handed (``causal_parameter``), by the stand-in it names;
+    None when another."""
     parameter = construct.causal_parameter
     assert parameter is not None
     bound = _bound(record, signature, parameter, construct.recorded, stand_ins=True)

@@ -63,7 +63,8 @@ def interpret(
             mismatches.append(f"no runner of this tree accepts this drafter: {next(iter(support.values())).reason}")
     elif support[runner].supported is False:
         mismatches.append(
-            f"this tree runs the drafter on the {runner.upper()} runner ({runner_why}), which refuses it: {support[runner].reason}"
+            f"this tree runs the drafter on the {runner.upper()} runner ({runner_why}), which refuses it: "
+            f"{support[runner].reason}"
         )
 
     # Aux layer ids.
@@ -112,11 +113,13 @@ def interpret(
             index = wanted["index"]
             if window != wanted["sliding_window"] and not (wanted["sliding"] and wanted["sliding_window"] is None):
                 mismatches.append(
-                    f"draft layer {index}: the tree uses sliding window {window}, the drafter was trained with {wanted['sliding_window']}"
+                    f"draft layer {index}: the tree uses sliding window {window}, the drafter was trained with "
+                    f"{wanted['sliding_window']}"
                 )
             if wanted["causal"] is not None and causal != wanted["causal"]:
                 mismatches.append(
-                    f"draft layer {index}: the tree runs it {'causal' if causal else 'non-causal'}, the drafter was trained {'causal' if wanted['causal'] else 'non-causal'}"
+                    f"draft layer {index}: the tree runs it {'causal' if causal else 'non-causal'}, the drafter was "
+                    f"trained {'causal' if wanted['causal'] else 'non-causal'}"
                 )
 
     # Prefix-cache block drop.
@@ -225,7 +228,8 @@ def _support(plan: Plan, kind: RunnerKind, outcome: Lookup, layers: Outcome | No
         elif result.ok and result.value is True:
             return RunnerSupport(
                 False,
-                f"{route.deployment_config.symbol}.{kind.refusals} lists {message!r} ({check}() is true for this drafter)",
+                f"{route.deployment_config.symbol}.{kind.refusals} lists {message!r} ({check}() is true for this "
+                "drafter)",
             )
         elif not result.ok:
             unknown.append(f"{check} {failure(result)}")
@@ -258,7 +262,8 @@ def _default_runner(plan: Plan, outcome: Lookup) -> tuple[str | None, str]:
     if result.gap:
         return (
             None,
-            f"with {switch.variable} unset, {prop} reads {result.gap} before deciding: it depends on the target model and deployment",
+            f"with {switch.variable} unset, {prop} reads {result.gap} before deciding: it depends on the target "
+            "model and deployment",
         )
     return None, f"{prop} {failure(result)}"
 

@@ -116,7 +116,8 @@ class ProgramBuilder:
         for decorator in decorators:
             if not neutral_decorator(parsed.tree, decorator):
                 raise ExtractError(
-                    f"{node.name} in {file} is decorated with @{ast.unparse(decorator)}, which behaviour cannot reproduce"
+                    f"{node.name} in {file} is decorated with @{ast.unparse(decorator)}, which behaviour cannot "
+                    "reproduce"
                 )
         refuse_dunders(definition, f"{node.name} in {file}")
         self._resolve_free_names(parsed, file, free_names(definition), depth)
@@ -469,7 +470,8 @@ def dataclass_init(symbol: Symbol) -> str:
         if isinstance(value, ast.Call) and getattr(value.func, "id", getattr(value.func, "attr", None)) == "field":
             if any(keyword.arg == "default_factory" for keyword in value.keywords):
                 raise ExtractError(
-                    f"{symbol.qualname} in {symbol.file} has a field with a default_factory, which behaviour does not build"
+                    f"{symbol.qualname} in {symbol.file} has a field with a default_factory, which behaviour does "
+                    "not build"
                 )
             value = next((keyword.value for keyword in value.keywords if keyword.arg == "default"), None)
         if value is not None and not is_static(value):

@@ -209,7 +209,10 @@ def config_class(
     if registered is not None and package is not None:
         symbol = _engine_class(tree, package, registered)
         if isinstance(symbol, str):
-            return f"{tree.engine.display} registers its own config class {registered} for model_type {model_type!r}, but {symbol}"
+            return (
+                f"{tree.engine.display} registers its own config class {registered} for model_type "
+                f"{model_type!r}, but {symbol}"
+            )
         return tree, symbol
     if isinstance(transformers, str):
         return transformers

@@ -82,8 +82,8 @@ def check(
         None,
         "--output",
         metavar="[FORMAT=]FILE",
-        help="Write a report to a file, atomically (repeatable): json=report.json, sarif=report.sarif, junit=junit.xml, "
-        "table=report.txt; a bare path takes the --format report instead of standard output.",
+        help="Write a report to a file, atomically (repeatable): json=report.json, sarif=report.sarif, "
+        "junit=junit.xml, table=report.txt; a bare path takes the --format report instead of standard output.",
     ),
     waivers: Optional[Path] = typer.Option(
         None, "--waivers", help="TOML file of accepted gaps: waived fixes do not fail the gate."
@@ -106,7 +106,8 @@ def check(
     draft_config: Optional[Path] = typer.Option(
         None,
         "--draft-config",
-        help="The drafter's config.json (or its directory): lint it, probe what this vLLM computes for it, and gate only on fixes whose defect can reach it.",
+        help="The drafter's config.json (or its directory): lint it, probe what this vLLM computes for it, and gate "
+        "only on fixes whose defect can reach it.",
     ),
     target_config: Optional[Path] = typer.Option(
         None, "--target-config", help="With --draft-config: the target model's config.json, for the layer range."

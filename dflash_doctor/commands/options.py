@@ -30,18 +30,21 @@ PythonOption = typer.Option(None, "--python", help="Interpreter whose environmen
 ReleaseOption = typer.Option(
     None,
     "--release",
-    help="A released wheel, e.g. 0.20.1 (its .py files fetched once into the cache: by range requests where the index allows).",
+    help="A released wheel, e.g. 0.20.1 (its .py files fetched once into the cache: by range requests where the "
+    "index allows).",
 )
 FullWheelOption = typer.Option(
     False,
     "--full-wheel",
-    help="Download each wheel whole and check it against the sha256 the index states (instead of reading only the members needed, checked against the wheel's RECORD).",
+    help="Download each wheel whole and check it against the sha256 the index states (instead of reading only the "
+    "members needed, checked against the wheel's RECORD).",
 )
 OnlyOption = typer.Option(None, "--only", help="Only this fix id (repeatable).")
 HostOption = typer.Option(
     None,
     "--host",
-    help="host, user@host or host:port, or an ~/.ssh/config alias (repeatable); --python is then the remote interpreter.",
+    help="host, user@host or host:port, or an ~/.ssh/config alias (repeatable); --python is then the remote "
+    "interpreter.",
 )
 SingleHostOption = typer.Option(
     None,
@@ -59,7 +62,8 @@ ProbeTimeoutOption = typer.Option(
     60.0,
     "--probe-timeout",
     min=0.1,
-    help="Seconds for the remote probe, from start to answer; also each behaviour request's deadline (at most 20) and, from both, the remote behaviour child's lifetime.",
+    help="Seconds for the remote probe, from start to answer; also each behaviour request's deadline (at most 20) "
+    "and, from both, the remote behaviour child's lifetime.",
 )
 AcceptNewHostKeyOption = typer.Option(
     False, "--accept-new-host-key", help="Trust an unknown host key on first use and record it."
@@ -71,12 +75,14 @@ FromProbeOption = typer.Option(
 ImageOption = typer.Option(
     None,
     "--image",
-    help="A container image, read without a daemon (repeatable): vllm/vllm-openai:v0.20.1, host:5000/team/vllm@sha256:..., oci:DIR or oci:DIR:TAG, docker-archive:FILE.",
+    help="A container image, read without a daemon (repeatable): vllm/vllm-openai:v0.20.1, "
+    "host:5000/team/vllm@sha256:..., oci:DIR or oci:DIR:TAG, docker-archive:FILE.",
 )
 SingleImageOption = typer.Option(
     None,
     "--image",
-    help="A container image, read without a daemon: vllm/vllm-openai:v0.20.1, host:5000/team/vllm@sha256:..., oci:DIR or oci:DIR:TAG, docker-archive:FILE.",
+    help="A container image, read without a daemon: vllm/vllm-openai:v0.20.1, host:5000/team/vllm@sha256:..., "
+    "oci:DIR or oci:DIR:TAG, docker-archive:FILE.",
 )
 PlatformOption = typer.Option(
     "linux/amd64",
@@ -92,7 +98,10 @@ InsecureRegistryOption = typer.Option(
 EngineOption = typer.Option(
     "auto",
     "--engine",
-    help="The engine whose tree is checked: auto (every engine whose package --path, --python, --host or --image holds, each checked; vLLM for --release), vllm or sglang.",
+    help=(
+        "The engine whose tree is checked: auto (every engine whose package --path, --python, --host or --image "
+        "holds, each checked; vLLM for --release), vllm or sglang."
+    ),
 )
 RegistryTimeoutOption = typer.Option(
     30.0,

@@ -36,7 +36,10 @@ YesOption = typer.Option(False, "--yes", "-y", help="Apply without asking (neede
 EngineOption = typer.Option(
     "auto",
     "--engine",
-    help="The engine whose tree is patched: auto (the one engine --path or --python holds; vLLM for --host), vllm or sglang.",
+    help=(
+        "The engine whose tree is patched: auto (the one engine --path or --python holds; vLLM for --host), "
+        "vllm or sglang."
+    ),
 )
 
 
@@ -154,7 +157,8 @@ def restore(
         return result.exit_code
     for entry in result.plan.restore:
         _say(
-            f"{', '.join(sorted(entry.fixes))}: {entry.file} is back to its original (sha256 {entry.sha256_before[:12]})"
+            f"{', '.join(sorted(entry.fixes))}: {entry.file} is back to its original (sha256 "
+            f"{entry.sha256_before[:12]})"
         )
     for entry in result.plan.forget:
         _say(f"{', '.join(sorted(entry.fixes))}: {entry.file} already had its original bytes; forgot the patch record")

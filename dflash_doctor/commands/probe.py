@@ -13,8 +13,9 @@ def probe_script(
     engine: str = typer.Option("vllm", "--engine", help="Whose package the script collects: vllm or sglang."),
 ) -> int:
     """Print the probe as a standalone script. For a fleet engine: the script needs only the
-    standard library. Run it on each server
-    with the interpreter that runs vLLM or SGLang (e.g. `python3 probe.py > HOST.probe`); then `dflash-doctor check --from-probe DIR` evaluates every answer locally.
+    standard library. Run it on each server with the interpreter that runs vLLM or SGLang
+    (e.g. `python3 probe.py > HOST.probe`); then `dflash-doctor check --from-probe DIR`
+    evaluates every answer locally.
     """
     import json
 

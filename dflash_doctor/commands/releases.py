@@ -20,7 +20,10 @@ def releases(
     first: Optional[str] = typer.Option(
         None,
         "--from",
-        help="Oldest release in the matrix (default: the last without DFlash, before the engine's first with it: vLLM 0.20.0, SGLang 0.5.11).",
+        help=(
+            "Oldest release in the matrix (default: the last without DFlash, before the engine's first with it: "
+            "vLLM 0.20.0, SGLang 0.5.11)."
+        ),
     ),
     last: Optional[str] = typer.Option(
         None, "--to", help="Newest release in the matrix (default: the newest on the index)."
@@ -29,7 +32,8 @@ def releases(
     offline: bool = typer.Option(
         False,
         "--offline",
-        help="Do not ask the package index: only releases already in the cache (without it, an index that cannot be reached is an error).",
+        help="Do not ask the package index: only releases already in the cache (without it, an index that cannot be "
+        "reached is an error).",
     ),
     full_wheel: bool = FullWheelOption,
     engine: str = typer.Option("vllm", "--engine", help="Whose releases: vllm or sglang."),
@@ -63,7 +67,8 @@ def releases(
         first_error = failed[0]
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
         print(
-            f"dflash-doctor: error: release {clean(first_error.release)} could not be checked: {clean(first_error.error)}{more}",
+            f"dflash-doctor: error: release {clean(first_error.release)} could not be checked: "
+            f"{clean(first_error.error)}{more}",
             file=sys.stderr,
         )
     return matrix.exit_code

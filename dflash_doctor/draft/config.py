@@ -193,7 +193,8 @@ def _check_values(value: Any, at: str, where: str, depth: int = 0) -> None:
         )
     if isinstance(value, int) and not isinstance(value, bool) and not -MAX_CONFIG_INT <= value < MAX_CONFIG_INT:
         raise ToolError(
-            f"{where}: {at[:80]} is an integer of {len(str(abs(value)))} digits, past any config value (the cap is 2**63)"
+            f"{where}: {at[:80]} is an integer of {len(str(abs(value)))} digits, past any config value (the cap is "
+            "2**63)"
         )
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for key, item in items:

@@ -181,14 +181,16 @@ def _lint_format(config: DraftConfig, add: Add) -> None:
         add(
             INFO,
             "format",
-            "z-lab/SpecForge format: dflash_config.target_layer_ids are 0-based target layers; vLLM must capture id + 1",
+            "z-lab/SpecForge format: dflash_config.target_layer_ids are 0-based target layers; "
+            "vLLM must capture id + 1",
             "",
         )
         if "aux_hidden_state_layer_ids" in data or "eagle_aux_hidden_state_layer_ids" in data:
             add(
                 WARNING,
                 "format-mixed",
-                "the config also sets (eagle_)aux_hidden_state_layer_ids, which vLLM reads before dflash_config and uses unshifted",
+                "the config also sets (eagle_)aux_hidden_state_layer_ids, which vLLM reads before dflash_config and "
+                "uses unshifted",
                 "keep one: dflash_config.target_layer_ids (raw) or eagle_aux_hidden_state_layer_ids (already +1)",
             )
     elif config.format == SPECULATORS:
@@ -198,14 +200,16 @@ def _lint_format(config: DraftConfig, add: Add) -> None:
             add(
                 ERROR,
                 "speculators-type",
-                f"speculators_model_type is {kind!r}, not one of {', '.join(DFLASH_SPECULATOR_TYPES)}: not a DFlash drafter",
+                f"speculators_model_type is {kind!r}, not one of {', '.join(DFLASH_SPECULATOR_TYPES)}: not a DFlash "
+                "drafter",
                 'set "speculators_model_type": "dflash" (or use a DFlash checkpoint)',
             )
         if isinstance(data.get("dflash_config"), dict) and "target_layer_ids" in data["dflash_config"]:
             add(
                 WARNING,
                 "format-mixed",
-                "the config has both speculators aux_hidden_state_layer_ids and dflash_config.target_layer_ids; vLLM translates the speculators ids and ignores the other",
+                "the config has both speculators aux_hidden_state_layer_ids and dflash_config.target_layer_ids; vLLM "
+                "translates the speculators ids and ignores the other",
                 "remove dflash_config.target_layer_ids",
             )
         if not isinstance(data.get("transformer_layer_config"), dict):
@@ -219,7 +223,8 @@ def _lint_format(config: DraftConfig, add: Add) -> None:
         add(
             ERROR,
             "format",
-            "neither dflash_config.target_layer_ids (z-lab/SpecForge) nor aux_hidden_state_layer_ids (speculators): the tapped target layers are not stated",
+            "neither dflash_config.target_layer_ids (z-lab/SpecForge) nor aux_hidden_state_layer_ids (speculators): "
+            "the tapped target layers are not stated",
             "add dflash_config.target_layer_ids (0-based target layers the drafter was trained on)",
         )
 
@@ -251,7 +256,8 @@ def _lint_ids(config: DraftConfig, target: TargetLayers | None, add: Add) -> Non
         add(
             ERROR,
             "target-layers-mismatch",
-            f"num_target_layers is {declared} but the target config has {target.count} layers: this drafter was trained for another target",
+            f"num_target_layers is {declared} but the target config has {target.count} layers: this drafter was "
+            "trained for another target",
             "use the drafter trained for this target model",
         )
     known = target_layer_count(config, target)
@@ -277,7 +283,8 @@ def _lint_ids(config: DraftConfig, target: TargetLayers | None, add: Add) -> Non
         add(
             INFO,
             "ids-last-layer",
-            f"{key} taps the target's last layer ({high}): vLLM captures it as the final layer's output before the norm",
+            f"{key} taps the target's last layer ({high}): vLLM captures it as the final layer's output "
+            "before the norm",
             "right for vLLM; other runtimes have mishandled the last-layer tap",
         )
 
@@ -326,7 +333,8 @@ def _lint_layers(config: DraftConfig, add: Add, hf: HfView | None) -> None:
             INFO,
             "mixed-layers",
             "the drafter mixes sliding and full attention layers: vLLM needs the V2 model runner for it",
-            "run a vLLM whose V2 runner supports mixed drafters (`dflash-doctor check --draft-config` says whether a vLLM does)",
+            "run a vLLM whose V2 runner supports mixed drafters (`dflash-doctor check --draft-config` says whether a "
+            "vLLM does)",
         )
     if use_swa and not sliding:
         add(
@@ -398,8 +406,8 @@ def _lint_window_seen(config: DraftConfig, layout: dict[str, Any], window: int, 
         add(
             WARNING,
             "window-changed",
-            f"{source.config_class} (transformers {source.transformers}) turns sliding_window {window} into {json.dumps(seen)}: "
-            "vLLM sees that window for the sliding layers",
+            f"{source.config_class} (transformers {source.transformers}) turns sliding_window {window} into "
+            f"{json.dumps(seen)}: vLLM sees that window for the sliding layers",
             "give the window in dflash_config.swa_window_size",
         )
 
@@ -493,14 +501,17 @@ def _lint_causality(config: DraftConfig, add: Add) -> None:
         add(
             INFO,
             "causal-override",
-            f"is_causal is {json.dumps(layout['is_causal'])}: every draft layer is {'causal' if layout['is_causal'] else 'non-causal'} (older vLLM releases ignore this key; `dflash-doctor check --draft-config` shows what a vLLM makes of it)",
+            f"is_causal is {json.dumps(layout['is_causal'])}: every draft layer is "
+            f"{'causal' if layout['is_causal'] else 'non-causal'} (older vLLM releases ignore this key; "
+            "`dflash-doctor check --draft-config` shows what a vLLM makes of it)",
             "right if the drafter was trained that way",
         )
     if config.dflash_config.get("causal") is not None:
         add(
             INFO,
             "causal-override",
-            f"dflash_config.causal is {json.dumps(config.dflash_config['causal'])}: it overrides causality of every draft layer",
+            f"dflash_config.causal is {json.dumps(config.dflash_config['causal'])}: it overrides causality of every "
+            "draft layer",
             "right if the drafter was trained that way",
         )
     if config.format == SPECULATORS and config.data.get("sliding_window_non_causal") is not None:
@@ -508,6 +519,7 @@ def _lint_causality(config: DraftConfig, add: Add) -> None:
         add(
             INFO,
             "causal-override",
-            f"sliding_window_non_causal is {json.dumps(flag)}: vLLM's speculators translation sets dflash_config.causal = {json.dumps(not flag)}",
+            f"sliding_window_non_causal is {json.dumps(flag)}: vLLM's speculators translation sets "
+            f"dflash_config.causal = {json.dumps(not flag)}",
             "right if the drafter was trained that way",
         )

@@ -66,7 +66,8 @@ def lint_sglang(config: DraftConfig, target: TargetLayers | None, flags: LaunchF
                 "sglang-block",
                 f"block_size {block}: SGLang's --speculative-num-draft-tokens is the block size itself (not block size "
                 "- 1); left out, SGLang reads block_size from the drafter",
-                f"--speculative-algorithm DFLASH --speculative-draft-model-path DRAFTER --speculative-num-draft-tokens {block}",
+                "--speculative-algorithm DFLASH --speculative-draft-model-path DRAFTER "
+                f"--speculative-num-draft-tokens {block}",
             )
         return
     _flags(flags, block, config, add)
@@ -153,7 +154,8 @@ def _windows(config: DraftConfig, add: Add) -> None:
             "sglang-swa-unread",
             "dflash_config.use_swa / swa_window_size (MiMo style) are never read by SGLang (swa_window_size only for "
             "Nemotron-3.5 drafters, from 0.5.20): this drafter runs every layer as full attention, without its window",
-            'give layer_types ("sliding_attention" per sliding layer) and sliding_window: SGLang reads them from 0.5.14',
+            'give layer_types ("sliding_attention" per sliding layer) and sliding_window: '
+            "SGLang reads them from 0.5.14",
         )
     if sliding:
         add(

@@ -104,7 +104,8 @@ class Route:
     fields: Fields
     runners: tuple[RunnerKind, ...]
     switch: RunnerSwitch
-    # the per-layer attention resolver the drafter's model calls: a refusal raised there is the runner refusing the drafter
+    # the per-layer attention resolver the drafter's model calls: a refusal raised there is
+    # the runner refusing the drafter
     layer_resolver: Where
     refusals: tuple[str, ...]  # the exception types the engine's code raises to refuse a configuration
     provided: tuple[str, ...]  # names a run binds itself, never copied from the tree

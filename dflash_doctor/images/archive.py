@@ -111,7 +111,8 @@ class ArchiveSource(ImageSource):
         if len(entries) != 1:
             tags = sorted(t[:80] for e in entries for t in tags_of[id(e)])
             raise ImageError(
-                f"{self.reference}: {len(entries)} matching images in the archive; name one as docker-archive:FILE:NAME:TAG (tags: {listed(tags)})"
+                f"{self.reference}: {len(entries)} matching images in the archive; name one as "
+                f"docker-archive:FILE:NAME:TAG (tags: {listed(tags)})"
             )
         entry = entries[0]
         config_name, layer_names = entry.get("Config"), entry.get("Layers")
@@ -126,7 +127,8 @@ class ArchiveSource(ImageSource):
         named = HEX.search(config_name)
         if named and f"sha256:{named.group(1)}" != config_digest:
             raise ImageError(
-                f"{self.reference}: config {config_name[:200]} does not match its digest; the archive is damaged or tampered with"
+                f"{self.reference}: config {config_name[:200]} does not match its digest; the archive is damaged or "
+                "tampered with"
             )
         self._blobs[config_digest] = config_name
         diff_ids = as_dict(as_dict(load_json(config_data, f"{self.reference}: the config")).get("rootfs")).get(

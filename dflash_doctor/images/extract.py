@@ -34,7 +34,9 @@ if TYPE_CHECKING:
     from rich.progress import Progress
 
 LABELS = ("org.opencontainers.image.revision", "org.opencontainers.image.version", "org.opencontainers.image.source")
-TREE_FORMAT = "5"  # bump when what a tree holds changes (2: transformers config sources; 3: the dist-info of vllm-named distributions; 4: entry points; 5: editable checkouts)
+# bump when what a tree holds changes (2: transformers config sources; 3: the dist-info of vllm-named
+# distributions; 4: entry points; 5: editable checkouts)
+TREE_FORMAT = "5"
 # Bump when what a layer index keeps changes (layers.wanted: every engine's files, so a new engine bumps it).
 LAYER_FORMAT = "6"  # 5: SGLang registered; 6: .pth files, editable finders and the engines' checkouts
 LAYER_JOBS = 4

@@ -65,8 +65,10 @@ def open_regular(path: Path, what: str) -> BinaryIO:
 
 
 def listed(names: list[str], most: int = 10) -> str:
-    """Names for a message: the first ``most`` of them."""
-    return ", ".join(names[:most]) + (f", ... ({len(names)} in all)" if len(names) > most else "") or "none"
+    """Names for a one-line message: the first ``most`` of them, a character that is not printable as ``?``
+    (the names come from the image: a newline in one must not break the line)."""
+    shown = ["".join(c if c.isprintable() else "?" for c in name) for name in names[:most]]
+    return ", ".join(shown) + (f", ... ({len(names)} in all)" if len(names) > most else "") or "none"
 
 
 def as_dict(value: object) -> JSON:
@@ -137,7 +139,8 @@ class VerifiedStream:
         found = "sha256:" + self._hash.hexdigest()
         if found != self.digest:
             raise ImageError(
-                f"{self.what}: sha256 mismatch (expected {self.digest}, got {found}); the blob is damaged or tampered with"
+                f"{self.what}: sha256 mismatch (expected {self.digest}, got {found}); the blob is damaged or "
+                "tampered with"
             )
 
     def _take(self, data: bytes) -> None:

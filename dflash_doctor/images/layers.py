@@ -107,7 +107,8 @@ class Budget:
             self.inflated += size
             if self.inflated > MAX_IMAGE_INFLATED:
                 raise ImageError(
-                    f"{self.what}: its layers unpack to more than {MAX_IMAGE_INFLATED >> 30} GiB (the cap on unpacked bytes)"
+                    f"{self.what}: its layers unpack to more than {MAX_IMAGE_INFLATED >> 30} GiB (the cap on "
+                    "unpacked bytes)"
                 )
 
     def keep(self, path: str) -> None:
@@ -117,8 +118,9 @@ class Budget:
             self.name_bytes += len(path)
             if self.parts > MAX_KEPT_PARTS or self.name_bytes > MAX_KEPT_NAME_BYTES:
                 raise ImageError(
-                    f"{self.what}: its layers record more than {MAX_KEPT_PARTS} path parts or {MAX_KEPT_NAME_BYTES >> 20} MiB "
-                    "of names (Python sources, interpreters, whiteouts): the cap on kept paths"
+                    f"{self.what}: its layers record more than {MAX_KEPT_PARTS} path parts or "
+                    f"{MAX_KEPT_NAME_BYTES >> 20} MiB of names (Python sources, interpreters, whiteouts): "
+                    "the cap on kept paths"
                 )
 
     def index(self, index: LayerIndex) -> LayerIndex:
@@ -297,7 +299,8 @@ def read_layer(stream: VerifiedStream, media_type: str, pack: Path, what: str, b
                     offset = out.tell()
                     if offset + member.size > MAX_KEPT_BYTES:
                         raise ImageError(
-                            f"{what}: more than {MAX_KEPT_BYTES >> 20} MB of Python sources (the cap on kept bytes per layer); refusing"
+                            f"{what}: more than {MAX_KEPT_BYTES >> 20} MB of Python sources (the cap on kept bytes "
+                            "per layer); refusing"
                         )
                     shutil.copyfileobj(archive.extractfile(member), out, CHUNK)
                     entries[path] = ("file", f"{pack.name}:{offset}:{out.tell() - offset}")

@@ -123,7 +123,8 @@ def installs_of(view: View, engine: Engine, store: Path) -> dict[str, str | None
 
 
 def find_site(view: View, env: dict[str, str], store: Path, engine: Engine) -> Site:
-    """The interpreters on the image's PATH in order, each with its site dirs; the first holding the engine's package wins."""
+    """The interpreters on the image's PATH in order, each with its site dirs; the first holding the
+    engine's package wins."""
     installs = installs_of(view, engine, store)
     if not installs:
         raise ImageError(f"no {engine.package} package in the image (looked in every site-packages and dist-packages)")

@@ -77,7 +77,8 @@ def parse_reference(text: str) -> Reference:
         path = f"library/{path}"
     if not DOMAIN.match(registry) or not REPOSITORY.match(path) or (tag and not TAG.match(tag)):
         raise ImageError(
-            f"not an image reference: {text!r} (expected e.g. vllm/vllm-openai:v0.20.1 or host:5000/team/vllm@sha256:...)"
+            f"not an image reference: {text!r} (expected e.g. vllm/vllm-openai:v0.20.1 or "
+            "host:5000/team/vllm@sha256:...)"
         )
     return Reference(registry, path, tag or (None if digest else "latest"), digest or None)
 

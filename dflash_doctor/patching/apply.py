@@ -44,8 +44,8 @@ def apply_changes(files: TreeFiles, changes: tuple[FileChange, ...], tool_versio
             if current is None or sha256(current) != change.sha256_before:
                 now = "is gone" if current is None else f"has sha256 {sha256(current)[:12]}"
                 raise ToolError(
-                    f"{change.file} changed since it was checked (it {now}, the check read {change.sha256_before[:12]}); "
-                    "nothing was changed: run patch again"
+                    f"{change.file} changed since it was checked (it {now}, the check read "
+                    f"{change.sha256_before[:12]}); nothing was changed: run patch again"
                 )
             try:
                 compile(change.after, change.file, "exec", dont_inherit=True)
@@ -182,7 +182,8 @@ def apply_restore(files: TreeFiles, plan: RestorePlan) -> None:
             mode = files.stat(real)
             if mode is None:
                 raise ToolError(
-                    f"{entry.file} was removed while restore ran; it is not restored (its original is in {entry.backup})"
+                    f"{entry.file} was removed while restore ran; it is not restored (its original is in "
+                    f"{entry.backup})"
                 )
             files.write_atomic(real, original, mode)
             drop_stale_bytecode(files, entry.file)
@@ -275,7 +276,8 @@ def drop_stale_bytecode(files: TreeFiles, relpath: str) -> None:
     notice the new bytes by themselves."""
     path = PurePosixPath(relpath)
     try:
-        cache = f"{files.real(str(path.parent))}/__pycache__"  # beside the name Python imports, in the directory's real place
+        # beside the name Python imports, in the directory's real place
+        cache = f"{files.real(str(path.parent))}/__pycache__"
         names = files.list_dir(cache)
     except LinkRefused:
         return  # a __pycache__ reached through a link is not the tree's to clean

@@ -594,7 +594,8 @@ COMPILED: "dict[str, CodeType]" = {}  # class bodies by text
 DATA_TEXT: "dict[str, str]" = {}  # request data by name as JSON text: a deep copy is one json.loads
 
 
-PROGRAM_CODE: "dict[str, CodeType]" = {}  # a program statement's code by its text, kept across the requests of one child
+# a program statement's code by its text, kept across the requests of one child
+PROGRAM_CODE: "dict[str, CodeType]" = {}
 
 
 def program_code(source: str) -> "CodeType":

@@ -199,7 +199,8 @@ class FormReader:
         self._strings: dict[ast.AST, frozenset[str]] = {}  # a definition -> the str constants in it
 
     def _applies(self, rule: Rule, symbols: list[Symbol] | SourceError) -> bool:
-        """Whether the rule's literal is in the definition it names (a string, or a name it assigns): every rule names the same
+        """Whether the rule's literal is in the definition it names (a string, or a name it assigns):
+        every rule names the same
         class (SpeculativeConfig, 5,000 nodes on 0.34.0), walked once, not once per rule and question."""
         if not isinstance(symbols, list):
             return False
@@ -287,7 +288,8 @@ class FormReader:
         if not applies:
             return result(
                 UNKNOWN,
-                reason=f"cannot tell whether this {engine.display} has DFlash: {rule.applies.symbol} not found in {rule.applies.file} or elsewhere",
+                reason=f"cannot tell whether this {engine.display} has DFlash: {rule.applies.symbol} not found in "
+                f"{rule.applies.file} or elsewhere",
                 cause=NOT_ENGINE.format(engine=engine.display, package=engine.package),
             )
         if not self._applies(rule, applies):

@@ -49,8 +49,8 @@ def local(tree: DirectoryTree, info: TargetInfo) -> ResolvedTarget:
             info,
             behaviour=_child_session,
             no_files=(
-                f"it is in dflash-doctor's read-only release cache ({releases}), a download cache, not an installation: "
-                f"patch a copy of it, or an installed {tree.engine.display}"
+                f"it is in dflash-doctor's read-only release cache ({releases}), a download cache, not an "
+                f"installation: patch a copy of it, or an installed {tree.engine.display}"
             ),
         )
     return ResolvedTarget(

@@ -205,7 +205,8 @@ class SshTarget:
                 self._close(client)
         if answer.get("error"):
             raise ToolError(
-                f"{who}: {answer['error']} (point at the remote interpreter that has {request['package']} with --python)"
+                f"{who}: {answer['error']} "
+                f"(point at the remote interpreter that has {request['package']} with --python)"
             )
         details = (
             ("bytes_sent", self.bytes_sent),
@@ -290,7 +291,8 @@ class SshTarget:
         except paramiko.BadHostKeyException as exc:
             self._close(client)
             raise ToolError(
-                f"{who}: host key changed: expected {fingerprint(exc.expected_key)}, got {fingerprint(exc.key)}; refusing"
+                f"{who}: host key changed: expected {fingerprint(exc.expected_key)}, got {fingerprint(exc.key)}; "
+                "refusing"
             ) from None
         except paramiko.AuthenticationException:
             self._close(client)

@@ -229,7 +229,8 @@ def verify(member: Member, content: bytes, record: Record, wheel: str) -> None:
     kind, digest, size = listed
     if kind not in HASHES:
         raise ToolError(
-            f"{member.name} in {wheel}: the RECORD's digest is {kind}, not one of {', '.join(HASHES)}: refused, nothing cached"
+            f"{member.name} in {wheel}: the RECORD's digest is {kind}, not one of {', '.join(HASHES)}: refused, "
+            "nothing cached"
         )
     got = base64.urlsafe_b64encode(hashlib.new(kind, content).digest()).decode().rstrip("=")
     if len(content) != size or got != digest:

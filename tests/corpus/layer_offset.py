@@ -309,7 +309,8 @@ EDITS = edits(
         "V2 shift through a named constant that is 0: raw ids.",
         v2_module("_DFLASH_LAYER_OFFSET = 0\n"),
         v2(
-            '            layer_ids = [i + _DFLASH_LAYER_OFFSET for i in (dflash_config.get("target_layer_ids") or [])]\n'
+            "            layer_ids = [i + _DFLASH_LAYER_OFFSET "
+            'for i in (dflash_config.get("target_layer_ids") or [])]\n'
         ),
     ),
     (

@@ -158,7 +158,8 @@ EDITS = edits(
         "read-moved-imported-locally",
         "0.5.23",
         "preserve",
-        "as read-moved-to-dflash-utils, the helper imported inside DFlashAttention.__init__ (as SGLang imports kernels)",
+        "as read-moved-to-dflash-utils, the helper imported inside DFlashAttention.__init__ "
+        "(as SGLang imports kernels)",
         Transform(UTILS, lambda text: text + UTILS_HELPER),
         Replace(
             DF,

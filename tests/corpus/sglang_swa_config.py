@@ -137,7 +137,8 @@ EDITS = edits(
         Replace(
             DF,
             CALL_511,
-            "        window, attn_type = _draft_layer_attention(config, layer_id)\n        self.attn = RadixAttention(\n",
+            "        window, attn_type = _draft_layer_attention(config, layer_id)\n"
+            "        self.attn = RadixAttention(\n",
         ),
         Replace(DF, KIND_511, "            sliding_window_size=window,\n            attn_type=attn_type,\n        )\n"),
     ),
@@ -227,7 +228,8 @@ EDITS = edits(
     on_523(
         "parameters-moved-to-dflash-utils",
         "preserve",
-        "window and type chosen by a helper written anew in speculative/dflash_utils.py, imported where the layer is built",
+        "window and type chosen by a helper written anew in speculative/dflash_utils.py, "
+        "imported where the layer is built",
         Transform(UTILS, lambda text: text + UTILS_HELPER),
         Replace(DF, IMPORT_UTILS, IMPORT_UTILS + "    dflash_layer_attention,\n"),
         Replace(
