@@ -40,7 +40,7 @@ from . import stamp
 from .model import FixResult, ToolError
 from .paths import cache_dir, OFFLINE, caches_disabled, write_atomically
 from .standalone.probe import python_files
-from .rules import Rule, reference_dir
+from .rules import Rule, for_engine, reference_dir
 from .source import SourceTree
 
 if TYPE_CHECKING:
@@ -73,8 +73,10 @@ def judged_fixes(
     resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftConfig | None = None
 ) -> tuple[tuple[FixResult, ...], Computed | None]:
     """The verdicts: behaviour decides where the target can run the tree's code,
-    structure explains; and what the tree computes for ``user``'s config (not cached)."""
+    structure explains; and what the tree computes for ``user``'s config (not cached).
+    Each fix is judged by the rule of the tree's engine (``for_engine``)."""
     tree = resolved.tree
+    rules = for_engine(rules, tree.engine.name)
     files = sorted({relpath for rule in rules for relpath in rule.files})
     where = (
         f"behaviour on {tree.python or 'this machine'}"

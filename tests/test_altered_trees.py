@@ -179,11 +179,9 @@ def test_package_dir_and_source_checkout_forms_of_path(mini_tree):
     assert {name: fix["status"] for name, fix in fixes.items()} == {
         "cache-drop": "present",
         "layer-offset": "present",
-        "rope-base": "unknown",
         "swa-config": "unknown",
     }
     assert "no transformers is installed beside this vLLM" in fixes["swa-config"]["reason"]
-    assert "no transformers is installed beside this vLLM" in fixes["rope-base"]["reason"]
     assert report["engine"]["version"] == "0.33.0"  # from vllm/_version.py
     assert report["engine"]["modified_files"] is None  # nothing to compare against
     # a source checkout states its transformers in requirements/common.txt: the config class runs
@@ -195,7 +193,6 @@ def test_package_dir_and_source_checkout_forms_of_path(mini_tree):
     assert code == 0 and statuses(report) == {
         "cache-drop": "present",
         "layer-offset": "present",
-        "rope-base": "present",
         "swa-config": "present",
     }
 

@@ -30,7 +30,6 @@ def test_check_through_the_api_is_what_the_cli_reports(mini_tree, monkeypatch):
         "layer-offset": "present",
         "swa-config": "absent",
         "cache-drop": "absent",
-        "rope-base": "present",
     }
     assert result.exit_code == proc.returncode == 1
     strict = api.check(api.CheckRequest(api.TargetSpec(path=tree), only=("layer-offset",)))

@@ -66,12 +66,7 @@ def test_interpreter_with_vllm_is_inspected_without_import(tmp_path, release):
     python = make_venv(tmp_path / "venv", release("0.20.1"))
     code, report = check_json("--python", str(python))
     assert report["target"]["kind"] == "python" and report["target"]["python"].startswith(str(tmp_path))
-    assert statuses(report) == {
-        "cache-drop": "absent",
-        "layer-offset": "absent",
-        "rope-base": "present",
-        "swa-config": "absent",
-    }
+    assert statuses(report) == {"cache-drop": "absent", "layer-offset": "absent", "swa-config": "absent"}
     assert report["engine"]["version"] == "0.20.1"
     assert code == 1
 

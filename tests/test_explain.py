@@ -127,7 +127,7 @@ def test_0_25_swa_config_partial_says_mixed_drafters_are_refused():
 def test_a_structure_decided_absent_reads_the_forms_sentence(release):
     """What the code's forms alone say (the engine, as where behaviour cannot run):
     the reason for absent is the deciding forms' sentences, not their ids."""
-    rules = tuple(rule for rule in load_rules() if rule.id == "cache-drop")
+    rules = tuple(rule for rule in load_rules() if rule.id == "cache-drop" and rule.engine == "vllm")
     tree = PathTarget(release("0.24.0")).resolve().tree
     (fix,) = structure_fixes(tree, rules)
     assert fix.status == "absent"
@@ -180,7 +180,7 @@ def test_code_in_an_unknown_form_asks_for_a_look_not_an_upgrade(mini_tree):
     text = scheduler.read_text()
     assert text.count("use_eagle=self.use_eagle_block_drop,") == 1
     scheduler.write_text(text.replace("use_eagle=self.use_eagle_block_drop,", "use_eagle=policy_table[self.method],"))
-    rules = tuple(rule for rule in load_rules() if rule.id == "cache-drop")
+    rules = tuple(rule for rule in load_rules() if rule.id == "cache-drop" and rule.engine == "vllm")
     (fix,) = structure_fixes(PathTarget(tree).resolve().tree, rules)
     assert fix.status == "unknown" and "has a form this rule does not know" in fix.reason
     assert fix.remedy == UNKNOWN_CODE and "Upgrade" not in fix.remedy
@@ -196,7 +196,7 @@ def test_a_required_definition_missing_says_it_was_not_found(mini_tree):
     text = scheduler.read_text()
     assert text.count("    def __init__(") >= 1
     scheduler.write_text(text.replace("class Scheduler(", "class Scheduler0(", 1))
-    rules = tuple(rule for rule in load_rules() if rule.id == "cache-drop")
+    rules = tuple(rule for rule in load_rules() if rule.id == "cache-drop" and rule.engine == "vllm")
     (fix,) = structure_fixes(PathTarget(tree).resolve().tree, rules)
     assert fix.status == "unknown" and "Scheduler.__init__ not found" in fix.reason
     assert fix.remedy == MISSING_CODE
@@ -213,7 +213,7 @@ def test_unknown_where_behaviour_cannot_run_says_where_to_run_it(mini_tree):
     scheduler.write_text(
         scheduler.read_text().replace("use_eagle=self.use_eagle_block_drop,", "use_eagle=policy_table[self.method],")
     )
-    rules = tuple(rule for rule in load_rules() if rule.id == "cache-drop")
+    rules = tuple(rule for rule in load_rules() if rule.id == "cache-drop" and rule.engine == "vllm")
     (fix,) = run_check(ProbeAnswerOf(tree), rules).fixes
     assert fix.status == "unknown" and fix.decided_by == "structure"
     assert fix.remedy.startswith(UNKNOWN_CODE) and "check --path on the machine or in the container" in fix.remedy

@@ -260,7 +260,7 @@ def test_platform_branches_are_taken_for_the_platform_the_target_is_built_for(mi
     """A window dropped on CPU builds only: a CUDA build (vLLM's own wheel) keeps it, the
     same tree built for CPU (its version label says +cpu) does not."""
     monkeypatch.setenv("DFLASH_DOCTOR_NO_CACHE", "1")
-    rules = tuple(rule for rule in load_rules() if rule.id == "swa-config")
+    rules = tuple(rule for rule in load_rules() if rule.id == "swa-config" and rule.engine == "vllm")
     tree = mini_tree("0.33.0")
     edit(
         tree / QWEN3_DFLASH,

@@ -48,7 +48,6 @@ def test_shipped_rules_are_the_fixes_each_with_cases():
         ("vllm", "layer-offset"),
         ("vllm", "swa-config"),
         ("vllm", "cache-drop"),
-        ("vllm", "rope-base"),
         ("sglang", "swa-config"),
         ("sglang", "rope-base"),
         ("sglang", "cache-drop"),
@@ -114,7 +113,6 @@ def test_rules_cli_list_show_test():
     assert [line.split()[:2] for line in listed.stdout.splitlines()] == [
         ["cache-drop", "vllm"],
         ["layer-offset", "vllm"],
-        ["rope-base", "vllm"],
         ["cache-drop", "sglang"],
         ["rope-base", "sglang"],
         ["swa-config", "sglang"],
@@ -133,3 +131,12 @@ def test_fix_pages_in_docs_are_generated_from_the_rules():
     docs = Path(__file__).resolve().parent.parent / "docs" / "fixes"
     for rule in load_rules():
         assert (docs / rule.page).read_text() == rule_markdown(rule), f"regenerate docs/fixes/{rule.page}"
+
+
+def test_the_extra_rules_cases_hold():
+    """Rules shipped beside the default ones, loaded with $DFLASH_DOCTOR_RULES (rules/extra/)."""
+    extra = sorted((Path(__file__).resolve().parent.parent / "rules" / "extra").glob("*.toml"))
+    assert extra, "no extra rule shipped"
+    for path in extra:
+        results = list(check_rule(load_rule(path)))
+        assert results and [line for line, ok in results if not ok] == [], path.name

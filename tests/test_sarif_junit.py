@@ -75,13 +75,13 @@ def test_sarif_of_a_release_without_the_fixes(release):
     run = log["runs"][0]
     rules = {rule.id: rule for rule in for_engine(load_rules(), "vllm")}
     descriptors = run["tool"]["driver"]["rules"]
-    assert [d["id"] for d in descriptors] == ["cache-drop", "layer-offset", "rope-base", "swa-config"]
+    assert [d["id"] for d in descriptors] == ["cache-drop", "layer-offset", "swa-config"]
     for descriptor in descriptors:
         rule = rules[descriptor["id"]]
         assert descriptor["help"]["markdown"] == rule_markdown(rule)
         assert rule.why in descriptor["help"]["text"] and rule.remedy in descriptor["help"]["text"]
         assert descriptor["shortDescription"]["text"] == rule.title
-    assert [r["ruleId"] for r in run["results"]] == ["cache-drop", "layer-offset", "swa-config"]  # rope-base present
+    assert [r["ruleId"] for r in run["results"]] == ["cache-drop", "layer-offset", "swa-config"]
     assert {r["level"] for r in run["results"]} == {"error"}
     assert run["invocations"][0]["exitCode"] == 1
     root = root_of(log)
@@ -167,7 +167,7 @@ def test_junit_one_testcase_per_fix_with_verdict_and_remedy(release):
     assert code == 1
     [suite] = root.findall("testsuite")
     cases = {case.get("name"): case for case in suite.findall("testcase")}
-    assert sorted(cases) == ["cache-drop", "layer-offset", "rope-base", "swa-config"]
+    assert sorted(cases) == ["cache-drop", "layer-offset", "swa-config"]
     props = {p.get("name"): p.get("value") for p in suite.find("properties")}
     assert {case.get("classname") for case in cases.values()} == {f"release:{props['target.location']}"}
     failure = cases["cache-drop"].find("failure")

@@ -17,12 +17,14 @@ from pathlib import Path
 import pytest
 from conftest import pip_env, run_cli, run_process
 from http_index import VERSION
+
+from dflash_doctor.rulefile import load_rules
 from metrics_server import COLLAPSED, FakeEngine
 from terminals import in_tmux
 
 WIDTHS = [60, 80, 200]
 SLOW = pytest.mark.slow  # a tmux server and a command in it: a second or two each
-HEADINGS = {"id", "PRs", "title"}  # the words a screen adds to the piped output: rules list's column headings
+HEADINGS = {"id", "engine", "PRs", "title"}  # the words a screen adds to the piped output: rules list's column headings
 REFERENCE = Path(__file__).resolve().parent.parent / "rules" / "reference" / "drafters"
 ACCEPT = ("--window", "0.1", "--drafter", "Qwen3-8B-DFlash-b16", "--dataset", "mt-bench")
 
@@ -62,7 +64,9 @@ def test_rules_list_on_a_terminal(width, tmp_path):
         fix_id, *prs = line.split("  ")[0].split() + re.findall(r"#\d+", line)
         assert any(row.startswith(fix_id + " ") for row in rows), (fix_id, rows)
         assert set(prs) <= set(re.findall(r"#\d+", "\n".join(rows)))
-    assert (len(rows) == 4) == (width == 200), rows  # a header and one row per rule when there is room
+    assert (len(rows) == 1 + len(load_rules())) == (width == 200), (
+        rows
+    )  # a header and a row per rule when there is room
 
 
 @SLOW

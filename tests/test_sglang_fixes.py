@@ -11,6 +11,8 @@ next release needs no change here."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 import jsonschema
@@ -23,7 +25,7 @@ from dflash_doctor.model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOW
 from dflash_doctor.provenance import version_key
 from dflash_doctor.releases import in_range, index_releases
 from dflash_doctor.rulefile import load_rules
-from dflash_doctor.targets.release import ReleaseTarget
+from dflash_doctor.targets.release import ReleaseTarget, release_tree
 
 pytestmark = pytest.mark.release  # real SGLang wheels, fetched once into the user cache
 
@@ -131,3 +133,32 @@ def test_each_release_gets_the_verdict_its_code_earns_by_behaviour(fix_id: str, 
             assert named == {name for name, _ in failing}, (release, fix.reason)
         assert all(item.ok is not None for item in fix.behaviour.observations if item.config in THREE), release
     assert set(KNOWN[fix_id]) <= set(seen)
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("version", ["0.20.1", "0.26.0", "0.34.0"])
+def test_the_rope_question_asked_of_vllm_finds_its_base_built_as_the_config_states(
+    version: str, tmp_path: Path
+) -> None:
+    """The same RoPE question, asked of vLLM through the extra rule (not a default fix): the base in the
+    rope_parameters each draft layer hands get_rope is the drafter's (1e7, 1e4), decided by behaviour; and
+    the same tree with that read replaced by a literal 1e6 (an SGLang 0.5.11-like defect) is absent."""
+    extra = Path(__file__).resolve().parent.parent / "rules" / "extra"
+    env = {**os.environ, "DFLASH_DOCTOR_RULES": str(extra)}
+    tree = release_tree(version)
+    proc = run_cli("check", "--path", str(tree), "--only", "rope-base", "--format", "json", env=env)
+    (fix,) = json.loads(proc.stdout)["fixes"]
+    assert (fix["status"], fix["decided_by"]) == (PRESENT, "behaviour"), fix["reason"]
+    assert proc.returncode == 0
+    broken = tmp_path / "tree"
+    shutil.copytree(tree, broken)
+    drafter = broken / "vllm/model_executor/models/qwen3_dflash.py"
+    text = drafter.read_text(encoding="utf-8")
+    assert text.count("rope_parameters=rope_parameters,") == 1
+    text = text.replace("rope_parameters=rope_parameters,", 'rope_parameters={"rope_theta": 1000000},')
+    compile(text, str(drafter), "exec")
+    drafter.write_text(text, encoding="utf-8")
+    proc = run_cli("check", "--path", str(broken), "--only", "rope-base", "--format", "json", env=env)
+    (fix,) = json.loads(proc.stdout)["fixes"]
+    assert (fix["status"], fix["decided_by"]) == (ABSENT, "behaviour"), fix["reason"]
+    assert "the RoPE base of layer 0 is 1000000" in fix["reason"]

@@ -216,7 +216,7 @@ def test_the_toy_fix_is_judged_by_behaviour_on_a_real_tree(toy_rules, mini_tree)
     proc = run_cli("check", "--path", str(tree), "--format", "json")
     report = json.loads(proc.stdout)
     fixes = {fix["id"]: fix for fix in report["fixes"]}
-    assert set(fixes) == {"layer-offset", "swa-config", "cache-drop", "rope-base", TOY_ID}
+    assert set(fixes) == {"layer-offset", "swa-config", "cache-drop", TOY_ID}
     assert (fixes[TOY_ID]["status"], fixes[TOY_ID]["decided_by"]) == ("present", "behaviour")
     # broken the way its question asks: the translation hands the ids on unshifted and
     # no longer states them for EAGLE, so the resolver shifts them a second time
