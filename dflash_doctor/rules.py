@@ -21,10 +21,14 @@ FORM_VERDICTS = (PRESENT, ABSENT, PARTIAL, IGNORE)
 
 def for_engine(rules: tuple[Rule, ...], engine: str) -> tuple[Rule, ...]:
     """One rule per fix id, in the order the ids first come: the one describing ``engine``'s code where
-    there is one, else the first (whose fix is then unknown for that engine's trees: no rule judges it)."""
+    there is one, else the default engine's (the fixes every report names: its fix is then unknown for that
+    engine's trees, no rule judges it). A fix only another engine has a rule of is not this engine's."""
     chosen: dict[str, Rule] = {}
     for rule in rules:
-        if rule.id not in chosen or (rule.engine == engine and chosen[rule.id].engine != engine):
+        mine = rule.engine == engine
+        if (mine and (rule.id not in chosen or chosen[rule.id].engine != engine)) or (
+            rule.engine == DEFAULT_ENGINE and rule.id not in chosen
+        ):
             chosen[rule.id] = rule
     return tuple(chosen.values())
 

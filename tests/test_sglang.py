@@ -223,7 +223,8 @@ def test_rules_are_vllms_unless_they_say_and_name_a_known_engine(tmp_path: Path)
         load_rule(tmp_path / "tgi.toml")
 
 
-def test_a_rule_of_another_engine_leaves_its_fix_unknown_on_a_vllm_tree(tmp_path: Path, mini_tree) -> None:
+def test_a_fix_only_another_engine_has_a_rule_of_is_not_in_a_vllm_report(tmp_path: Path, mini_tree) -> None:
+    """A vLLM tree's report names vLLM's fixes; an SGLang tree's names those and its own (test below)."""
     tree = mini_tree("0.33.0")
     rules = tmp_path / "rules"
     rules.mkdir()
@@ -236,11 +237,7 @@ def test_a_rule_of_another_engine_leaves_its_fix_unknown_on_a_vllm_tree(tmp_path
         "check", "--path", str(tree), "--format", "json", env={**os.environ, "DFLASH_DOCTOR_RULES": str(rules)}
     )
     fixes = {fix["id"]: fix for fix in json.loads(proc.stdout)["fixes"]}
-    assert fixes["sglang-twin"]["status"] == UNKNOWN
-    assert (
-        fixes["sglang-twin"]["reason"]
-        == "no rule judges this fix in vLLM yet (the rule sglang-twin describes SGLang's code)"
-    )
+    assert "sglang-twin" not in fixes and list(fixes) == [rule.id for rule in for_engine(load_rules(), "vllm")]
     assert fixes[shipped.id]["status"] != UNKNOWN  # the same code, judged by the vLLM rule
 
 
@@ -357,11 +354,9 @@ def test_a_fix_has_a_rule_per_engine_and_each_tree_is_judged_by_its_own(both: Pa
     fleet = json.loads(run_cli("check", "--path", str(both), "--format", "json", env=env).stdout)
     fleet_validator().validate(fleet)
     vllm, sglang = fleet["hosts"]
-    assert (
-        [fix["id"] for fix in vllm["fixes"]]
-        == [fix["id"] for fix in sglang["fixes"]]
-        == list(dict.fromkeys(rule.id for rule in load_rules()))
-    )
+    assert [fix["id"] for fix in vllm["fixes"]] == [rule.id for rule in for_engine(load_rules(), "vllm")]
+    # vLLM's fixes and SGLang's own, each named once
+    assert [fix["id"] for fix in sglang["fixes"]] == [rule.id for rule in for_engine(load_rules(), "sglang")]
     assert vllm["fixes"] == plain["hosts"][0]["fixes"]  # vLLM's tree is judged by vLLM's rules alone
     by_id = {fix["id"]: fix for fix in sglang["fixes"]}
     assert by_id["cache-drop"]["decided_by"] == "behaviour"  # SGLang's own rule
@@ -447,7 +442,7 @@ def test_the_release_matrix_of_sglang_lists_every_release_on_the_index_from_the_
     jsonschema.validate(matrix, json.loads((SCHEMAS / "releases-v1.schema.json").read_text()))
     assert matrix["engine"] == "sglang" and matrix["releases_from"] == "package index"
     assert [row["release"] for row in matrix["releases"]] == expected and expected[0] == LAST_WITHOUT
-    ids = [rule.id for rule in load_rules()] + ["sglang-applies"]
+    ids = [rule.id for rule in for_engine(load_rules(), "sglang")] + ["sglang-applies"]
     assert [fix["id"] for fix in matrix["fixes"]] == ids
     assert all(list(row["fixes"]) == ids for row in matrix["releases"])  # a column per fix, in every row
     applies = {row["release"]: row["fixes"]["sglang-applies"] for row in matrix["releases"]}
