@@ -76,7 +76,7 @@ def nav_pages() -> list[str]:
 def test_every_fix_has_a_page_in_the_nav():
     pages = nav_pages()
     for rule in load_rules():
-        assert f"fixes/{rule.id}.md" in pages
+        assert f"fixes/{rule.page}" in pages, rule.page
 
 
 def code_blocks(markdown: str) -> list[str]:
