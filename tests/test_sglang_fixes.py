@@ -162,3 +162,31 @@ def test_the_rope_question_asked_of_vllm_finds_its_base_built_as_the_config_stat
     (fix,) = json.loads(proc.stdout)["fixes"]
     assert (fix["status"], fix["decided_by"]) == (ABSENT, "behaviour"), fix["reason"]
     assert "the RoPE base of layer 0 is 1000000" in fix["reason"]
+
+
+@pytest.mark.release
+def test_cache_drop_is_what_the_trees_own_is_eagle_answers_for_dflash(tmp_path: Path) -> None:
+    """SGLang's cache-drop, by behaviour: 0.5.11's is_eagle() is false for DFLASH (present, the reason saying
+    so); the same tree with DFLASH counted among the EAGLE members is absent; with is_eagle asking
+    something the stand-ins cannot tell, unknown."""
+    tree = tmp_path / "tree"
+    shutil.copytree(release_tree("0.5.11", SGLANG), tree)
+    spec_info = tree / "sglang/srt/speculative/spec_info.py"
+    text = spec_info.read_text(encoding="utf-8")
+    eagle = "return self == SpeculativeAlgorithm.EAGLE or self == SpeculativeAlgorithm.EAGLE3"
+    assert text.count(eagle) == 1
+
+    def cache_drop(code: str) -> dict:
+        compile(code, str(spec_info), "exec")
+        spec_info.write_text(code, encoding="utf-8")
+        proc = run_cli("check", "--path", str(tree), "--engine", "sglang", "--only", "cache-drop", "--format", "json")
+        (fix,) = json.loads(proc.stdout)["fixes"]
+        return fix
+
+    fix = cache_drop(text)
+    assert (fix["status"], fix["decided_by"]) == (PRESENT, "behaviour")
+    assert "is False for SpeculativeAlgorithm.DFLASH" in fix["behaviour"]["reason"]
+    fix = cache_drop(text.replace(eagle, eagle + " or self == SpeculativeAlgorithm.DFLASH"))
+    assert (fix["status"], fix["decided_by"]) == (ABSENT, "behaviour")
+    fix = cache_drop(text.replace(eagle, "return self.value in EAGLE_VALUES"))
+    assert fix["status"] == UNKNOWN

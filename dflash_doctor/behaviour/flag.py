@@ -61,7 +61,7 @@ def evaluate(tree: SourceTree, flag: Flag, run: RunProgram) -> FlagAnswer:
         return FlagAnswer(flag, None, f"{where} could not be copied: {exc}", place)
     member = f"{flag.enum}.{flag.member}"
     globals_ = {gap: sandbox.gap(label) for gap, label in builder.gaps.items()}
-    globals_[flag.enum] = sandbox.strict_object(flag.enum, **{name: f"{flag.enum}.{name}" for name in members})
+    globals_[flag.enum] = sandbox.strict_object(flag.enum, **{each: f"{flag.enum}.{each}" for each in members})
     try:
         outcomes = run(builder.chunks, [Call("flag", f"{name}(member)", (("member", member),))], {}, globals_)
     except SandboxError as exc:
