@@ -56,8 +56,10 @@ def test_a_host_holding_sglang_alone_is_checked_for_sglang(server, client, pytho
     assert report["target"]["kind"] == "ssh" and report["target"]["host"] == host(srv)
     assert report["target"]["location"] == f"{host(srv)}:{release_tree(SGL, SGLANG)}"
     assert srv.log_count("Connection from 127.0.0.1") == 1
-    # one collector run: no vLLM there, so it answered for SGLang in its place; no behaviour child
-    assert srv.log_count("request exec") == 1
+    # one collector run (no vLLM there, so it answered for SGLang in its place) and one behaviour child,
+    # which runs SGLang's own rules' questions on the host
+    assert srv.log_count("request exec") == 2
+    assert {fix["decided_by"] for fix in report["fixes"] if fix["id"] == "rope-base"} == {"behaviour"}
 
 
 def test_a_host_holding_both_engines_is_checked_for_each_over_one_connection(server, client, pythons) -> None:
