@@ -13,8 +13,9 @@ from pathlib import Path
 
 import dflash_doctor
 
-PACKAGE = Path(dflash_doctor.__file__).resolve().parent
-ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+REPO = Path(__file__).resolve().parent.parent  # the checkout's package and docs (CI tests an installed copy)
+PACKAGE = REPO / dflash_doctor.__name__
+ARCHITECTURE = REPO / "docs" / "architecture.md"
 
 
 def node_of(module: str, nodes: set[str]) -> str | None:
