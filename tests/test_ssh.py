@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -302,7 +304,15 @@ def test_ansible_recipe_collects_answers_for_from_probe(server, client, remotes,
             f"ansible_python_interpreter={sys.executable} ansible_ssh_common_args='{ssh_args}'"
         )
     (work / "inventory").write_text("\n".join(lines) + "\n")
-    env = {**client["env"], "ANSIBLE_LOCAL_TEMP": str(work / "tmp"), "ANSIBLE_NOCOLOR": "1"}
+    # ssh's control sockets in a short directory: a Unix socket path is at most 108 bytes, and pytest's
+    # tmp_path grows with its run counter (pytest-1005/...) past it
+    control = Path(tempfile.mkdtemp(prefix="cp", dir="/tmp"))
+    env = {
+        **client["env"],
+        "ANSIBLE_LOCAL_TEMP": str(work / "tmp"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control),
+    }
     ansible_playbook = Path(sys.executable).parent / "ansible-playbook"
     playbook = subprocess.run(
         [
@@ -321,6 +331,7 @@ def test_ansible_recipe_collects_answers_for_from_probe(server, client, remotes,
         text=True,
         timeout=600,
     )
+    shutil.rmtree(control, ignore_errors=True)
     assert playbook.returncode == 0, playbook.stdout + playbook.stderr
     assert sorted(p.name for p in (work / "answers").iterdir()) == ["node-new.probe", "node-old.probe"]
     fleet = run_cli("check", "--from-probe", str(work / "answers"), "--format", "json")
