@@ -6,7 +6,7 @@ import os
 import sys
 import textwrap
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Optional, Protocol, TypeGuard, TypeVar
 
 import typer
@@ -32,7 +32,7 @@ class _UnbrokenWords(_Formatter):
     def write_text(self, text: str) -> None:
         super().write_text(_filled(text, self.width - self.current_indent))
 
-    def write_dl(self, rows: Sequence[tuple[str, str]], col_max: int = 30, col_spacing: int = 2) -> None:
+    def write_dl(self, rows: Iterable[tuple[str, str]], col_max: int = 30, col_spacing: int = 2) -> None:
         rows = list(rows)
         first_col = min(max((len(first) for first, _ in rows), default=0), col_max) + col_spacing
         width = max(self.width - first_col - 2, 10)  # the description width click's write_dl uses

@@ -27,6 +27,7 @@ from .rules import (
     Case,
     Construct,
     FixCase,
+    Capture,
     Flag,
     Form,
     FormPatch,
@@ -245,6 +246,7 @@ def _behaviour(raw: Any, where: str, anchor_ids: set[str]) -> Behaviour | None:
             "resolvers",
             "handing",
             "flag",
+            "capture",
         ),
         where,
     )
@@ -268,10 +270,36 @@ def _behaviour(raw: Any, where: str, anchor_ids: set[str]) -> Behaviour | None:
         resolvers=_resolvers(raw, question, where, anchor_ids),
         handing=_handing(raw.get("handing"), question, f"{where}.handing", anchor_ids),
         flag=_flag(raw.get("flag"), question, f"{where}.flag"),
+        capture=_capture(raw.get("capture"), question, f"{where}.capture"),
     )
 
 
-NEEDS = {"capture-ids": "resolvers", "block-drop": "handing", "algorithm-flag": "flag"}  # what a kind reads
+NEEDS = {
+    "capture-ids": "resolvers",
+    "block-drop": "handing",
+    "algorithm-flag": "flag",
+    "capture-position": "capture",
+}  # what a kind reads
+
+
+def _capture(raw: Any, question: str, where: str) -> Capture | None:
+    if raw is None:
+        if question == "capture-position":
+            raise ToolError(f"{where}: the capture-position question needs a capture table")
+        return None
+    if question != "capture-position" or not isinstance(raw, dict):
+        raise ToolError(f"{where}: only the capture-position question reads a capture table")
+    _known_keys(raw, ("hook", "lists", "mark", "entry", "handed", "assume"), where)
+    hook, mark, entry, handed = (_require(raw, key, where) for key in ("hook", "mark", "entry", "handed"))
+    lists = _strings(raw, "lists", where)
+    if not all(isinstance(name, str) and name.isidentifier() for name in (hook, mark, entry, *lists)) or not lists:
+        raise ToolError(f"{where}: hook, mark, entry and lists must be names")
+    if handed not in ("input", "output"):
+        raise ToolError(f"{where}: handed must be input or output")
+    assume = raw.get("assume", {})
+    if not isinstance(assume, dict):
+        raise ToolError(f"{where}: assume must be a table of attribute paths and values")
+    return Capture(hook, lists, mark, entry, handed, tuple(sorted(assume.items())))
 
 
 def _flag(raw: Any, question: str, where: str) -> Flag | None:

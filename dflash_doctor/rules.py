@@ -168,6 +168,7 @@ QUESTIONS = {  # question kind -> the links (parts) its observations have
     "block-drop": ("kv-cache-manager",),
     "layer-rope": ("runner-accepts", "rotary-base"),
     "algorithm-flag": ("predicate",),
+    "capture-position": ("capture-position",),
 }
 DIMENSIONS = ("runner", "setting")  # drafter configs are always alternatives (subjects, guards)
 
@@ -193,6 +194,7 @@ class Behaviour:
     resolvers: tuple[tuple[str, str], ...] = ()  # capture-ids: runner -> the anchor of the resolver it calls
     handing: Handing | None = None  # block-drop: what is handed on, and by which constructor
     flag: Flag | None = None  # algorithm-flag: the predicate of the method's member that decides a behaviour
+    capture: Capture | None = None  # capture-position: the hook every target architecture captures through
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,6 +209,24 @@ class Flag:
     predicate: str
     expected: bool
     meaning: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Capture:
+    """The engine hands a drafter's ids to ``hook``, a method of the target model's class
+    (each architecture a file lists in ``entry``); what it sets, directly or through the
+    models it holds, is the capture: a list of layer ids (an attribute of ``lists``) or
+    layers marked with ``mark``. The class that holds it taps each listed layer's input
+    or output, as its own loop over the layers says; a tap handed into the layer's call
+    is at ``handed`` ("input" or "output"). ``assume``: what the hook's branches read of
+    the deployment (``*.pp_group.world_size``: that attribute of any model)."""
+
+    hook: str
+    lists: tuple[str, ...]
+    mark: str
+    entry: str
+    handed: str
+    assume: tuple[tuple[str, Any], ...]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,6 +11,7 @@ from ..model import ABSENT, PARTIAL, PRESENT, BehaviourAnswer, ConfigResult, Obs
 from ..rules import Behaviour
 
 ACCEPTS = "runner-accepts"
+DEFAULT = "default"  # the setting of a question with one
 
 
 def decide(
@@ -18,11 +19,14 @@ def decide(
 ) -> BehaviourAnswer:
     """``subjects`` decide the verdict; a broken ``guard`` makes a present verdict partial."""
     results: dict[tuple[str, str | None, str | None], ConfigResult] = {}
+    open_: list[str] = []  # why alternatives could not be computed (a verdict that holds whatever they give stands)
     for config in (*subjects, *guards):
         mine = [item for item in observations if item.config == config]
-        outcome = _configuration(behaviour, config, mine, config in guards)
-        if isinstance(outcome, str):
-            return BehaviourAnswer(behaviour.question, None, outcome, observations=observations)
+        found = _configuration(behaviour, config, mine, config in guards)
+        if isinstance(found, str):
+            return BehaviourAnswer(behaviour.question, None, found, observations=observations)
+        outcome, unknown = found
+        open_.extend(unknown)
         for result in outcome:
             key = _alternative_key(behaviour, result)
             known = results.get(key)
@@ -36,6 +40,8 @@ def decide(
             behaviour.question, None, "no runner of this tree runs any reference drafter", observations=observations
         )
     broken_guards = [result for key, result in results.items() if key[0] in guards and not result.works]
+    if open_ and subject_results != {True, False}:  # only some alternatives working and some not is certain
+        return BehaviourAnswer(behaviour.question, None, open_[0], observations=observations)
     if subject_results == {True}:
         status = PARTIAL if broken_guards else PRESENT
     elif subject_results == {False}:
@@ -47,15 +53,16 @@ def decide(
         return answer
     reason = f"fails for {'; '.join(result.label() for result in answer.fails)}"
     works = ", ".join(result.label() for result in answer.works)
-    return dataclasses.replace(answer, reason=reason + (f"; works for {works}" if works else ""))
+    reason += f"; works for {works}" if works else ""
+    return dataclasses.replace(answer, reason=reason + (f"; not known for {len(open_)}: {open_[0]}" if open_ else ""))
 
 
 def _configuration(
     behaviour: Behaviour, config: str, observations: list[Observation], guard: bool
-) -> list[ConfigResult] | str:
-    """How one drafter config fares on each runner and setting, or the reason it
-    cannot be told. A guard no runner accepts is not judged: the fix cannot break
-    a drafter the tree does not run."""
+) -> tuple[list[ConfigResult], list[str]] | str:
+    """How one drafter config fares on each runner and setting, and why the settings that are
+    alternatives and could not be computed were not; or the reason it cannot be told. A guard
+    no runner accepts is not judged: the fix cannot break a drafter the tree does not run."""
     if not observations:
         return f"{config} was not observed"
     accepts = {item.runner: item for item in observations if item.part == ACCEPTS}
@@ -69,20 +76,25 @@ def _configuration(
     if accepts and not running:
         if ACCEPTS in behaviour.chain and not guard:
             refusals = tuple((item.runner or "-", item.note) for item in accepts.values())
-            return [ConfigResult(config, None, None, False, refusals=refusals)]
-        return []
+            return [ConfigResult(config, None, None, False, refusals=refusals)], []
+        return [], []
     links: dict[tuple[str | None, str], list[Observation]] = defaultdict(list)
     for item in observations:
         if item.part in behaviour.chain and item.part != ACCEPTS and (item.runner is None or item.runner in running):
             links[(item.runner, item.setting)].append(item)
     outcome = []
+    open_settings = []
     for key, items in links.items():
         missing = {item.part for item in items}
         open_ = [item for item in items if item.ok is None]
         if open_:
             item = open_[0]
             where = f" on the {item.runner.upper()} runner" if item.runner else ""
-            return f"{item.part} for {config}{where} could not be computed: {item.note or 'no answer'}"
+            why = f"{item.part} for {config}{where} could not be computed: {item.note or 'no answer'}"
+            if "setting" not in behaviour.alternatives or item.setting == DEFAULT:
+                return why
+            open_settings.append(f"{item.part} for {config} with {item.setting}: {item.note or 'no answer'}")
+            continue
         broken = [item for item in items if not item.ok]
         absent_links = [part for part in behaviour.chain if part != ACCEPTS and part not in missing]
         if absent_links:
@@ -98,7 +110,7 @@ def _configuration(
             f"whether the {(item.runner or '-').upper()} runner accepts {config} is not known ({item.note}), "
             "and the runners that may run it give different answers"
         )
-    return outcome
+    return outcome, open_settings
 
 
 def _alternative_key(behaviour: Behaviour, result: ConfigResult) -> tuple[str, str | None, str | None]:

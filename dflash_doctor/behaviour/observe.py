@@ -9,6 +9,7 @@ from typing import Any
 from ..draft.config import DraftConfig
 from ..model import UNKNOWN, Observation
 from .computed import Computed, as_list
+from .capture import CaptureAnswer
 from .construct import Built, Indices
 from .flag import FlagAnswer
 
@@ -160,6 +161,43 @@ def algorithm_flag(name: str, draft: DraftConfig, computed: Computed, answer: Fl
     yield Observation(name, None, DEFAULT, "predicate", None, flag.expected, answer.value, ok, note)
 
 
+def capture_position(name: str, draft: DraftConfig, computed: Computed, answer: CaptureAnswer) -> Iterator[Observation]:
+    """Per target architecture (the setting): the hidden states its hook ends up tapping for
+    the drafter's ids, against the ones the drafter was trained on (HF ``hidden_states`` indices)."""
+    expected = draft.expected_aux_layer_ids()
+    if not answer.architectures:
+        yield Observation(name, None, DEFAULT, "capture-position", None, as_list(expected), None, None, answer.reason)
+        return
+    for tapped in answer.architectures:
+        where = f"{tapped.place.symbol} ({tapped.place.file}:{tapped.place.line})"
+        if tapped.indices is None or expected is None:
+            why = tapped.reason or "the drafter states no usable layer ids"
+            yield Observation(
+                name,
+                None,
+                tapped.architecture,
+                "capture-position",
+                None,
+                as_list(expected),
+                None,
+                None,
+                f"{where}: {why}",
+            )
+            continue
+        note = f"{where}: {tapped.holder} taps each listed layer's {tapped.position}"
+        yield Observation(
+            name,
+            None,
+            tapped.architecture,
+            "capture-position",
+            None,
+            list(expected),
+            list(tapped.indices),
+            tapped.indices == tuple(expected),
+            note,
+        )
+
+
 # each kind reads what its rule's own run found (built layers, a predicate's answer), per drafter config
 QUESTION_KINDS: dict[str, Callable[[str, DraftConfig, Computed, Any], Iterator[Observation]]] = {
     "capture-ids": capture_ids,
@@ -167,4 +205,5 @@ QUESTION_KINDS: dict[str, Callable[[str, DraftConfig, Computed, Any], Iterator[O
     "block-drop": block_drop,
     "layer-rope": layer_rope,
     "algorithm-flag": algorithm_flag,
+    "capture-position": capture_position,
 }

@@ -91,6 +91,15 @@ class ProgramBuilder:
         self._add_function(symbol.parsed, node, symbol.file, 0)
         return node.name
 
+    def method_function(self, symbol: Symbol, name: str) -> str:
+        """Copy a method as a module-level function named ``name`` (its ``self`` the first
+        argument): methods of one name from several classes side by side."""
+        node = symbol.node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            raise ExtractError(f"{symbol.qualname} in {symbol.file} is not a method")
+        self._add_function(symbol.parsed, node, symbol.file, 0, name)
+        return name
+
     def expression_function(self, symbol_file: str, name: str, expression: ast.expr) -> str:
         """Wrap an expression of a module (e.g. a lambda's body) as ``def name(): return ...``."""
         parsed = self._parsed(symbol_file)
@@ -106,11 +115,13 @@ class ProgramBuilder:
             raise ExtractError(f"{relpath} is not in this tree")
         return parsed
 
-    def _add_function(self, parsed: ParsedFile, node: Function, file: str, depth: int) -> None:
-        origin = f"{file}:{node.name}"
-        if self._claim(node.name, origin):
+    def _add_function(self, parsed: ParsedFile, node: Function, file: str, depth: int, name: str | None = None) -> None:
+        name = name or node.name
+        origin = f"{file}:{node.name}" if name == node.name else f"{file}:{node.lineno}:{node.name}"
+        if self._claim(name, origin):
             return
         definition = stripped(node, parsed.text)
+        definition.name = name
         decorators = definition.decorator_list
         definition.decorator_list = []
         for decorator in decorators:
@@ -121,7 +132,7 @@ class ProgramBuilder:
                 )
         refuse_dunders(definition, f"{node.name} in {file}")
         self._resolve_free_names(parsed, file, free_names(definition), depth)
-        self.chunks.append(Chunk(node.name, ast.unparse(definition)))
+        self.chunks.append(Chunk(name, ast.unparse(definition)))
 
     def add_chunk(self, name: str, source: str, replace: bool = False) -> None:
         """Add a definition; ``replace``: in place of the one of that name (a class copied again, whole)."""

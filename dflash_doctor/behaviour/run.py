@@ -5,11 +5,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..draft.config import DraftConfig
+from ..draft.config import DraftConfig, TargetLayers, target_layer_count
 from ..model import PRESENT, BehaviourAnswer
 from ..provenance import read_platform
 from ..rules import Rule, reference_configs
 from ..source import SourceTree
+from .capture import evaluate as evaluate_capture
 from .compute import compute
 from .computed import Computed, RunProgram
 from .construct import construct_layers
@@ -24,7 +25,11 @@ def user_name(draft: DraftConfig) -> str:
 
 
 def answer_rules(
-    tree: SourceTree, rules: tuple[Rule, ...], run: RunProgram, user: DraftConfig | None = None
+    tree: SourceTree,
+    rules: tuple[Rule, ...],
+    run: RunProgram,
+    user: DraftConfig | None = None,
+    target: TargetLayers | None = None,
 ) -> tuple[dict[str, BehaviourAnswer], Computed | None]:
     """Each rule's answer by id, and the user's probes (for the report's probes section).
     With a user config its answer gates where it has one, unless it works and the
@@ -50,6 +55,10 @@ def answer_rules(
         built: list[Any]  # what the rule's own run found, per drafter config
         if behaviour.flag is not None:  # one answer of the tree's, the same for every drafter config
             built = [evaluate_flag(tree, behaviour.flag, run)] * len(probes)
+        elif behaviour.capture is not None:  # per drafter: its ids, on a target with its layer count
+            built = evaluate_capture(
+                tree, behaviour.capture, [_ids_and_count(draft, target) for _, draft in configs], run
+            )
         elif construct is not None:
             built = construct_layers(
                 tree, construct, [found.hf_config for found in probes], run, rule.files, platform.name
@@ -76,6 +85,14 @@ def answer_rules(
                 )
         answers[rule.id] = answer
     return answers, probes[-1] if user is not None else None
+
+
+def _ids_and_count(draft: DraftConfig, target: TargetLayers | None) -> tuple[tuple[int, ...] | None, int | None]:
+    """The drafter's ids as written and the target's layer count (the target config's, else the drafter's)."""
+    ids = draft.layer_ids
+    counted = target_layer_count(draft, target)
+    usable = isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids) and ids
+    return (tuple(ids) if usable else None), (counted.count if counted else None)
 
 
 def questions_of(asked: list[Rule]) -> tuple[Questions, dict[str, str]]:

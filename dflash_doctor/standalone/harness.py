@@ -40,6 +40,8 @@ past it. Stubs are described by ``spec``:
     {"$unset_env": label}    an ``os`` whose environment is empty (anything else is a gap)
     {"$standin": path, "assume": {path: value}, "record": [path]}
                              a permissive stand-in for a name outside the extracted code
+    {"$holder": path, "assume": {path: value}, "count": n}
+                             a target model while its capture hook runs: sets and calls recorded
     {"$records": true}       a function taking the calls recorded so far
     {"$module_class": true}  ``f(name, body)``: a class with that body on a Module base
     {"$tree_modules": {module: {name: program name | null} | null}, "package": name}
@@ -459,11 +461,29 @@ def summary(value: object, depth: int = 0) -> object:
         return value
     if isinstance(value, StandIn):
         return {"$standin": object.__getattribute__(value, "_path")}
+    if isinstance(value, Holder):
+        return {"$holder": object.__getattribute__(value, "_path")}
+    if isinstance(value, (set, frozenset)) and depth < 4:
+        return {"$set": sorted((summary(item, depth + 1) for item in value), key=repr)}
     if isinstance(value, (list, tuple)) and depth < 4:
         return [summary(item, depth + 1) for item in value]
     if isinstance(value, dict) and depth < 4 and all(isinstance(key, str) for key in value):
         return {"$dict": dict((key, summary(item, depth + 1)) for key, item in value.items())}
     return {"$repr": type(value).__name__}
+
+
+NOT_ASSUMED = object()
+
+
+def assumed(assume: "dict[str, Any]", path: str) -> object:
+    """The value the rule assumes at ``path`` ("*.quant_config": that attribute of whatever
+    it is read from), or NOT_ASSUMED."""
+    if path in assume:
+        return assume[path]
+    for key, value in assume.items():
+        if key.startswith("*.") and path.endswith(key[1:]):
+            return value
+    return NOT_ASSUMED
 
 
 class StandIn:
@@ -479,11 +499,9 @@ class StandIn:
 
     def _derive(self, path: str) -> object:
         assume = object.__getattribute__(self, "_assume")
-        if path in assume:
-            return assume[path]
-        for key, value in assume.items():  # "*.quant_config": that attribute of whatever it is read from
-            if key.startswith("*.") and path.endswith(key[1:]):
-                return value
+        value = assumed(assume, path)
+        if value is not NOT_ASSUMED:
+            return value
         return StandIn(path, assume, object.__getattribute__(self, "_record"))
 
     def __getattr__(self, name: str) -> object:
@@ -516,6 +534,63 @@ class StandIn:
         return repr(self)
 
     __str__ = __repr__
+
+
+class Holder:
+    """Stands for a target model, and what it holds, while its capture hook runs: an
+    attribute read is the one held (an assumed value; ``layers``: ``count`` holders;
+    else another holder named by its path); setting one is recorded and held; a call
+    is recorded (a hand-on to another model's method) and returns None. A branch on a
+    holder is a gap unless the rule assumes its value."""
+
+    def __init__(self, path: str, assume: "dict[str, Any]", count: int) -> None:
+        object.__setattr__(self, "_path", path)
+        object.__setattr__(self, "_assume", assume)
+        object.__setattr__(self, "_count", count)
+        object.__setattr__(self, "_held", {})
+
+    def __getattr__(self, name: str) -> object:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        held = object.__getattribute__(self, "_held")
+        if name not in held:
+            path = "%s.%s" % (object.__getattribute__(self, "_path"), name)
+            assume = object.__getattribute__(self, "_assume")
+            count = object.__getattribute__(self, "_count")
+            value = assumed(assume, path)
+            if value is NOT_ASSUMED:
+                if name == "layers":
+                    value = [Holder("%s[%d]" % (path, index), assume, count) for index in range(count)]
+                else:
+                    value = Holder(path, assume, count)
+            held[name] = value
+        return held[name]
+
+    def __setattr__(self, name: str, value: object) -> None:
+        RECORDS.append({"set": "%s.%s" % (object.__getattribute__(self, "_path"), name), "value": summary(value)})
+        object.__getattribute__(self, "_held")[name] = value
+
+    def __call__(self, *args: object, **kwargs: object) -> None:
+        RECORDS.append(
+            {
+                "call": object.__getattribute__(self, "_path"),
+                "args": [summary(a) for a in args],
+                "kwargs": dict((k, summary(v)) for k, v in kwargs.items()),
+            }
+        )
+
+    def __repr__(self) -> str:
+        return "<%s>" % object.__getattribute__(self, "_path")
+
+    __str__ = __repr__
+
+
+def _holder_gap(self: object, *args: object) -> "NoReturn":
+    raise ProbeGap("%s (a model the hook reaches) decides a branch or a value" % object.__getattribute__(self, "_path"))
+
+
+for _name in "__bool__ __iter__ __len__ __index__ __int__ __float__ __contains__ __lt__ __le__ __gt__ __ge__".split():
+    setattr(Holder, _name, _holder_gap)
 
 
 def container(path: str) -> "Callable[..., list[Any]]":
@@ -722,6 +797,8 @@ def build(spec: "Any", data: "JSON", namespace: "Namespace") -> "Any":  # a JSON
         return lambda *args, **kwargs: value
     if "$noop" in spec:
         return NoOp()
+    if "$holder" in spec:
+        return Holder(spec["$holder"], build(spec.get("assume", {}), data, namespace), int(spec.get("count", 0)))
     if "$standin" in spec:
         return StandIn(spec["$standin"], build(spec.get("assume", {}), data, namespace), tuple(spec.get("record", ())))
     if "$tree_modules" in spec:

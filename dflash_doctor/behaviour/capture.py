@@ -1,0 +1,543 @@
+"""The capture-position question: which hidden states each target architecture taps
+for a drafter's layer ids, computed by the architecture's own hook.
+
+The engine hands the drafter's ids to the hook of the target model's class. The hook
+(the last ``def`` of that name in the class body: the one Python keeps) runs in the
+sandbox on a holder standing for the model: what it sets (a list of capture ids, or
+marks on layers) and which hooks of the models it holds it calls are recorded; those
+calls run next, on the class ``__init__`` assigns to that attribute. The class that
+ends up holding the capture taps each listed layer's input or output, as the loop
+over its layers says (the capture test before, after, or handed into the layer's
+call). A tap of layer ``k``'s input is HF ``hidden_states[k]``, of its output
+``hidden_states[k + 1]``; a z-lab id ``L`` names ``hidden_states[L + 1]``.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ..isolation.sandbox import Call, SandboxError
+from ..rules import Capture
+from ..source import ParsedFile, SourceError, SourceTree, Symbol
+from .computed import RunProgram
+from .definitions import ExtractError, Place
+from .interpret import failure
+from .program import ProgramBuilder
+
+MAX_HOPS = 4  # hooks handing on to the hooks of the models they hold
+POSITIONS = {0: "input", 1: "output"}  # what a tap takes of the listed layer, by HF index less the id
+
+
+@dataclasses.dataclass(frozen=True)
+class Tapped:
+    """One architecture's capture for one drafter: the HF hidden-state indices it taps
+    (None: not known, ``reason`` says why), and where its hook is."""
+
+    architecture: str
+    place: Place
+    indices: tuple[int, ...] | None
+    reason: str = ""
+    position: str = ""  # "input" or "output": what the capturing class taps of each listed layer
+    holder: str = ""  # the class that holds the capture
+
+
+@dataclasses.dataclass(frozen=True)
+class CaptureAnswer:
+    """Per drafter config: every architecture with the hook, or why none could be read."""
+
+    architectures: tuple[Tapped, ...]
+    reason: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Class:
+    file: str
+    node: ast.ClassDef
+    parsed: ParsedFile
+
+    @property
+    def name(self) -> str:
+        return self.node.name
+
+
+@dataclasses.dataclass
+class _Run:
+    """One architecture's hook chain for one drafter, while it runs."""
+
+    architecture: _Class
+    place: Place
+    pending: list[tuple[str, _Class, ast.FunctionDef, list[Any]]]  # (holder path, class, method, arguments)
+    sets: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
+    reason: str = ""
+
+
+class _Classes:
+    """The tree's classes by file and name, read on demand, with imports followed."""
+
+    def __init__(self, tree: SourceTree) -> None:
+        self.tree = tree
+
+    def parsed(self, file: str) -> ParsedFile | None:
+        try:
+            return self.tree.parsed(file)
+        except SourceError:
+            return None
+
+    def named(self, file: str, name: str, depth: int = 0) -> _Class | None:
+        """The class ``name`` means in ``file``: defined there or imported from the package."""
+        parsed = self.parsed(file)
+        if parsed is None or depth > 3:
+            return None
+        for node in parsed.tree.body:
+            if isinstance(node, ast.ClassDef) and node.name == name:
+                return _Class(file, node, parsed)
+        for node in parsed.tree.body:
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    if (alias.asname or alias.name) == name:
+                        return self.named(node.module.replace(".", "/") + ".py", alias.name, depth + 1)
+        return None
+
+    def lineage(self, cls: _Class) -> Iterator[_Class]:
+        """The class, then its bases the tree defines, depth first (as Python looks up a name)."""
+        seen: set[tuple[str, str]] = set()
+        stack = [cls]
+        while stack:
+            current = stack.pop(0)
+            if (current.file, current.name) in seen:
+                continue
+            seen.add((current.file, current.name))
+            yield current
+            bases = [self.named(current.file, base.id) for base in current.node.bases if isinstance(base, ast.Name)]
+            stack[0:0] = [base for base in bases if base is not None]
+
+    def method(self, cls: _Class, name: str) -> tuple[_Class, ast.FunctionDef] | None:
+        for owner in self.lineage(cls):
+            kept = [node for node in owner.node.body if isinstance(node, ast.FunctionDef) and node.name == name]
+            if kept:
+                return owner, kept[-1]  # the last def of a name in a class body is the one Python keeps
+        return None
+
+    def attribute_classes(self, cls: _Class, attribute: str) -> list[_Class] | str:
+        """The classes ``__init__`` (the class's or a base's) builds ``self.<attribute>`` from."""
+        found = self.method(cls, "__init__")
+        if found is None:
+            return f"{cls.name} has no __init__ that sets self.{attribute}"
+        owner, init = found
+        built = [
+            statement.value.func
+            for statement in ast.walk(init)
+            if isinstance(statement, ast.Assign)
+            and isinstance(statement.value, ast.Call)
+            and any(_is_self_attribute(target, attribute) for target in statement.targets)
+        ]
+        classes = [each for func in built for each in self._callee(cls, owner, init, func, 0)]
+        if not built or None in classes:
+            return f"{owner.name}.__init__ ({owner.file}) builds self.{attribute} from no class of the tree"
+        return [each for each in classes if each is not None]
+
+    def _passed(self, cls: _Class, owner: _Class, name: str) -> tuple[_Class, ast.FunctionDef, ast.expr] | None:
+        """What the nearest subclass of ``owner`` in ``cls``'s lineage hands ``super().__init__`` as ``name``."""
+        for each in self.lineage(cls):
+            if (each.file, each.name) == (owner.file, owner.name):
+                return None
+            init = [node for node in each.node.body if isinstance(node, ast.FunctionDef) and node.name == "__init__"]
+            value = _super_keyword(init[-1], name) if init else None
+            if value is not None:
+                return each, init[-1], value
+        return None
+
+    def _callee(
+        self, cls: _Class, owner: _Class, function: ast.FunctionDef, func: ast.expr, depth: int
+    ) -> list[_Class | None]:
+        """The classes a constructor call's callee may be: a class name (or a name ``function``
+        binds to one, a parameter's default included), ``module.Class``, a class attribute
+        (``self.body_cls``) or a method of the class returning a construction (``self._init_model``)."""
+        if depth > 3:
+            return [None]
+        if isinstance(func, ast.Name):
+            named = self.named(owner.file, func.id)
+            if named is not None:
+                return [named]
+            passed = self._passed(cls, owner, func.id)
+            if passed is not None:  # a subclass hands the parameter to the base's __init__
+                return self._callee(cls, passed[0], passed[1], passed[2], depth + 1)
+            values = _bound_values(function, func.id)
+            return [c for value in values for c in self._callee(cls, owner, function, value, depth + 1)] or [None]
+        if isinstance(func, ast.Attribute) and _is_self_attribute(func):
+            method = self.method(cls, func.attr)
+            if method is not None:
+                returned = [
+                    node.value.func
+                    for node in ast.walk(method[1])
+                    if isinstance(node, ast.Return) and isinstance(node.value, ast.Call)
+                ]
+                return [c for value in returned for c in self._callee(cls, method[0], method[1], value, depth + 1)] or [
+                    None
+                ]
+            for holder in self.lineage(cls):
+                for node in holder.node.body:
+                    if isinstance(node, ast.Assign) and any(
+                        isinstance(t, ast.Name) and t.id == func.attr for t in node.targets
+                    ):
+                        return self._callee(cls, holder, function, node.value, depth + 1)
+            return [None]
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            module = _imported_module(owner.parsed.tree, func.value.id)
+            return [self.named(module.replace(".", "/") + ".py", func.attr) if module else None]
+        return [None]
+
+
+def _super_keyword(function: ast.FunctionDef, name: str) -> ast.expr | None:
+    for node in ast.walk(function):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "__init__"
+            and isinstance(node.func.value, ast.Call)
+            and isinstance(node.func.value.func, ast.Name)
+            and node.func.value.func.id == "super"
+        ):
+            for keyword in node.keywords:
+                if keyword.arg == name:
+                    return keyword.value
+    return None
+
+
+def _bound_values(function: ast.FunctionDef, name: str) -> list[ast.expr]:
+    """What ``function`` binds ``name`` to: its assignments (both arms of a conditional) and a parameter's default."""
+    values: list[ast.expr] = []
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            values.extend([node.value.body, node.value.orelse] if isinstance(node.value, ast.IfExp) else [node.value])
+    arguments = function.args
+    positional = [*arguments.posonlyargs, *arguments.args]
+    defaults = dict(zip([a.arg for a in positional[len(positional) - len(arguments.defaults) :]], arguments.defaults))
+    defaults.update((a.arg, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None)
+    if name in defaults:
+        values.append(defaults[name])
+    return values
+
+
+def _imported_module(module: ast.Module, name: str) -> str | None:
+    """The module a file binds ``name`` to (``from pkg import mod``, ``import pkg.mod as name``)."""
+    for node in module.body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                if (alias.asname or alias.name) == name:
+                    return f"{node.module}.{alias.name}"
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname == name:
+                    return alias.name
+    return None
+
+
+def _is_self_attribute(node: ast.AST, attribute: str | None = None) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+        and (attribute is None or node.attr == attribute)
+    )
+
+
+def architectures(
+    tree: SourceTree, capture: Capture
+) -> tuple[list[tuple[str, _Class, _Class, ast.FunctionDef]], _Classes]:
+    """(architecture, its class, the class whose hook it runs, that hook) for every class a
+    file defining the hook lists in its entry name."""
+    classes = _Classes(tree)
+    found = []
+    for file in sorted(tree.files_defining({capture.hook}).get(capture.hook, [])):
+        parsed = classes.parsed(file)
+        if parsed is None:
+            continue
+        for name in _entry_names(parsed.tree, capture.entry):
+            cls = classes.named(file, name)
+            hook = classes.method(cls, capture.hook) if cls is not None else None
+            if cls is not None and hook is not None:
+                found.append((name, cls, hook[0], hook[1]))
+    return found, classes
+
+
+def _entry_names(module: ast.Module, entry: str) -> list[str]:
+    names: list[str] = []
+    for node in module.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == entry for t in node.targets):
+            values = node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value]
+            names = [value.id for value in values if isinstance(value, ast.Name)]
+    return names
+
+
+def evaluate(
+    tree: SourceTree, capture: Capture, drafters: Sequence[tuple[tuple[int, ...] | None, int | None]], run: RunProgram
+) -> list[CaptureAnswer]:
+    """Per drafter (its layer ids and the target's layer count): what each architecture taps."""
+    found, classes = architectures(tree, capture)
+    if not found:
+        why = f"no target architecture of this tree defines {capture.hook}"
+        return [CaptureAnswer((), why) for _ in drafters]
+    answers = []
+    for ids, count in drafters:
+        if ids is None or count is None:
+            why = "the drafter states no layer ids" if ids is None else "the target's layer count is not known"
+            answers.append(CaptureAnswer((), why))
+            continue
+        runs = [
+            _Run(
+                owner,
+                Place(hook_owner.file, f"{hook_owner.name}.{hook.name}", hook.lineno),
+                [("self", hook_owner, hook, [list(ids)])],
+            )
+            for name, owner, hook_owner, hook in found
+        ]
+        for _ in range(MAX_HOPS):
+            if not any(one.pending and not one.reason for one in runs):
+                break
+            _round(runs, classes, capture, count, run)
+        answers.append(
+            CaptureAnswer(tuple(_tapped(one, classes, capture, ids, name) for one, (name, *_) in zip(runs, found)))
+        )
+    return answers
+
+
+def _round(runs: list[_Run], classes: _Classes, capture: Capture, count: int, run: RunProgram) -> None:
+    """Run every pending hook (one request per file, so module names resolve as in the tree) and
+    queue the hooks they hand on to."""
+    by_file: dict[str, list[tuple[_Run, str, _Class, ast.FunctionDef, list[Any]]]] = {}
+    for one in runs:
+        if not one.reason:
+            for path, cls, method, args in one.pending:
+                by_file.setdefault(cls.file, []).append((one, path, cls, method, args))
+        one.pending = []
+    assume = dict(capture.assume)
+    for file, work in by_file.items():
+        builder = ProgramBuilder(classes.tree, ())
+        calls = []
+        names: dict[tuple[str, int], str] = {}
+        for index, (one, path, cls, method, args) in enumerate(work):
+            key = (cls.name, method.lineno)
+            try:
+                if key not in names:
+                    names[key] = builder.method_function(
+                        Symbol(file, f"{cls.name}.{method.name}", method, cls.parsed), f"hook_{len(names)}"
+                    )
+            except ExtractError as exc:
+                one.reason = f"{cls.name}.{method.name} ({file}) could not be copied: {exc}"
+                continue
+            holder = {"$holder": path, "assume": assume, "count": count}
+            calls.append(
+                Call(
+                    str(index),
+                    f"[_records(), {names[key]}(held, *arguments), _records()][2]",
+                    (("held", holder), ("arguments", args)),
+                )
+            )
+        if not calls:
+            continue
+        globals_: dict[str, Any] = {gap: {"$gap": label} for gap, label in builder.gaps.items()}
+        globals_["_records"] = {"$records": True}
+        try:
+            outcomes = run(builder.chunks, calls, {}, globals_)
+        except SandboxError as exc:
+            for one, *_ in work:
+                one.reason = one.reason or str(exc)
+            continue
+        for index, (one, path, cls, method, _) in enumerate(work):
+            outcome = outcomes.get(str(index))
+            if one.reason:
+                continue
+            if outcome is None or not outcome.ok or not isinstance(outcome.value, list):
+                what = failure(outcome) if outcome else "gave no answer"
+                one.reason = f"{cls.name}.{method.name} ({file}:{method.lineno}) {what}"
+                continue
+            _take(one, outcome.value, classes, path)
+
+
+def _take(one: _Run, records: list[Any], classes: _Classes, root: str) -> None:
+    """Keep what a hook set; queue the hooks of held models it called."""
+    for record in records:
+        if not isinstance(record, dict):
+            continue
+        if "set" in record:
+            one.sets.append((record["set"], record["value"]))
+        elif "call" in record:
+            path, _, method = str(record["call"]).rpartition(".")
+            cls = _class_at(one.architecture, path, classes)
+            if isinstance(cls, str):
+                one.reason = cls
+                return
+            found = classes.method(cls, method)
+            if found is None:
+                one.reason = f"{cls.name} ({cls.file}) has no method {method}, which the hook calls on {path}"
+                return
+            if record.get("kwargs"):
+                one.reason = f"the hook calls {path}.{method} with keywords"
+                return
+            one.pending.append((path, found[0], found[1], list(record.get("args", []))))
+
+
+def _class_at(cls: _Class, path: str, classes: _Classes) -> _Class | str:
+    """The class of the model at a holder path ("self.model.language_model")."""
+    current = cls
+    for attribute in path.split(".")[1:]:
+        options = classes.attribute_classes(current, attribute)
+        if isinstance(options, str):
+            return options
+        if len({(option.file, option.name) for option in options}) > 1:
+            return f"{current.name}.__init__ builds self.{attribute} from more than one class"
+        current = options[0]
+    return current
+
+
+def _tapped(one: _Run, classes: _Classes, capture: Capture, ids: tuple[int, ...], name: str) -> Tapped:
+    if one.reason:
+        return Tapped(name, one.place, None, one.reason)
+    lists: dict[str, tuple[str, list[int]]] = {}  # holder path -> (list attribute, ids)
+    marks: dict[str, dict[int, bool]] = {}  # holder path -> layer index -> marked
+    for path, value in one.sets:
+        holder, _, attribute = path.rpartition(".")
+        if isinstance(value, dict) and isinstance(
+            value.get("$set"), list
+        ):  # a set of ids: Python's ``in`` reads it alike
+            value = value["$set"]
+        if attribute in capture.lists and isinstance(value, list) and all(isinstance(v, int) for v in value):
+            lists[holder] = (attribute, value)
+        elif attribute == capture.mark and holder.endswith("]") and ".layers[" in holder:
+            owner, _, index = holder[:-1].rpartition(".layers[")
+            marks.setdefault(owner, {})[int(index)] = value is True
+    holders = set(lists) | set(marks)
+    if not holders:
+        return Tapped(name, one.place, None, f"the hook sets no capture ({', '.join(capture.lists)} or {capture.mark})")
+    if len(holders) > 1:
+        return Tapped(
+            name, one.place, None, f"the hook sets captures on more than one model ({', '.join(sorted(holders))})"
+        )
+    (holder,) = holders
+    cls = _class_at(one.architecture, holder, classes)
+    if isinstance(cls, str):
+        return Tapped(name, one.place, None, cls)
+    captures: list[tuple[str | None, list[int]]] = []  # (the list a capture test reads, None: marks; layer ids)
+    if holder in lists:
+        captures.append(lists[holder])
+    if holder in marks:
+        captures.append((None, sorted(index for index, marked in marks[holder].items() if marked)))
+    results = set()
+    for list_name, layer_ids in captures:
+        position = _position(classes, cls, list_name, capture)
+        if position is None:
+            continue
+        if isinstance(position, str):
+            return Tapped(name, one.place, None, position)
+        results.add((tuple(k + position for k in layer_ids), POSITIONS.get(position, f"{position:+d}")))
+    if not results:
+        return Tapped(name, one.place, None, f"no loop of {cls.name} ({cls.file}) over its layers reads the capture")
+    if len(results) > 1:
+        return Tapped(name, one.place, None, f"{cls.name} taps its listed and its marked layers differently")
+    ((indices, position),) = results
+    return Tapped(name, one.place, indices, "", position, cls.name)
+
+
+def _position(classes: _Classes, cls: _Class, attribute: str | None, capture: Capture) -> int | str | None:
+    """The HF index a listed id is tapped at, less the id, by the class's loops over its layers
+    (0: the layer's input, 1: its output); a reason when they disagree or cannot be read, None
+    when no loop reads the capture. ``attribute``: the list the capture test reads; None: the mark."""
+    positions: set[int | str] = set()
+    for owner in classes.lineage(cls):
+        for method in owner.node.body:
+            if not isinstance(method, ast.FunctionDef):
+                continue
+            for loop in ast.walk(method):
+                if isinstance(loop, ast.For):
+                    found = _loop_position(loop, attribute, capture)
+                    if found is not None:
+                        positions.add(found)
+    if not positions:
+        return None
+    if len(positions) > 1:
+        return f"{cls.name}'s loops over its layers tap the capture at different places"
+    return positions.pop()
+
+
+def _loop_position(loop: ast.For, attribute: str | None, capture: Capture) -> int | str | None:
+    """The HF index a listed id ``k`` is tapped at, less ``k``: the capture test (``i + c in
+    self.<list>`` or the layer's mark) before the layer's call or handed into it taps the input
+    of layer ``k - c`` (``hidden_states[k - c]``), after the call its output (one more)."""
+    tests = [node for node in ast.walk(loop) if _is_test(node, attribute, capture)]
+    calls = [node for node in ast.walk(loop) if _is_layer_call(node, loop)]
+    if not tests or not calls:
+        return None
+    test, call = tests[0], calls[0]
+    assert isinstance(test, ast.expr) and isinstance(call, ast.Call)
+    offset = _test_offset(test, loop)
+    if offset is None:
+        return f"the capture test {ast.unparse(test)} is not the loop's index plus a number"
+    if any(test is inner for inner in ast.walk(call)):
+        return (0 if capture.handed == "input" else 1) - offset
+    end = call.end_lineno or call.lineno
+    if test.lineno < call.lineno:
+        return -offset
+    if test.lineno > end:
+        return 1 - offset
+    return "the capture test and the layer's call share a line"
+
+
+def _test_offset(test: ast.AST, loop: ast.For) -> int | None:
+    """``c`` in ``i + c in self.<list>`` (0 for ``i``, and for a mark, which is the layer's own)."""
+    if not isinstance(test, ast.Compare):
+        return 0
+    left = test.left
+    index = {node.id for node in ast.walk(loop.target) if isinstance(node, ast.Name)}
+    if isinstance(left, ast.Name) and left.id in index:
+        return 0
+    if (
+        isinstance(left, ast.BinOp)
+        and isinstance(left.op, (ast.Add, ast.Sub))
+        and isinstance(left.left, ast.Name)
+        and left.left.id in index
+        and isinstance(left.right, ast.Constant)
+        and isinstance(left.right.value, int)
+    ):
+        return left.right.value if isinstance(left.op, ast.Add) else -left.right.value
+    return None
+
+
+def _is_test(node: ast.AST, attribute: str | None, capture: Capture) -> bool:
+    if attribute is not None:
+        return (
+            isinstance(node, ast.Compare)
+            and any(isinstance(op, ast.In) for op in node.ops)
+            and any(_is_self_attribute(right, attribute) for right in node.comparators)
+        )
+    if isinstance(node, ast.Attribute) and node.attr == capture.mark:
+        return True
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "getattr"
+        and len(node.args) >= 2
+        and isinstance(node.args[1], ast.Constant)
+        and node.args[1].value == capture.mark
+    )
+
+
+def _is_layer_call(node: ast.AST, loop: ast.For) -> bool:
+    """A call of a layer: ``self.layers[i](...)``, or of a name the loop binds to one."""
+    if not isinstance(node, ast.Call):
+        return False
+    if isinstance(node.func, ast.Subscript):
+        return True
+    if not isinstance(node.func, ast.Name):
+        return False
+    bound = set()
+    ranged = isinstance(loop.iter, ast.Call) and isinstance(loop.iter.func, ast.Name) and loop.iter.func.id == "range"
+    if not ranged:  # ``for layer in self.layers``, ``for i, layer in enumerate(self.layers)``
+        bound = {target.id for target in ast.walk(loop.target) if isinstance(target, ast.Name)}
+    for statement in ast.walk(loop):
+        if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Subscript):
+            bound |= {target.id for target in statement.targets if isinstance(target, ast.Name)}
+    return node.func.id in bound
