@@ -159,9 +159,7 @@ def patch_definitions(text: str, relpath: str, qualname: str, forms: list[Form])
         if edits:
             patched = _LINE.findall(apply_edits(module, edits).code)
             text = "".join(
-                lines[:first]
-                + [line if not line.strip() else prefix + line for line in patched]
-                + lines[end:]
+                lines[:first] + [line if not line.strip() else prefix + line for line in patched] + lines[end:]
             )
         done.extend(edits)
     return text, done
