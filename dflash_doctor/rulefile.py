@@ -454,7 +454,7 @@ def _fix_case(raw: Any, where: str) -> FixCase:
 
 
 def _form_patch(raw: dict[str, Any], verdict: str, where: str) -> FormPatch | None:
-    """``patch.produces`` and ``patch.rewrite = [{find, replace}, ...]`` of a form."""
+    """``patch.produces``, ``patch.rewrite = [{find, replace}, ...]`` and ``patch.unshadow`` of a form."""
     if "patch" not in raw:
         return None
     patch = raw["patch"]
@@ -471,6 +471,7 @@ def _form_patch(raw: dict[str, Any], verdict: str, where: str) -> FormPatch | No
             )
             for r in rewrites
         ),
+        unshadow=_boolean(patch, "unshadow", f"{where}: patch"),
     )
 
 

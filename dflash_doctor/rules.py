@@ -152,6 +152,9 @@ class FormPatch:
 
     produces: str
     rewrites: tuple[Rewrite, ...]
+    # a def of the form that replaces an earlier def of the same name already in the form
+    # ``produces`` (a shadowing duplicate) is removed, so that the earlier one runs, not rewritten
+    unshadow: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

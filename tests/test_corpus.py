@@ -23,6 +23,7 @@ from corpus import (
     cache_drop,
     layer_offset,
     rename_within,
+    sglang_layer_offset,
     sglang_rope_base,
     sglang_swa_config,
     swa_config,
@@ -45,12 +46,21 @@ EDITS = (
     + cache_drop.EDITS
     + sglang_swa_config.EDITS
     + sglang_rope_base.EDITS
+    + sglang_layer_offset.EDITS
 )
 ENGINES = {engine.name: engine for engine in (VLLM, SGLANG)}
 DRAFTERS = Path(__file__).parent / "corpus" / "drafters"
 # SGLang's edits that break or add a fix (issue 23): each must change what the drafter layers get.
 SGLANG_EDITS = tuple(edit for edit in EDITS if edit.engine == "sglang")
-SGLANG_MOVES = tuple(edit for edit in SGLANG_EDITS if edit.kind != "preserve")
+
+
+def _asked(edit) -> bool:
+    """Whether the edit's rule asks behaviour (SGLang's layer-offset does not yet: its edits are
+    then judged by structure only, and what runs cannot be compared)."""
+    return any(rule.behaviour is not None for rule in load_rules() if (rule.engine, rule.id) == (edit.engine, edit.fix))
+
+
+SGLANG_MOVES = tuple(edit for edit in SGLANG_EDITS if edit.kind != "preserve" and _asked(edit))
 # Edits that put code that never runs beside live code (issue 19 item 2).
 DEAD_CODE = tuple(edit for edit in EDITS if any(isinstance(change, Dead) for change in edit.changes))
 

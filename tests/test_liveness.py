@@ -14,6 +14,7 @@ import pytest
 from dflash_doctor.structure.forms import DEAD, UNRECOGNISED, FormReader, match_forms
 from dflash_doctor.structure.liveness import dead_nodes, module_constants
 from dflash_doctor.rulefile import load_rules
+from dflash_doctor.engines import SGLANG
 from dflash_doctor.source import DirectoryTree
 
 # Each snippet is the body of ``f(x)``; ``ran.append("dead")`` never runs, ``ran.append("live")`` does.
@@ -50,6 +51,9 @@ DEAD_CASES = {
     "right of a true or": "(1 or ran.append('dead')) and ran.append('live')",
     "nested dead inside live": "if x:\n    ran.append('live')\n    if ():\n        ran.append('dead')",
     "a nested function nothing calls": "def helper():\n    ran.append('dead')\nran.append('live')",
+    "a def that a later def of its name replaces": (
+        "def helper():\n    ran.append('dead')\nx = 1\ndef helper():\n    ran.append('live')\nhelper()"
+    ),
 }
 LIVE_CASES = {
     "an unknown test": "if x:\n    ran.append('live')",
@@ -70,6 +74,13 @@ LIVE_CASES = {
         "def call(function):\n    function()\n    return function\n@call\ndef helper():\n    ran.append('live')"
     ),
     "a nested function reached through locals()": "def helper():\n    ran.append('live')\nlocals()['helper']()",
+    "a def used before a later def of its name": (
+        "def helper():\n    ran.append('live')\nfirst = helper\ndef helper():\n    pass\nfirst()"
+    ),
+    "a def a decorated def of its name follows (the decorator may keep it)": (
+        "def keep(function):\n    return lambda: ran.append('live')\n"
+        "def helper():\n    ran.append('live')\n@keep\ndef helper():\n    pass\nhelper()"
+    ),
 }
 
 
@@ -206,3 +217,40 @@ def test_the_function_read_and_functions_outside_a_function_are_live():
     assert id(function) not in dead and id(function.body.body[0]) in dead
     module = cst.parse_module("def f(x):\n    return 1\n\n\nif x:\n    def g():\n        return 2\n")
     assert not dead_nodes(module)
+
+
+SPEC_INFO = "import enum\n\n\nclass SpeculativeAlgorithm(enum.Enum):\n    DFLASH = 1\n"
+SHIFTED = (
+    "    def set_dflash_layers_to_capture(self, layer_ids):\n"
+    "        self.model.set_dflash_layers_to_capture([i + 1 for i in layer_ids])\n"
+)
+UNSHIFTED = (
+    "    def set_dflash_layers_to_capture(self, layers):\n        self.model.set_dflash_layers_to_capture(layers)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "body, status, read",
+    [
+        (SHIFTED + "\n" + UNSHIFTED, "absent", ["shadowed", "unshifted-delegation"]),  # SGLang 0.5.19 - 0.5.21
+        (UNSHIFTED + "\n" + SHIFTED, "present", ["shadowed", "shifted-delegation"]),
+        (SHIFTED + "\n    x = 1\n\n" + UNSHIFTED, "absent", ["shadowed", "unshifted-delegation"]),
+        (SHIFTED + "\n    first = set_dflash_layers_to_capture\n\n" + UNSHIFTED, "unknown", ["rebound"]),
+        (SHIFTED + "\n    @keep\n" + UNSHIFTED, "unknown", ["rebound"]),
+    ],
+    ids=["shifted-then-unshifted", "unshifted-then-shifted", "a statement between", "named between", "decorated"],
+)
+def test_a_def_that_a_later_def_of_its_name_replaces_is_not_read(tmp_path: Path, body, status, read):
+    """Python keeps the last of two plain defs of one name in a class body: the check reads that one
+    and cites the other as shadowed; where something may keep the first (a use of its name between
+    them, a decorator on the later one), the first may still run, and the fix is unknown."""
+    (tmp_path / "sglang/srt/speculative").mkdir(parents=True)
+    (tmp_path / "sglang/srt/speculative/spec_info.py").write_text(SPEC_INFO)
+    (tmp_path / "sglang/srt/models").mkdir(parents=True)
+    text = "class Qwen3_5ForCausalLM:\n" + body
+    compile(text, "qwen3_5_text.py", "exec")
+    (tmp_path / "sglang/srt/models/qwen3_5_text.py").write_text(text)
+    (rule,) = [rule for rule in load_rules() if rule.id == "layer-offset" and rule.engine == "sglang"]
+    (fix,) = FormReader(DirectoryTree(tmp_path, None, SGLANG)).run((rule,))
+    assert fix.status == status, fix.reason
+    assert [item.form for item in fix.evidence][: len(read)] == read

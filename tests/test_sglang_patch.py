@@ -5,10 +5,19 @@ in ``DFlashAttention.__init__``) and proved by behaviour: after the patch the ch
 own drafter layers on the reference drafters and each is built with the base its config states
 (1e7, 1e4), not 1e6; restore gives the release back byte for byte and the check says absent again.
 swa-config is refused with its rule's reason; a dry run writes nothing; over ssh the cycle is the same.
+
+layer-offset is patched in the text-only Qwen3.5/3.6 hook (``Qwen3_5ForCausalLM.set_dflash_layers_to_capture``):
+0.5.18 hands the ids on without the +1 (the patch adds it); 0.5.19 - 0.5.21 keep an older unshifted def after
+the shifted one in the class body, which Python keeps (the patch removes it, as PR #38096 did). Each time the
+patched file compiles, the class (read with ast, nothing imported) holds one hook and it hands on ``id + 1``,
+the check no longer cites the hook as a defect, and restore gives the release back byte for byte. The
+verdict itself is asserted loosely: it also depends on the other target architectures (Muse Glimmer), which
+behaviour judges, not the patch.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 from pathlib import Path
@@ -31,6 +40,50 @@ PATCHED_LINE = (
     '+        rope_theta = float((getattr(config, "rope_parameters", None) or {}).get("rope_theta", '
     'getattr(config, "rope_theta", 1000000)))'
 )
+
+
+TEXT = "sglang/srt/models/qwen3_5_text.py"
+LAYERS = ("--only", "layer-offset")
+NOT_RUN = ("unshifted-delegation",)  # the rule's forms of a hook that taps one layer early
+
+
+def hooks(source: bytes) -> list[ast.FunctionDef]:
+    """The ``set_dflash_layers_to_capture`` defs in the body of ``Qwen3_5ForCausalLM``, in file order."""
+    (text_model,) = [
+        node for node in ast.parse(source).body if isinstance(node, ast.ClassDef) and node.name == "Qwen3_5ForCausalLM"
+    ]
+    return [
+        node
+        for node in text_model.body
+        if isinstance(node, ast.FunctionDef) and node.name == "set_dflash_layers_to_capture"
+    ]
+
+
+def hands_on_shifted(hook: ast.FunctionDef) -> bool:
+    """Whether the hook hands its own parameter's ids on as ``[i + 1 for i in <parameter>]``."""
+    parameter = hook.args.args[1].arg
+    calls = [
+        node
+        for node in ast.walk(hook)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "set_dflash_layers_to_capture"
+    ]
+    assert len(calls) == 1, ast.unparse(hook)
+    (handed,) = calls[0].args
+    return (
+        isinstance(handed, ast.ListComp)
+        and len(handed.generators) == 1
+        and isinstance(handed.generators[0].iter, ast.Name)
+        and handed.generators[0].iter.id == parameter
+        and ast.unparse(handed.elt) == f"{ast.unparse(handed.generators[0].target)} + 1"
+    )
+
+
+def text_hook_cited(report: dict[str, Any]) -> set[tuple[int, str]]:
+    """(line, form) of the layer-offset evidence in the text-only model's file."""
+    fix = next(fix for fix in report["fixes"] if fix["id"] == "layer-offset")
+    return {(item["line"], item["form"]) for item in fix["evidence"] if item["file"] == TEXT}
 
 
 def installed(tmp_path: Path, version: str) -> Path:
@@ -170,3 +223,69 @@ def test_rope_base_is_patched_and_restored_over_ssh(tmp_path, server, client):
     proc = run_cli("restore", *args, "--yes", env=client["env"])
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     assert snapshot(root) == original
+
+
+@pytest.mark.parametrize("version", ["0.5.18", "0.5.19", "0.5.21"])
+def test_layer_offset_text_hook_is_patched_and_restore_gives_the_release_back(tmp_path, version):
+    root = installed(tmp_path, version)
+    original = snapshot(root)
+    released = hooks(original[TEXT][0])
+    # 0.5.18: one unshifted hook; 0.5.19 - 0.5.21: a shifted one, then an unshifted one that replaces it
+    assert [hands_on_shifted(hook) for hook in released] == ([False] if version == "0.5.18" else [True, False])
+    code, before = check_json("--path", str(root), *LAYERS)
+    assert code == 1 and statuses(before)["layer-offset"] in ("absent", "partial")
+    last = released[-1].lineno
+    assert (last, "unshifted-delegation") in text_hook_cited(before)
+    if len(released) == 2:  # the shifted def is cited as never running, not read as the code that runs
+        assert (released[0].lineno, "shadowed") in text_hook_cited(before)
+
+    proc = run_cli("patch", "--path", str(root), *LAYERS, "--yes")
+    assert proc.returncode in (0, 1), proc.stderr  # 1: another architecture still fails (behaviour)
+    hook = "Qwen3_5ForCausalLM.set_dflash_layers_to_capture"
+    assert f"layer-offset: {TEXT}:{last} {hook} [unshifted-delegation -> shifted-delegation]" in proc.stderr
+    assert f"patched {TEXT}" in proc.stderr
+    patched = snapshot(root)
+    assert {path for path in original if original[path][0] != patched[path][0]} == {TEXT}
+    compile(patched[TEXT][0], TEXT, "exec", dont_inherit=True)
+    (kept,) = hooks(patched[TEXT][0])  # one hook, and it hands the ids on + 1
+    assert hands_on_shifted(kept)
+    if len(released) == 2:  # the later def removed; the shifted one is kept as released, byte for byte
+        assert kept.lineno == released[0].lineno
+        lines = original[TEXT][0].decode().splitlines()
+        assert patched[TEXT][0].decode().splitlines()[: released[1].lineno - 2] == lines[: released[1].lineno - 2]
+        removed = released[1].end_lineno - released[1].lineno + 2  # the def and the blank line before it
+        assert len(patched[TEXT][0].decode().splitlines()) == len(lines) - removed
+
+    code, after = check_json("--path", str(root), *LAYERS)
+    assert statuses(after)["layer-offset"] != "absent"
+    assert not {form for _, form in text_hook_cited(after)} & {*NOT_RUN, "shadowed", "rebound", "unrecognised"}
+    assert {form for _, form in text_hook_cited(after)} == {"shifted-delegation"}
+    assert after["engine"]["modified_files"] == [TEXT]
+    assert after["local_patches"][0]["file"] == TEXT
+
+    undo = run_cli("restore", "--path", str(root), "--yes")
+    assert undo.returncode == 0, undo.stderr
+    assert snapshot(root) == original and not (root / STATE).exists()
+    code, restored = check_json("--path", str(root), *LAYERS)
+    assert (last, "unshifted-delegation") in text_hook_cited(restored) and "local_patches" not in restored
+
+
+def test_layer_offset_dry_run_shows_the_removed_def_and_writes_nothing(tmp_path):
+    root = installed(tmp_path, "0.5.19")
+    original = snapshot(root)
+    proc = run_cli("patch", "--path", str(root), *LAYERS, "--dry-run")
+    assert proc.returncode in (0, 1), proc.stderr
+    diff = proc.stdout.splitlines()
+    assert f"--- a/{TEXT}" in diff
+    assert "-    def set_dflash_layers_to_capture(self, layers_to_capture: list[int]):" in diff
+    assert not [line for line in diff if line.startswith("+") and not line.startswith("+++")]  # only removed lines
+    assert "dry run: nothing was changed" in proc.stderr
+    assert snapshot(root) == original and not (root / STATE).exists()
+
+
+def test_layer_offset_of_a_release_with_the_text_fix_patches_nothing(tmp_path):
+    root = installed(tmp_path, "0.5.22")  # PR #38096: one shifted hook
+    original = snapshot(root)
+    proc = run_cli("patch", "--path", str(root), *LAYERS, "--yes")
+    assert f"patched {TEXT}" not in proc.stderr and "[unshifted-delegation" not in proc.stderr
+    assert snapshot(root) == original and not (root / STATE).exists()

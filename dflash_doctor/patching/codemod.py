@@ -6,7 +6,9 @@ is replaced by the rendered ``replace``. ``find`` may be wider than the form
 (an assignment around a read), so a patch can insist on the context it was
 written for. Anything that does not fit exactly (no patch declared, no place
 or more than one place found, two edits overlapping) is refused with the
-reason; nothing is guessed.
+reason; nothing is guessed. A form whose patch says ``unshadow`` found in a def
+that replaces an earlier def of the same name (``liveness.shadowed_defs``) whose
+code already has the produced form is removed instead: the earlier def runs.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import re
 import libcst as cst
 
 from ..structure.forms import match_forms
+from ..structure.liveness import shadowed_defs
 from ..model import ABSENT, PARTIAL, ToolError
-from ..structure.patterns import NodeIndex, PatternError, rewrite_find, rewrite_replace, subtree_ids
+from ..structure.patterns import NodeIndex, PatternError, children, rewrite_find, rewrite_replace, subtree_ids
 from ..rules import Form
 from ..source import ParsedFile, SourceError
 
@@ -34,7 +37,8 @@ class SiteEdit:
 
     form: Form
     produces: str  # the form its patch produces
-    replacements: tuple[tuple[cst.CSTNode, cst.CSTNode], ...]  # (node in the tree, its replacement)
+    # (node in the tree, its replacement; RemovalSentinel.REMOVE: a shadowing def removed)
+    replacements: tuple[tuple[cst.CSTNode, cst.CSTNode | cst.RemovalSentinel], ...]
 
 
 def site_edits(forms: list[Form], site: cst.CSTNode) -> list[SiteEdit]:
@@ -47,8 +51,12 @@ def site_edits(forms: list[Form], site: cst.CSTNode) -> list[SiteEdit]:
             continue
         if form.patch is None:
             raise PatchRefused(f"no patch is declared for form {form.id} ({form.description})")
-        replacements = []
+        replacements: list[tuple[cst.CSTNode, cst.CSTNode | cst.RemovalSentinel]] = []
         for match in hit.matches:
+            shadowing = _shadowing_def(forms, form, site, match.node)
+            if shadowing is not None:
+                replacements.append((shadowing, cst.RemovalSentinel.REMOVE))
+                continue
             found = [
                 (rewrite, where)
                 for rewrite in form.patch.rewrites
@@ -70,6 +78,23 @@ def site_edits(forms: list[Form], site: cst.CSTNode) -> list[SiteEdit]:
     return edits
 
 
+def _shadowing_def(forms: list[Form], form: Form, site: cst.CSTNode, node: cst.CSTNode) -> cst.FunctionDef | None:
+    """The def holding ``node`` when the form's patch may remove it: it replaces an earlier
+    def of the same name in the same block, and that one's code has the produced form."""
+    if form.patch is None or not form.patch.unshadow:
+        return None
+    produced = [other for other in forms if form.patch and other.id == form.patch.produces]
+    stack = [site]
+    while stack:
+        block = stack.pop()
+        if isinstance(block, (cst.Module, cst.IndentedBlock)):
+            for earlier, later in shadowed_defs(block.body):
+                if id(node) in subtree_ids(later) and match_forms(produced, earlier):
+                    return later
+        stack.extend(children(block))
+    return None
+
+
 def apply_edits(site: cst.Module, edits: list[SiteEdit]) -> cst.Module:
     """``site`` with every replacement made (nodes are matched by identity)."""
     new_nodes = {id(old): new for edit in edits for old, new in edit.replacements}
@@ -77,12 +102,15 @@ def apply_edits(site: cst.Module, edits: list[SiteEdit]) -> cst.Module:
 
 
 class _Replace(cst.CSTTransformer):
-    def __init__(self, new_nodes: dict[int, cst.CSTNode]) -> None:
+    def __init__(self, new_nodes: dict[int, cst.CSTNode | cst.RemovalSentinel]) -> None:
         super().__init__()
         self.new_nodes = new_nodes
 
-    # libcst's stub has on_leave return the node's own type; a replacement may be any node (libcst checks it)
-    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> cst.CSTNode:  # type: ignore[override]
+    # libcst's stub has on_leave return the node's own type; a replacement may be any node, or the
+    # removal of a statement (libcst checks it)
+    def on_leave(  # type: ignore[override]
+        self, original_node: cst.CSTNode, updated_node: cst.CSTNode
+    ) -> cst.CSTNode | cst.RemovalSentinel:
         return self.new_nodes.get(id(original_node), updated_node)
 
 
@@ -91,7 +119,9 @@ def patch_definitions(text: str, relpath: str, qualname: str, forms: list[Form])
 
     Each def is cut out by its lines, dedented, parsed and patched alone, and
     its new lines are put back: the rest of the file keeps its exact bytes,
-    and a large file is never parsed whole by libcst.
+    and a large file is never parsed whole by libcst. Several defs of the name
+    at one indentation are cut out as one piece, from the first to the last,
+    so that the patch sees which one replaces which.
     """
 
     def located() -> list[ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef]:
@@ -105,26 +135,31 @@ def patch_definitions(text: str, relpath: str, qualname: str, forms: list[Form])
             if s.qualname == qualname and isinstance(s.node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
         ]
 
+    def spans() -> list[tuple[int, int]]:
+        """(first line index, end line) of each piece to patch."""
+        found = located()
+        pieces = [(min([n.lineno, *(d.lineno for d in n.decorator_list)]) - 1, n.end_lineno or n.lineno) for n in found]
+        if len(found) > 1 and len({n.col_offset for n in found}) == 1:
+            return [(min(first for first, _ in pieces), max(end for _, end in pieces))]
+        return pieces
+
     done: list[SiteEdit] = []
-    found = located()
+    found = spans()
     if not found:
         raise PatchRefused(f"{qualname} is no longer in {relpath}")
     for index in range(len(found)):
         if index and done:
-            found = located()  # an edit above moves the lines below
-        node = found[index]
-        first = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
+            found = spans()  # an edit above moves the lines below
+        first, end = found[index]
         lines = _LINE.findall(text)
-        segment = lines[first : node.end_lineno]
+        segment = lines[first:end]
         prefix = segment[0][: len(segment[0]) - len(segment[0].lstrip(" \t"))]
         module = cst.parse_module("".join(_dedent(segment, prefix, qualname)))
         edits = site_edits(forms, module)
         if edits:
             patched = _LINE.findall(apply_edits(module, edits).code)
             text = "".join(
-                lines[:first]
-                + [line if not line.strip() else prefix + line for line in patched]
-                + lines[node.end_lineno :]
+                lines[:first] + [line if not line.strip() else prefix + line for line in patched] + lines[end:]
             )
         done.extend(edits)
     return text, done

@@ -119,6 +119,10 @@ def _sites_to_patch(rule: Rule, fix: FixResult, refusals: list[Refusal]) -> list
         return []
     forms = {form.id: form for form in rule.forms}
     wanted = [item for item in fix.evidence if item.form in forms and forms[item.form].verdict in (ABSENT, PARTIAL)]
+    if not wanted:  # the defect is seen (by behaviour) where no form of the rule places it: nothing to rewrite
+        cause = rule.patch_refusal or "no code form this rule patches was found"
+        refusals.append(Refusal(fix.id, f"{cause} ({fix.reason})" if fix.reason else cause))
+        return []
     bare = [item for item in wanted if forms[item.form].patch is None]
     if bare:
         item = bare[0]

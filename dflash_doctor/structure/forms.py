@@ -14,7 +14,7 @@ from ..engines import named
 from .liveness import dead_nodes, module_constants
 from ..model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, Evidence, FixResult
 from .patterns import Match, NodeIndex, compile_form, form_patterns, form_unless, form_where, subtree_ids
-from .rebinding import rebound_at, rebound_in
+from .rebinding import rebound_at, rebound_in, shadowed_at
 from ..rules import IGNORE, Anchor, Form, Rule
 from ..source import Located, SourceError, SourceTree, Symbol, locate
 
@@ -22,6 +22,7 @@ from ..source import Located, SourceError, SourceTree, Symbol, locate
 REBOUND = "rebound"  # evidence form: the anchored definition is replaced later in its module
 UNRECOGNISED = "unrecognised"  # evidence form: code at an anchor that no form of the rule matches
 DEAD = "dead-code"  # evidence form: a form found only in code that never runs (not counted)
+SHADOWED = "shadowed"  # evidence form: a def that a later def of the same name replaces (not read)
 
 # What to do to get an answer, by why a fix is unknown (never an upgrade: nothing says one is needed).
 UNREADABLE = (
@@ -316,6 +317,13 @@ class FormReader:
                 continue
             for symbol in symbols:
                 where = self._rebound(symbol)
+                if where is not None and where == (symbol.file, shadowed_at(symbol)):
+                    note = (
+                        f"not counted, this code never runs: the def of the same name at line {where[1]} "
+                        "replaces it (Python keeps the last def)"
+                    )
+                    evidence.append(Evidence(symbol.file, symbol.line, symbol.qualname, SHADOWED, note))
+                    continue
                 if where is not None:
                     file, line = where
                     note = (

@@ -6,8 +6,10 @@ of ``a if True else b``), the right operand an ``and``/``or`` never evaluates
 (``False and x``), the body of a loop over an empty literal, and every
 statement after one that never falls through (``return``, ``raise``,
 ``continue``, ``break``, an ``if`` whose every branch ends, a ``try`` whose
-body and handlers all end, ``while True:`` without its own ``break``), and a
-function defined inside another, undecorated, whose name is never used again.
+body and handlers all end, ``while True:`` without its own ``break``), a
+function defined inside another, undecorated, whose name is never used again,
+and an undecorated ``def`` that a later undecorated ``def`` of the same name in
+the same block replaces, nothing between them naming it (``shadowed_defs``).
 ``__debug__`` is true as Python runs without ``-O``. A name is a constant only
 when ``constants`` says so (``module_constants``: ``TYPE_CHECKING`` imported from
 ``typing`` and never bound otherwise); whether another module calls a function is not
@@ -68,12 +70,44 @@ def dead_nodes(tree: cst.CSTNode, constants: Mapping[str, object] | None = None)
         elif kind in _DECIDING:
             for part in _dead_parts(node, known):
                 dead |= subtree_ids(part)
+            if kind is cst.Module or kind is cst.IndentedBlock:
+                for shadowed, _ in shadowed_defs(cast("cst.Module | cst.IndentedBlock", node).body):
+                    dead |= subtree_ids(shadowed)
         stack.extend(child for child in children(node) if id(child) not in dead)
     if not any(name in mentions for name in _BY_NAME):
         for function in nested:
             if mentions.get(function.name.value, 0) <= 1:  # its own name only: nothing can call it
                 dead |= subtree_ids(function)
     return dead
+
+
+def shadowed_defs(body: Sequence[cst.CSTNode]) -> Iterator[tuple[cst.FunctionDef, cst.FunctionDef]]:
+    """(def, the later def that replaces it) in one block: an undecorated def followed in the
+    same block by an undecorated def of the same name, no statement between them naming it.
+    Python binds the name to the last one, so the first one's body never runs (a decorator
+    could keep either, a statement between could use the first: then nothing is said)."""
+    for index, statement in enumerate(body):
+        if type(statement) is not cst.FunctionDef or cast(cst.FunctionDef, statement).decorators:
+            continue
+        name = cast(cst.FunctionDef, statement).name.value
+        for later in body[index + 1 :]:
+            if type(later) is cst.FunctionDef and cast(cst.FunctionDef, later).name.value == name:
+                if not cast(cst.FunctionDef, later).decorators:
+                    yield cast(cst.FunctionDef, statement), cast(cst.FunctionDef, later)
+                break
+            if _names(later, name):
+                break
+
+
+def _names(node: cst.CSTNode, name: str) -> bool:
+    """Whether ``name`` appears in ``node`` as a name (a binding, a use, an attribute)."""
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if type(item) is cst.Name and cast(cst.Name, item).value == name:
+            return True
+        stack.extend(children(item))
+    return False
 
 
 def module_constants(module: ast.Module) -> dict[str, object]:

@@ -38,6 +38,39 @@ def rebound_at(symbol: Symbol) -> int | None:
     return min(lines) if lines else None
 
 
+def shadowed_at(symbol: Symbol) -> int | None:
+    """The line of the later def that replaces ``symbol`` for certain: the next statement of
+    its own class body (or module) binding its name is an undecorated def, ``symbol`` is
+    undecorated too, and no statement between them names it (Python keeps the last def,
+    so ``symbol``'s body never runs; ``liveness.shadowed_defs`` on libcst trees). None otherwise."""
+    node = symbol.node
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.decorator_list:
+        return None
+    parts = symbol.qualname.split(".")
+    if len(parts) == 1:
+        bodies = [symbol.parsed.tree.body]
+    else:
+        owners = [owner.node for owner in symbol.parsed.symbols(".".join(parts[:-1]))]
+        bodies = [owner.body for owner in owners if isinstance(owner, ast.ClassDef)]
+    for body in bodies:
+        if node not in body:
+            continue
+        for later in body[body.index(node) + 1 :]:
+            if isinstance(later, (ast.FunctionDef, ast.AsyncFunctionDef)) and later.name == node.name:
+                return None if later.decorator_list else later.lineno
+            if any(_named(item, node.name) for item in ast.walk(later)):
+                return None
+    return None
+
+
+def _named(node: ast.AST, name: str) -> bool:
+    if isinstance(node, ast.Name):
+        return node.id == name
+    if isinstance(node, ast.Attribute):
+        return node.attr == name
+    return _binds(node, name) if isinstance(node, ast.stmt) else False
+
+
 def rebound_in(init: ast.Module, parts: list[str]) -> int | None:
     """The first line of a package's ``__init__.py`` (run before the module is used)
     that rebinds ``parts`` (``Cls.meth``) of a class it imports; None if there is none."""
