@@ -51,6 +51,7 @@ def test_shipped_rules_are_the_fixes_each_with_cases():
         ("sglang", "swa-config"),
         ("sglang", "rope-base"),
         ("sglang", "cache-drop"),
+        ("sglang", "layer-offset"),
     }
     assert all(len(rule.cases) >= 4 for rule in rules)
 
@@ -114,6 +115,7 @@ def test_rules_cli_list_show_test():
         ["cache-drop", "vllm"],
         ["layer-offset", "vllm"],
         ["cache-drop", "sglang"],
+        ["layer-offset", "sglang"],
         ["rope-base", "sglang"],
         ["swa-config", "sglang"],
         ["swa-config", "vllm"],

@@ -18,7 +18,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import run_cli
+from conftest import check_json, run_cli
 from dflash_doctor.check import run_check
 from dflash_doctor.engines import SGLANG
 from dflash_doctor.model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, FixResult
@@ -190,3 +190,38 @@ def test_cache_drop_is_what_the_trees_own_is_eagle_answers_for_dflash(tmp_path: 
     assert (fix["status"], fix["decided_by"]) == (ABSENT, "behaviour")
     fix = cache_drop(text.replace(eagle, "return self.value in EAGLE_VALUES"))
     assert fix["status"] == UNKNOWN
+
+
+# layer-offset: what each release's hooks tap, per target architecture, for a z-lab drafter
+# (id L needs hidden_states[L + 1]). qwen3_5_text.py's Qwen3_5ForCausalLM: absent to 0.5.17,
+# unshifted in 0.5.18, a shifted def then an unshifted def that replaces it in 0.5.19-0.5.21
+# (Python keeps the last), the duplicate removed in 0.5.22 (PR #38096). Muse Glimmer (0.5.18 on)
+# hands the ids on unshifted to a model that taps before each layer; Llama shifts them.
+TEXT_TAPS = {"0.5.18": (False, 121), "0.5.19": (False, 149), "0.5.21": (False, 149), "0.5.22": (True, 114)}
+
+
+def capture_observations(version: str) -> tuple[dict, dict[str, dict]]:
+    code, report = check_json("--release", version, "--engine", "sglang", "--only", "layer-offset")
+    fix = report["fixes"][0]
+    assert fix["decided_by"] == "behaviour", fix
+    seen = {item["note"].split(" ", 1)[0] + "@" + item["setting"]: item for item in fix["behaviour"]["observations"]}
+    return fix, {key: item for key, item in seen.items() if item["config"] == "zlab-mixed"}
+
+
+@pytest.mark.parametrize("version", list(TEXT_TAPS))
+def test_layer_offset_runs_each_architectures_hook_the_def_python_keeps(version: str) -> None:
+    fix, seen = capture_observations(version)
+    ok, line = TEXT_TAPS[version]
+    text = [
+        item for item in seen.values() if item["setting"] == "Qwen3_5ForCausalLM" and "qwen3_5_text.py" in item["note"]
+    ]
+    assert len(text) == 1 and f"qwen3_5_text.py:{line})" in text[0]["note"], text
+    assert text[0]["ok"] is ok and text[0]["expected"] == [2, 17, 32, 47, 62]
+    assert text[0]["observed"] == ([2, 17, 32, 47, 62] if ok else [1, 16, 31, 46, 61])
+    muse = [item for item in seen.values() if item["setting"] == "MuseGlimmerForCausalLM"]
+    assert len(muse) == 1 and muse[0]["ok"] is False and muse[0]["observed"] == [1, 16, 31, 46, 61]
+    llama = [item for item in seen.values() if item["setting"] == "LlamaForCausalLM"]
+    assert len(llama) == 1 and llama[0]["ok"] is True and "taps each listed layer's input" in llama[0]["note"]
+    # Some architectures tap right and some one layer early: partial, naming the ones that fail.
+    assert fix["status"] == PARTIAL and "MuseGlimmerForCausalLM" in fix["reason"]
+    assert ("Qwen3_5ForCausalLM" in fix["reason"].split("; works for")[0]) is not ok
