@@ -171,7 +171,7 @@ QUESTIONS = {  # question kind -> the links (parts) its observations have
     "block-drop": ("kv-cache-manager",),
     "layer-rope": ("runner-accepts", "rotary-base"),
     "algorithm-flag": ("predicate",),
-    "capture-position": ("capture-position",),
+    "capture-position": ("capture-position", "hook-fails"),
 }
 DIMENSIONS = ("runner", "setting")  # drafter configs are always alternatives (subjects, guards)
 
@@ -222,7 +222,8 @@ class Capture:
     layers marked with ``mark``. The class that holds it taps each listed layer's input
     or output, as its own loop over the layers says; a tap handed into the layer's call
     is at ``handed`` ("input" or "output"). ``assume``: what the hook's branches read of
-    the deployment (``*.pp_group.world_size``: that attribute of any model)."""
+    the deployment (``*.pp_group.world_size``: that attribute of any model); ``counted``:
+    attributes that hold the target's layer count (``num_hidden_layers``)."""
 
     hook: str
     lists: tuple[str, ...]
@@ -230,6 +231,7 @@ class Capture:
     entry: str
     handed: str
     assume: tuple[tuple[str, Any], ...]
+    counted: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -55,8 +55,8 @@ SGLANG_EDITS = tuple(edit for edit in EDITS if edit.engine == "sglang")
 
 
 def _asked(edit) -> bool:
-    """Whether the edit's rule asks behaviour (SGLang's layer-offset does not yet: its edits are
-    then judged by structure only, and what runs cannot be compared)."""
+    """Whether the edit's rule asks behaviour (else its edits are judged by structure only, and
+    what runs cannot be compared)."""
     return any(rule.behaviour is not None for rule in load_rules() if (rule.engine, rule.id) == (edit.engine, edit.fix))
 
 
@@ -88,6 +88,7 @@ TREE_FILES = (
 # What makes an SGLang tree a tree (its package, version file and the modules they sit in).
 SGLANG_TREE_FILES = ("sglang/__init__.py", "sglang/_version.py", "sglang/version.py", "sglang/srt/__init__.py")
 MARKERS = {"vllm": TREE_FILES, "sglang": SGLANG_TREE_FILES}
+WHOLE = {"vllm": (), "sglang": ("sglang/srt/models",)}  # SGLang's layer-offset runs each architecture's hook
 
 
 @pytest.fixture(scope="session")
@@ -113,6 +114,8 @@ def base_tree(tmp_path_factory):
                     shutil.copy2(source / relpath, dest / relpath)
             for dist_info in source.glob(f"{ENGINES[engine].package}-*.dist-info"):
                 shutil.copytree(dist_info, dest / dist_info.name)
+            for directory in WHOLE[engine]:  # read by search, not named by a rule: every target architecture
+                shutil.copytree(source / directory, dest / directory, dirs_exist_ok=True)
             built[version, engine] = dest
         return built[version, engine]
 
@@ -161,10 +164,24 @@ def test_no_confident_wrong_verdict(edit, base_tree, rules_by_fix, summary, tmp_
             "a stale cached answer"
         )
     (fix,) = report.fixes
-    summary.record(edit, fix.status)
-    assert outcome(edit.kind, fix.status) != "wrong", (
-        f"{edit.kind} edit judged {fix.status}: {edit.why} ({fix.reason or 'no reason'})"
+    status = fix.status if edit.setting is None else setting_status(fix, rules[0], edit.setting)
+    summary.record(edit, status)
+    assert outcome(edit.kind, status) != "wrong", (
+        f"{edit.kind} edit judged {status}: {edit.why} ({fix.reason or 'no reason'})"
     )
+
+
+def setting_status(fix, rule, setting: str) -> str:
+    """The verdict for one alternative (a target architecture): what the rule's subjects observed there."""
+    behaviour = rule.behaviour
+    oks = {
+        item.ok
+        for item in fix.behaviour.observations
+        if item.setting == setting and item.part in behaviour.chain and item.config in behaviour.subjects
+    }
+    if not oks or None in oks:
+        return "unknown"
+    return "present" if oks == {True} else "absent" if oks == {False} else "partial"
 
 
 @pytest.mark.parametrize("edit", swa_config.WITH_DRAFT_CONFIG, ids=[edit.id for edit in swa_config.WITH_DRAFT_CONFIG])
@@ -225,14 +242,16 @@ def test_an_sglang_edit_rewrites_code_not_layout(edit, base_tree, tmp_path):
 
 @pytest.mark.parametrize("edit", SGLANG_MOVES, ids=[edit.id for edit in SGLANG_MOVES])
 def test_an_sglang_edit_that_breaks_or_adds_changes_what_runs(edit, base_tree, rules_by_fix, tmp_path):
-    """The drafter layers that fail, and in what (window, causality, index, base), are not the
-    unedited release's: a break of a tree that already failed is seen to break something more."""
+    """The drafter layers (or target architectures) that fail, and in what (window, causality, index,
+    base, capture position), are not the unedited release's: a break of a tree that already failed is
+    seen to break something more."""
     rules = (rules_by_fix[edit.engine, edit.fix],)
 
     def failing(tree: Path) -> set:
         (fix,) = run_check(target(tree, edit), rules).fixes
         assert fix.decided_by == "behaviour", fix.reason
-        return {(item.config, item.part, item.layer) for item in fix.behaviour.observations if item.ok is False}
+        observations = fix.behaviour.observations
+        return {(item.config, item.setting, item.part, item.layer) for item in observations if item.ok is False}
 
     tree = tmp_path / "tree"
     shutil.copytree(base_tree(edit.base, edit.engine), tree)

@@ -40,6 +40,7 @@ class Tapped:
     place: Place
     indices: tuple[int, ...] | None
     reason: str = ""
+    loud: bool = False  # the hook fails at load (raises, or calls a method the model lacks): nothing silent
     position: str = ""  # "input" or "output": what the capturing class taps of each listed layer
     holder: str = ""  # the class that holds the capture
 
@@ -72,6 +73,7 @@ class _Run:
     pending: list[tuple[str, _Class, ast.FunctionDef, list[Any]]]  # (holder path, class, method, arguments)
     sets: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
     reason: str = ""
+    loud: bool = False
 
 
 class _Classes:
@@ -114,6 +116,16 @@ class _Classes:
             bases = [self.named(current.file, base.id) for base in current.node.bases if isinstance(base, ast.Name)]
             stack[0:0] = [base for base in bases if base is not None]
 
+    def resolved(self, cls: _Class) -> bool:
+        """Whether every base of the class's lineage is a class of the tree or ``nn.Module``
+        (so a method none of them defines is not there)."""
+        for each in self.lineage(cls):
+            for base in each.node.bases:
+                module = isinstance(base, ast.Attribute) and ast.unparse(base) == "nn.Module"
+                if not module and (not isinstance(base, ast.Name) or self.named(each.file, base.id) is None):
+                    return False
+        return True
+
     def method(self, cls: _Class, name: str) -> tuple[_Class, ast.FunctionDef] | None:
         for owner in self.lineage(cls):
             kept = [node for node in owner.node.body if isinstance(node, ast.FunctionDef) and node.name == name]
@@ -122,30 +134,35 @@ class _Classes:
         return None
 
     def attribute_classes(self, cls: _Class, attribute: str) -> list[_Class] | str:
-        """The classes ``__init__`` (the class's or a base's) builds ``self.<attribute>`` from."""
-        found = self.method(cls, "__init__")
-        if found is None:
-            return f"{cls.name} has no __init__ that sets self.{attribute}"
-        owner, init = found
-        built = [
-            statement.value.func
-            for statement in ast.walk(init)
-            if isinstance(statement, ast.Assign)
-            and isinstance(statement.value, ast.Call)
-            and any(_is_self_attribute(target, attribute) for target in statement.targets)
-        ]
-        classes = [each for func in built for each in self._callee(cls, owner, init, func, 0)]
-        if not built or None in classes:
-            return f"{owner.name}.__init__ ({owner.file}) builds self.{attribute} from no class of the tree"
-        return [each for each in classes if each is not None]
+        """The classes the first ``__init__`` in the lineage that sets ``self.<attribute>`` builds it from."""
+        for owner in self.lineage(cls):
+            for init in [node for node in owner.node.body if isinstance(node, ast.FunctionDef)][::-1]:
+                if init.name != "__init__":
+                    continue
+                built = [
+                    statement.value.func
+                    for statement in ast.walk(init)
+                    if isinstance(statement, ast.Assign)
+                    and isinstance(statement.value, ast.Call)
+                    and any(_is_self_attribute(target, attribute) for target in statement.targets)
+                ]
+                if not built:
+                    break  # this __init__ does not set it: a base's may
+                classes = [each for func in built for each in self._callee(cls, owner, init, func, 0)]
+                if None in classes:
+                    return f"{owner.name}.__init__ ({owner.file}) builds self.{attribute} from no class of the tree"
+                return [each for each in classes if each is not None]
+        return f"no __init__ of {cls.name} or its bases sets self.{attribute}"
 
-    def _passed(self, cls: _Class, owner: _Class, name: str) -> tuple[_Class, ast.FunctionDef, ast.expr] | None:
+    def _passed(
+        self, cls: _Class, owner: _Class, base_init: ast.FunctionDef, name: str
+    ) -> tuple[_Class, ast.FunctionDef, ast.expr] | None:
         """What the nearest subclass of ``owner`` in ``cls``'s lineage hands ``super().__init__`` as ``name``."""
         for each in self.lineage(cls):
             if (each.file, each.name) == (owner.file, owner.name):
                 return None
             init = [node for node in each.node.body if isinstance(node, ast.FunctionDef) and node.name == "__init__"]
-            value = _super_keyword(init[-1], name) if init else None
+            value = _super_argument(init[-1], base_init, name) if init else None
             if value is not None:
                 return each, init[-1], value
         return None
@@ -162,7 +179,7 @@ class _Classes:
             named = self.named(owner.file, func.id)
             if named is not None:
                 return [named]
-            passed = self._passed(cls, owner, func.id)
+            passed = self._passed(cls, owner, function, func.id)
             if passed is not None:  # a subclass hands the parameter to the base's __init__
                 return self._callee(cls, passed[0], passed[1], passed[2], depth + 1)
             values = _bound_values(function, func.id)
@@ -191,7 +208,9 @@ class _Classes:
         return [None]
 
 
-def _super_keyword(function: ast.FunctionDef, name: str) -> ast.expr | None:
+def _super_argument(function: ast.FunctionDef, base_init: ast.FunctionDef, name: str) -> ast.expr | None:
+    """What ``function`` hands ``super().__init__`` for the base's parameter ``name``, by keyword or position."""
+    names = [argument.arg for argument in [*base_init.args.posonlyargs, *base_init.args.args][1:]]
     for node in ast.walk(function):
         if (
             isinstance(node, ast.Call)
@@ -204,6 +223,9 @@ def _super_keyword(function: ast.FunctionDef, name: str) -> ast.expr | None:
             for keyword in node.keywords:
                 if keyword.arg == name:
                     return keyword.value
+            if name in names and names.index(name) < len(node.args):
+                value = node.args[names.index(name)]
+                return None if isinstance(value, ast.Starred) else value
     return None
 
 
@@ -314,7 +336,7 @@ def _round(runs: list[_Run], classes: _Classes, capture: Capture, count: int, ru
             for path, cls, method, args in one.pending:
                 by_file.setdefault(cls.file, []).append((one, path, cls, method, args))
         one.pending = []
-    assume = dict(capture.assume)
+    assume = {**dict(capture.assume), **{f"*.{name}": count for name in capture.counted}}
     for file, work in by_file.items():
         builder = ProgramBuilder(classes.tree, ())
         calls = []
@@ -354,6 +376,7 @@ def _round(runs: list[_Run], classes: _Classes, capture: Capture, count: int, ru
             if outcome is None or not outcome.ok or not isinstance(outcome.value, list):
                 what = failure(outcome) if outcome else "gave no answer"
                 one.reason = f"{cls.name}.{method.name} ({file}:{method.lineno}) {what}"
+                one.loud = outcome is not None and outcome.error_type is not None
                 continue
             _take(one, outcome.value, classes, path)
 
@@ -373,7 +396,11 @@ def _take(one: _Run, records: list[Any], classes: _Classes, root: str) -> None:
                 return
             found = classes.method(cls, method)
             if found is None:
-                one.reason = f"{cls.name} ({cls.file}) has no method {method}, which the hook calls on {path}"
+                one.reason = (
+                    f"{cls.name} ({cls.file}) has no method {method}, which the hook calls on {path}: "
+                    "an AttributeError at load"
+                )
+                one.loud = classes.resolved(cls)
                 return
             if record.get("kwargs"):
                 one.reason = f"the hook calls {path}.{method} with keywords"
@@ -396,7 +423,7 @@ def _class_at(cls: _Class, path: str, classes: _Classes) -> _Class | str:
 
 def _tapped(one: _Run, classes: _Classes, capture: Capture, ids: tuple[int, ...], name: str) -> Tapped:
     if one.reason:
-        return Tapped(name, one.place, None, one.reason)
+        return Tapped(name, one.place, None, one.reason, one.loud)
     lists: dict[str, tuple[str, list[int]]] = {}  # holder path -> (list attribute, ids)
     marks: dict[str, dict[int, bool]] = {}  # holder path -> layer index -> marked
     for path, value in one.sets:
@@ -439,7 +466,7 @@ def _tapped(one: _Run, classes: _Classes, capture: Capture, ids: tuple[int, ...]
     if len(results) > 1:
         return Tapped(name, one.place, None, f"{cls.name} taps its listed and its marked layers differently")
     ((indices, position),) = results
-    return Tapped(name, one.place, indices, "", position, cls.name)
+    return Tapped(name, one.place, indices, position=position, holder=cls.name)
 
 
 def _position(classes: _Classes, cls: _Class, attribute: str | None, capture: Capture) -> int | str | None:

@@ -12,6 +12,7 @@ from ..rules import Behaviour
 
 ACCEPTS = "runner-accepts"
 DEFAULT = "default"  # the setting of a question with one
+MAX_WORKS = 6  # configurations that work, named in a reason before the rest are counted
 
 
 def decide(
@@ -52,7 +53,9 @@ def decide(
     if status == PRESENT:
         return answer
     reason = f"fails for {'; '.join(result.label() for result in answer.fails)}"
-    works = ", ".join(result.label() for result in answer.works)
+    worked = [result.label() for result in answer.works]
+    shown = worked if len(worked) <= MAX_WORKS else [*worked[:MAX_WORKS], f"{len(worked) - MAX_WORKS} more"]
+    works = ", ".join(shown)
     reason += f"; works for {works}" if works else ""
     return dataclasses.replace(answer, reason=reason + (f"; not known for {len(open_)}: {open_[0]}" if open_ else ""))
 

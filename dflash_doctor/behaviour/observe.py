@@ -170,6 +170,11 @@ def capture_position(name: str, draft: DraftConfig, computed: Computed, answer: 
         return
     for tapped in answer.architectures:
         where = f"{tapped.place.symbol} ({tapped.place.file}:{tapped.place.line})"
+        if tapped.loud:  # recorded, not judged: a target that fails at load taps nothing silently
+            yield Observation(
+                name, None, tapped.architecture, "hook-fails", None, None, None, None, f"{where}: {tapped.reason}"
+            )
+            continue
         if tapped.indices is None or expected is None:
             why = tapped.reason or "the drafter states no usable layer ids"
             yield Observation(

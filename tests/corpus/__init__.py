@@ -88,6 +88,7 @@ class Edit:
     changes: tuple[Replace | Transform | Dead, ...]
     draft_config: str | None = None  # a file in tests/corpus/drafters/, checked as the user's --draft-config
     engine: str = "vllm"  # whose release tree is edited, and whose rule judges it
+    setting: str | None = None  # the alternative (a target architecture) the edit touches: judged by its observations
 
     def __post_init__(self) -> None:
         assert self.kind in KINDS, self.kind
@@ -127,10 +128,11 @@ class Edit:
             path.write_text(text)
 
 
-def edits(fix: str, *records: tuple, engine: str = "vllm") -> tuple[Edit, ...]:
+def edits(fix: str, *records: tuple, engine: str = "vllm", setting: str | None = None) -> tuple[Edit, ...]:
     """``edits(FIX, (name, base, kind, why, change, ...), ...)`` -> the fix's Edit records."""
     built = tuple(
-        Edit(fix, name, base, kind, why, tuple(changes), engine=engine) for name, base, kind, why, *changes in records
+        Edit(fix, name, base, kind, why, tuple(changes), engine=engine, setting=setting)
+        for name, base, kind, why, *changes in records
     )
     names = [edit.name for edit in built]
     assert len(names) == len(set(names)), "edit names repeat"

@@ -107,4 +107,5 @@ EDITS = edits(
         Replace(TEXT, FORWARD, NEW_HOOK + FORWARD),
     ),
     engine="sglang",
+    setting="Qwen3_5ForCausalLM",  # the target architecture these edits touch; the tree's others are as released
 )
