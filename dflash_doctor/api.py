@@ -211,6 +211,7 @@ class Patching:
         open_files = files_for(resolved)  # refused before anything is planned or shown
         self._files = None if dry_run else open_files()  # the root is held from before the check reads the tree
         ours = for_engine(rules, resolved.tree.engine.name)  # the tree's engine's rule of each fix
+        self._ours = ours
         self.plan: PatchPlan = plan_patches(resolved.tree, ours, structure_fixes(resolved.tree, ours))
 
     @property
@@ -230,6 +231,23 @@ class Patching:
 
     def recheck(self) -> CheckReport:
         return _rechecked(self._target, self._rules)
+
+    def unpatched(self, report: CheckReport) -> list[str]:
+        """What to say of each fix the re-check still finds absent or partial that the plan did not
+        refuse: behaviour sees the defect in code the forms read as present (the plan reads the
+        forms only), also beside a site it patched. The reason is the rule's ``patch_refusal``."""
+        from .model import ABSENT, PARTIAL
+
+        rules = {rule.id: rule for rule in self._ours}
+        refused = {refusal.fix for refusal in self.plan.refusals}
+        said = []
+        for fix in report.fixes:
+            if fix.status not in (ABSENT, PARTIAL) or fix.id in refused or fix.id not in rules:
+                continue
+            why = rules[fix.id].patch_refusal or "no code form this fix's rule patches was found"
+            done = "is still " + fix.status + " after the patch" if fix.id in self.plan.fixes else "not patched"
+            said.append(f"{fix.id}: {done}: {why}")
+        return said
 
 
 @contextlib.contextmanager

@@ -585,13 +585,14 @@ def test_two_fixes_in_one_file_share_one_backup(tmp_path, mini_tree):
     from dflash_doctor.patching.files import LocalFiles
     from dflash_doctor.patching.plan import plan_patches
     from dflash_doctor.rulefile import load_rule, select
+    from dflash_doctor.rules import for_engine
     from dflash_doctor.targets.path import PathTarget
 
     root = mini_tree("0.20.1")
     original = snapshot(root)
     (tmp_path / "demo.toml").write_text(DEMO_RULE)
     files = LocalFiles(root, "vllm")
-    for rules in (select(["layer-offset"]), (load_rule(tmp_path / "demo.toml"),)):
+    for rules in (for_engine(select(["layer-offset"]), "vllm"), (load_rule(tmp_path / "demo.toml"),)):
         tree = PathTarget(root).resolve().tree
         plan = plan_patches(tree, rules, FormReader(tree).run(rules))
         assert [change.file for change in plan.changes] == [RESOLVER] and not plan.refusals
@@ -615,10 +616,11 @@ def test_a_fix_read_in_a_file_now_gone_is_refused(tmp_path, mini_tree):
     from dflash_doctor.structure.forms import FormReader
     from dflash_doctor.patching.plan import Refusal, plan_patches
     from dflash_doctor.rulefile import select
+    from dflash_doctor.rules import for_engine
     from dflash_doctor.targets.path import PathTarget
 
     root = mini_tree("0.20.1")
-    rules = select(["layer-offset"])
+    rules = for_engine(select(["layer-offset"]), "vllm")  # as patch reads it: the tree's engine's rule
     fixes = FormReader(PathTarget(root).resolve().tree).run(rules)
     assert any(item.file == RESOLVER for item in fixes[0].evidence)
     (root / RESOLVER).unlink()

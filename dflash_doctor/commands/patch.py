@@ -116,9 +116,13 @@ def patch(
             )
             session.apply()
             _say(f"patched {', '.join(change.file for change in plan.changes)}; `dflash-doctor restore` undoes it")
-        elif not plan.refusals:
+        report = session.recheck()
+        unpatched = session.unpatched(report)
+        for line in unpatched:  # the defect behaviour sees where the forms read present
+            _say(line)
+        if not plan.changes and not plan.refusals and not unpatched:
             _say("nothing to patch: every selected fix is present")
-        return _report(session.recheck())
+        return _report(report)
 
 
 def restore(

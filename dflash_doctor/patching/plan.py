@@ -13,7 +13,7 @@ import difflib
 from collections.abc import Iterable, Mapping
 
 from ..model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, Evidence, FixResult, ToolError
-from ..rules import Form, Rule
+from ..rules import Form, Rule, for_engine
 from ..source import ParsedFile, SourceError, SourceTree
 from .state import sha256
 
@@ -73,6 +73,7 @@ class PatchPlan:
 def plan_patches(tree: SourceTree, rules: tuple[Rule, ...], fixes: tuple[FixResult, ...]) -> PatchPlan:
     from .codemod import PatchRefused  # heavy: libcst, and restore imports this module (apply) without patching
 
+    rules = for_engine(rules, tree.engine.name)  # one rule per fix id: the tree's engine's where it has one
     by_id = {rule.id: rule for rule in rules}
     refusals: list[Refusal] = []
     texts: dict[str, str] = {}  # relpath -> text, patched so far
