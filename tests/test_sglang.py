@@ -93,8 +93,8 @@ def test_sglangs_descriptor_is_what_its_wheels_say() -> None:
 @pytest.mark.parametrize(
     ("version", "judged"),
     [
-        (LAST_WITHOUT, dict.fromkeys(("cache-drop", "rope-base", "swa-config"), NOT_APPLICABLE)),
-        (FIRST_WITH, {"cache-drop": PRESENT, "rope-base": ABSENT, "swa-config": ABSENT}),
+        (LAST_WITHOUT, dict.fromkeys(("cache-drop", "layer-offset", "rope-base", "swa-config"), NOT_APPLICABLE)),
+        (FIRST_WITH, {"cache-drop": PRESENT, "layer-offset": PRESENT, "rope-base": ABSENT, "swa-config": ABSENT}),
     ],
 )
 def test_check_release_of_sglang_judges_by_sglangs_rules_never_vllms(version: str, judged: dict[str, str]) -> None:
@@ -152,7 +152,7 @@ def test_a_tree_holding_both_engines_is_checked_for_each(both: Path) -> None:
     assert (vllm["engine"]["name"], vllm["engine"]["version"]) == ("vllm", "0.33.0")
     assert (sglang["engine"]["name"], sglang["engine"]["version"]) == ("sglang", FIRST_WITH)
     statuses = {fix["id"]: fix["status"] for fix in sglang["fixes"]}
-    assert statuses == {"cache-drop": PRESENT, "layer-offset": UNKNOWN, "rope-base": ABSENT, "swa-config": ABSENT}
+    assert statuses == {"cache-drop": PRESENT, "layer-offset": PRESENT, "rope-base": ABSENT, "swa-config": ABSENT}
     alone = json.loads(run_cli("check", "--path", str(both), "--engine", "vllm", "--format", "json").stdout)
     assert alone["fixes"] == vllm["fixes"] and UNKNOWN not in {fix["status"] for fix in alone["fixes"]}
     assert proc.returncode == fleet["exit_code"] == exit_code_for([vllm["exit_code"], sglang["exit_code"]])
@@ -169,9 +169,9 @@ def test_the_results_cache_keeps_the_engines_of_one_tree_apart(both: Path, tmp_p
     ]
     assert len(list((tmp_path / "cache" / "results").rglob("*.json"))) == 2  # one entry per engine
     assert runs[0]["fixes"] == runs[2]["fixes"] and runs[1]["fixes"] == runs[3]["fixes"]
-    assert UNKNOWN in {fix["status"] for fix in runs[3]["fixes"]} and UNKNOWN not in {
-        fix["status"] for fix in runs[2]["fixes"]
-    }
+    prs = [{fix["id"]: fix["prs"] for fix in run["fixes"]}["layer-offset"] for run in runs]
+    assert prs[2] != prs[3] and 38096 in prs[3]  # each engine's answer, by its own rule, from its own entry
+    assert (runs[2]["engine"]["name"], runs[3]["engine"]["name"]) == ("vllm", "sglang")
 
 
 def v1_of(report: dict[str, Any]) -> dict[str, Any]:
@@ -345,27 +345,20 @@ def test_an_editable_sglang_beside_an_installed_vllm_is_found_through_the_interp
 
 
 def test_a_fix_has_a_rule_per_engine_and_each_tree_is_judged_by_its_own(both: Path, tmp_path: Path) -> None:
-    rules = tmp_path / "rules"
-    rules.mkdir()
-    shipped = next(rule for rule in load_rules() if rule.id == "layer-offset")
-    (rules / "layer-offset.toml").write_text('engine = "sglang"\n' + shipped.source.read_text(encoding="utf-8"))
-    env = {**os.environ, "DFLASH_DOCTOR_RULES": str(rules)}
-    plain = json.loads(run_cli("check", "--path", str(both), "--format", "json").stdout)
-    fleet = json.loads(run_cli("check", "--path", str(both), "--format", "json", env=env).stdout)
+    fleet = json.loads(run_cli("check", "--path", str(both), "--format", "json").stdout)
     fleet_validator().validate(fleet)
     vllm, sglang = fleet["hosts"]
-    assert [fix["id"] for fix in vllm["fixes"]] == [rule.id for rule in for_engine(load_rules(), "vllm")]
-    # vLLM's fixes and SGLang's own, each named once
-    assert [fix["id"] for fix in sglang["fixes"]] == [rule.id for rule in for_engine(load_rules(), "sglang")]
-    assert vllm["fixes"] == plain["hosts"][0]["fixes"]  # vLLM's tree is judged by vLLM's rules alone
+    for report, engine in ((vllm, "vllm"), (sglang, "sglang")):  # each fix named once, by its engine's rule
+        rules = for_engine(load_rules(), engine)
+        assert [fix["id"] for fix in report["fixes"]] == [rule.id for rule in rules]
+        assert [fix["prs"] for fix in report["fixes"]] == [list(rule.prs + rule.unmerged_prs) for rule in rules]
     by_id = {fix["id"]: fix for fix in sglang["fixes"]}
-    assert by_id["cache-drop"]["decided_by"] == "behaviour"  # SGLang's own rule
-    assert by_id["layer-offset"]["prs"] == list(shipped.prs + shipped.unmerged_prs)
-    assert not (by_id["layer-offset"]["reason"] or "").startswith("no rule judges")  # its SGLang rule ran
-    twice = tmp_path / "twice"
-    shutil.copytree(rules, twice)
-    (twice / "again.toml").write_text((rules / "layer-offset.toml").read_text())
-    proc = run_cli("check", "--path", str(both), env={**os.environ, "DFLASH_DOCTOR_RULES": str(twice)})
+    assert by_id["layer-offset"]["decided_by"] == "behaviour"  # SGLang's own rule ran its own question
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    shipped = next(rule for rule in load_rules() if rule.id == "layer-offset" and rule.engine == "sglang")
+    (rules / "again.toml").write_text(shipped.source.read_text(encoding="utf-8"))
+    proc = run_cli("check", "--path", str(both), env={**os.environ, "DFLASH_DOCTOR_RULES": str(rules)})
     assert_error(proc, "a rule with the id 'layer-offset' is already loaded for sglang")
 
 
@@ -378,15 +371,11 @@ def test_the_release_matrix_of_sglang_judges_what_its_rules_cover_and_says_whose
     matrix = json.loads(proc.stdout)
     jsonschema.validate(matrix, json.loads((SCHEMAS / "releases-v1.schema.json").read_text()))
     assert proc.returncode == 0 and matrix["engine"] == "sglang"
-    assert [row["release"] for row in matrix["releases"]] == [LAST_WITHOUT, FIRST_WITH] == matrix["unjudged"]
-    assert [row["fixes"] for row in matrix["releases"]] == [  # unjudged: a fix no SGLang rule covers yet is unknown
-        {
-            "cache-drop": NOT_APPLICABLE,
-            "layer-offset": UNKNOWN,
-            "rope-base": NOT_APPLICABLE,
-            "swa-config": NOT_APPLICABLE,
-        },
-        {"cache-drop": PRESENT, "layer-offset": UNKNOWN, "rope-base": ABSENT, "swa-config": ABSENT},
+    assert [row["release"] for row in matrix["releases"]] == [LAST_WITHOUT, FIRST_WITH]
+    assert matrix["unjudged"] == []  # every fix has an SGLang rule, and both releases are judged
+    assert [row["fixes"] for row in matrix["releases"]] == [
+        dict.fromkeys(("cache-drop", "layer-offset", "rope-base", "swa-config"), NOT_APPLICABLE),
+        {"cache-drop": PRESENT, "layer-offset": PRESENT, "rope-base": ABSENT, "swa-config": ABSENT},
     ]
     assert "SGLang" in matrix["summary"]["text"] and "vLLM" not in matrix["summary"]["text"]
     table = run_cli("releases", "--engine", "sglang", "--offline", "--from", LAST_WITHOUT, "--to", FIRST_WITH).stdout
