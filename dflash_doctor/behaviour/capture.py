@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..isolation.sandbox import Call, SandboxError
 from ..rules import Capture
-from ..source import ParsedFile, SourceError, SourceTree, Symbol
+from ..source import SourceTree, Symbol
 from .computed import RunProgram
 from .definitions import ExtractError, Place
 from .interpret import failure
+from .lineage import TreeClass, TreeClasses, class_at, is_self_attribute
 from .program import ProgramBuilder
 
 MAX_HOPS = 4  # hooks handing on to the hooks of the models they hold
@@ -41,7 +42,7 @@ class Tapped:
     indices: tuple[int, ...] | None
     reason: str = ""
     loud: bool = False  # the hook fails at load (raises, or calls a method the model lacks): nothing silent
-    position: str = ""  # "input" or "output": what the capturing class taps of each listed layer
+    position: str = ""  # what the capturing class taps of each listed layer ("input", "output")
     holder: str = ""  # the class that holds the capture
 
 
@@ -53,226 +54,24 @@ class CaptureAnswer:
     reason: str = ""
 
 
-@dataclasses.dataclass(frozen=True)
-class _Class:
-    file: str
-    node: ast.ClassDef
-    parsed: ParsedFile
-
-    @property
-    def name(self) -> str:
-        return self.node.name
-
-
 @dataclasses.dataclass
 class _Run:
     """One architecture's hook chain for one drafter, while it runs."""
 
-    architecture: _Class
+    architecture: TreeClass
     place: Place
-    pending: list[tuple[str, _Class, ast.FunctionDef, list[Any]]]  # (holder path, class, method, arguments)
+    pending: list[tuple[str, TreeClass, ast.FunctionDef, list[Any]]]  # (holder path, class, method, arguments)
     sets: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
     reason: str = ""
     loud: bool = False
 
 
-class _Classes:
-    """The tree's classes by file and name, read on demand, with imports followed."""
-
-    def __init__(self, tree: SourceTree) -> None:
-        self.tree = tree
-
-    def parsed(self, file: str) -> ParsedFile | None:
-        try:
-            return self.tree.parsed(file)
-        except SourceError:
-            return None
-
-    def named(self, file: str, name: str, depth: int = 0) -> _Class | None:
-        """The class ``name`` means in ``file``: defined there or imported from the package."""
-        parsed = self.parsed(file)
-        if parsed is None or depth > 3:
-            return None
-        for node in parsed.tree.body:
-            if isinstance(node, ast.ClassDef) and node.name == name:
-                return _Class(file, node, parsed)
-        for node in parsed.tree.body:
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                for alias in node.names:
-                    if (alias.asname or alias.name) == name:
-                        return self.named(node.module.replace(".", "/") + ".py", alias.name, depth + 1)
-        return None
-
-    def lineage(self, cls: _Class) -> Iterator[_Class]:
-        """The class, then its bases the tree defines, depth first (as Python looks up a name)."""
-        seen: set[tuple[str, str]] = set()
-        stack = [cls]
-        while stack:
-            current = stack.pop(0)
-            if (current.file, current.name) in seen:
-                continue
-            seen.add((current.file, current.name))
-            yield current
-            bases = [self.named(current.file, base.id) for base in current.node.bases if isinstance(base, ast.Name)]
-            stack[0:0] = [base for base in bases if base is not None]
-
-    def resolved(self, cls: _Class) -> bool:
-        """Whether every base of the class's lineage is a class of the tree or ``nn.Module``
-        (so a method none of them defines is not there)."""
-        for each in self.lineage(cls):
-            for base in each.node.bases:
-                module = isinstance(base, ast.Attribute) and ast.unparse(base) == "nn.Module"
-                if not module and (not isinstance(base, ast.Name) or self.named(each.file, base.id) is None):
-                    return False
-        return True
-
-    def method(self, cls: _Class, name: str) -> tuple[_Class, ast.FunctionDef] | None:
-        for owner in self.lineage(cls):
-            kept = [node for node in owner.node.body if isinstance(node, ast.FunctionDef) and node.name == name]
-            if kept:
-                return owner, kept[-1]  # the last def of a name in a class body is the one Python keeps
-        return None
-
-    def attribute_classes(self, cls: _Class, attribute: str) -> list[_Class] | str:
-        """The classes the first ``__init__`` in the lineage that sets ``self.<attribute>`` builds it from."""
-        for owner in self.lineage(cls):
-            for init in [node for node in owner.node.body if isinstance(node, ast.FunctionDef)][::-1]:
-                if init.name != "__init__":
-                    continue
-                built = [
-                    statement.value.func
-                    for statement in ast.walk(init)
-                    if isinstance(statement, ast.Assign)
-                    and isinstance(statement.value, ast.Call)
-                    and any(_is_self_attribute(target, attribute) for target in statement.targets)
-                ]
-                if not built:
-                    break  # this __init__ does not set it: a base's may
-                classes = [each for func in built for each in self._callee(cls, owner, init, func, 0)]
-                if None in classes:
-                    return f"{owner.name}.__init__ ({owner.file}) builds self.{attribute} from no class of the tree"
-                return [each for each in classes if each is not None]
-        return f"no __init__ of {cls.name} or its bases sets self.{attribute}"
-
-    def _passed(
-        self, cls: _Class, owner: _Class, base_init: ast.FunctionDef, name: str
-    ) -> tuple[_Class, ast.FunctionDef, ast.expr] | None:
-        """What the nearest subclass of ``owner`` in ``cls``'s lineage hands ``super().__init__`` as ``name``."""
-        for each in self.lineage(cls):
-            if (each.file, each.name) == (owner.file, owner.name):
-                return None
-            init = [node for node in each.node.body if isinstance(node, ast.FunctionDef) and node.name == "__init__"]
-            value = _super_argument(init[-1], base_init, name) if init else None
-            if value is not None:
-                return each, init[-1], value
-        return None
-
-    def _callee(
-        self, cls: _Class, owner: _Class, function: ast.FunctionDef, func: ast.expr, depth: int
-    ) -> list[_Class | None]:
-        """The classes a constructor call's callee may be: a class name (or a name ``function``
-        binds to one, a parameter's default included), ``module.Class``, a class attribute
-        (``self.body_cls``) or a method of the class returning a construction (``self._init_model``)."""
-        if depth > 3:
-            return [None]
-        if isinstance(func, ast.Name):
-            named = self.named(owner.file, func.id)
-            if named is not None:
-                return [named]
-            passed = self._passed(cls, owner, function, func.id)
-            if passed is not None:  # a subclass hands the parameter to the base's __init__
-                return self._callee(cls, passed[0], passed[1], passed[2], depth + 1)
-            values = _bound_values(function, func.id)
-            return [c for value in values for c in self._callee(cls, owner, function, value, depth + 1)] or [None]
-        if isinstance(func, ast.Attribute) and _is_self_attribute(func):
-            method = self.method(cls, func.attr)
-            if method is not None:
-                returned = [
-                    node.value.func
-                    for node in ast.walk(method[1])
-                    if isinstance(node, ast.Return) and isinstance(node.value, ast.Call)
-                ]
-                return [c for value in returned for c in self._callee(cls, method[0], method[1], value, depth + 1)] or [
-                    None
-                ]
-            for holder in self.lineage(cls):
-                for node in holder.node.body:
-                    if isinstance(node, ast.Assign) and any(
-                        isinstance(t, ast.Name) and t.id == func.attr for t in node.targets
-                    ):
-                        return self._callee(cls, holder, function, node.value, depth + 1)
-            return [None]
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
-            module = _imported_module(owner.parsed.tree, func.value.id)
-            return [self.named(module.replace(".", "/") + ".py", func.attr) if module else None]
-        return [None]
-
-
-def _super_argument(function: ast.FunctionDef, base_init: ast.FunctionDef, name: str) -> ast.expr | None:
-    """What ``function`` hands ``super().__init__`` for the base's parameter ``name``, by keyword or position."""
-    names = [argument.arg for argument in [*base_init.args.posonlyargs, *base_init.args.args][1:]]
-    for node in ast.walk(function):
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "__init__"
-            and isinstance(node.func.value, ast.Call)
-            and isinstance(node.func.value.func, ast.Name)
-            and node.func.value.func.id == "super"
-        ):
-            for keyword in node.keywords:
-                if keyword.arg == name:
-                    return keyword.value
-            if name in names and names.index(name) < len(node.args):
-                value = node.args[names.index(name)]
-                return None if isinstance(value, ast.Starred) else value
-    return None
-
-
-def _bound_values(function: ast.FunctionDef, name: str) -> list[ast.expr]:
-    """What ``function`` binds ``name`` to: its assignments (both arms of a conditional) and a parameter's default."""
-    values: list[ast.expr] = []
-    for node in ast.walk(function):
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
-            values.extend([node.value.body, node.value.orelse] if isinstance(node.value, ast.IfExp) else [node.value])
-    arguments = function.args
-    positional = [*arguments.posonlyargs, *arguments.args]
-    defaults = dict(zip([a.arg for a in positional[len(positional) - len(arguments.defaults) :]], arguments.defaults))
-    defaults.update((a.arg, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None)
-    if name in defaults:
-        values.append(defaults[name])
-    return values
-
-
-def _imported_module(module: ast.Module, name: str) -> str | None:
-    """The module a file binds ``name`` to (``from pkg import mod``, ``import pkg.mod as name``)."""
-    for node in module.body:
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            for alias in node.names:
-                if (alias.asname or alias.name) == name:
-                    return f"{node.module}.{alias.name}"
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.asname == name:
-                    return alias.name
-    return None
-
-
-def _is_self_attribute(node: ast.AST, attribute: str | None = None) -> bool:
-    return (
-        isinstance(node, ast.Attribute)
-        and isinstance(node.value, ast.Name)
-        and node.value.id == "self"
-        and (attribute is None or node.attr == attribute)
-    )
-
-
 def architectures(
     tree: SourceTree, capture: Capture
-) -> tuple[list[tuple[str, _Class, _Class, ast.FunctionDef]], _Classes]:
+) -> tuple[list[tuple[str, TreeClass, TreeClass, ast.FunctionDef]], TreeClasses]:
     """(architecture, its class, the class whose hook it runs, that hook) for every class a
     file defining the hook lists in its entry name."""
-    classes = _Classes(tree)
+    classes = TreeClasses(tree)
     found = []
     for file in sorted(tree.files_defining({capture.hook}).get(capture.hook, [])):
         parsed = classes.parsed(file)
@@ -327,10 +126,10 @@ def evaluate(
     return answers
 
 
-def _round(runs: list[_Run], classes: _Classes, capture: Capture, count: int, run: RunProgram) -> None:
+def _round(runs: list[_Run], classes: TreeClasses, capture: Capture, count: int, run: RunProgram) -> None:
     """Run every pending hook (one request per file, so module names resolve as in the tree) and
     queue the hooks they hand on to."""
-    by_file: dict[str, list[tuple[_Run, str, _Class, ast.FunctionDef, list[Any]]]] = {}
+    by_file: dict[str, list[tuple[_Run, str, TreeClass, ast.FunctionDef, list[Any]]]] = {}
     for one in runs:
         if not one.reason:
             for path, cls, method, args in one.pending:
@@ -369,7 +168,7 @@ def _round(runs: list[_Run], classes: _Classes, capture: Capture, count: int, ru
             for one, *_ in work:
                 one.reason = one.reason or str(exc)
             continue
-        for index, (one, path, cls, method, _) in enumerate(work):
+        for index, (one, _path, cls, method, _args) in enumerate(work):
             outcome = outcomes.get(str(index))
             if one.reason:
                 continue
@@ -378,10 +177,10 @@ def _round(runs: list[_Run], classes: _Classes, capture: Capture, count: int, ru
                 one.reason = f"{cls.name}.{method.name} ({file}:{method.lineno}) {what}"
                 one.loud = outcome is not None and outcome.error_type is not None
                 continue
-            _take(one, outcome.value, classes, path)
+            _take(one, outcome.value, classes)
 
 
-def _take(one: _Run, records: list[Any], classes: _Classes, root: str) -> None:
+def _take(one: _Run, records: list[Any], classes: TreeClasses) -> None:
     """Keep what a hook set; queue the hooks of held models it called."""
     for record in records:
         if not isinstance(record, dict):
@@ -390,7 +189,7 @@ def _take(one: _Run, records: list[Any], classes: _Classes, root: str) -> None:
             one.sets.append((record["set"], record["value"]))
         elif "call" in record:
             path, _, method = str(record["call"]).rpartition(".")
-            cls = _class_at(one.architecture, path, classes)
+            cls = class_at(one.architecture, path, classes)
             if isinstance(cls, str):
                 one.reason = cls
                 return
@@ -408,20 +207,7 @@ def _take(one: _Run, records: list[Any], classes: _Classes, root: str) -> None:
             one.pending.append((path, found[0], found[1], list(record.get("args", []))))
 
 
-def _class_at(cls: _Class, path: str, classes: _Classes) -> _Class | str:
-    """The class of the model at a holder path ("self.model.language_model")."""
-    current = cls
-    for attribute in path.split(".")[1:]:
-        options = classes.attribute_classes(current, attribute)
-        if isinstance(options, str):
-            return options
-        if len({(option.file, option.name) for option in options}) > 1:
-            return f"{current.name}.__init__ builds self.{attribute} from more than one class"
-        current = options[0]
-    return current
-
-
-def _tapped(one: _Run, classes: _Classes, capture: Capture, ids: tuple[int, ...], name: str) -> Tapped:
+def _tapped(one: _Run, classes: TreeClasses, capture: Capture, ids: tuple[int, ...], name: str) -> Tapped:
     if one.reason:
         return Tapped(name, one.place, None, one.reason, one.loud)
     lists: dict[str, tuple[str, list[int]]] = {}  # holder path -> (list attribute, ids)
@@ -445,7 +231,7 @@ def _tapped(one: _Run, classes: _Classes, capture: Capture, ids: tuple[int, ...]
             name, one.place, None, f"the hook sets captures on more than one model ({', '.join(sorted(holders))})"
         )
     (holder,) = holders
-    cls = _class_at(one.architecture, holder, classes)
+    cls = class_at(one.architecture, holder, classes)
     if isinstance(cls, str):
         return Tapped(name, one.place, None, cls)
     captures: list[tuple[str | None, list[int]]] = []  # (the list a capture test reads, None: marks; layer ids)
@@ -469,7 +255,7 @@ def _tapped(one: _Run, classes: _Classes, capture: Capture, ids: tuple[int, ...]
     return Tapped(name, one.place, indices, position=position, holder=cls.name)
 
 
-def _position(classes: _Classes, cls: _Class, attribute: str | None, capture: Capture) -> int | str | None:
+def _position(classes: TreeClasses, cls: TreeClass, attribute: str | None, capture: Capture) -> int | str | None:
     """The HF index a listed id is tapped at, less the id, by the class's loops over its layers
     (0: the layer's input, 1: its output); a reason when they disagree or cannot be read, None
     when no loop reads the capture. ``attribute``: the list the capture test reads; None: the mark."""
@@ -538,7 +324,7 @@ def _is_test(node: ast.AST, attribute: str | None, capture: Capture) -> bool:
         return (
             isinstance(node, ast.Compare)
             and any(isinstance(op, ast.In) for op in node.ops)
-            and any(_is_self_attribute(right, attribute) for right in node.comparators)
+            and any(is_self_attribute(right, attribute) for right in node.comparators)
         )
     if isinstance(node, ast.Attribute) and node.attr == capture.mark:
         return True

@@ -175,31 +175,12 @@ def capture_position(name: str, draft: DraftConfig, computed: Computed, answer: 
                 name, None, tapped.architecture, "hook-fails", None, None, None, None, f"{where}: {tapped.reason}"
             )
             continue
-        if tapped.indices is None or expected is None:
-            why = tapped.reason or "the drafter states no usable layer ids"
-            yield Observation(
-                name,
-                None,
-                tapped.architecture,
-                "capture-position",
-                None,
-                as_list(expected),
-                None,
-                None,
-                f"{where}: {why}",
-            )
-            continue
-        note = f"{where}: {tapped.holder} taps each listed layer's {tapped.position}"
+        indices = tapped.indices if expected is not None else None
+        ok = None if indices is None or expected is None else indices == tuple(expected)
+        why = f"{tapped.holder} taps each listed layer's {tapped.position}" if indices is not None else tapped.reason
+        note = f"{where}: {why or 'the drafter states no usable layer ids'}"
         yield Observation(
-            name,
-            None,
-            tapped.architecture,
-            "capture-position",
-            None,
-            list(expected),
-            list(tapped.indices),
-            tapped.indices == tuple(expected),
-            note,
+            name, None, tapped.architecture, "capture-position", None, as_list(expected), as_list(indices), ok, note
         )
 
 
