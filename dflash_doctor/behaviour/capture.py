@@ -60,6 +60,7 @@ class _Run:
 
     architecture: TreeClass
     place: Place
+    count: int  # the target's layer count
     pending: list[tuple[str, TreeClass, ast.FunctionDef, list[Any]]]  # (holder path, class, method, arguments)
     sets: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
     reason: str = ""
@@ -102,31 +103,35 @@ def evaluate(
     if not found:
         why = f"no target architecture of this tree defines {capture.hook}"
         return [CaptureAnswer((), why) for _ in drafters]
+    runs: dict[int, list[_Run]] = {}  # by drafter: one run per architecture, all run together
+    for index, (ids, count) in enumerate(drafters):
+        if ids is not None and count is not None:
+            runs[index] = [
+                _Run(
+                    owner,
+                    Place(hook_owner.file, f"{hook_owner.name}.{hook.name}", hook.lineno),
+                    count,
+                    [("self", hook_owner, hook, [list(ids)])],
+                )
+                for _, owner, hook_owner, hook in found
+            ]
+    everything = [one for each in runs.values() for one in each]
+    for _ in range(MAX_HOPS):
+        if not any(one.pending and not one.reason for one in everything):
+            break
+        _round(everything, classes, capture, run)
     answers = []
-    for ids, count in drafters:
+    for index, (ids, count) in enumerate(drafters):
         if ids is None or count is None:
             why = "the drafter states no layer ids" if ids is None else "the target's layer count is not known"
             answers.append(CaptureAnswer((), why))
             continue
-        runs = [
-            _Run(
-                owner,
-                Place(hook_owner.file, f"{hook_owner.name}.{hook.name}", hook.lineno),
-                [("self", hook_owner, hook, [list(ids)])],
-            )
-            for name, owner, hook_owner, hook in found
-        ]
-        for _ in range(MAX_HOPS):
-            if not any(one.pending and not one.reason for one in runs):
-                break
-            _round(runs, classes, capture, count, run)
-        answers.append(
-            CaptureAnswer(tuple(_tapped(one, classes, capture, ids, name) for one, (name, *_) in zip(runs, found)))
-        )
+        tapped = (_tapped(one, classes, capture, name) for one, (name, *_) in zip(runs[index], found))
+        answers.append(CaptureAnswer(tuple(tapped)))
     return answers
 
 
-def _round(runs: list[_Run], classes: TreeClasses, capture: Capture, count: int, run: RunProgram) -> None:
+def _round(runs: list[_Run], classes: TreeClasses, capture: Capture, run: RunProgram) -> None:
     """Run every pending hook (one request per file, so module names resolve as in the tree) and
     queue the hooks they hand on to."""
     by_file: dict[str, list[tuple[_Run, str, TreeClass, ast.FunctionDef, list[Any]]]] = {}
@@ -135,7 +140,6 @@ def _round(runs: list[_Run], classes: TreeClasses, capture: Capture, count: int,
             for path, cls, method, args in one.pending:
                 by_file.setdefault(cls.file, []).append((one, path, cls, method, args))
         one.pending = []
-    assume = {**dict(capture.assume), **{f"*.{name}": count for name in capture.counted}}
     for file, work in by_file.items():
         builder = ProgramBuilder(classes.tree, ())
         calls = []
@@ -150,7 +154,8 @@ def _round(runs: list[_Run], classes: TreeClasses, capture: Capture, count: int,
             except ExtractError as exc:
                 one.reason = f"{cls.name}.{method.name} ({file}) could not be copied: {exc}"
                 continue
-            holder = {"$holder": path, "assume": assume, "count": count}
+            assume = {**dict(capture.assume), **{f"*.{name}": one.count for name in capture.counted}}
+            holder = {"$holder": path, "assume": assume, "count": one.count}
             calls.append(
                 Call(
                     str(index),
@@ -207,7 +212,7 @@ def _take(one: _Run, records: list[Any], classes: TreeClasses) -> None:
             one.pending.append((path, found[0], found[1], list(record.get("args", []))))
 
 
-def _tapped(one: _Run, classes: TreeClasses, capture: Capture, ids: tuple[int, ...], name: str) -> Tapped:
+def _tapped(one: _Run, classes: TreeClasses, capture: Capture, name: str) -> Tapped:
     if one.reason:
         return Tapped(name, one.place, None, one.reason, one.loud)
     lists: dict[str, tuple[str, list[int]]] = {}  # holder path -> (list attribute, ids)
