@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..draft.config import DraftConfig, TargetLayers, target_layer_count
+from ..draft.config import DraftConfig, target_layer_count
 from ..model import PRESENT, BehaviourAnswer
 from ..provenance import read_platform
 from ..rules import Rule, reference_configs
@@ -25,11 +25,7 @@ def user_name(draft: DraftConfig) -> str:
 
 
 def answer_rules(
-    tree: SourceTree,
-    rules: tuple[Rule, ...],
-    run: RunProgram,
-    user: DraftConfig | None = None,
-    target: TargetLayers | None = None,
+    tree: SourceTree, rules: tuple[Rule, ...], run: RunProgram, user: DraftConfig | None = None
 ) -> tuple[dict[str, BehaviourAnswer], Computed | None]:
     """Each rule's answer by id, and the user's probes (for the report's probes section).
     With a user config its answer gates where it has one, unless it works and the
@@ -56,9 +52,7 @@ def answer_rules(
         if behaviour.flag is not None:  # one answer of the tree's, the same for every drafter config
             built = [evaluate_flag(tree, behaviour.flag, run)] * len(probes)
         elif behaviour.capture is not None:  # per drafter: its ids, on a target with its layer count
-            built = evaluate_capture(
-                tree, behaviour.capture, [_ids_and_count(draft, target) for _, draft in configs], run
-            )
+            built = evaluate_capture(tree, behaviour.capture, [_ids_and_count(draft) for _, draft in configs], run)
         elif construct is not None:
             built = construct_layers(
                 tree, construct, [found.hf_config for found in probes], run, rule.files, platform.name
@@ -87,10 +81,10 @@ def answer_rules(
     return answers, probes[-1] if user is not None else None
 
 
-def _ids_and_count(draft: DraftConfig, target: TargetLayers | None) -> tuple[tuple[int, ...] | None, int | None]:
-    """The drafter's ids as written and the target's layer count (the target config's, else the drafter's)."""
+def _ids_and_count(draft: DraftConfig) -> tuple[tuple[int, ...] | None, int | None]:
+    """The drafter's ids as written and the target's layer count (``num_target_layers``)."""
     ids = draft.layer_ids
-    counted = target_layer_count(draft, target)
+    counted = target_layer_count(draft, None)
     usable = isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids) and ids
     return (tuple(ids) if usable else None), (counted.count if counted else None)
 
