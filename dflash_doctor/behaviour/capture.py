@@ -265,15 +265,12 @@ def _position(classes: TreeClasses, cls: TreeClass, attribute: str | None, captu
     (0: the layer's input, 1: its output); a reason when they disagree or cannot be read, None
     when no loop reads the capture. ``attribute``: the list the capture test reads; None: the mark."""
     positions: set[int | str] = set()
-    for owner in classes.lineage(cls):
-        for method in owner.node.body:
-            if not isinstance(method, ast.FunctionDef):
-                continue
-            for loop in ast.walk(method):
-                if isinstance(loop, ast.For):
-                    found = _loop_position(loop, attribute, capture)
-                    if found is not None:
-                        positions.add(found)
+    for method in classes.methods(cls):
+        for loop in ast.walk(method):
+            if isinstance(loop, ast.For):
+                found = _loop_position(loop, attribute, capture)
+                if found is not None:
+                    positions.add(found)
     if not positions:
         return None
     if len(positions) > 1:

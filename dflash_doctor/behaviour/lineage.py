@@ -73,6 +73,14 @@ class TreeClasses:
                     return False
         return True
 
+    def methods(self, cls: TreeClass) -> list[ast.FunctionDef]:
+        """Every method the class has, each the one Python keeps (an override hides the base's)."""
+        kept: dict[str, ast.FunctionDef] = {}
+        for owner in self.lineage(cls):
+            mine = {node.name: node for node in owner.node.body if isinstance(node, ast.FunctionDef)}  # the last def
+            kept.update((name, node) for name, node in mine.items() if name not in kept)
+        return list(kept.values())
+
     def method(self, cls: TreeClass, name: str) -> tuple[TreeClass, ast.FunctionDef] | None:
         for owner in self.lineage(cls):
             kept = [node for node in owner.node.body if isinstance(node, ast.FunctionDef) and node.name == name]

@@ -1,0 +1,124 @@
+"""The capture-position question on a tree written here (our own toy target models, not SGLang's
+code): the hook Python keeps runs, the tap is read from the holding model's loop, and hostile
+shapes (a hook that never returns, bases that name each other, a hook that recurses through the
+model it holds) end bounded, as an answer or ``unknown`` with the reason, never a guess."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dflash_doctor.behaviour.capture import evaluate
+from dflash_doctor.engines import SGLANG
+from dflash_doctor.isolation.sandbox import session
+from dflash_doctor.rulefile import load_rules
+from dflash_doctor.source import DirectoryTree
+
+MODELS = """
+class ToyModel:
+    def __init__(self, config):
+        self.layers = []
+        self.layers_to_capture = []
+
+    def forward(self, x):
+        aux = []
+        for i in range(len(self.layers)):
+            if i in self.layers_to_capture:
+                aux.append(x)
+            x = self.layers[i](x)
+        return x, aux
+
+
+class AfterModel(ToyModel):
+    def forward(self, x):
+        aux = []
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if i in self.layers_to_capture:
+                aux.append(x)
+        return x, aux
+
+
+class ToyForCausalLM:
+    def __init__(self, config):
+        self.model = ToyModel(config)
+
+    def set_dflash_layers_to_capture(self, layer_ids):
+        self.model.layers_to_capture = [i + 1 for i in layer_ids]
+
+
+class AfterForCausalLM(ToyForCausalLM):
+    def __init__(self, config):
+        self.model = AfterModel(config)
+
+    def set_dflash_layers_to_capture(self, layer_ids):
+        self.model.layers_to_capture = list(layer_ids)
+
+
+class ShadowedForCausalLM(ToyForCausalLM):
+    def set_dflash_layers_to_capture(self, layer_ids):
+        self.model.layers_to_capture = [i + 1 for i in layer_ids]
+
+    def set_dflash_layers_to_capture(self, layer_ids):
+        self.model.layers_to_capture = list(layer_ids)
+
+
+class SpinForCausalLM(ToyForCausalLM):
+    def set_dflash_layers_to_capture(self, layer_ids):
+        while True:
+            pass
+
+
+class EchoForCausalLM(ToyForCausalLM):
+    def __init__(self, config):
+        self.model = EchoForCausalLM(config)
+
+    def set_dflash_layers_to_capture(self, layer_ids):
+        self.model.set_dflash_layers_to_capture(layer_ids)
+
+
+class CycleA(CycleB):
+    pass
+
+
+class CycleB(CycleA):
+    def set_dflash_layers_to_capture(self, layer_ids):
+        pass
+
+
+EntryClass = [ToyForCausalLM, AfterForCausalLM, ShadowedForCausalLM, SpinForCausalLM, EchoForCausalLM, CycleA]
+"""
+IDS = (1, 9, 17)
+
+
+@pytest.fixture(scope="module")
+def answer(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("toy")
+    models = root / "sglang" / "srt" / "models"
+    models.mkdir(parents=True)
+    (models / "toy.py").write_text(MODELS)
+    capture = next(r for r in load_rules() if r.engine == "sglang" and r.id == "layer-offset").behaviour.capture
+    assert capture is not None
+    with session() as run:
+        (found,) = evaluate(DirectoryTree(Path(root), None, SGLANG), capture, [(IDS, 36)], run)
+    return {tapped.architecture: tapped for tapped in found.architectures}
+
+
+def test_the_tap_follows_the_hook_python_keeps_and_the_holding_models_loop(answer: dict) -> None:
+    wanted = tuple(i + 1 for i in IDS)  # a z-lab id L names hidden_states[L + 1]
+    assert answer["ToyForCausalLM"].indices == wanted and answer["ToyForCausalLM"].position == "input"
+    assert answer["AfterForCausalLM"].indices == wanted and answer["AfterForCausalLM"].position == "output"
+    shadowed = answer["ShadowedForCausalLM"]  # the later, unshifted def replaces the shifted one
+    lines = MODELS.splitlines()
+    start = lines.index("class ShadowedForCausalLM(ToyForCausalLM):")
+    defs = [n + 1 for n in range(start, start + 8) if lines[n].strip().startswith("def set_dflash_layers_to_capture")]
+    assert shadowed.indices == IDS and shadowed.place.line == defs[1]
+
+
+def test_hostile_hooks_end_bounded_as_unknown_with_the_reason(answer: dict) -> None:
+    spin = answer["SpinForCausalLM"]
+    assert spin.indices is None and "did not finish" in spin.reason and not spin.loud
+    echo = answer["EchoForCausalLM"]  # hands on to a model of its own class, forever: cut at the hop limit
+    assert echo.indices is None and echo.reason
+    assert "CycleA" in answer and answer["CycleA"].indices is None  # bases that name each other: read once each
