@@ -289,7 +289,7 @@ def _capture(raw: Any, question: str, where: str) -> Capture | None:
         return None
     if question != "capture-position" or not isinstance(raw, dict):
         raise ToolError(f"{where}: only the capture-position question reads a capture table")
-    _known_keys(raw, ("hook", "lists", "mark", "entry", "handed", "assume", "counted"), where)
+    _known_keys(raw, ("hook", "lists", "mark", "entry", "handed", "assume", "counted", "indexed"), where)
     hook, mark, entry, handed = (_require(raw, key, where) for key in ("hook", "mark", "entry", "handed"))
     lists = _strings(raw, "lists", where)
     if not all(isinstance(name, str) and name.isidentifier() for name in (hook, mark, entry, *lists)) or not lists:
@@ -299,8 +299,10 @@ def _capture(raw: Any, question: str, where: str) -> Capture | None:
     assume = raw.get("assume", {})
     if not isinstance(assume, dict):
         raise ToolError(f"{where}: assume must be a table of attribute paths and values")
-    counted = _strings(raw, "counted", where)
-    return Capture(hook, lists, mark, entry, handed, tuple(sorted(assume.items())), counted)
+    counted, indexed = _strings(raw, "counted", where), _strings(raw, "indexed", where)
+    if not all(isinstance(name, str) and name.isidentifier() for name in (*counted, *indexed)):
+        raise ToolError(f"{where}: counted and indexed must be names")
+    return Capture(hook, lists, mark, entry, handed, tuple(sorted(assume.items())), counted, indexed)
 
 
 def _flag(raw: Any, question: str, where: str) -> Flag | None:

@@ -223,7 +223,8 @@ class Capture:
     or output, as its own loop over the layers says; a tap handed into the layer's call
     is at ``handed`` ("input" or "output"). ``assume``: what the hook's branches read of
     the deployment (``*.pp_group.world_size``: that attribute of any model); ``counted``:
-    attributes that hold the target's layer count (``num_hidden_layers``)."""
+    attributes that hold the target's layer count (``num_hidden_layers``); ``indexed``: layer
+    attributes that hold the layer's own index in the model's list (``layer.layer_id``)."""
 
     hook: str
     lists: tuple[str, ...]
@@ -232,6 +233,7 @@ class Capture:
     handed: str
     assume: tuple[tuple[str, Any], ...]
     counted: tuple[str, ...] = ()
+    indexed: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

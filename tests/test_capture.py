@@ -87,7 +87,90 @@ class CycleB(CycleA):
         pass
 
 
-EntryClass = [ToyForCausalLM, AfterForCausalLM, ShadowedForCausalLM, SpinForCausalLM, EchoForCausalLM, CycleA]
+class OwnIndexModel(ToyModel):  # a layer keeps its own index; the ids are a set
+    def forward(self, x):
+        aux = []
+        for layer in self.layers:
+            x = layer(x)
+            if layer.layer_id in self.layers_to_capture:
+                aux.append(x)
+        return x, aux
+
+
+class OwnIndexForCausalLM(ToyForCausalLM):
+    def __init__(self, config):
+        self.model = OwnIndexModel(config)
+
+    def set_dflash_layers_to_capture(self, layer_ids):
+        self.model.layers_to_capture = set(reversed(layer_ids))
+
+
+class UnknownAttributeModel(OwnIndexModel):  # an attribute the rule does not name as the layer's index
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+            if layer.group in self.layers_to_capture:
+                x = x + 0
+        return x
+
+
+class UnknownAttributeForCausalLM(OwnIndexForCausalLM):
+    def __init__(self, config):
+        self.model = UnknownAttributeModel(config)
+
+
+class LoopedModel(ToyModel):  # runs its layers twice; ids count the unrolled depth
+    def forward(self, x):
+        aux = []
+        for loop in range(2):
+            for i in range(len(self.layers)):
+                depth = loop * len(self.layers) + i
+                x = self.layers[i](x, aux if depth in self.layers_to_capture else None)
+        return x, aux
+
+
+class LoopedForCausalLM(ToyForCausalLM):
+    def __init__(self, config):
+        self.model = LoopedModel(config)
+
+
+class AliasModel(ToyModel):  # the list read through a name; the tap handed to the next layer or taken after
+    def forward(self, x, early):
+        aux = []
+        captures = self.layers_to_capture or ()
+        for i in range(len(self.layers)):
+            x = self.layers[i](x, aux if early and i - 1 in captures else None)
+            if not early and i in captures:
+                aux.append(x)
+        return x, aux
+
+
+class AliasForCausalLM(AfterForCausalLM):
+    def __init__(self, config):
+        self.model = AliasModel(config)
+
+
+class ForwardModel(ToyModel):  # the test before the layer, whose forward is called by name
+    def forward(self, x):
+        aux = []
+        for i in range(len(self.layers)):
+            if i in self.layers_to_capture:
+                x, snapshot = self.layers[i].boundary.snapshot(x)
+                aux.append(snapshot)
+            layer = self.layers[i]
+            x = layer.forward(x)
+        return x, aux
+
+
+class ForwardForCausalLM(ToyForCausalLM):
+    def __init__(self, config):
+        self.model = ForwardModel(config)
+
+
+EntryClass = [
+    ToyForCausalLM, AfterForCausalLM, ShadowedForCausalLM, SpinForCausalLM, EchoForCausalLM, CycleA,
+    OwnIndexForCausalLM, UnknownAttributeForCausalLM, LoopedForCausalLM, AliasForCausalLM, ForwardForCausalLM,
+]
 """
 IDS = (1, 9, 17)
 
@@ -114,6 +197,20 @@ def test_the_tap_follows_the_hook_python_keeps_and_the_holding_models_loop(answe
     start = lines.index("class ShadowedForCausalLM(ToyForCausalLM):")
     defs = [n + 1 for n in range(start, start + 8) if lines[n].strip().startswith("def set_dflash_layers_to_capture")]
     assert shadowed.indices == IDS and shadowed.place.line == defs[1]
+
+
+def test_the_shapes_a_loop_tests_a_layers_position_in_are_read(answer: dict) -> None:
+    """A layer's own index (named by the rule), the unrolled depth of a model run twice, the list
+    read through a name and the ``forward`` of a layer bound by name; the tap is in layer order
+    whatever order the hook's set holds the ids in."""
+    wanted = tuple(i + 1 for i in IDS)
+    taps = {name: (answer[name].indices, answer[name].position) for name in answer}
+    assert taps["OwnIndexForCausalLM"] == (wanted, "output")
+    assert taps["LoopedForCausalLM"] == (wanted, "input")
+    assert taps["AliasForCausalLM"] == (wanted, "output")  # handed to layer i for id i - 1, or taken after layer i
+    assert taps["ForwardForCausalLM"] == (wanted, "input")
+    unknown = answer["UnknownAttributeForCausalLM"]
+    assert unknown.indices is None and "layer.group in self.layers_to_capture" in unknown.reason
 
 
 def test_hostile_hooks_end_bounded_as_unknown_with_the_reason(answer: dict) -> None:

@@ -208,6 +208,41 @@ def capture_observations(version: str) -> tuple[dict, dict[str, dict]]:
     return fix, {key: item for key, item in seen.items() if item["config"] == "zlab-mixed"}
 
 
+MUSE = {"MuseGlimmerForCausalLM", "MuseGlimmerForConditionalGeneration"}
+TEXT = {"Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"}  # the MoE text model inherits the text hook
+LAYER = {
+    **{v: (PRESENT, set()) for v in releases_from("0.5.11", "0.5.17")},
+    **{v: (PARTIAL, MUSE | TEXT) for v in releases_from("0.5.18", "0.5.21")},
+    **{v: (PARTIAL, MUSE) for v in releases_from("0.5.22", NEWEST_READ)},
+}
+# LFM2's bidirectional (embedding) model inherits the hook, but its own forward reads no capture.
+UNREAD = {"Lfm2BidirectionalModel"}
+
+
+def test_layer_offset_is_judged_per_release_on_every_architecture_the_release_registers(matrix: dict) -> None:
+    """Every SGLang release's layer-offset, by behaviour, with the architectures that tap one layer
+    early; every architecture's tap is read (Inkling's layer ids, Nanbeige's unrolled depth,
+    NemotronH's boundary capture, Kimi K3's DSPARK taps) but the one whose forward never taps."""
+    (rule,) = (rule for rule in load_rules() if rule.engine == SGLANG.name and rule.id == "layer-offset")
+    for row in matrix["releases"]:
+        release, status = row["release"], row["fixes"]["layer-offset"]
+        (fix,) = run_check(ReleaseTarget(release, SGLANG), (rule,)).fixes
+        assert fix.status == status, (release, fix.reason)
+        if release == LAST_WITHOUT:
+            assert status == NOT_APPLICABLE
+            continue
+        assert fix.decided_by == "behaviour" and fix.behaviour is not None, (release, fix.reason)
+        judged = [item for item in fix.behaviour.observations if item.config in ("zlab-mixed", "zlab-full")]
+        judged = [item for item in judged if item.part == "capture-position"]
+        unread = {item.setting for item in judged if item.ok is None}
+        assert unread <= UNREAD, (release, [item.note for item in judged if item.ok is None])
+        if release not in LAYER:
+            assert version_key(release) > version_key(NEWEST_READ) and status != UNKNOWN, (release, fix.reason)
+            continue
+        expected, failing = LAYER[release]
+        assert (status, {item.setting for item in judged if item.ok is False}) == (expected, failing), release
+
+
 @pytest.mark.parametrize("version", list(TEXT_TAPS))
 def test_layer_offset_runs_each_architectures_hook_the_def_python_keeps(version: str) -> None:
     fix, seen = capture_observations(version)

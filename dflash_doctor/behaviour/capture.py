@@ -7,8 +7,7 @@ sandbox on a holder standing for the model: what it sets (a list of capture ids,
 marks on layers) and which hooks of the models it holds it calls are recorded; those
 calls run next, on the class ``__init__`` assigns to that attribute. The class that
 ends up holding the capture taps each listed layer's input or output, as the loop
-over its layers says (the capture test before, after, or handed into the layer's
-call). A tap of layer ``k``'s input is HF ``hidden_states[k]``, of its output
+over its layers says (taps.py). A tap of layer ``k``'s input is HF ``hidden_states[k]``, of its output
 ``hidden_states[k + 1]``; a z-lab id ``L`` names ``hidden_states[L + 1]``.
 """
 
@@ -25,8 +24,9 @@ from ..source import SourceTree, Symbol
 from .computed import RunProgram
 from .definitions import ExtractError, Place
 from .interpret import failure
-from .lineage import TreeClass, TreeClasses, class_at, is_self_attribute
+from .lineage import TreeClass, TreeClasses, class_at
 from .program import ProgramBuilder
+from .taps import position as tap_position
 
 MAX_HOPS = 4  # hooks handing on to the hooks of the models they hold
 POSITIONS = {0: "input", 1: "output"}  # what a tap takes of the listed layer, by HF index less the id
@@ -246,113 +246,17 @@ def _tapped(one: _Run, classes: TreeClasses, capture: Capture, name: str) -> Tap
         captures.append((None, sorted(index for index, marked in marks[holder].items() if marked)))
     results = set()
     for list_name, layer_ids in captures:
-        position = _position(classes, cls, list_name, capture)
+        position = tap_position(classes, cls, list_name, capture)
         if position is None:
             continue
         if isinstance(position, str):
             return Tapped(name, one.place, None, position)
-        results.add((tuple(k + position for k in layer_ids), POSITIONS.get(position, f"{position:+d}")))
+        # The loop taps in layer order, once each, whatever order the list holds the ids in.
+        tapped = tuple(sorted({k + position for k in layer_ids}))
+        results.add((tapped, POSITIONS.get(position, f"{position:+d}")))
     if not results:
         return Tapped(name, one.place, None, f"no loop of {cls.name} ({cls.file}) over its layers reads the capture")
     if len(results) > 1:
         return Tapped(name, one.place, None, f"{cls.name} taps its listed and its marked layers differently")
     ((indices, position),) = results
     return Tapped(name, one.place, indices, position=position, holder=cls.name)
-
-
-def _position(classes: TreeClasses, cls: TreeClass, attribute: str | None, capture: Capture) -> int | str | None:
-    """The HF index a listed id is tapped at, less the id, by the class's loops over its layers
-    (0: the layer's input, 1: its output); a reason when they disagree or cannot be read, None
-    when no loop reads the capture. ``attribute``: the list the capture test reads; None: the mark."""
-    positions: set[int | str] = set()
-    for method in classes.methods(cls):
-        for loop in ast.walk(method):
-            if isinstance(loop, ast.For):
-                found = _loop_position(loop, attribute, capture)
-                if found is not None:
-                    positions.add(found)
-    if not positions:
-        return None
-    if len(positions) > 1:
-        return f"{cls.name}'s loops over its layers tap the capture at different places"
-    return positions.pop()
-
-
-def _loop_position(loop: ast.For, attribute: str | None, capture: Capture) -> int | str | None:
-    """The HF index a listed id ``k`` is tapped at, less ``k``: the capture test (``i + c in
-    self.<list>`` or the layer's mark) before the layer's call or handed into it taps the input
-    of layer ``k - c`` (``hidden_states[k - c]``), after the call its output (one more)."""
-    tests = [node for node in ast.walk(loop) if _is_test(node, attribute, capture)]
-    calls = [node for node in ast.walk(loop) if _is_layer_call(node, loop)]
-    if not tests or not calls:
-        return None
-    test, call = tests[0], calls[0]
-    assert isinstance(test, ast.expr) and isinstance(call, ast.Call)
-    offset = _test_offset(test, loop)
-    if offset is None:
-        return f"the capture test {ast.unparse(test)} is not the loop's index plus a number"
-    if any(test is inner for inner in ast.walk(call)):
-        return (0 if capture.handed == "input" else 1) - offset
-    end = call.end_lineno or call.lineno
-    if test.lineno < call.lineno:
-        return -offset
-    if test.lineno > end:
-        return 1 - offset
-    return "the capture test and the layer's call share a line"
-
-
-def _test_offset(test: ast.AST, loop: ast.For) -> int | None:
-    """``c`` in ``i + c in self.<list>`` (0 for ``i``, and for a mark, which is the layer's own)."""
-    if not isinstance(test, ast.Compare):
-        return 0
-    left = test.left
-    index = {node.id for node in ast.walk(loop.target) if isinstance(node, ast.Name)}
-    if isinstance(left, ast.Name) and left.id in index:
-        return 0
-    if (
-        isinstance(left, ast.BinOp)
-        and isinstance(left.op, (ast.Add, ast.Sub))
-        and isinstance(left.left, ast.Name)
-        and left.left.id in index
-        and isinstance(left.right, ast.Constant)
-        and isinstance(left.right.value, int)
-    ):
-        return left.right.value if isinstance(left.op, ast.Add) else -left.right.value
-    return None
-
-
-def _is_test(node: ast.AST, attribute: str | None, capture: Capture) -> bool:
-    if attribute is not None:
-        return (
-            isinstance(node, ast.Compare)
-            and any(isinstance(op, ast.In) for op in node.ops)
-            and any(is_self_attribute(right, attribute) for right in node.comparators)
-        )
-    if isinstance(node, ast.Attribute) and node.attr == capture.mark:
-        return True
-    return (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id == "getattr"
-        and len(node.args) >= 2
-        and isinstance(node.args[1], ast.Constant)
-        and node.args[1].value == capture.mark
-    )
-
-
-def _is_layer_call(node: ast.AST, loop: ast.For) -> bool:
-    """A call of a layer: ``self.layers[i](...)``, or of a name the loop binds to one."""
-    if not isinstance(node, ast.Call):
-        return False
-    if isinstance(node.func, ast.Subscript):
-        return True
-    if not isinstance(node.func, ast.Name):
-        return False
-    bound = set()
-    ranged = isinstance(loop.iter, ast.Call) and isinstance(loop.iter.func, ast.Name) and loop.iter.func.id == "range"
-    if not ranged:  # ``for layer in self.layers``, ``for i, layer in enumerate(self.layers)``
-        bound = {target.id for target in ast.walk(loop.target) if isinstance(target, ast.Name)}
-    for statement in ast.walk(loop):
-        if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Subscript):
-            bound |= {target.id for target in statement.targets if isinstance(target, ast.Name)}
-    return node.func.id in bound

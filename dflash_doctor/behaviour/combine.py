@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from ..structure.forms import REBOUND, UNKNOWN_CODE, UNRECOGNISED, restate
 from ..model import ABSENT, BEHAVIOUR, PARTIAL, PRESENT, UNKNOWN, BehaviourAnswer, ConfigResult, FixResult
 from ..rules import IGNORE, Rule, reference_words
+from .decide import shortened
 
 DECISIVE = (PRESENT, ABSENT, PARTIAL)
 
@@ -126,7 +127,7 @@ def in_words(answer: BehaviourAnswer, notes: Sequence[str] = ()) -> str:
     if answer.status == PRESENT:
         return ""
     fails = [f"{who}: {why}" if why else who for who, why in _grouped(answer.fails)]
-    works = [who for who, _ in _grouped(answer.works)]
+    works = shortened([who for who, _ in _grouped(answer.works)])
     parts = [f"fails for {'; '.join(fails)}"] if fails else []
     parts += [f"works for {', '.join(works)}"] if works else []
     return "; ".join([*parts, *notes])

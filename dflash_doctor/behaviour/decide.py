@@ -53,11 +53,14 @@ def decide(
     if status == PRESENT:
         return answer
     reason = f"fails for {'; '.join(result.label() for result in answer.fails)}"
-    worked = [result.label() for result in answer.works]
-    shown = worked if len(worked) <= MAX_WORKS else [*worked[:MAX_WORKS], f"{len(worked) - MAX_WORKS} more"]
-    works = ", ".join(shown)
+    works = ", ".join(shortened([result.label() for result in answer.works]))
     reason += f"; works for {works}" if works else ""
     return dataclasses.replace(answer, reason=reason + (f"; not known for {len(open_)}: {open_[0]}" if open_ else ""))
+
+
+def shortened(worked: list[str]) -> list[str]:
+    """The configurations that work, the first MAX_WORKS named and the rest counted."""
+    return worked if len(worked) <= MAX_WORKS else [*worked[:MAX_WORKS], f"{len(worked) - MAX_WORKS} more"]
 
 
 def _configuration(

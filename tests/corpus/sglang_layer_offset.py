@@ -1,9 +1,12 @@
-"""layer-offset in SGLang, the text-only Qwen3.5/3.6 target (``Qwen3_5ForCausalLM`` in
+"""layer-offset in SGLang. First the text-only Qwen3.5/3.6 target (``Qwen3_5ForCausalLM`` in
 ``qwen3_5_text.py``): its ``set_dflash_layers_to_capture`` must hand the z-lab ids on + 1 to
 the inner model, which captures before each layer. 0.5.18 hands them on as they are; 0.5.19 -
 0.5.21 have the shifted hook and, after it in the class body, an older unshifted ``def`` that
-replaces it; 0.5.22 and later only the shifted one (PR #38096). Each edit is also asserted to
-apply and compile (``Edit.apply``)."""
+replaces it; 0.5.22 and later only the shifted one (PR #38096). Then the loops of other
+targets, whose capture tests read a layer's position in other shapes: Inkling's
+``layer.layer_id`` after the layer's call, Kimi K3's DSPARK taps through a name bound to the
+list, NemotronH's test before a layer called by ``forward``, Nanbeige's unrolled depth. Each
+edit is also asserted to apply and compile (``Edit.apply``)."""
 
 from . import Replace, edits
 
@@ -108,4 +111,68 @@ EDITS = edits(
     ),
     engine="sglang",
     setting="Qwen3_5ForCausalLM",  # the target architecture these edits touch; the tree's others are as released
+)
+EDITS += edits(
+    "layer-offset",
+    (
+        "inkling-tap-one-early",
+        "0.5.23",
+        "break",
+        "Inkling's test after the layer's call asks for the next layer's id: each tap one layer early",
+        Replace(
+            "sglang/srt/models/inkling.py",
+            "and layer.layer_id in self._dflash_layers_to_capture",
+            "and layer.layer_id + 1 in self._dflash_layers_to_capture",
+        ),
+    ),
+    engine="sglang",
+    setting="InklingForConditionalGeneration",
+)
+EDITS += edits(
+    "layer-offset",
+    (
+        "kimi-captures-as-a-set",
+        "0.5.23",
+        "preserve",
+        "Kimi K3's name for the DSPARK list bound to a set of it: the same taps",
+        Replace(
+            "sglang/srt/models/kimi_k3.py",
+            "captures = self.dspark_layers_to_capture or ()",
+            "captures = set(self.dspark_layers_to_capture or ())",
+        ),
+    ),
+    engine="sglang",
+    setting="KimiK3LinearForCausalLM",
+)
+EDITS += edits(
+    "layer-offset",
+    (
+        "nemotron-test-for-the-next-layer",
+        "0.5.23",
+        "break",
+        "NemotronH's test before the layer asks for the next layer's id: each tap two layers early",
+        Replace(
+            "sglang/srt/models/nemotron_h.py",
+            "            if i in self.layers_to_capture:\n",
+            "            if i + 1 in self.layers_to_capture:\n",
+        ),
+    ),
+    engine="sglang",
+    setting="NemotronHForCausalLM",
+)
+EDITS += edits(
+    "layer-offset",
+    (
+        "nanbeige-depth-written-the-other-way",
+        "0.5.23",
+        "preserve",
+        "Nanbeige's unrolled depth written i + loop * layers: the same taps",
+        Replace(
+            "sglang/srt/models/nanbeige.py",
+            "logical_id = loop_idx * num_physical_layers + i",
+            "logical_id = i + loop_idx * num_physical_layers",
+        ),
+    ),
+    engine="sglang",
+    setting="NanbeigeForCausalLM",
 )
