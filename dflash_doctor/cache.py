@@ -44,7 +44,7 @@ from .rules import Rule, for_engine, reference_dir
 from .source import SourceTree
 
 if TYPE_CHECKING:
-    from .draft.config import DraftConfig
+    from .draft.config import DraftConfig, TargetLayers
     from .behaviour.computed import Computed
     from .targets import ResolvedTarget
 
@@ -70,10 +70,14 @@ def structure_fixes(tree: SourceTree, rules: tuple[Rule, ...]) -> tuple[FixResul
 
 
 def judged_fixes(
-    resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftConfig | None = None
+    resolved: ResolvedTarget,
+    rules: tuple[Rule, ...],
+    user: DraftConfig | None = None,
+    target: TargetLayers | None = None,
 ) -> tuple[tuple[FixResult, ...], Computed | None]:
     """The verdicts: behaviour decides where the target can run the tree's code,
-    structure explains; and what the tree computes for ``user``'s config (not cached).
+    structure explains; and what the tree computes for ``user``'s config (not cached),
+    on ``target`` (from --target-config) where given.
     Each fix is judged by the rule of the tree's engine (``for_engine``)."""
     tree = resolved.tree
     rules = for_engine(rules, tree.engine.name)
@@ -85,22 +89,26 @@ def judged_fixes(
     )
     key = None if caches_disabled() or user is not None else _key(tree, rules, files, where, _references())
     if key is None:
-        return _judged(resolved, rules, user, None)
+        return _judged(resolved, rules, user, target, None)
     with _one_at_a_time(key):
         tree.stamping = True  # a stamp before the first search, should checking a candidate make it
         fixes = _hit(key, tree)
         if fixes is not None:
             return fixes, None
-        return _judged(resolved, rules, user, key)
+        return _judged(resolved, rules, user, target, key)
 
 
 def _judged(
-    resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftConfig | None, key: str | None
+    resolved: ResolvedTarget,
+    rules: tuple[Rule, ...],
+    user: DraftConfig | None,
+    target: TargetLayers | None,
+    key: str | None,
 ) -> tuple[tuple[FixResult, ...], Computed | None]:
     """A fresh evaluation, kept under ``key`` (None: not kept)."""
     from .verdicts import judge  # warm check: verdicts pulls in every behaviour module, which a cache hit never needs
 
-    fixes, probes, steady = judge(resolved, rules, user)
+    fixes, probes, steady = judge(resolved, rules, user, target)
     if key is not None and steady and not OFFLINE:  # offline: what could not be fetched is not the tree's answer
         _store(key, resolved.tree, fixes)
     return fixes, probes

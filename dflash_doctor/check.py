@@ -57,7 +57,7 @@ def draft_sections(
 
     target = None if target_config is None else Path(target_config)
     report = lint_report(Path(draft_config), target, resolved.tree.engine.name)  # linted for the tree's engine
-    fixes, probes = judged_fixes(resolved, rules, report.config)
+    fixes, probes = judged_fixes(resolved, rules, report.config, report.target)
     if probes is not None and probes.hf_source is not None:  # the window finding from the object the verdict used
         from .draft.config import HfView
 

@@ -184,6 +184,9 @@ class BehaviourAnswer:
     reason: str
     results: tuple[ConfigResult, ...] = ()
     observations: tuple[Observation, ...] = ()
+    # The alternatives a --target-config narrowed the question to (its architectures); the
+    # forms read every one of the tree's, so they neither confirm nor contradict the answer.
+    scope: tuple[str, ...] = ()
 
     @property
     def works(self) -> tuple[ConfigResult, ...]:

@@ -16,13 +16,16 @@ SHADOWED = "shadowed"  # evidence form: Python loads another file for this modul
 PLUGIN = "plugin"  # evidence form: an engine's plugin whose code names this fix's route
 
 if TYPE_CHECKING:
-    from .draft.config import DraftConfig
+    from .draft.config import DraftConfig, TargetLayers
     from .behaviour.computed import Computed
     from .targets import ResolvedTarget
 
 
 def judge(
-    resolved: ResolvedTarget, rules: tuple[Rule, ...], user: DraftConfig | None = None
+    resolved: ResolvedTarget,
+    rules: tuple[Rule, ...],
+    user: DraftConfig | None = None,
+    target: TargetLayers | None = None,
 ) -> tuple[tuple[FixResult, ...], Computed | None, bool]:
     """(fixes, what the tree computes for ``user``'s config, whether the answer
     follows from the files alone: not when the behaviour child failed or a call
@@ -36,7 +39,9 @@ def judge(
 
         structure = FormReader(resolved.tree).run(rules)
         watched = _Watched(run) if run is not None else None
-        answers, probes = answer_rules(resolved.tree, ours, watched, user) if watched is not None else ({}, None)
+        answers, probes = (
+            answer_rules(resolved.tree, ours, watched, user, target) if watched is not None else ({}, None)
+        )
     fixes = tuple(
         combine(rule, fix, answers.get(rule.id), resolved.no_behaviour)
         if rule.engine == resolved.tree.engine.name

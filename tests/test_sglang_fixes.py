@@ -260,3 +260,40 @@ def test_layer_offset_runs_each_architectures_hook_the_def_python_keeps(version:
     # Some architectures tap right and some one layer early: partial, naming the ones that fail.
     assert fix["status"] == PARTIAL and "MuseGlimmerForCausalLM" in fix["reason"]
     assert ("Qwen3_5ForCausalLM" in fix["reason"].split("; works for")[0]) is not ok
+
+
+# A target config of our own: a 64-layer model under the architecture it names.
+TARGETS = [
+    ("0.5.19", "Qwen3_5ForCausalLM", ABSENT),  # the unshifted def Python keeps taps one layer early
+    ("0.5.22", "Qwen3_5ForCausalLM", PRESENT),
+    ("0.5.19", "LlamaForCausalLM", PRESENT),
+    ("0.5.19", "MuseGlimmerForCausalLM", ABSENT),
+    ("0.5.19", "NoSuchModelForCausalLM", UNKNOWN),
+]
+
+
+@pytest.mark.parametrize(("version", "architecture", "expected"), TARGETS)
+def test_with_a_target_config_layer_offset_is_the_verdict_for_that_architecture(
+    version: str, architecture: str, expected: str, tmp_path: Path
+) -> None:
+    """--target-config narrows the per-architecture question to the architectures the target's
+    config names: the release's partial becomes that target's present or absent, the user's
+    drafter tapping on the target's layer count; a name no class of the tree is registered under
+    is unknown, with the reason."""
+    target = tmp_path / "config.json"
+    target.write_text(json.dumps({"architectures": [architecture], "num_hidden_layers": 64}))
+    drafter = Path(__file__).resolve().parent / "data" / "drafters" / "qwen3.6-27b-dflash.json"
+    code, report = check_json(
+        "--release", version, "--engine", "sglang", "--only", "layer-offset",
+        "--draft-config", str(drafter), "--target-config", str(target),
+    )  # fmt: skip
+    (fix,) = report["fixes"]
+    assert fix["status"] == expected, fix["reason"]
+    settings = {item["setting"] for item in fix["behaviour"]["observations"] if item["observed"] is not None}
+    if expected == UNKNOWN:
+        assert "no class this tree registers as the target config's NoSuchModelForCausalLM" in fix["reason"]
+        return
+    assert settings == {architecture}, settings
+    mine = [item for item in fix["behaviour"]["observations"] if item["config"].startswith("user:")]
+    assert [item["expected"] for item in mine] == [[2, 17, 32, 47, 62]]
+    assert (mine[0]["observed"] == [2, 17, 32, 47, 62]) is (expected == PRESENT)

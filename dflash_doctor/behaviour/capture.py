@@ -96,12 +96,22 @@ def _entry_names(module: ast.Module, entry: str) -> list[str]:
 
 
 def evaluate(
-    tree: SourceTree, capture: Capture, drafters: Sequence[tuple[tuple[int, ...] | None, int | None]], run: RunProgram
+    tree: SourceTree,
+    capture: Capture,
+    drafters: Sequence[tuple[tuple[int, ...] | None, int | None]],
+    run: RunProgram,
+    named: tuple[str, ...] = (),
 ) -> list[CaptureAnswer]:
-    """Per drafter (its layer ids and the target's layer count): what each architecture taps."""
+    """Per drafter (its layer ids and the target's layer count): what each architecture taps;
+    only the ``named`` ones (a target config's ``architectures``) where given."""
     found, classes = architectures(tree, capture)
+    if named:
+        found = [one for one in found if one[0] in named]
     if not found:
         why = f"no target architecture of this tree defines {capture.hook}"
+        if named:
+            names = ", ".join(named)
+            why = f"no class this tree registers as the target config's {names} has {capture.hook}"
         return [CaptureAnswer((), why) for _ in drafters]
     runs: dict[int, list[_Run]] = {}  # by drafter: one run per architecture, all run together
     for index, (ids, count) in enumerate(drafters):

@@ -45,6 +45,9 @@ def combine(rule: Rule, structure: FixResult, answer: BehaviourAnswer | None, wh
             return restate(rule, fix, UNKNOWN, answer.reason, UNKNOWN_CODE, decided_by=BEHAVIOUR)
         decided = dataclasses.replace(fix, decided_by=BEHAVIOUR)
         words = in_words(answer, notes)
+        if answer.scope:
+            said = f"for the target config's {', '.join(answer.scope)}"
+            return restate(rule, decided, answer.status, f"{said}: {words}" if words else said)
         if structure.status in DECISIVE and exact == structure.status != answer.status and answer.status == PRESENT:
             # a present that an exact form contradicts never opens the gate
             reason = (

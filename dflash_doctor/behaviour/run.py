@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..draft.config import DraftConfig, target_layer_count
+from ..draft.config import DraftConfig, TargetLayers, target_layer_count
 from ..model import PRESENT, BehaviourAnswer
 from ..provenance import read_platform
 from ..rules import Rule, reference_configs
@@ -25,11 +25,17 @@ def user_name(draft: DraftConfig) -> str:
 
 
 def answer_rules(
-    tree: SourceTree, rules: tuple[Rule, ...], run: RunProgram, user: DraftConfig | None = None
+    tree: SourceTree,
+    rules: tuple[Rule, ...],
+    run: RunProgram,
+    user: DraftConfig | None = None,
+    target: TargetLayers | None = None,
 ) -> tuple[dict[str, BehaviourAnswer], Computed | None]:
     """Each rule's answer by id, and the user's probes (for the report's probes section).
     With a user config its answer gates where it has one, unless it works and the
-    rule's defect cannot reach that drafter (``[affects]``); else the references answer."""
+    rule's defect cannot reach that drafter (``[affects]``); else the references answer.
+    ``target`` (from --target-config): the user's drafter taps a target of that many layers,
+    and a question asked per target architecture is asked of the ones it names."""
     asked = [rule for rule in rules if rule.behaviour is not None]
     configs = list(reference_configs())
     if user is not None:
@@ -52,7 +58,9 @@ def answer_rules(
         if behaviour.flag is not None:  # one answer of the tree's, the same for every drafter config
             built = [evaluate_flag(tree, behaviour.flag, run)] * len(probes)
         elif behaviour.capture is not None:  # per drafter: its ids, on a target with its layer count
-            built = evaluate_capture(tree, behaviour.capture, [_ids_and_count(draft) for _, draft in configs], run)
+            drafters = [_ids_and_count(draft, target if draft is user else None) for _, draft in configs]
+            named = target.architectures if target is not None else ()
+            built = evaluate_capture(tree, behaviour.capture, drafters, run, named)
         elif construct is not None:
             built = construct_layers(
                 tree, construct, [found.hf_config for found in probes], run, rule.files, platform.name
@@ -77,14 +85,16 @@ def answer_rules(
                 answer = dataclasses.replace(
                     answer, reason=f"{answer.reason} (for {user_name(user)}: {mine.reason})".lstrip()
                 )
+        if behaviour.capture is not None and target is not None and target.architectures:
+            answer = dataclasses.replace(answer, scope=target.architectures)  # the target's architectures only
         answers[rule.id] = answer
     return answers, probes[-1] if user is not None else None
 
 
-def _ids_and_count(draft: DraftConfig) -> tuple[tuple[int, ...] | None, int | None]:
-    """The drafter's ids as written and the target's layer count (``num_target_layers``)."""
+def _ids_and_count(draft: DraftConfig, target: TargetLayers | None) -> tuple[tuple[int, ...] | None, int | None]:
+    """The drafter's ids as written and the target's layer count (``target``'s, else ``num_target_layers``)."""
     ids = draft.layer_ids
-    counted = target_layer_count(draft, None)
+    counted = target_layer_count(draft, target)
     usable = isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids) and ids
     return (tuple(ids) if usable else None), (counted.count if counted else None)
 

@@ -110,7 +110,9 @@ def check(
         "only on fixes whose defect can reach it.",
     ),
     target_config: Optional[Path] = typer.Option(
-        None, "--target-config", help="With --draft-config: the target model's config.json, for the layer range."
+        None,
+        "--target-config",
+        help="With --draft-config: the target model's config.json, for the layer range and the target architecture.",
     ),
 ) -> int:
     """Check whether the DFlash fixes are in a vLLM or SGLang tree.
