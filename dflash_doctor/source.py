@@ -102,6 +102,13 @@ class ParsedFile:
             raise SourceError(f"{relpath} does not parse: {exc.msg} (line {exc.lineno})") from None
         self._by_qualname: dict[str, list[Definition]] | None = None
         self._by_name: dict[str, list[tuple[str, Definition]]] | None = None
+        self._lines: list[str] | None = None
+
+    def lines(self, first: int, last: int) -> str:
+        """Lines ``first`` to ``last`` (1-based, both included) of the text."""
+        if self._lines is None:
+            self._lines = self.text.splitlines(keepends=True)
+        return "".join(self._lines[first - 1 : last])
 
     def symbols(self, qualname: str) -> list[Symbol]:
         """Defs with this qualified name; else defs with the same last name (moved)."""

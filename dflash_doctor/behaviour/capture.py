@@ -131,12 +131,13 @@ def evaluate(
             break
         _round(everything, classes, capture, run)
     answers = []
+    positions: dict[tuple[str, str, str | None], int | str | None] = {}  # the same models hold many captures
     for index, (ids, count) in enumerate(drafters):
         if ids is None or count is None:
             why = "the drafter states no layer ids" if ids is None else "the target's layer count is not known"
             answers.append(CaptureAnswer((), why))
             continue
-        tapped = (_tapped(one, classes, capture, name) for one, (name, *_) in zip(runs[index], found))
+        tapped = (_tapped(one, classes, capture, name, positions) for one, (name, *_) in zip(runs[index], found))
         answers.append(CaptureAnswer(tuple(tapped)))
     return answers
 
@@ -222,7 +223,13 @@ def _take(one: _Run, records: list[Any], classes: TreeClasses) -> None:
             one.pending.append((path, found[0], found[1], list(record.get("args", []))))
 
 
-def _tapped(one: _Run, classes: TreeClasses, capture: Capture, name: str) -> Tapped:
+def _tapped(
+    one: _Run,
+    classes: TreeClasses,
+    capture: Capture,
+    name: str,
+    positions: dict[tuple[str, str, str | None], int | str | None],
+) -> Tapped:
     if one.reason:
         return Tapped(name, one.place, None, one.reason, one.loud)
     lists: dict[str, tuple[str, list[int]]] = {}  # holder path -> (list attribute, ids)
@@ -256,7 +263,10 @@ def _tapped(one: _Run, classes: TreeClasses, capture: Capture, name: str) -> Tap
         captures.append((None, sorted(index for index, marked in marks[holder].items() if marked)))
     results = set()
     for list_name, layer_ids in captures:
-        position = tap_position(classes, cls, list_name, capture)
+        key = (cls.file, cls.name, list_name)
+        if key not in positions:
+            positions[key] = tap_position(classes, cls, list_name, capture)
+        position = positions[key]
         if position is None:
             continue
         if isinstance(position, str):

@@ -28,6 +28,7 @@ class TreeClasses:
 
     def __init__(self, tree: SourceTree) -> None:
         self.tree = tree
+        self._built: dict[tuple[str, str, str], list[TreeClass] | str] = {}  # many hooks ask of the same model
 
     def parsed(self, file: str) -> ParsedFile | None:
         try:
@@ -73,12 +74,13 @@ class TreeClasses:
                     return False
         return True
 
-    def methods(self, cls: TreeClass) -> list[ast.FunctionDef]:
-        """Every method the class has, each the one Python keeps (an override hides the base's)."""
-        kept: dict[str, ast.FunctionDef] = {}
+    def methods(self, cls: TreeClass) -> list[tuple[TreeClass, ast.FunctionDef]]:
+        """Every method the class has, each the one Python keeps (an override hides the base's), with
+        the class that defines it."""
+        kept: dict[str, tuple[TreeClass, ast.FunctionDef]] = {}
         for owner in self.lineage(cls):
             mine = {node.name: node for node in owner.node.body if isinstance(node, ast.FunctionDef)}  # the last def
-            kept.update((name, node) for name, node in mine.items() if name not in kept)
+            kept.update((name, (owner, node)) for name, node in mine.items() if name not in kept)
         return list(kept.values())
 
     def method(self, cls: TreeClass, name: str) -> tuple[TreeClass, ast.FunctionDef] | None:
@@ -90,6 +92,12 @@ class TreeClasses:
 
     def attribute_classes(self, cls: TreeClass, attribute: str) -> list[TreeClass] | str:
         """The classes the first ``__init__`` in the lineage that sets ``self.<attribute>`` builds it from."""
+        key = (cls.file, cls.name, attribute)
+        if key not in self._built:
+            self._built[key] = self._attribute_classes(cls, attribute)
+        return self._built[key]
+
+    def _attribute_classes(self, cls: TreeClass, attribute: str) -> list[TreeClass] | str:
         for owner in self.lineage(cls):
             for init in [node for node in owner.node.body if isinstance(node, ast.FunctionDef)][::-1]:
                 if init.name != "__init__":

@@ -24,7 +24,10 @@ def position(classes: TreeClasses, cls: TreeClass, attribute: str | None, captur
     (0: the layer's input, 1: its output); a reason when they disagree or cannot be read, None
     when no loop reads the capture. ``attribute``: the list the capture test reads; None: the mark."""
     positions: set[int | str] = set()
-    for method in classes.methods(cls):
+    needle = attribute if attribute is not None else capture.mark
+    for owner, method in classes.methods(cls):
+        if needle not in owner.parsed.lines(method.lineno, method.end_lineno or method.lineno):
+            continue  # a method that never names the capture has no capture test
         aliases = _aliases(method, attribute) if attribute is not None else set()
         for loop, outer in _loops(method, frozenset()):
             found = _loop_position(loop, outer, _Test(attribute, aliases, capture))
