@@ -68,17 +68,21 @@ class _Run:
 
 
 def architectures(
-    tree: SourceTree, capture: Capture
+    tree: SourceTree, capture: Capture, named: tuple[str, ...] = ()
 ) -> tuple[list[tuple[str, TreeClass, TreeClass, ast.FunctionDef]], TreeClasses]:
     """(architecture, its class, the class whose hook it runs, that hook) for every class a
-    file defining the hook lists in its entry name."""
+    file defining the hook lists in its entry name; with ``named``, those of the named
+    classes, looked for where they are defined too (a model that inherits the hook)."""
     classes = TreeClasses(tree)
     found = []
-    for file in sorted(tree.files_defining({capture.hook}).get(capture.hook, [])):
+    scanned = tree.files_defining({capture.hook, *named})
+    for file in sorted({file for files in scanned.values() for file in files}):
         parsed = classes.parsed(file)
         if parsed is None:
             continue
         for name in _entry_names(parsed.tree, capture.entry):
+            if named and name not in named:
+                continue
             cls = classes.named(file, name)
             hook = classes.method(cls, capture.hook) if cls is not None else None
             if cls is not None and hook is not None:
@@ -104,9 +108,7 @@ def evaluate(
 ) -> list[CaptureAnswer]:
     """Per drafter (its layer ids and the target's layer count): what each architecture taps;
     only the ``named`` ones (a target config's ``architectures``) where given."""
-    found, classes = architectures(tree, capture)
-    if named:
-        found = [one for one in found if one[0] in named]
+    found, classes = architectures(tree, capture, named)
     if not found:
         why = f"no target architecture of this tree defines {capture.hook}"
         if named:
