@@ -7,8 +7,9 @@ sandbox on a holder standing for the model: what it sets (a list of capture ids,
 marks on layers) and which hooks of the models it holds it calls are recorded; those
 calls run next, on the class ``__init__`` assigns to that attribute. The class that
 ends up holding the capture taps each listed layer's input or output, as the loop
-over its layers says (taps.py). A tap of layer ``k``'s input is HF ``hidden_states[k]``, of its output
-``hidden_states[k + 1]``; a z-lab id ``L`` names ``hidden_states[L + 1]``.
+over its layers says (taps.py). A tap of layer ``k``'s input is HF
+``hidden_states[k]``, of its output ``hidden_states[k + 1]``; a z-lab id ``L`` names
+``hidden_states[L + 1]``.
 """
 
 from __future__ import annotations
