@@ -853,11 +853,7 @@ def type_check(real: "Callable[[Any, Any], bool]") -> "Callable[[object, Any], b
     def check(value: object, classes: "Any") -> bool:
         if isinstance(value, Gap):
             raise ProbeGap(object.__getattribute__(value, "_label"))
-        classes = (
-            tuple(SERVED_CLASSES.get(id(c), c) for c in classes)
-            if type(classes) is tuple
-            else SERVED_CLASSES.get(id(classes), classes)
-        )
+        classes = tuple(served_class(c) for c in classes) if type(classes) is tuple else served_class(classes)
         named = [c for c in (classes if type(classes) is tuple else (classes,)) if isinstance(c, ImportedName)]
         if named:
             return _by_qualified_name(real, value, classes, named)
@@ -924,14 +920,26 @@ def real_builtin(name: str) -> "Any":
     return __builtins__[name] if isinstance(__builtins__, dict) else getattr(__builtins__, name)
 
 
-SERVED_CLASSES: "dict[int, type]" = {}  # id of a served built-in that is a class (type) -> the class, for type checks
+# The current request's served built-ins that are classes (``type``), each with the class it
+# stands for, for type checks. Held and compared by identity, never by id(): the served
+# built-ins of an earlier request are freed, and an id outlives its object (a later one at
+# the same address, a name imported inside the code, would be taken for ``type``).
+SERVED_CLASSES: "list[tuple[object, type]]" = []
+
+
+def served_class(value: object) -> object:
+    """The class a served built-in of the current request stands for; any other value itself."""
+    for served, real in SERVED_CLASSES:
+        if value is served:
+            return real
+    return value
 
 
 def exposed_builtins() -> "dict[str, Any]":
     """What the tree's code gets as its built-ins."""
     builtins = {name: real_builtin(name) for name in SAFE_BUILTIN_NAMES}
     served_type = disguised(type, type_of, (1, 1))
-    SERVED_CLASSES[id(served_type)] = type
+    SERVED_CLASSES[:] = [(served_type, type)]  # a request's globals are fresh: only its built-ins are reachable
     builtins.update(
         __import__=disguised(real_builtin("__import__"), fake_import),
         getattr=disguised(getattr, safe_getattr, (2, 3)),
