@@ -122,13 +122,24 @@ def _loop_position(loop: ast.For, outer: frozenset[str], is_test: _Test) -> int 
     after the call its output (one more). Every test in the loop must agree."""
     own = list(_own(loop))
     tests = [node for node in own if isinstance(node, ast.expr) and is_test(node)]
-    calls = [node for node in own if isinstance(node, ast.Call) and _is_layer_call(node, loop)]
+    if not tests:
+        return None
+    index, layer = _roles(loop)
+    bound = {  # names the loop binds, read once
+        target.id: node.value
+        for node in own
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    layers = layer | {name for name, value in bound.items() if isinstance(value, ast.Subscript)}
+    calls = [node for node in own if isinstance(node, ast.Call) and _is_layer_call(node, layers)]
     if not tests or not calls:
         return None
     call = min(calls, key=lambda node: (node.lineno, node.col_offset))  # the first the loop makes
     found: set[int | str] = set()
     for test in tests:
-        offset = _test_offset(test, loop, outer, is_test.capture)
+        offset = _test_offset(test, index, layer, bound, outer, is_test.capture)
         if offset is None:
             return f"the capture test {ast.unparse(test)} is not the layer's position plus a number"
         end = call.end_lineno or call.lineno
@@ -157,18 +168,17 @@ def _roles(loop: ast.For) -> tuple[set[str], set[str]]:
     return set(), set(names)
 
 
-def _test_offset(test: ast.expr, loop: ast.For, outer: frozenset[str], capture: Capture) -> int | None:
+def _test_offset(
+    test: ast.expr,
+    index: set[str],
+    layer: set[str],
+    bound: dict[str, ast.expr],
+    outer: frozenset[str],
+    capture: Capture,
+) -> int | None:
     """``c`` in ``<position> + c in self.<list>`` (0 for a mark, which is the layer's own)."""
     if not isinstance(test, ast.Compare):
         return 0
-    index, layer = _roles(loop)
-    bound = {
-        target.id: node.value
-        for node in _own(loop)
-        if isinstance(node, ast.Assign)
-        for target in node.targets
-        if isinstance(target, ast.Name)
-    }
     left = test.left
     if isinstance(left, ast.Name) and left.id in bound and left.id not in index:
         left = bound[left.id]  # a name the loop binds, read once
@@ -212,19 +222,9 @@ def _is_pass_depth(node: ast.expr, outer: frozenset[str]) -> bool:
     )
 
 
-def _is_layer_call(node: ast.AST, loop: ast.For) -> bool:
-    """A call of a layer: ``self.layers[i](...)``, of a name the loop binds to one, or its ``forward``."""
-    if not isinstance(node, ast.Call):
-        return False
+def _is_layer_call(node: ast.Call, layers: set[str]) -> bool:
+    """A call of a layer: ``self.layers[i](...)``, of a name bound to one (``layers``), or its ``forward``."""
     func = node.func
     if isinstance(func, ast.Attribute) and func.attr == "forward":
         func = func.value
-    if isinstance(func, ast.Subscript):
-        return True
-    if not isinstance(func, ast.Name):
-        return False
-    _, bound = _roles(loop)
-    for statement in _own(loop):
-        if isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Subscript):
-            bound |= {target.id for target in statement.targets if isinstance(target, ast.Name)}
-    return func.id in bound
+    return isinstance(func, ast.Subscript) or (isinstance(func, ast.Name) and func.id in layers)
