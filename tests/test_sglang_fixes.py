@@ -298,3 +298,20 @@ def test_with_a_target_config_layer_offset_is_the_verdict_for_that_architecture(
     mine = [item for item in fix["behaviour"]["observations"] if item["config"].startswith("user:")]
     assert [item["expected"] for item in mine] == [[2, 17, 32, 47, 62]]
     assert (mine[0]["observed"] == [2, 17, 32, 47, 62]) is (expected == PRESENT)
+
+
+def test_a_target_config_naming_a_flood_of_architectures_is_unknown_not_searched(tmp_path: Path) -> None:
+    """A hostile target config (50,000 names, some not names at all, just under the 4 MiB bound) is
+    not turned into a package search: layer-offset is unknown, with the reason, and the check ends."""
+    target = tmp_path / "config.json"
+    names = [f"Arch{i}ForCausalLM" for i in range(50_000)] + ["(.*)+", "x" * 10_000]
+    target.write_text(json.dumps({"architectures": names, "num_hidden_layers": 64}))
+    assert target.stat().st_size < 4 * 1024 * 1024
+    drafter = Path(__file__).resolve().parent / "data" / "drafters" / "qwen3.6-27b-dflash.json"
+    code, report = check_json(
+        "--release", "0.5.23", "--engine", "sglang", "--only", "layer-offset",
+        "--draft-config", str(drafter), "--target-config", str(target),
+    )  # fmt: skip
+    (fix,) = report["fixes"]
+    assert fix["status"] == UNKNOWN and "architectures are not up to 8 class names" in fix["reason"]
+    assert code == report["exit_code"]

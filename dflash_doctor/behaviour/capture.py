@@ -30,6 +30,7 @@ from .program import ProgramBuilder
 from .taps import position as tap_position
 
 MAX_HOPS = 4  # hooks handing on to the hooks of the models they hold
+MAX_NAMED = 8  # architectures a target config may name (a model's config names one)
 POSITIONS = {0: "input", 1: "output"}  # what a tap takes of the listed layer, by HF index less the id
 
 
@@ -109,6 +110,9 @@ def evaluate(
 ) -> list[CaptureAnswer]:
     """Per drafter (its layer ids and the target's layer count): what each architecture taps;
     only the ``named`` ones (a target config's ``architectures``) where given."""
+    if len(named) > MAX_NAMED or not all(name.isidentifier() and len(name) <= 200 for name in named):
+        why = f"the target config's architectures are not up to {MAX_NAMED} class names"
+        return [CaptureAnswer((), why) for _ in drafters]
     found, classes = architectures(tree, capture, named)
     if not found:
         why = f"no target architecture of this tree defines {capture.hook}"
