@@ -14,7 +14,7 @@ import dataclasses
 import textwrap
 from collections.abc import Iterable, Iterator
 from functools import lru_cache
-from typing import TypeVar
+from typing import TypeGuard, TypeVar
 
 from ..standalone.harness import SAFE_BUILTIN_NAMES
 from ..model import ToolError
@@ -148,14 +148,18 @@ def stripped(node: _Function, text: str) -> _Function:
 
 def base_init(statement: ast.stmt) -> bool:
     """``super().__init__(...)``: the base is a torch module the program does not have."""
-    call = statement.value if isinstance(statement, ast.Expr) else None
+    return isinstance(statement, ast.Expr) and is_super_init(statement.value)
+
+
+def is_super_init(node: ast.AST) -> TypeGuard[ast.Call]:
+    """A call ``super().__init__(...)``."""
     return (
-        isinstance(call, ast.Call)
-        and isinstance(call.func, ast.Attribute)
-        and call.func.attr == "__init__"
-        and isinstance(call.func.value, ast.Call)
-        and isinstance(call.func.value.func, ast.Name)
-        and call.func.value.func.id == "super"
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "__init__"
+        and isinstance(node.func.value, ast.Call)
+        and isinstance(node.func.value.func, ast.Name)
+        and node.func.value.func.id == "super"
     )
 
 

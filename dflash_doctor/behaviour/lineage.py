@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Iterator
 
 from ..source import ParsedFile, SourceError, SourceTree
+from .definitions import is_super_init
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,14 +176,7 @@ def super_argument(function: ast.FunctionDef, base_init: ast.FunctionDef, name: 
     """What ``function`` hands ``super().__init__`` for the base's parameter ``name``, by keyword or position."""
     names = [argument.arg for argument in [*base_init.args.posonlyargs, *base_init.args.args][1:]]
     for node in ast.walk(function):
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "__init__"
-            and isinstance(node.func.value, ast.Call)
-            and isinstance(node.func.value.func, ast.Name)
-            and node.func.value.func.id == "super"
-        ):
+        if is_super_init(node):
             for keyword in node.keywords:
                 if keyword.arg == name:
                     return keyword.value
