@@ -68,10 +68,10 @@ def measure(name: str, root: Path, runs: int) -> None:
             {relpath: state for relpath, state in reads.items() if relpath not in files},
         ),
         "the hit after the key (load, re-digest what the key did not read, search, rebuild the fixes)": None,
-        "repeat the package search": lambda: [
-            PathTarget(root).resolve().tree.files_defining(names) for names, _ in scans
-        ],
-        "check the package's stamp instead": lambda: PathTarget(root).resolve().tree.package_unchanged(entry["stamp"]),
+        "repeat the package search": lambda: cache._same_searches(PathTarget(root).resolve().tree, scans, {}),
+        "check the package's stamp instead": lambda: cache._same_searches(
+            PathTarget(root).resolve().tree, scans, entry["stamps"]
+        ),
         "whole hit (judged_fixes)": lambda: cache.judged_fixes(PathTarget(root).resolve(), rules),
     }
     for what, work in timings.items():

@@ -41,7 +41,7 @@ from .model import FixResult, ToolError
 from .paths import cache_dir, OFFLINE, caches_disabled, write_atomically
 from .standalone.probe import python_files
 from .rules import Rule, for_engine, reference_dir
-from .source import SourceTree
+from .source import SourceError, SourceTree
 
 if TYPE_CHECKING:
     from .draft.config import DraftConfig, TargetLayers
@@ -136,17 +136,32 @@ def _hit(key: str, tree: SourceTree) -> tuple[FixResult, ...] | None:
             same = (
                 all(tree.state(relpath) == state for relpath, state in entry["reads"].items())
                 and (entry["plugins"] == tree.plugin_state())
-                and (
-                    (entry["stamp"] is not None and tree.package_unchanged(entry["stamp"]))
-                    or all(tree.files_defining(names) == found for names, found in entry["scans"])
-                )
+                and _same_searches(tree, entry["scans"], entry["stamps"])
             )
             if same:
                 tree.remember_inspected(entry["inspected"])
                 return tuple(FixResult.from_json(fix) for fix in entry["fixes"])
         except (KeyError, IndexError, TypeError, ValueError, AttributeError):
             continue  # an entry of another shape: never trusted
+        except SourceError:
+            continue  # a search it made cannot be repeated here: not known to be the same
     return None
+
+
+def _same_searches(tree: SourceTree, scans: list, stamps: dict) -> bool:
+    """Whether every search an entry's answer made would find the same files: its directory's
+    stamp unchanged (no file read), else the search repeated."""
+    unchanged: dict[str, bool] = {}
+    for under, mentions, names, found in scans:
+        if stamps.get(under) is not None:
+            if under not in unchanged:
+                unchanged[under] = tree.package_unchanged(under, stamps[under])
+            if unchanged[under]:
+                continue
+        searched = tree.files_mentioning(names, under) if mentions else tree.files_defining(names, under)
+        if searched != found:
+            return False
+    return True
 
 
 def _store(key: str, tree: SourceTree, fixes: tuple[FixResult, ...]) -> None:
@@ -155,7 +170,7 @@ def _store(key: str, tree: SourceTree, fixes: tuple[FixResult, ...]) -> None:
         "reads": reads,
         "plugins": tree.plugin_state(),
         "scans": tree.scans(),
-        "stamp": tree.search_stamp,
+        "stamps": tree.search_stamps,
         "inspected": tree.inspected(),
         "fixes": [fix.to_json() for fix in fixes],
     }

@@ -289,8 +289,16 @@ def _capture(raw: Any, question: str, where: str) -> Capture | None:
         return None
     if question != "capture-position" or not isinstance(raw, dict):
         raise ToolError(f"{where}: only the capture-position question reads a capture table")
-    _known_keys(raw, ("hook", "lists", "mark", "entry", "handed", "assume", "counted", "indexed"), where)
+    known = ("hook", "lists", "mark", "entry", "registry", "generation", "handed", "assume", "counted", "indexed")
+    _known_keys(raw, known, where)
     hook, mark, entry, handed = (_require(raw, key, where) for key in ("hook", "mark", "entry", "handed"))
+    registry = _require(raw, "registry", where)
+    if not isinstance(registry, str) or not all(part.isidentifier() for part in registry.split("/")):
+        raise ToolError(f"{where}: registry must be a package directory (names joined by /)")
+    generation = raw.get("generation", "")
+    file, _, function = generation.partition(":") if isinstance(generation, str) else ("", "", "")
+    if generation and not (file.endswith(".py") and function.isidentifier()):
+        raise ToolError(f"{where}: generation must be file.py:function")
     lists = _strings(raw, "lists", where)
     if not all(isinstance(name, str) and name.isidentifier() for name in (hook, mark, entry, *lists)) or not lists:
         raise ToolError(f"{where}: hook, mark, entry and lists must be names")
@@ -302,7 +310,9 @@ def _capture(raw: Any, question: str, where: str) -> Capture | None:
     counted, indexed = _strings(raw, "counted", where), _strings(raw, "indexed", where)
     if not all(isinstance(name, str) and name.isidentifier() for name in (*counted, *indexed)):
         raise ToolError(f"{where}: counted and indexed must be names")
-    return Capture(hook, lists, mark, entry, handed, tuple(sorted(assume.items())), counted, indexed)
+    return Capture(
+        hook, lists, mark, entry, handed, tuple(sorted(assume.items())), counted, indexed, registry, generation
+    )
 
 
 def _flag(raw: Any, question: str, where: str) -> Flag | None:

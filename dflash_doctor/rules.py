@@ -171,7 +171,7 @@ QUESTIONS = {  # question kind -> the links (parts) its observations have
     "block-drop": ("kv-cache-manager",),
     "layer-rope": ("runner-accepts", "rotary-base"),
     "algorithm-flag": ("predicate",),
-    "capture-position": ("capture-position", "hook-fails"),
+    "capture-position": ("capture-position", "hook-fails", "taps-nothing", "not-generative"),
 }
 DIMENSIONS = ("runner", "setting")  # drafter configs are always alternatives (subjects, guards)
 
@@ -224,7 +224,10 @@ class Capture:
     is at ``handed`` ("input" or "output"). ``assume``: what the hook's branches read of
     the deployment (``*.pp_group.world_size``: that attribute of any model); ``counted``:
     attributes that hold the target's layer count (``num_hidden_layers``); ``indexed``: layer
-    attributes that hold the layer's own index in the model's list (``layer.layer_id``)."""
+    attributes that hold the layer's own index in the model's list (``layer.layer_id``);
+    ``registry``: the package directory whose modules register the target architectures;
+    ``generation``: the engine's ``file:function`` that, called with a list holding one
+    architecture's name, says whether it generates with it (the others are not judged)."""
 
     hook: str
     lists: tuple[str, ...]
@@ -234,6 +237,8 @@ class Capture:
     assume: tuple[tuple[str, Any], ...]
     counted: tuple[str, ...] = ()
     indexed: tuple[str, ...] = ()
+    registry: str = ""
+    generation: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

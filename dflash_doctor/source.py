@@ -21,7 +21,7 @@ from .imports import loaded_instead
 from .engines import VLLM, Engine
 from .model import ToolError
 from .plugins import Plugin, installed_plugins
-from .standalone.probe import metadata_path, read_regular, scan_definitions
+from .standalone.probe import metadata_path, python_texts, read_regular, scan_texts
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -207,6 +207,16 @@ def _cst_statement_at(module: cst.Module, line: int) -> cst.FunctionDef | cst.Cl
     raise SourceError(f"cannot isolate the definition at line {line}")
 
 
+@dataclasses.dataclass(frozen=True)
+class Scan:
+    """One search of a tree: in and below the package directory ``under``, for the files
+    that define ``names`` or (``mentions``) name them."""
+
+    under: str
+    mentions: bool
+    names: frozenset[str]
+
+
 class SourceTree:
     """The files of an engine's package, wherever they are, parsed at most once.
 
@@ -225,39 +235,47 @@ class SourceTree:
         self._data: dict[str, bytes | None | SourceError] = {}
         self._digests: dict[str, str] = {}
         self._parsed: dict[str, ParsedFile | SourceError | None] = {}
-        self._scans: dict[frozenset[str], dict[str, list[str]]] = {}
-        self.stamping = False  # whether to take ``search_stamp`` (the results cache keeps it)
-        self.search_stamp: list | None = None  # ``package_stamp`` before the first search
+        self._scans: dict[Scan, dict[str, list[str]]] = {}
+        self.stamping = False  # whether to take ``search_stamps`` (the results cache keeps them)
+        self.search_stamps: dict[str, list | None] = {}  # directory -> ``package_stamp`` before its first search
         self._remembered: dict[str, str] = {}
 
     def read(self, relpath: str) -> bytes | None:
         """The file's bytes, None if it does not exist; raises SourceError."""
         raise NotImplementedError
 
-    def search(self, names: frozenset[str]) -> Mapping[str, list[str]]:
-        """Which package files define each name (``def``/``class``), for moved code."""
+    def search(self, names: frozenset[str], under: str, mentions: bool) -> Mapping[str, list[str]]:
+        """Which .py files in and below the package directory ``under`` define each name
+        (``def``/``class``), or with ``mentions`` name it anywhere; raises SourceError."""
         raise NotImplementedError
 
     @property
     def package(self) -> str:
         return self.engine.package
 
-    def files_defining(self, names: Iterable[str]) -> Mapping[str, list[str]]:
-        """``search``, once per set of names."""
-        wanted = frozenset(names)
-        if wanted not in self._scans:
-            if self.stamping and not self._scans:
-                self.search_stamp = self.package_stamp()
-            self._scans[wanted] = {name: list(files) for name, files in self.search(wanted).items()}
-        return {name: list(files) for name, files in self._scans[wanted].items()}
+    def files_defining(self, names: Iterable[str], under: str = "") -> Mapping[str, list[str]]:
+        """``search`` for definitions, once per set of names and directory (the package by default)."""
+        return self._searched(Scan(under or self.package, False, frozenset(names)))
 
-    def package_stamp(self) -> list | None:
-        """What a search reads, cheaply (``stamp.py``); None when repeating the search is
-        cheap anyway (a snapshot's)."""
+    def files_mentioning(self, names: Iterable[str], under: str) -> Mapping[str, list[str]]:
+        """``search`` for the files naming each name, once per set of names and directory."""
+        return self._searched(Scan(under, True, frozenset(names)))
+
+    def _searched(self, scan: Scan) -> Mapping[str, list[str]]:
+        if scan not in self._scans:
+            if self.stamping and scan.under not in self.search_stamps:
+                self.search_stamps[scan.under] = self.package_stamp(scan.under)
+            found = self.search(scan.names, scan.under, scan.mentions)
+            self._scans[scan] = {name: list(files) for name, files in found.items()}
+        return {name: list(files) for name, files in self._scans[scan].items()}
+
+    def package_stamp(self, under: str) -> list | None:
+        """What a search of the directory ``under`` reads, cheaply (``stamp.py``); None when
+        repeating the search is cheap anyway (a snapshot's)."""
         return None
 
-    def package_unchanged(self, rows: list) -> bool:
-        """Whether a search would read the same files as when ``package_stamp`` gave ``rows``."""
+    def package_unchanged(self, under: str, rows: list) -> bool:
+        """Whether a search of ``under`` would read the same files as when ``package_stamp`` gave ``rows``."""
         return False
 
     def dist_info_text(self, name: str) -> str | None:
@@ -314,11 +332,11 @@ class SourceTree:
         """relpath -> ``state`` of every file read so far, the ones that were not there included."""
         return {relpath: self.state(relpath) for relpath in list(self._data)}
 
-    def scans(self) -> list[tuple[list[str], dict[str, list[str]]]]:
-        """(names, what ``files_defining`` found) of every search of the package so far."""
+    def scans(self) -> list[tuple[str, bool, list[str], dict[str, list[str]]]]:
+        """(directory, mentions, names, what the search found) of every search of the package so far."""
         return [
-            (sorted(names), {name: list(files) for name, files in found.items()})
-            for names, found in self._scans.items()
+            (scan.under, scan.mentions, sorted(scan.names), {name: list(files) for name, files in found.items()})
+            for scan, found in self._scans.items()
         ]
 
     def parsed(self, relpath: str) -> ParsedFile | None:
@@ -353,6 +371,9 @@ class SourceTree:
         return {**self._remembered, **parsed}
 
 
+MAX_KEPT_SEARCH_BYTES = 16 << 20  # a directory searched more than once is read once when no larger
+
+
 class DirectoryTree(SourceTree):
     """A tree on this machine: ``root`` holds the engine's package (``vllm/``; and maybe dist-info)."""
 
@@ -362,6 +383,7 @@ class DirectoryTree(SourceTree):
         self._shadows: dict[str, str | None] = {}
         self._listings: dict[str, list[str]] = {}  # directory -> its names, for loaded_instead
         self._plugins: tuple[Plugin, ...] | None = None
+        self._texts: dict[str, list[tuple[str, bytes]]] = {}  # a searched directory's files, when small
         self.root = root
         self.dist_info = dist_info
 
@@ -378,8 +400,22 @@ class DirectoryTree(SourceTree):
             raise SourceError(f"{relpath} {reason}")
         return data
 
-    def search(self, names: frozenset[str]) -> Mapping[str, list[str]]:
-        return scan_definitions(str(self.root), self.package, names)
+    def search(self, names: frozenset[str], under: str, mentions: bool) -> Mapping[str, list[str]]:
+        if under in self._texts:  # a directory searched again, for other names (the capture question's rounds)
+            return scan_texts(self._texts[under], names, mentions)
+        kept: list[tuple[str, bytes]] = []
+
+        def reading() -> Iterator[tuple[str, bytes]]:
+            size = 0
+            for relpath, data in python_texts(str(self.root), under):
+                size += len(data)
+                if size <= MAX_KEPT_SEARCH_BYTES:
+                    kept.append((relpath, data))
+                yield relpath, data
+            if size <= MAX_KEPT_SEARCH_BYTES:
+                self._texts[under] = kept
+
+        return scan_texts(reading(), names, mentions)
 
     def shadowed(self, relpath: str) -> str | None:
         # asked for every file read, by the verdicts and again by the results cache: once per file
@@ -392,8 +428,8 @@ class DirectoryTree(SourceTree):
             self._plugins = installed_plugins(self.root, self.engine)
         return self._plugins
 
-    def package_stamp(self) -> list | None:
-        return stamp.stamp(str(self.root), self.package)
+    def package_stamp(self, under: str) -> list | None:
+        return stamp.stamp(str(self.root), under)
 
-    def package_unchanged(self, rows: list) -> bool:
-        return stamp.unchanged(str(self.root), self.package, rows)
+    def package_unchanged(self, under: str, rows: list) -> bool:
+        return stamp.unchanged(str(self.root), under, rows)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_doctor.behaviour.capture import evaluate
+from dflash_doctor.behaviour.capture import MAX_DEPTH, evaluate
 from dflash_doctor.engines import SGLANG
 from dflash_doctor.isolation.sandbox import session
 from dflash_doctor.rulefile import load_rules
@@ -173,6 +173,87 @@ EntryClass = [
 ]
 """
 IDS = (1, 9, 17)
+# Modules beside toy.py: classes that only inherit a hook, through an absolute import, a relative one
+# and a class of a subpackage; a subpackage's own EntryClass (the engine does not import it); a model
+# that never reads the capture; one that taps through super().forward; one whose __init__ builds
+# its model in the base's __init__ in one branch; and a pooling model the engine never generates with.
+REGISTERED = {
+    "sglang/srt/models/inherit.py": """
+from sglang.srt.models.toy import ToyForCausalLM
+from .toy import AfterForCausalLM, ToyModel
+from sglang.srt.models.common.middle import MiddleForCausalLM
+
+
+class InheritForCausalLM(ToyForCausalLM):
+    pass
+
+
+class RelativeForCausalLM(AfterForCausalLM):
+    pass
+
+
+class ChainForCausalLM(MiddleForCausalLM):
+    pass
+
+
+class SilentModel:
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class DraftForCausalLM(ToyForCausalLM):
+    def __init__(self, config):
+        self.model = SilentModel()
+
+
+class SuperModel(ToyModel):
+    def forward(self, x):
+        return super().forward(x)
+
+
+class SuperForCausalLM(ToyForCausalLM):
+    def __init__(self, config):
+        self.model = SuperModel(config)
+
+
+class BranchForCausalLM(AfterForCausalLM):
+    def __init__(self, config):
+        if config.encoder_only:
+            self.model = nn.Module()
+        else:
+            super().__init__(config)
+
+
+class PoolingForCausalLM(AfterForCausalLM):
+    def set_dflash_layers_to_capture(self, layer_ids):
+        self.model.layers_to_capture = [i - 1 for i in layer_ids]
+
+
+EntryClass = [
+    InheritForCausalLM, RelativeForCausalLM, ChainForCausalLM, DraftForCausalLM, SuperForCausalLM,
+    BranchForCausalLM, PoolingForCausalLM,
+]
+""",
+    "sglang/srt/models/common/__init__.py": "",
+    "sglang/srt/models/common/middle.py": """
+from sglang.srt.models.toy import ToyForCausalLM
+
+
+class MiddleForCausalLM(ToyForCausalLM):
+    pass
+
+
+EntryClass = MiddleForCausalLM
+""",
+    "sglang/srt/configs/model_config.py": """
+def is_generation_model(model_architectures, is_embedding=False):
+    if "PoolingForCausalLM" in model_architectures:
+        return False
+    return not is_embedding
+""",
+}
 
 
 @pytest.fixture(scope="module")
@@ -181,6 +262,9 @@ def answer(tmp_path_factory) -> dict:
     models = root / "sglang" / "srt" / "models"
     models.mkdir(parents=True)
     (models / "toy.py").write_text(MODELS)
+    for relpath, text in REGISTERED.items():
+        (root / relpath).parent.mkdir(parents=True, exist_ok=True)
+        (root / relpath).write_text(text)
     capture = next(r for r in load_rules() if r.engine == "sglang" and r.id == "layer-offset").behaviour.capture
     assert capture is not None
     with session() as run:
@@ -215,7 +299,45 @@ def test_the_shapes_a_loop_tests_a_layers_position_in_are_read(answer: dict) -> 
 
 def test_hostile_hooks_end_bounded_as_unknown_with_the_reason(answer: dict) -> None:
     spin = answer["SpinForCausalLM"]
-    assert spin.indices is None and "did not finish" in spin.reason and not spin.loud
+    assert spin.indices is None and "did not finish" in spin.reason and not spin.unjudged
     echo = answer["EchoForCausalLM"]  # hands on to a model of its own class, forever: cut at the hop limit
     assert echo.indices is None and echo.reason
     assert "CycleA" in answer and answer["CycleA"].indices is None  # bases that name each other: read once each
+
+
+def test_every_class_the_registry_registers_with_the_hook_is_asked_inherited_or_not(answer: dict) -> None:
+    """The engine imports each module directly in the registry directory and registers its entry
+    classes: one that only inherits the hook (from another module, through a relative import or
+    a subpackage's class) taps as its base does; a subpackage's own entry is not registered."""
+    wanted = tuple(i + 1 for i in IDS)
+    assert (answer["InheritForCausalLM"].indices, answer["InheritForCausalLM"].position) == (wanted, "input")
+    assert (answer["RelativeForCausalLM"].indices, answer["RelativeForCausalLM"].position) == (wanted, "output")
+    assert answer["ChainForCausalLM"].indices == wanted
+    assert "MiddleForCausalLM" not in answer
+    assert answer["SuperForCausalLM"].indices == wanted  # the loop of the forward super() reaches
+    branch = answer["BranchForCausalLM"]  # not encoder-only: the base's __init__ builds the model
+    assert (branch.indices, branch.holder) == (wanted, "AfterModel")
+
+
+def test_architectures_that_cannot_draft_silently_wrong_are_recorded_not_judged(answer: dict) -> None:
+    silent = answer["DraftForCausalLM"]
+    assert (silent.indices, silent.unjudged) == (None, "taps-nothing") and "SilentModel" in silent.reason
+    pooling = answer["PoolingForCausalLM"]  # its hook would tap two layers early; the engine never decodes with it
+    assert (pooling.indices, pooling.unjudged) == (None, "not-generative") and "is_generation_model" in pooling.reason
+    assert all(not answer[name].unjudged for name in ("ToyForCausalLM", "InheritForCausalLM", "ChainForCausalLM"))
+
+
+def test_a_class_inheriting_the_hook_through_too_many_modules_is_unknown_with_the_reason(tmp_path: Path) -> None:
+    """A hostile registry: a chain of 40 modules, each class inheriting the last, ends after
+    ``MAX_DEPTH`` rounds as unknown (not a partial list that would leave the deepest out)."""
+    models = tmp_path / "sglang" / "srt" / "models"
+    models.mkdir(parents=True)
+    (models / "toy.py").write_text(MODELS)
+    for n in range(40):
+        base = ("sglang.srt.models.toy", "ToyForCausalLM") if n == 0 else (f"sglang.srt.models.m{n - 1}", f"M{n - 1}")
+        (models / f"m{n}.py").write_text(f"from {base[0]} import {base[1]}\nclass M{n}({base[1]}):\n    pass\n")
+    capture = next(r for r in load_rules() if r.engine == "sglang" and r.id == "layer-offset").behaviour.capture
+    assert capture is not None
+    with session() as run:
+        (found,) = evaluate(DirectoryTree(Path(tmp_path), None, SGLANG), capture, [(IDS, 36)], run)
+    assert found.architectures == () and f"more than {MAX_DEPTH} modules" in found.reason

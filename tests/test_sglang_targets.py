@@ -17,7 +17,7 @@ import pytest
 from dflash_doctor.engines import SGLANG
 from dflash_doctor.targets.release import release_tree
 
-from conftest import fleet_validator, make_venv, run_cli, ssh_check
+from conftest import check_json, fleet_validator, make_venv, run_cli, ssh_check
 from sshd import SshServer, host, trust
 
 pytestmark = [pytest.mark.release, pytest.mark.slow]  # real wheels' trees, OpenSSH and a registry
@@ -60,6 +60,16 @@ def test_a_host_holding_sglang_alone_is_checked_for_sglang(server, client, pytho
     # which runs SGLang's own rules' questions on the host
     assert srv.log_count("request exec") == 2
     assert {fix["decided_by"] for fix in report["fixes"] if fix["id"] == "rope-base"} == {"behaviour"}
+    # layer-offset lists the registry's architectures by searches the host's collector answers
+    # (every module naming the hook, then the classes that have it): the same taps as --path
+    _, local = check_json("--path", str(release_tree(SGL, SGLANG)), "--engine", "sglang", "--only", "layer-offset")
+    (remote,) = [fix for fix in report["fixes"] if fix["id"] == "layer-offset"]
+    assert remote["decided_by"] == "behaviour" and remote["status"] == local["fixes"][0]["status"]
+
+    def taps(fix: dict) -> set[tuple]:
+        return {(o["setting"], o["part"], str(o["observed"])) for o in fix["behaviour"]["observations"]}
+
+    assert taps(remote) == taps(local["fixes"][0]) and len(taps(remote)) > 40
 
 
 def test_a_host_holding_both_engines_is_checked_for_each_over_one_connection(server, client, pythons) -> None:

@@ -21,16 +21,19 @@ from typing import Any
 
 from ..isolation.sandbox import Call, SandboxError
 from ..rules import Capture
-from ..source import SourceTree, Symbol
+from ..source import SourceError, SourceTree, Symbol
 from .computed import RunProgram
 from .definitions import ExtractError, Place
+from .generative import generative
 from .interpret import failure
 from .lineage import TreeClass, TreeClasses, class_at
 from .program import ProgramBuilder
+from .taps import names_capture
 from .taps import position as tap_position
 
 MAX_HOPS = 4  # hooks handing on to the hooks of the models they hold
 MAX_NAMED = 8  # architectures a target config may name (a model's config names one)
+MAX_DEPTH = 8  # modules in turn a class inherits the hook through (SGLang's deepest: 3)
 POSITIONS = {0: "input", 1: "output"}  # what a tap takes of the listed layer, by HF index less the id
 
 
@@ -43,7 +46,9 @@ class Tapped:
     place: Place
     indices: tuple[int, ...] | None
     reason: str = ""
-    loud: bool = False  # the hook fails at load (raises, or calls a method the model lacks): nothing silent
+    # recorded under this part, not judged: "hook-fails" (it raises, or calls a method the model lacks),
+    # "taps-nothing" (set on a model that never reads it), "not-generative" (the engine never decodes with it)
+    unjudged: str = ""
     position: str = ""  # what the capturing class taps of each listed layer ("input", "output")
     holder: str = ""  # the class that holds the capture
 
@@ -66,30 +71,55 @@ class _Run:
     pending: list[tuple[str, TreeClass, ast.FunctionDef, list[Any]]]  # (holder path, class, method, arguments)
     sets: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
     reason: str = ""
-    loud: bool = False
+    unjudged: str = ""  # as ``Tapped.unjudged``
 
 
 def architectures(
     tree: SourceTree, capture: Capture, named: tuple[str, ...] = ()
 ) -> tuple[list[tuple[str, TreeClass, TreeClass, ast.FunctionDef]], TreeClasses]:
-    """(architecture, its class, the class whose hook it runs, that hook) for every class a
-    file defining the hook lists in its entry name; with ``named``, those of the named
-    classes, looked for where they are defined too (a model that inherits the hook)."""
+    """(architecture, its class, the class whose hook it runs, that hook) for every class a module
+    directly in the registry directory lists in its entry name and that has the hook, defined or
+    inherited (the engine imports each such module and registers the classes by name); only the
+    ``named`` ones where given. Raises SourceError when the directory cannot be searched."""
     classes = TreeClasses(tree)
-    found = []
-    scanned = tree.files_defining({capture.hook, *named})
-    for file in sorted({file for files in scanned.values() for file in files}):
+    found: dict[str, tuple[str, TreeClass, TreeClass, ast.FunctionDef]] = {}
+    for file in _hook_files(tree, classes, capture):
+        directory, _, module = file.rpartition("/")
         parsed = classes.parsed(file)
-        if parsed is None:
+        if parsed is None or directory != capture.registry or module == "__init__.py":
             continue
         for name in _entry_names(parsed.tree, capture.entry):
-            if named and name not in named:
-                continue
             cls = classes.named(file, name)
             hook = classes.method(cls, capture.hook) if cls is not None else None
-            if cls is not None and hook is not None:
-                found.append((name, cls, hook[0], hook[1]))
-    return found, classes
+            if cls is not None and hook is not None and (not named or cls.name in named):
+                found.setdefault(cls.name, (cls.name, cls, hook[0], hook[1]))  # a name registered twice fails at load
+    return list(found.values()), classes
+
+
+def _hook_files(tree: SourceTree, classes: TreeClasses, capture: Capture) -> list[str]:
+    """The files of the registry directory that name the hook or a class that has it: a class
+    inherits the hook only from a base it names, so each round looks for the files naming the
+    classes the last round found to have it, until none is new."""
+    seen: set[str] = set()
+    hooked: set[str] = set()
+    names = {capture.hook}
+    for _ in range(MAX_DEPTH + 1):
+        if not names:
+            return sorted(seen)
+        found = tree.files_mentioning(names, capture.registry)
+        new = sorted({file for files in found.values() for file in files} - seen)
+        seen.update(new)
+        before = set(hooked)
+        for file in new:
+            parsed = classes.parsed(file)
+            if parsed is None:
+                continue
+            for node in parsed.tree.body:
+                if isinstance(node, ast.ClassDef) and node.name not in hooked:
+                    if classes.method(TreeClass(file, node, parsed), capture.hook) is not None:
+                        hooked.add(node.name)
+        names = hooked - before
+    raise SourceError(f"its classes inherit {capture.hook} through more than {MAX_DEPTH} modules in turn")
 
 
 def _entry_names(module: ast.Module, entry: str) -> list[str]:
@@ -113,9 +143,12 @@ def evaluate(
     if len(named) > MAX_NAMED or not all(name.isidentifier() and len(name) <= 200 for name in named):
         why = f"the target config's architectures are not up to {MAX_NAMED} class names"
         return [CaptureAnswer((), why) for _ in drafters]
-    found, classes = architectures(tree, capture, named)
+    try:
+        found, classes = architectures(tree, capture, named)
+    except SourceError as exc:
+        return [CaptureAnswer((), f"the target architectures could not be listed: {exc}") for _ in drafters]
     if not found:
-        why = f"no target architecture of this tree defines {capture.hook}"
+        why = f"no architecture registered in {capture.registry} has {capture.hook}"
         if named:
             names = ", ".join(named)
             why = f"no class this tree registers as the target config's {names} has {capture.hook}"
@@ -133,6 +166,12 @@ def evaluate(
                 for _, owner, hook_owner, hook in found
             ]
     everything = [one for each in runs.values() for one in each]
+    if capture.generation and everything:
+        served = generative(tree, capture.generation, [name for name, *_ in found], run)
+        for one, (name, *_) in zip(everything, found * len(runs)):  # each drafter's runs are in the order of found
+            if served.get(name) is False:
+                one.reason = f"{capture.generation} says the engine does not generate with {name}: nothing drafts on it"
+                one.unjudged = "not-generative"
     for _ in range(MAX_HOPS):
         if not any(one.pending and not one.reason for one in everything):
             break
@@ -198,7 +237,7 @@ def _round(runs: list[_Run], classes: TreeClasses, capture: Capture, run: RunPro
             if outcome is None or not outcome.ok or not isinstance(outcome.value, list):
                 what = failure(outcome) if outcome else "gave no answer"
                 one.reason = f"{cls.name}.{method.name} ({file}:{method.lineno}) {what}"
-                one.loud = outcome is not None and outcome.error_type is not None
+                one.unjudged = "hook-fails" if outcome is not None and outcome.error_type is not None else ""
                 continue
             _take(one, outcome.value, classes)
 
@@ -222,7 +261,7 @@ def _take(one: _Run, records: list[Any], classes: TreeClasses) -> None:
                     f"{cls.name} ({cls.file}) has no method {method}, which the hook calls on {path}: "
                     "an AttributeError at load"
                 )
-                one.loud = classes.resolved(cls)
+                one.unjudged = "hook-fails" if classes.resolved(cls) else ""
                 return
             if record.get("kwargs"):
                 one.reason = f"the hook calls {path}.{method} with keywords"
@@ -238,7 +277,7 @@ def _tapped(
     positions: dict[tuple[str, str, str | None], int | str | None],
 ) -> Tapped:
     if one.reason:
-        return Tapped(name, one.place, None, one.reason, one.loud)
+        return Tapped(name, one.place, None, one.reason, one.unjudged)
     lists: dict[str, tuple[str, list[int]]] = {}  # holder path -> (list attribute, ids)
     marks: dict[str, dict[int, bool]] = {}  # holder path -> layer index -> marked
     for path, value in one.sets:
@@ -282,6 +321,9 @@ def _tapped(
         tapped = tuple(sorted({k + position for k in layer_ids}))
         results.add((tapped, POSITIONS.get(position, f"{position:+d}")))
     if not results:
+        if not any(names_capture(classes, cls, list_name, capture) for list_name, _ in captures):
+            why = f"no method of {cls.name} ({cls.file}) reads the capture: no layer is tapped"
+            return Tapped(name, one.place, None, why, "taps-nothing")
         return Tapped(name, one.place, None, f"no loop of {cls.name} ({cls.file}) over its layers reads the capture")
     if len(results) > 1:
         return Tapped(name, one.place, None, f"{cls.name} taps its listed and its marked layers differently")

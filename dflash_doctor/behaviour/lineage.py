@@ -46,11 +46,21 @@ class TreeClasses:
             if isinstance(node, ast.ClassDef) and node.name == name:
                 return TreeClass(file, node, parsed)
         for node in parsed.tree.body:
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if isinstance(node, ast.ImportFrom) and node.module:
                 for alias in node.names:
                     if (alias.asname or alias.name) == name:
-                        return self.named(node.module.replace(".", "/") + ".py", alias.name, depth + 1)
+                        module = self._module_file(file, node)
+                        return None if module is None else self.named(module, alias.name, depth + 1)
         return None
+
+    def _module_file(self, file: str, node: ast.ImportFrom) -> str | None:
+        """The file of the module a ``from`` import reads (absolute, or relative to ``file``'s package)."""
+        parts = file.split("/")[:-1]
+        if node.level > len(parts):
+            return None
+        base = parts[: len(parts) - node.level + 1] if node.level else []
+        path = "/".join([*base, *str(node.module).split(".")])
+        return path + ".py" if self.parsed(path + ".py") is not None else path + "/__init__.py"
 
     def lineage(self, cls: TreeClass) -> Iterator[TreeClass]:
         """The class, then its bases the tree defines, depth first (as Python looks up a name)."""
@@ -84,12 +94,30 @@ class TreeClasses:
             kept.update((name, (owner, node)) for name, node in mine.items() if name not in kept)
         return list(kept.values())
 
+    def run_methods(self, cls: TreeClass) -> list[tuple[TreeClass, ast.FunctionDef]]:
+        """``methods``, and the overridden ones they reach through ``super().<name>(...)``."""
+        found = self.methods(cls)
+        lineage = list(self.lineage(cls))
+        queue = list(found)
+        while queue:
+            owner, method = queue.pop()
+            if "super(" not in owner.parsed.lines(method.lineno, method.end_lineno or method.lineno):
+                continue  # most methods call nothing on super(): not walked
+            for name in _super_calls(method):
+                after = lineage[lineage.index(owner) + 1 :] if owner in lineage else []
+                base = next((hit for each in after if (hit := self._own_def(each, name))), None)
+                if base is not None and all(base[1] is not node for _, node in found):
+                    found.append(base)
+                    queue.append(base)
+        return found
+
+    @staticmethod
+    def _own_def(owner: TreeClass, name: str) -> tuple[TreeClass, ast.FunctionDef] | None:
+        kept = [node for node in owner.node.body if isinstance(node, ast.FunctionDef) and node.name == name]
+        return (owner, kept[-1]) if kept else None  # the last def of a name in a class body is the one Python keeps
+
     def method(self, cls: TreeClass, name: str) -> tuple[TreeClass, ast.FunctionDef] | None:
-        for owner in self.lineage(cls):
-            kept = [node for node in owner.node.body if isinstance(node, ast.FunctionDef) and node.name == name]
-            if kept:
-                return owner, kept[-1]  # the last def of a name in a class body is the one Python keeps
-        return None
+        return next((hit for owner in self.lineage(cls) if (hit := self._own_def(owner, name))), None)
 
     def attribute_classes(self, cls: TreeClass, attribute: str) -> list[TreeClass] | str:
         """The classes the first ``__init__`` in the lineage that sets ``self.<attribute>`` builds it from."""
@@ -99,24 +127,30 @@ class TreeClasses:
         return self._built[key]
 
     def _attribute_classes(self, cls: TreeClass, attribute: str) -> list[TreeClass] | str:
+        found: list[TreeClass] = []
         for owner in self.lineage(cls):
-            for init in [node for node in owner.node.body if isinstance(node, ast.FunctionDef)][::-1]:
-                if init.name != "__init__":
-                    continue
-                built = [
-                    statement.value.func
-                    for statement in ast.walk(init)
-                    if isinstance(statement, ast.Assign)
-                    and isinstance(statement.value, ast.Call)
-                    and any(is_self_attribute(target, attribute) for target in statement.targets)
-                ]
-                if not built:
-                    break  # this __init__ does not set it: a base's may
-                classes = [each for func in built for each in self._callee(cls, owner, init, func, 0)]
-                if None in classes:
-                    return f"{owner.name}.__init__ ({owner.file}) builds self.{attribute} from no class of the tree"
-                return [each for each in classes if each is not None]
-        return f"no __init__ of {cls.name} or its bases sets self.{attribute}"
+            own = self._own_def(owner, "__init__")
+            if own is None:
+                continue
+            init = own[1]
+            assignments = [
+                (statement, statement.value.func)
+                for statement in ast.walk(init)
+                if isinstance(statement, ast.Assign)
+                and isinstance(statement.value, ast.Call)
+                and any(is_self_attribute(target, attribute) for target in statement.targets)
+            ]
+            if not assignments:
+                continue  # this __init__ does not set it: a base's may
+            built = [func for _, func in assignments if not _bare_module(func)]
+            classes = [each for func in built for each in self._callee(cls, owner, init, func, 0)]
+            if None in classes:
+                return f"{owner.name}.__init__ ({owner.file}) builds self.{attribute} from no class of the tree"
+            found += [each for each in classes if each is not None]
+            text = owner.parsed.lines(init.lineno, init.end_lineno or init.lineno)
+            if "super(" not in text or not _other_branch_inits_base(init, [statement for statement, _ in assignments]):
+                return found
+        return found or f"no __init__ of {cls.name} or its bases sets self.{attribute}"
 
     def _passed(
         self, cls: TreeClass, owner: TreeClass, base_init: ast.FunctionDef, name: str
@@ -170,6 +204,39 @@ class TreeClasses:
             module = imported_module(owner.parsed.tree, func.value.id)
             return [self.named(module.replace(".", "/") + ".py", func.attr) if module else None]
         return [None]
+
+
+def _bare_module(func: ast.expr) -> bool:
+    """``nn.Module``: an empty container (it holds no layers; a hook called on it fails loudly)."""
+    return ast.unparse(func) == "nn.Module"
+
+
+def _other_branch_inits_base(init: ast.FunctionDef, assignments: list[ast.Assign]) -> bool:
+    """Whether ``super().__init__`` runs in the other branch of an ``if`` from every assignment
+    (``if encoder_only: self.model = nn.Module() else: super().__init__(...)``): the base's
+    ``__init__`` then builds the attribute in that deployment."""
+    for branch in ast.walk(init):
+        if not isinstance(branch, ast.If):
+            continue
+        for one, other in ((branch.body, branch.orelse), (branch.orelse, branch.body)):
+            inside = {id(node) for statement in one for node in ast.walk(statement)}
+            supers = any(is_super_init(node) for statement in other for node in ast.walk(statement))
+            if supers and all(id(each) in inside for each in assignments):
+                return True
+    return False
+
+
+def _super_calls(method: ast.FunctionDef) -> set[str]:
+    """The names a method calls on ``super()``."""
+    return {
+        node.func.attr
+        for node in ast.walk(method)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Call)
+        and isinstance(node.func.value.func, ast.Name)
+        and node.func.value.func.id == "super"
+    }
 
 
 def super_argument(function: ast.FunctionDef, base_init: ast.FunctionDef, name: str) -> ast.expr | None:

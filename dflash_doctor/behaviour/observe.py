@@ -170,10 +170,9 @@ def capture_position(name: str, draft: DraftConfig, computed: Computed, answer: 
         return
     for tapped in answer.architectures:
         where = f"{tapped.place.symbol} ({tapped.place.file}:{tapped.place.line})"
-        if tapped.loud:  # recorded, not judged: a target that fails at load taps nothing silently
-            yield Observation(
-                name, None, tapped.architecture, "hook-fails", None, None, None, None, f"{where}: {tapped.reason}"
-            )
+        if tapped.unjudged:  # recorded, not judged: nothing reaches a drafter silently wrong
+            note = f"{where}: {tapped.reason}"
+            yield Observation(name, None, tapped.architecture, tapped.unjudged, None, None, None, None, note)
             continue
         indices = tapped.indices if expected is not None else None
         ok = None if indices is None or expected is None else indices == tuple(expected)

@@ -24,10 +24,7 @@ def position(classes: TreeClasses, cls: TreeClass, attribute: str | None, captur
     (0: the layer's input, 1: its output); a reason when they disagree or cannot be read, None
     when no loop reads the capture. ``attribute``: the list the capture test reads; None: the mark."""
     positions: set[int | str] = set()
-    needle = attribute if attribute is not None else capture.mark
-    for owner, method in classes.methods(cls):
-        if needle not in owner.parsed.lines(method.lineno, method.end_lineno or method.lineno):
-            continue  # a method that never names the capture has no capture test
+    for _owner, method in _naming(classes, cls, attribute, capture):
         aliases = _aliases(method, attribute) if attribute is not None else set()
         for loop, outer in _loops(method, frozenset()):
             found = _loop_position(loop, outer, _Test(attribute, aliases, capture))
@@ -38,6 +35,22 @@ def position(classes: TreeClasses, cls: TreeClass, attribute: str | None, captur
     if len(positions) > 1:
         return f"{cls.name}'s loops over its layers tap the capture at different places"
     return positions.pop()
+
+
+def names_capture(classes: TreeClasses, cls: TreeClass, attribute: str | None, capture: Capture) -> bool:
+    """Whether any method of the class names the capture (the list ``attribute``, or the mark):
+    one that names none taps nothing."""
+    return next(_naming(classes, cls, attribute, capture), None) is not None
+
+
+def _naming(
+    classes: TreeClasses, cls: TreeClass, attribute: str | None, capture: Capture
+) -> Iterator[tuple[TreeClass, ast.FunctionDef]]:
+    """The class's methods whose text names the capture (a method that never names it has no capture test)."""
+    needle = attribute if attribute is not None else capture.mark
+    for owner, method in classes.run_methods(cls):
+        if needle in owner.parsed.lines(method.lineno, method.end_lineno or method.lineno):
+            yield owner, method
 
 
 class _Test:
@@ -137,13 +150,14 @@ def _loop_position(loop: ast.For, outer: frozenset[str], is_test: _Test) -> int 
     if not tests or not calls:
         return None
     call = min(calls, key=lambda node: (node.lineno, node.col_offset))  # the first the loop makes
+    handed = {id(inner) for each in calls for inner in ast.walk(each)}  # a call per branch may each take the tap
     found: set[int | str] = set()
     for test in tests:
         offset = _test_offset(test, index, layer, bound, outer, is_test.capture)
         if offset is None:
             return f"the capture test {ast.unparse(test)} is not the layer's position plus a number"
         end = call.end_lineno or call.lineno
-        if any(test is inner for inner in ast.walk(call)):
+        if id(test) in handed:
             found.add((0 if is_test.capture.handed == "input" else 1) - offset)
         elif test.lineno < call.lineno:
             found.add(-offset)

@@ -25,7 +25,7 @@ import dataclasses
 import hashlib
 import re
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from ..model import ToolError
 from ..standalone.probe import read_regular
@@ -187,7 +187,7 @@ class Collected(SourceTree):
     def read(self, relpath: str) -> bytes | None:
         return self._tree.read(relpath)
 
-    def files_defining(self, names: Iterable[str]) -> Mapping[str, list[str]]:
+    def search(self, names: frozenset[str], under: str, mentions: bool) -> Mapping[str, list[str]]:
         return {name: [] for name in names}
 
     def dist_info_text(self, name: str) -> str | None:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from ..model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, Evidence, FixResult, ToolError
 from ..rules import Form, Rule, for_engine
-from ..source import ParsedFile, SourceError, SourceTree
+from ..source import ParsedFile, Scan, SourceError, SourceTree
 from .state import sha256
 
 
@@ -192,8 +192,8 @@ class PatchedTree(SourceTree):
     def parsed(self, relpath: str) -> ParsedFile | None:
         return super().parsed(relpath) if relpath in self.replaced else self.base.parsed(relpath)
 
-    def files_defining(self, names: Iterable[str]) -> Mapping[str, list[str]]:
-        return self.base.files_defining(names)
+    def _searched(self, scan: Scan) -> Mapping[str, list[str]]:
+        return self.base._searched(scan)
 
     def dist_info_text(self, name: str) -> str | None:
         return self.base.dist_info_text(name)

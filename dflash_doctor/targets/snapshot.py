@@ -19,6 +19,8 @@ from .probing import held_back, parse_probe_output, read_probe_file
 Contents = Callable[[], Mapping[str, str | None]]
 # The host's answer for package module files the collector did not send: (paths, with their bytes).
 More = Callable[[list[str], bool], Mapping[str, Any]]
+# The host's answer for a search of a package directory: (names, directory, mentions).
+Search = Callable[[list[str], str, bool], Mapping[str, Any]]
 SHA256 = re.compile(r"[0-9a-f]{64}")
 # Why a probe file's tree is judged by structure alone, and what judges it by behaviour.
 FROM_FILE = (
@@ -40,7 +42,12 @@ class SnapshotTree(SourceTree):
     untrusted: only the path asked for is taken from it."""
 
     def __init__(
-        self, answer: dict, engine: Engine = VLLM, contents: Contents | None = None, more: More | None = None
+        self,
+        answer: dict,
+        engine: Engine = VLLM,
+        contents: Contents | None = None,
+        more: More | None = None,
+        searcher: Search | None = None,
     ) -> None:
         super().__init__()
         self.engine = engine
@@ -56,6 +63,7 @@ class SnapshotTree(SourceTree):
         )  # elsewhere a digest without bytes is only a claim
         self._contents = contents
         self._more = more
+        self._searcher = searcher
         self._more_held: set[str] = set()  # files whose digest came from ``more`` without their bytes
 
     def read(self, relpath: str) -> bytes | None:
@@ -135,11 +143,35 @@ class SnapshotTree(SourceTree):
             self._sha256[relpath] = sha256[relpath]
             self._more_held.add(relpath)
 
-    def search(self, names: frozenset[str]) -> Mapping[str, list[str]]:
-        return {name: list(self._search.get(name, [])) for name in names}
+    def search(self, names: frozenset[str], under: str, mentions: bool) -> Mapping[str, list[str]]:
+        """The collector's search for moved code where it answered these names; else the host's."""
+        if under == self.package and not mentions and names <= set(self._search):
+            return {name: list(self._search[name]) for name in names}
+        if self._searcher is None:
+            raise SourceError(f"{under} was not searched on the host, and there is no host to ask (a probe file)")
+        try:
+            part = self._searcher(sorted(names), under, mentions)
+        except ToolError as exc:
+            raise SourceError(f"{under} could not be searched on the host: {exc}") from None
+        found = part.get("search")
+        if part.get("error") or not isinstance(found, dict):
+            raise SourceError(f"{under} could not be searched on the host: {part.get('error') or 'no answer'}")
+        # only the names asked for, and only module files of the directory searched, are taken
+        return {
+            name: [
+                relpath
+                for relpath in _listed(found.get(name))
+                if package_module(relpath, self.package) and relpath.startswith(under + "/")
+            ]
+            for name in names
+        }
 
     def dist_info_text(self, name: str) -> str | None:
         return self._dist_info.get(name)
+
+
+def _listed(value: object) -> list:
+    return value if isinstance(value, list) else []
 
 
 def snapshot_target(
@@ -149,6 +181,7 @@ def snapshot_target(
     details: tuple[tuple[str, str | int], ...] = (),
     contents: Contents | None = None,
     more: More | None = None,
+    searcher: Search | None = None,
 ) -> ResolvedTarget:
     if answer.get("error"):
         raise ToolError(f"{who}: {answer['error']}")
@@ -162,7 +195,7 @@ def snapshot_target(
     info = TargetInfo(
         kind, f"{host}:{answer.get('root', '')}", (("host", host), ("python", answer.get("python") or ""), *details)
     )
-    return ResolvedTarget(SnapshotTree(answer, engine, contents, more), info)
+    return ResolvedTarget(SnapshotTree(answer, engine, contents, more, searcher), info)
 
 
 class ProbeFileTarget:

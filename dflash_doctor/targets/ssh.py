@@ -53,7 +53,7 @@ from .jumps import JUMPS
 from .channel import ChannelPipe, behaviour_lifetime
 from .hosts import HostKeyPolicy, HostSpec, SshOptions, fingerprint, parse_host
 from .probing import MAX_OUTPUT_BYTES, MIB, answered, encode_request, parse_probe_output, probe_source
-from .snapshot import Contents, More, snapshot_target
+from .snapshot import Contents, More, Search, snapshot_target
 
 if TYPE_CHECKING:
     from paramiko import Channel, ProxyCommand, SSHClient
@@ -120,7 +120,7 @@ class SshTarget:
         self.options = options
         self.request = request
         self.detect = detect  # the other engines' requests: each engine whose package the host finds is checked too
-        self._first: tuple[dict, dict, tuple[Contents, More] | None] | None = None  # per_engine's answer, kept
+        self._first: tuple[dict, dict, tuple[Contents, More, Search] | None] | None = None  # per_engine's answer, kept
         self.bytes_sent = 0
         self.bytes_received = 0
         self.connect_tries = 0  # of the last connection made
@@ -213,7 +213,7 @@ class SshTarget:
             ("bytes_received", self.bytes_received),
             ("connect_tries", self.connect_tries),
         )
-        resolved = snapshot_target(answer, "ssh", who, details, *(remote or (None, None)))
+        resolved = snapshot_target(answer, "ssh", who, details, *(remote or (None, None, None)))
         ran = (("behaviour", f"runs on {self.given}"),) if self._open is not None else ()
         info = dataclasses.replace(
             resolved.info,
@@ -355,7 +355,7 @@ class SshTarget:
 
     def _run_probe(
         self, client: SSHClient, spec: HostSpec, who: str, staged: bool, request: dict[str, Any]
-    ) -> tuple[dict, tuple[Contents, More] | None]:
+    ) -> tuple[dict, tuple[Contents, More, Search] | None]:
         """The collector's answer, and how to ask it for the bytes it held back and for
         more files (None when it is not asked: whole at once, or an answer with an error).
         ``staged``: in two parts on one run (the first without the bytes), the collector
@@ -392,7 +392,8 @@ class SshTarget:
                     self._staged.append(channel)
                     channel = None  # kept open until the connection closes: the bytes and more files are asked on it
                     ask = functools.partial(self._ask, spec, who, self._staged[-1], threading.Lock())
-                    return answer, (functools.partial(self._contents, ask), functools.partial(self._more, ask))
+                    asking = functools.partial(self._contents, ask), functools.partial(self._more, ask)
+                    return answer, (*asking, functools.partial(self._search, ask))
                 channel.shutdown_write()  # the collector reads the end of its input and exits
                 more, tail = self._drain(channel, deadline, MAX_OUTPUT_BYTES - len(output))
                 output, errors = output + more, (errors + tail)[-STDERR_TAIL_BYTES:]
@@ -427,6 +428,12 @@ class SshTarget:
     def _more(ask: Callable[[bytes], dict], paths: list[str], with_bytes: bool) -> dict:
         """What the collector finds at module files of the package it did not send (``more_files``)."""
         return ask(b"%s %s\n" % (b"more" if with_bytes else b"digests", base64.b64encode(json.dumps(paths).encode())))
+
+    @staticmethod
+    def _search(ask: Callable[[bytes], dict], names: list[str], under: str, mentions: bool) -> dict:
+        """Which files of a package directory define or name ``names`` (``searched``)."""
+        asked = {"names": names, "under": under, "mentions": mentions}
+        return ask(b"search %s\n" % base64.b64encode(json.dumps(asked).encode()))
 
     def _ask(self, spec: HostSpec, who: str, channel: Channel, lock: threading.Lock, line: bytes) -> dict:
         """One word to a staged collector and its answer (one round trip on its channel);
