@@ -165,7 +165,12 @@ def locate(
         except SourceError as exc:
             found[(file, qualname)] = exc
     moved = {search_name(key[1]): key for key, hit in found.items() if hit == [] and key in required}
-    for name, files in tree.files_defining(moved).items() if moved else ():
+    try:
+        searched = tree.files_defining(moved) if moved else {}
+    except SourceError as exc:  # a probe file's tree, asked for a name its collector did not search for
+        found.update((key, exc) for key in moved.values())
+        return found, True
+    for name, files in searched.items():
         symbols: list[Symbol] = []
         for other in files:
             try:

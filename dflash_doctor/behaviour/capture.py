@@ -83,7 +83,12 @@ def architectures(
     ``named`` ones where given. Raises SourceError when the directory cannot be searched."""
     classes = TreeClasses(tree)
     found: dict[str, tuple[str, TreeClass, TreeClass, ast.FunctionDef]] = {}
-    for file in _hook_files(tree, classes, capture):
+    if named:  # a registered class is listed by its name in its module: only the modules naming it are read
+        mentions = tree.files_mentioning(named, capture.registry)
+        files = sorted({file for each in mentions.values() for file in each})
+    else:
+        files = _hook_files(tree, classes, capture)
+    for file in files:
         directory, _, module = file.rpartition("/")
         parsed = classes.parsed(file)
         if parsed is None or directory != capture.registry or module == "__init__.py":
