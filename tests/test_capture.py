@@ -236,6 +236,23 @@ EntryClass = [
     BranchForCausalLM, PoolingForCausalLM,
 ]
 """,
+    "sglang/srt/layers/capture_mixin.py": """
+class CaptureMixin:
+    def set_dflash_layers_to_capture(self, layer_ids):
+        self.model.layers_to_capture = [i + 1 for i in layer_ids]
+""",
+    "sglang/srt/models/mixed.py": """
+from sglang.srt.layers.capture_mixin import CaptureMixin
+from sglang.srt.models.toy import ToyModel
+
+
+class MixedForCausalLM(CaptureMixin):
+    def __init__(self, config):
+        self.model = ToyModel(config)
+
+
+EntryClass = MixedForCausalLM
+""",
     "sglang/srt/models/common/__init__.py": "",
     "sglang/srt/models/common/middle.py": """
 from sglang.srt.models.toy import ToyForCausalLM
@@ -315,6 +332,8 @@ def test_every_class_the_registry_registers_with_the_hook_is_asked_inherited_or_
     assert answer["ChainForCausalLM"].indices == wanted
     assert "MiddleForCausalLM" not in answer
     assert answer["SuperForCausalLM"].indices == wanted  # the loop of the forward super() reaches
+    # a module naming neither the hook nor a registry class with it: its base, a mixin outside the registry, has it
+    assert (answer["MixedForCausalLM"].indices, answer["MixedForCausalLM"].position) == (wanted, "input")
     branch = answer["BranchForCausalLM"]  # not encoder-only: the base's __init__ builds the model
     assert (branch.indices, branch.holder) == (wanted, "AfterModel")
 

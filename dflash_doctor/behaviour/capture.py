@@ -107,7 +107,12 @@ def _hook_files(tree: SourceTree, classes: TreeClasses, capture: Capture) -> lis
     classes the last round found to have it, until none is new."""
     seen: set[str] = set()
     hooked: set[str] = set()
-    names = {capture.hook}
+    # a base class with the hook may live anywhere in the package (a mixin): its name is looked for too
+    for files in tree.files_defining({capture.hook}).values():
+        for file in files:
+            if not file.startswith(capture.registry + "/"):
+                hooked |= _hooked(classes, file, capture, hooked)
+    names = {capture.hook, *hooked}
     for _ in range(MAX_DEPTH + 1):
         if not names:
             return sorted(seen)
@@ -116,15 +121,23 @@ def _hook_files(tree: SourceTree, classes: TreeClasses, capture: Capture) -> lis
         seen.update(new)
         before = set(hooked)
         for file in new:
-            parsed = classes.parsed(file)
-            if parsed is None:
-                continue
-            for node in parsed.tree.body:
-                if isinstance(node, ast.ClassDef) and node.name not in hooked:
-                    if classes.method(TreeClass(file, node, parsed), capture.hook) is not None:
-                        hooked.add(node.name)
+            hooked |= _hooked(classes, file, capture, hooked)
         names = hooked - before
     raise SourceError(f"its classes inherit {capture.hook} through more than {MAX_DEPTH} modules in turn")
+
+
+def _hooked(classes: TreeClasses, file: str, capture: Capture, known: set[str]) -> set[str]:
+    """The names of the file's classes that have the hook, defined or inherited (``known`` not asked again)."""
+    parsed = classes.parsed(file)
+    if parsed is None:
+        return set()
+    return {
+        node.name
+        for node in parsed.tree.body
+        if isinstance(node, ast.ClassDef)
+        and node.name not in known
+        and classes.method(TreeClass(file, node, parsed), capture.hook) is not None
+    }
 
 
 def _entry_names(module: ast.Module, entry: str) -> list[str]:

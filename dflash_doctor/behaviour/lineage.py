@@ -80,7 +80,7 @@ class TreeClasses:
         (so a method none of them defines is not there)."""
         for each in self.lineage(cls):
             for base in each.node.bases:
-                module = isinstance(base, ast.Attribute) and ast.unparse(base) == "nn.Module"
+                module = isinstance(base, ast.Attribute) and _bare_module(base)
                 if not module and (not isinstance(base, ast.Name) or self.named(each.file, base.id) is None):
                     return False
         return True
@@ -207,7 +207,8 @@ class TreeClasses:
 
 
 def _bare_module(func: ast.expr) -> bool:
-    """``nn.Module``: an empty container (it holds no layers; a hook called on it fails loudly)."""
+    """``nn.Module``: the base of every model, and as a call an empty container (it holds no
+    layers; a hook called on it fails loudly)."""
     return ast.unparse(func) == "nn.Module"
 
 
