@@ -179,6 +179,18 @@ EDITS += edits(
 # Architectures whose module only inherits the hook: the registry's modules are searched for the
 # classes that have it (Mistral inherits Llama's shifted hook).
 MISTRAL = "class MistralForCausalLM(LlamaForCausalLM):\n    pass\n"
+
+
+def mistral_hook(ids: str) -> Replace:
+    """Mistral's class given a hook of its own that stores ``ids`` (written over ``layer_ids``)."""
+    hook = (
+        "    def set_dflash_layers_to_capture(self, layer_ids):\n"
+        "        self.capture_aux_hidden_states = True\n"
+        f"        self.model.layers_to_capture = {ids}\n"
+    )
+    return Replace("sglang/srt/models/mistral.py", MISTRAL, MISTRAL.replace("    pass\n", hook))
+
+
 EDITS += edits(
     "layer-offset",
     (
@@ -186,32 +198,14 @@ EDITS += edits(
         "0.5.23",
         "break",
         "Mistral overrides the hook it inherits with one that stores the ids as they are: each tap one layer early",
-        Replace(
-            "sglang/srt/models/mistral.py",
-            MISTRAL,
-            MISTRAL.replace(
-                "    pass\n",
-                "    def set_dflash_layers_to_capture(self, layer_ids):\n"
-                "        self.capture_aux_hidden_states = True\n"
-                "        self.model.layers_to_capture = list(layer_ids)\n",
-            ),
-        ),
+        mistral_hook("list(layer_ids)"),
     ),
     (
         "mistral-hook-shifted-again",
         "0.5.23",
         "preserve",
         "Mistral overrides the hook with its own + 1, written k + 1: the same taps",
-        Replace(
-            "sglang/srt/models/mistral.py",
-            MISTRAL,
-            MISTRAL.replace(
-                "    pass\n",
-                "    def set_dflash_layers_to_capture(self, layer_ids):\n"
-                "        self.capture_aux_hidden_states = True\n"
-                "        self.model.layers_to_capture = [k + 1 for k in layer_ids]\n",
-            ),
-        ),
+        mistral_hook("[k + 1 for k in layer_ids]"),
     ),
     engine="sglang",
     setting="MistralForCausalLM",
