@@ -32,6 +32,7 @@ from .rules import (
     Form,
     FormPatch,
     Handing,
+    IdMap,
     Rewrite,
     Rule,
     reference_names,
@@ -289,16 +290,16 @@ def _capture(raw: Any, question: str, where: str) -> Capture | None:
         return None
     if question != "capture-position" or not isinstance(raw, dict):
         raise ToolError(f"{where}: only the capture-position question reads a capture table")
-    known = ("hook", "lists", "mark", "entry", "registry", "generation", "handed", "assume", "counted", "indexed")
-    _known_keys(raw, known, where)
+    known = ("hook", "lists", "mark", "entry", "registry", "generation", "id_map", "handed", "assume")
+    _known_keys(raw, (*known, "counted", "indexed"), where)
     hook, mark, entry, handed = (_require(raw, key, where) for key in ("hook", "mark", "entry", "handed"))
     registry = _require(raw, "registry", where)
     if not isinstance(registry, str) or not all(part.isidentifier() for part in registry.split("/")):
         raise ToolError(f"{where}: registry must be a package directory (names joined by /)")
     generation = raw.get("generation", "")
-    file, _, function = generation.partition(":") if isinstance(generation, str) else ("", "", "")
-    if generation and not (file.endswith(".py") and function.isidentifier()):
+    if generation and not _file_function(generation):
         raise ToolError(f"{where}: generation must be file.py:function")
+    id_map = _id_map(raw.get("id_map"), f"{where}: id_map")
     lists = _strings(raw, "lists", where)
     if not all(isinstance(name, str) and name.isidentifier() for name in (hook, mark, entry, *lists)) or not lists:
         raise ToolError(f"{where}: hook, mark, entry and lists must be names")
@@ -310,9 +311,29 @@ def _capture(raw: Any, question: str, where: str) -> Capture | None:
     counted, indexed = _strings(raw, "counted", where), _strings(raw, "indexed", where)
     if not all(isinstance(name, str) and name.isidentifier() for name in (*counted, *indexed)):
         raise ToolError(f"{where}: counted and indexed must be names")
-    return Capture(
-        hook, lists, mark, entry, handed, tuple(sorted(assume.items())), counted, indexed, registry, generation
-    )
+    assumed = tuple(sorted(assume.items()))
+    return Capture(hook, lists, mark, entry, handed, assumed, counted, indexed, registry, generation, id_map)
+
+
+def _file_function(value: Any) -> bool:
+    file, _, function = value.partition(":") if isinstance(value, str) else ("", "", "")
+    return file.endswith(".py") and function.isidentifier()
+
+
+def _id_map(raw: Any, where: str) -> IdMap | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ToolError(f"{where} must be a table of function, target, draft and ids")
+    keywords = ("target", "draft", "ids")
+    _known_keys(raw, ("function", *keywords), where)
+    function = _require(raw, "function", where)
+    if not _file_function(function):
+        raise ToolError(f"{where}: function must be file.py:function")
+    target, draft, ids = (_require(raw, key, where) for key in keywords)
+    if not all(isinstance(name, str) and name.isidentifier() for name in (target, draft, ids)):
+        raise ToolError(f"{where}: target, draft and ids must be the function's keyword names")
+    return IdMap(function, target, draft, ids)
 
 
 def _flag(raw: Any, question: str, where: str) -> Flag | None:

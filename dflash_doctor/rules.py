@@ -215,6 +215,18 @@ class Flag:
 
 
 @dataclasses.dataclass(frozen=True)
+class IdMap:
+    """The engine's ``file:function`` its worker runs on the drafter's ids before handing
+    them to the capture hook, called with these keywords: the target's config, the
+    drafter's config, and the ids; it returns the ids the hook is handed."""
+
+    function: str
+    target: str
+    draft: str
+    ids: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Capture:
     """The engine hands a drafter's ids to ``hook``, a method of the target model's class
     (each architecture a file lists in ``entry``); what it sets, directly or through the
@@ -227,7 +239,8 @@ class Capture:
     attributes that hold the layer's own index in the model's list (``layer.layer_id``);
     ``registry``: the package directory whose modules register the target architectures;
     ``generation``: the engine's ``file:function`` that, called with a list holding one
-    architecture's name, says whether it generates with it (the others are not judged)."""
+    architecture's name, says whether it generates with it (the others are not judged);
+    ``id_map``: the worker's map of the drafter's ids before it calls the hook."""
 
     hook: str
     lists: tuple[str, ...]
@@ -239,6 +252,13 @@ class Capture:
     indexed: tuple[str, ...] = ()
     registry: str = ""
     generation: str = ""
+    id_map: IdMap | None = None
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The engine's files the question runs functions of (the registry is searched, not named)."""
+        named = (self.generation, self.id_map.function if self.id_map else "")
+        return tuple(spec.partition(":")[0] for spec in named if spec)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -356,7 +376,9 @@ class Rule:
     def files(self) -> tuple[str, ...]:
         """Every file a check of this rule reads: anchors, applicability, behaviour."""
         files = {a.file for a in self.anchors} | {self.applies.file}
-        return tuple(sorted(files | set(self.behaviour.files if self.behaviour else ())))
+        if self.behaviour is not None:
+            files |= {*self.behaviour.files, *(self.behaviour.capture.files if self.behaviour.capture else ())}
+        return tuple(sorted(files))
 
     def forms_for(self, anchor_id: str) -> list[Form]:
         return [form for form in self.forms if anchor_id in form.anchors]

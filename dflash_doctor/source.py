@@ -8,6 +8,7 @@ located function or class, never whole files.
 from __future__ import annotations
 
 import ast
+import re
 import dataclasses
 import hashlib
 import textwrap
@@ -377,6 +378,7 @@ class SourceTree:
 
 
 MAX_KEPT_SEARCH_BYTES = 16 << 20  # a directory searched more than once is read once when no larger
+WORD = re.compile(rb"\w+")  # a whole word, bounded as the mention pattern's \b bounds a name (ASCII)
 
 
 class DirectoryTree(SourceTree):
@@ -389,6 +391,7 @@ class DirectoryTree(SourceTree):
         self._listings: dict[str, list[str]] = {}  # directory -> its names, for loaded_instead
         self._plugins: tuple[Plugin, ...] | None = None
         self._texts: dict[str, list[tuple[str, bytes]]] = {}  # a searched directory's files, when small
+        self._words: dict[str, list[tuple[str, frozenset[bytes]]]] = {}  # and each file's words
         self.root = root
         self.dist_info = dist_info
 
@@ -407,6 +410,11 @@ class DirectoryTree(SourceTree):
 
     def search(self, names: frozenset[str], under: str, mentions: bool) -> Mapping[str, list[str]]:
         if under in self._texts:  # a directory searched again, for other names (the capture question's rounds)
+            if mentions and all(name.isascii() for name in names):  # each file's words, split once
+                if under not in self._words:
+                    self._words[under] = [(path, frozenset(WORD.findall(data))) for path, data in self._texts[under]]
+                rows = self._words[under]
+                return {name: [path for path, words in rows if name.encode() in words] for name in sorted(names)}
             return scan_texts(self._texts[under], names, mentions)
         kept: list[tuple[str, bytes]] = []
 

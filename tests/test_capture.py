@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 
 from dflash_doctor.behaviour.capture import MAX_DEPTH, evaluate
+from dflash_doctor.draft.config import TargetLayers
 from dflash_doctor.engines import SGLANG
 from dflash_doctor.isolation.sandbox import session
 from dflash_doctor.rulefile import load_rules
+from dflash_doctor.rules import Capture
 from dflash_doctor.source import DirectoryTree
 
 MODELS = """
@@ -270,11 +272,28 @@ def is_generation_model(model_architectures, is_embedding=False):
         return False
     return not is_embedding
 """,
+    # the worker's id map: drafters that store layer outputs get one more, on a "toy_outputs" target only
+    "sglang/srt/model_executor/model_runner_components/spec_aux_hidden_state.py": """
+OUTPUT_DRAFTS = ("OutputsDraftModel",)
+
+
+def _map_muse_target_layer_ids(*, target_hf_config, draft_hf_config, layer_ids):
+    if getattr(target_hf_config, "model_type", None) != "toy_outputs":
+        return layer_ids
+    named = getattr(draft_hf_config, "architectures", None) or []
+    return [k + 1 for k in layer_ids] if any(name in OUTPUT_DRAFTS for name in named) else layer_ids
+""",
 }
 
 
+def layer_offset_capture() -> Capture:
+    capture = next(r for r in load_rules() if r.engine == "sglang" and r.id == "layer-offset").behaviour.capture
+    assert capture is not None
+    return capture
+
+
 @pytest.fixture(scope="module")
-def answer(tmp_path_factory) -> dict:
+def toy(tmp_path_factory) -> DirectoryTree:
     root = tmp_path_factory.mktemp("toy")
     models = root / "sglang" / "srt" / "models"
     models.mkdir(parents=True)
@@ -282,10 +301,13 @@ def answer(tmp_path_factory) -> dict:
     for relpath, text in REGISTERED.items():
         (root / relpath).parent.mkdir(parents=True, exist_ok=True)
         (root / relpath).write_text(text)
-    capture = next(r for r in load_rules() if r.engine == "sglang" and r.id == "layer-offset").behaviour.capture
-    assert capture is not None
+    return DirectoryTree(Path(root), None, SGLANG)
+
+
+@pytest.fixture(scope="module")
+def answer(toy: DirectoryTree) -> dict:
     with session() as run:
-        (found,) = evaluate(DirectoryTree(Path(root), None, SGLANG), capture, [(IDS, 36)], run)
+        (found,) = evaluate(toy, layer_offset_capture(), [(IDS, 36, {})], run)
     return {tapped.architecture: tapped for tapped in found.architectures}
 
 
@@ -355,8 +377,27 @@ def test_a_class_inheriting_the_hook_through_too_many_modules_is_unknown_with_th
     for n in range(40):
         base = ("sglang.srt.models.toy", "ToyForCausalLM") if n == 0 else (f"sglang.srt.models.m{n - 1}", f"M{n - 1}")
         (models / f"m{n}.py").write_text(f"from {base[0]} import {base[1]}\nclass M{n}({base[1]}):\n    pass\n")
-    capture = next(r for r in load_rules() if r.engine == "sglang" and r.id == "layer-offset").behaviour.capture
-    assert capture is not None
     with session() as run:
-        (found,) = evaluate(DirectoryTree(Path(tmp_path), None, SGLANG), capture, [(IDS, 36)], run)
+        (found,) = evaluate(DirectoryTree(Path(tmp_path), None, SGLANG), layer_offset_capture(), [(IDS, 36, {})], run)
     assert found.architectures == () and f"more than {MAX_DEPTH} modules" in found.reason
+
+
+def test_the_hook_is_handed_the_ids_the_workers_id_map_makes_of_the_drafters(toy: DirectoryTree) -> None:
+    """The rule's id map runs on the drafter's config and the target's: on a target whose config it
+    shifts for, a drafter it names is handed one more; without a target config, a drafter whose ids
+    depend on the target's is unknown with the reason, and one whose ids do not is judged."""
+    outputs, plain = {"architectures": ["OutputsDraftModel"]}, {"architectures": ["PlainDraftModel"]}
+    drafters = [(IDS, 36, outputs), (IDS, 36, plain)]
+    on = TargetLayers(36, "config.json", ("ToyForCausalLM",), {"model_type": "toy_outputs"})
+    off = TargetLayers(36, "config.json", ("ToyForCausalLM",), {"model_type": "toy_inputs"})
+    with session() as run:
+        shifted, unshifted = evaluate(toy, layer_offset_capture(), drafters, run, on)
+        other = evaluate(toy, layer_offset_capture(), drafters, run, off)
+        unknown, judged = evaluate(toy, layer_offset_capture(), drafters, run)
+    wanted = tuple(i + 1 for i in IDS)  # the toy model taps before each layer, its hook adds one
+    assert [tapped.indices for tapped in shifted.architectures] == [tuple(i + 2 for i in IDS)]
+    assert "hands the hook" in shifted.note and not unshifted.note
+    assert [tapped.indices for tapped in unshifted.architectures] == [wanted]
+    assert [[tapped.indices for tapped in answer.architectures] for answer in other] == [[wanted], [wanted]]
+    assert unknown.architectures == () and "which --target-config gives" in unknown.reason
+    assert {tapped.architecture: tapped.indices for tapped in judged.architectures}["ToyForCausalLM"] == wanted

@@ -273,6 +273,21 @@ def test_layer_offset_runs_each_architectures_hook_the_def_python_keeps(version:
     assert ("Qwen3_5ForCausalLM" in fix["reason"].split("; works for")[0]) is not ok
 
 
+QWEN36 = Path(__file__).resolve().parent / "data" / "drafters" / "qwen3.6-27b-dflash.json"
+
+
+def layer_offset_for(version: str, drafter: Path, target: dict, tmp_path: Path) -> dict:
+    """The layer-offset of ``check --release`` with the drafter's config and ``target`` as its target config."""
+    (tmp_path / "target.json").write_text(json.dumps(target))
+    code, report = check_json(
+        "--release", version, "--engine", "sglang", "--only", "layer-offset",
+        "--draft-config", str(drafter), "--target-config", str(tmp_path / "target.json"),
+    )  # fmt: skip
+    assert code == report["exit_code"]
+    (fix,) = report["fixes"]
+    return fix
+
+
 # A target config of our own: a 64-layer model under the architecture it names.
 TARGETS = [
     ("0.5.19", "Qwen3_5ForCausalLM", ABSENT),  # the unshifted def Python keeps taps one layer early
@@ -292,14 +307,8 @@ def test_with_a_target_config_layer_offset_is_the_verdict_for_that_architecture(
     config names: the release's partial becomes that target's present or absent, the user's
     drafter tapping on the target's layer count; a name no class of the tree is registered under
     is unknown, with the reason."""
-    target = tmp_path / "config.json"
-    target.write_text(json.dumps({"architectures": [architecture], "num_hidden_layers": 64}))
-    drafter = Path(__file__).resolve().parent / "data" / "drafters" / "qwen3.6-27b-dflash.json"
-    code, report = check_json(
-        "--release", version, "--engine", "sglang", "--only", "layer-offset",
-        "--draft-config", str(drafter), "--target-config", str(target),
-    )  # fmt: skip
-    (fix,) = report["fixes"]
+    target = {"architectures": [architecture], "num_hidden_layers": 64}
+    fix = layer_offset_for(version, QWEN36, target, tmp_path)
     assert fix["status"] == expected, fix["reason"]
     settings = {item["setting"] for item in fix["behaviour"]["observations"] if item["observed"] is not None}
     if expected == UNKNOWN:
@@ -311,18 +320,52 @@ def test_with_a_target_config_layer_offset_is_the_verdict_for_that_architecture(
     assert (mine[0]["observed"] == [2, 17, 32, 47, 62]) is (expected == PRESENT)
 
 
+# The published Muse Glimmer DFlash2 drafter (DFlash2DraftModel) states HF layer-output ids. From 0.5.19
+# SGLang's worker adds one to them for a Muse Glimmer target (its _map_muse_target_layer_ids) before the
+# hook, which hands them on as they are to a model that taps before each layer; 0.5.18 has no such map.
+# The same ids in a DFlashDraftModel drafter are not mapped, so they tap one layer early on every release.
+MUSE_DFLASH2 = Path(__file__).resolve().parent / "data" / "drafter-configs" / "z-lab__Muse-Glimmer-30B-DFlash2.json"
+MAPPED = [
+    ("0.5.18", "DFlash2DraftModel", ABSENT),
+    ("0.5.19", "DFlash2DraftModel", PRESENT),
+    ("0.5.23", "DFlash2DraftModel", PRESENT),
+    ("0.5.23", "DFlashDraftModel", ABSENT),
+]
+
+
+@pytest.mark.parametrize(("version", "architecture", "expected"), MAPPED)
+def test_layer_offset_runs_the_workers_id_map_on_the_drafter_and_target_configs(
+    version: str, architecture: str, expected: str, tmp_path: Path
+) -> None:
+    drafter = tmp_path / "drafter.json"
+    drafter.write_text(json.dumps({**json.loads(MUSE_DFLASH2.read_text()), "architectures": [architecture]}))
+    # our own target config: the Muse Glimmer text model's type, its 52 layers
+    target = {"architectures": ["MuseGlimmerForCausalLM"], "model_type": "muse_glimmer", "num_hidden_layers": 52}
+    fix = layer_offset_for(version, drafter, target, tmp_path)
+    assert fix["status"] == expected, fix["reason"]
+    (mine,) = [item for item in fix["behaviour"]["observations"] if item["config"].startswith("user:")]
+    assert mine["expected"] == [2, 14, 26, 38, 50]
+    assert mine["observed"] == ([2, 14, 26, 38, 50] if expected == PRESENT else [1, 13, 25, 37, 49])
+    assert ("_map_muse_target_layer_ids" in mine["note"]) is (expected == PRESENT)
+
+
+def test_without_a_target_config_a_drafter_the_id_map_shifts_by_target_is_not_guessed(tmp_path: Path) -> None:
+    """The map reads the target's config: without one, the Muse DFlash2 drafter's taps depend on
+    which target serves it, so its answer is unknown with the reason, and the reference drafters
+    (whose ids no target changes) still judge the release."""
+    code, report = check_json(
+        "--release", "0.5.23", "--engine", "sglang", "--only", "layer-offset", "--draft-config", str(MUSE_DFLASH2)
+    )
+    (fix,) = report["fixes"]
+    assert fix["status"] == PARTIAL and fix["decided_by"] == "behaviour"
+    assert "depend on the target's config, which --target-config gives" in fix["behaviour"]["reason"]
+    assert not [item for item in fix["behaviour"]["observations"] if item["config"].startswith("user:") and item["ok"]]
+
+
 def test_a_target_config_naming_a_flood_of_architectures_is_unknown_not_searched(tmp_path: Path) -> None:
     """A hostile target config (50,000 names, some not names at all, just under the 4 MiB bound) is
     not turned into a package search: layer-offset is unknown, with the reason, and the check ends."""
-    target = tmp_path / "config.json"
     names = [f"Arch{i}ForCausalLM" for i in range(50_000)] + ["(.*)+", "x" * 10_000]
-    target.write_text(json.dumps({"architectures": names, "num_hidden_layers": 64}))
-    assert target.stat().st_size < 4 * 1024 * 1024
-    drafter = Path(__file__).resolve().parent / "data" / "drafters" / "qwen3.6-27b-dflash.json"
-    code, report = check_json(
-        "--release", "0.5.23", "--engine", "sglang", "--only", "layer-offset",
-        "--draft-config", str(drafter), "--target-config", str(target),
-    )  # fmt: skip
-    (fix,) = report["fixes"]
+    fix = layer_offset_for("0.5.23", QWEN36, {"architectures": names, "num_hidden_layers": 64}, tmp_path)
+    assert (tmp_path / "target.json").stat().st_size < 4 * 1024 * 1024
     assert fix["status"] == UNKNOWN and "architectures are not up to 8 class names" in fix["reason"]
-    assert code == report["exit_code"]

@@ -19,12 +19,14 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from ..draft.config import TargetLayers
 from ..isolation.sandbox import Call, SandboxError
 from ..rules import Capture
 from ..source import SourceError, SourceTree, Symbol
 from .computed import RunProgram
 from .definitions import ExtractError, Place
 from .generative import generative
+from .id_map import handed as handed_ids
 from .interpret import failure
 from .lineage import TreeClass, TreeClasses, class_at
 from .program import ProgramBuilder
@@ -59,6 +61,7 @@ class CaptureAnswer:
 
     architectures: tuple[Tapped, ...]
     reason: str = ""
+    note: str = ""  # what the worker's id map did to the drafter's ids ("" when nothing)
 
 
 @dataclasses.dataclass
@@ -152,12 +155,14 @@ def _entry_names(module: ast.Module, entry: str) -> list[str]:
 def evaluate(
     tree: SourceTree,
     capture: Capture,
-    drafters: Sequence[tuple[tuple[int, ...] | None, int | None]],
+    drafters: Sequence[tuple[tuple[int, ...] | None, int | None, dict[str, Any]]],
     run: RunProgram,
-    named: tuple[str, ...] = (),
+    target: TargetLayers | None = None,
 ) -> list[CaptureAnswer]:
-    """Per drafter (its layer ids and the target's layer count): what each architecture taps;
-    only the ``named`` ones (a target config's ``architectures``) where given."""
+    """Per drafter (its layer ids, the target's layer count, its config's data): what each
+    architecture taps for the ids the worker hands the hook; with ``target`` (--target-config),
+    only the architectures its config names, on that config."""
+    named = target.architectures if target is not None else ()
     if len(named) > MAX_NAMED or not all(name.isidentifier() and len(name) <= 200 for name in named):
         why = f"the target config's architectures are not up to {MAX_NAMED} class names"
         return [CaptureAnswer((), why) for _ in drafters]
@@ -171,15 +176,17 @@ def evaluate(
             names = ", ".join(named)
             why = f"no class this tree registers as the target config's {names} has {capture.hook}"
         return [CaptureAnswer((), why) for _ in drafters]
+    given = [(ids, data) for ids, _, data in drafters]
+    handed = handed_ids(tree, capture.id_map, given, target.config if target is not None else None, run)
     runs: dict[int, list[_Run]] = {}  # by drafter: one run per architecture, all run together
-    for index, (ids, count) in enumerate(drafters):
-        if ids is not None and count is not None:
+    for index, ((_, count, _), hands) in enumerate(zip(drafters, handed)):
+        if hands.ids is not None and count is not None:
             runs[index] = [
                 _Run(
                     owner,
                     Place(hook_owner.file, f"{hook_owner.name}.{hook.name}", hook.lineno),
                     count,
-                    [("self", hook_owner, hook, [list(ids)])],
+                    [("self", hook_owner, hook, [list(hands.ids)])],
                 )
                 for _, owner, hook_owner, hook in found
             ]
@@ -196,13 +203,13 @@ def evaluate(
         _round(everything, classes, capture, run)
     answers = []
     positions: dict[tuple[str, str, str | None], int | str | None] = {}  # the same models hold many captures
-    for index, (ids, count) in enumerate(drafters):
-        if ids is None or count is None:
+    for index, ((ids, count, _), hands) in enumerate(zip(drafters, handed)):
+        if ids is None or count is None or hands.ids is None:
             why = "the drafter states no layer ids" if ids is None else "the target's layer count is not known"
-            answers.append(CaptureAnswer((), why))
+            answers.append(CaptureAnswer((), hands.reason or why))
             continue
         tapped = (_tapped(one, classes, capture, name, positions) for one, (name, *_) in zip(runs[index], found))
-        answers.append(CaptureAnswer(tuple(tapped)))
+        answers.append(CaptureAnswer(tuple(tapped), note=hands.note))
     return answers
 
 

@@ -81,6 +81,17 @@ class Locator:
         return found[0] if found else None
 
 
+def kept_function(tree: SourceTree, spec: str) -> Symbol | None:
+    """The ``def`` of ``file:function`` Python keeps (the last one in the module), or None.
+    Raises SourceError when the file cannot be read."""
+    file, _, function = spec.partition(":")
+    found, _ = locate(tree, [(file, function)], ())
+    symbols = found[(file, function)]
+    if isinstance(symbols, SourceError):
+        raise symbols
+    return symbols[-1] if symbols else None
+
+
 def parsed_or_none(tree: SourceTree, relpath: str) -> ParsedFile | None:
     """The parsed file, None when the tree lacks it; an unreadable one raises ExtractError."""
     try:

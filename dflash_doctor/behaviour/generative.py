@@ -4,34 +4,26 @@ never decodes, so no drafter ever runs on what it taps."""
 
 from __future__ import annotations
 
-import ast
-
 from ..isolation import sandbox
 from ..isolation.sandbox import Call, SandboxError
-from ..source import SourceError, SourceTree, Symbol
+from ..source import SourceError, SourceTree
 from .computed import RunProgram
-from .definitions import ExtractError
+from .definitions import ExtractError, kept_function
 from .program import ProgramBuilder
 
 
 def generative(tree: SourceTree, predicate: str, names: list[str], run: RunProgram) -> dict[str, bool]:
     """Name -> whether ``predicate`` (``file:function``, called with a list holding the one name)
     says the engine generates with it; a name it gives no true-or-false answer for is missing."""
-    file, _, function = predicate.partition(":")
     try:
-        parsed = tree.parsed(file)
+        symbol = kept_function(tree, predicate)
     except SourceError:
         return {}
-    defs = (
-        [node for node in parsed.tree.body if isinstance(node, ast.FunctionDef) and node.name == function]
-        if parsed
-        else []
-    )
-    if parsed is None or not defs:
+    if symbol is None:
         return {}
     builder = ProgramBuilder(tree, ())
     try:
-        called = builder.function(Symbol(file, function, defs[-1], parsed))  # the last def is the one Python keeps
+        called = builder.function(symbol)
     except ExtractError:
         return {}
     calls = [Call(str(index), f"{called}([name])", (("name", name),)) for index, name in enumerate(names)]

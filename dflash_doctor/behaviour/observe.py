@@ -178,6 +178,8 @@ def capture_position(name: str, draft: DraftConfig, computed: Computed, answer: 
         ok = None if indices is None or expected is None else indices == tuple(expected)
         why = f"{tapped.holder} taps each listed layer's {tapped.position}" if indices is not None else tapped.reason
         note = f"{where}: {why or 'the drafter states no usable layer ids'}"
+        if answer.note:
+            note = f"{note} ({answer.note})"
         yield Observation(
             name, None, tapped.architecture, "capture-position", None, as_list(expected), as_list(indices), ok, note
         )

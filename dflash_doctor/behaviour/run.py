@@ -58,9 +58,8 @@ def answer_rules(
         if behaviour.flag is not None:  # one answer of the tree's, the same for every drafter config
             built = [evaluate_flag(tree, behaviour.flag, run)] * len(probes)
         elif behaviour.capture is not None:  # per drafter: its ids, on a target with its layer count
-            drafters = [_ids_and_count(draft, target if draft is user else None) for _, draft in configs]
-            named = target.architectures if target is not None else ()
-            built = evaluate_capture(tree, behaviour.capture, drafters, run, named)
+            drafters = [(*_ids_and_count(draft, target if draft is user else None), draft.data) for _, draft in configs]
+            built = evaluate_capture(tree, behaviour.capture, drafters, run, target)
         elif construct is not None:
             built = construct_layers(
                 tree, construct, [found.hf_config for found in probes], run, rule.files, platform.name

@@ -43,6 +43,7 @@ class TargetLayers:
     count: int
     source: str
     architectures: tuple[str, ...] = ()  # the target's model classes, when its config names them
+    config: dict[str, Any] | None = dataclasses.field(default=None, compare=False, repr=False)  # its config.json
 
     def to_json(self) -> dict[str, Any]:
         return {"count": self.count, "source": self.source}
@@ -234,7 +235,7 @@ def load_target_layers(path: Path) -> TargetLayers:
         if isinstance(count, int) and not isinstance(count, bool) and count > 0:
             named = data.get("architectures")
             architectures = tuple(a for a in named if isinstance(a, str)) if isinstance(named, list) else ()
-            return TargetLayers(count, f"{path} ({where})", architectures)
+            return TargetLayers(count, f"{path} ({where})", architectures, data)
     raise ToolError(f"target config {path} has no num_hidden_layers (nor text_config.num_hidden_layers)")
 
 
