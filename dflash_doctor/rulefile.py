@@ -283,6 +283,9 @@ NEEDS = {
 }  # what a kind reads
 
 
+CAPTURE_KEYS = "hook lists mark entry registry generation id_map handed assume counted indexed".split()
+
+
 def _capture(raw: Any, question: str, where: str) -> Capture | None:
     if raw is None:
         if question == "capture-position":
@@ -290,8 +293,7 @@ def _capture(raw: Any, question: str, where: str) -> Capture | None:
         return None
     if question != "capture-position" or not isinstance(raw, dict):
         raise ToolError(f"{where}: only the capture-position question reads a capture table")
-    known = ("hook", "lists", "mark", "entry", "registry", "generation", "id_map", "handed", "assume")
-    _known_keys(raw, (*known, "counted", "indexed"), where)
+    _known_keys(raw, tuple(CAPTURE_KEYS), where)
     hook, mark, entry, handed = (_require(raw, key, where) for key in ("hook", "mark", "entry", "handed"))
     registry = _require(raw, "registry", where)
     if not isinstance(registry, str) or not all(part.isidentifier() for part in registry.split("/")):

@@ -6,6 +6,7 @@ import pytest
 
 from dflash_doctor.model import ToolError
 from dflash_doctor.rulefile import load_rule, load_rules
+from dflash_doctor.rules import rules_dir
 from dflash_doctor.rulestest import check_rule, run_rule_cases
 
 from conftest import DEMO_RULE_PREAMBLE, run_cli
@@ -142,3 +143,23 @@ def test_the_extra_rules_cases_hold():
     for path in extra:
         results = list(check_rule(load_rule(path)))
         assert results and [line for line, ok in results if not ok] == [], path.name
+
+
+@pytest.mark.parametrize(
+    "id_map, message",
+    [
+        ('{ function = "spec.py", target = "t", draft = "d", ids = "i" }', "function must be file.py:function"),
+        ('{ function = "spec.py:f", target = "t-c", draft = "d", ids = "i" }', "must be the function's keyword names"),
+        ('{ function = "spec.py:f", target = "t", draft = "d" }', "missing key 'ids'"),
+        ('{ function = "spec.py:f", target = "t", draft = "d", ids = "i", order = 1 }', "unknown key order"),
+        ('"spec.py:f"', "must be a table of function, target, draft and ids"),
+    ],
+)
+def test_a_malformed_id_map_is_a_clear_error(tmp_path: Path, id_map: str, message: str):
+    """The worker's id map a capture table names (SGLang's layer-offset) is checked like the rest."""
+    text = (rules_dir() / "sglang-layer-offset.toml").read_text()
+    start = text.index("\nid_map = ") + 1
+    path = tmp_path / "sglang-layer-offset.toml"
+    path.write_text(text[:start] + f"id_map = {id_map}" + text[text.index("\n", start) :])
+    with pytest.raises(ToolError, match=message):
+        load_rule(path)
