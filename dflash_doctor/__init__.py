@@ -1,3 +1,3 @@
-"""dflash-doctor: does this vLLM run DFlash speculative decoding correctly?"""
+"""dflash-doctor: does this vLLM or SGLang run DFlash speculative decoding correctly?"""
 
 __version__ = "0.1.0"

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .engines import DEFAULT_ENGINE
 from .model import EXIT_OK, BottomLine, CheckReport, HostOutcome, ToolError
 from .targets.selection import TargetSpec, ssh_target
 
@@ -415,7 +416,7 @@ class ReleasesRequest:
     last: str | None = None
     offline: bool = False
     full_wheel: bool = False
-    engine: str = "vllm"
+    engine: str = DEFAULT_ENGINE.name
 
 
 def releases(request: ReleasesRequest, said: Callable[[str], None] = lambda line: None) -> Matrix:

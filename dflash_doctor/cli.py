@@ -13,6 +13,7 @@ import typer
 
 from . import __version__
 from .commands import register_all
+from .engines import ENGINES
 from .model import EXIT_ERROR, EXIT_OK, ToolError
 from .terminal import clean
 
@@ -87,7 +88,7 @@ def _root(
     ),
     debug: bool = typer.Option(False, "--debug", help="On an internal error, print the traceback too."),
 ) -> None:
-    """Tell whether a vLLM install runs DFlash speculative decoding correctly."""
+    """Tell whether an engine's install runs DFlash speculative decoding correctly (``_app`` names the engines)."""
     # --debug is declared here for --help and parsing; main() reads it from the words (see _debug_requested).
 
 
@@ -95,7 +96,8 @@ def _app(name: str | None = None) -> typer.Typer:
     """The app with every command, or with ``name``'s alone (see ``register_all``)."""
     app = typer.Typer(
         name="dflash-doctor",
-        help="Tell whether a vLLM install runs DFlash speculative decoding correctly.",
+        help=f"Tell whether a {' or '.join(engine.display for engine in ENGINES.values())} install runs DFlash "
+        "speculative decoding correctly.",
         no_args_is_help=True,
         add_completion=True,
         pretty_exceptions_enable=False,

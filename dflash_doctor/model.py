@@ -7,7 +7,7 @@ import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
-from .engines import VLLM, Engine, named
+from .engines import DEFAULT_ENGINE, Engine, named
 
 PRESENT = "present"
 ABSENT = "absent"
@@ -328,7 +328,7 @@ class Platform:
         return {"name": self.name, "told_by": self.told_by, "evidence": self.evidence or None}
 
 
-CUDA_BY_DEFAULT = Platform(VLLM.default_platform, "default")
+CUDA_BY_DEFAULT = Platform(DEFAULT_ENGINE.default_platform, "default")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -343,7 +343,7 @@ class Provenance:
     distribution: Distribution | None = None  # None when no dist-info owns the files (a source checkout)
     based_on: BasedOn | None = None  # only for a distribution other than the engine's own
     platform: Platform = CUDA_BY_DEFAULT
-    engine: Engine = VLLM  # the engine the tree is (the report's ``engine`` block names it)
+    engine: Engine = DEFAULT_ENGINE  # the engine the tree is (the report's ``engine`` block names it)
 
     @property
     def vendor(self) -> str | None:
@@ -417,7 +417,7 @@ class BottomLine:
     selected: int = 0  # how many fixes were judged in all ("all three fixes")
     checked: bool = False  # ``release`` is from releases actually checked (the matrix), not from the rules
     vendor: str | None = None  # the target is this vendor build or fork: the release is the engine's, not its own
-    engine: str = VLLM.display  # whose release ``release`` is
+    engine: str = DEFAULT_ENGINE.display  # whose release ``release`` is
 
     @classmethod
     def of(
@@ -425,7 +425,7 @@ class BottomLine:
         fixes: Iterable[FixResult],
         first_release: Mapping[str, str | None],
         vendor: str | None = None,
-        engine: Engine = VLLM,
+        engine: Engine = DEFAULT_ENGINE,
     ) -> "BottomLine":
         """From verdicts and each fix's first release (``Rule.first_release``) in ``engine``: waived
         fixes, and fixes whose defect cannot reach the drafter, ask for nothing. ``vendor``: the
@@ -444,7 +444,7 @@ class BottomLine:
         unknown: Sequence[str] = (),
         selected: int = 0,
         checked: bool = False,
-        engine: Engine = VLLM,
+        engine: Engine = DEFAULT_ENGINE,
     ) -> "BottomLine":
         """The fixes ``todo`` need the ``engine``'s releases ``releases`` (None: in no release yet)."""
         if not todo:
@@ -473,10 +473,12 @@ class BottomLine:
         engines = list(
             dict.fromkeys(line.engine for line in lines if line.fixes)
         )  # a fleet of several engines names each
-        return dataclasses.replace(merged, engine=" or ".join(engines) or VLLM.display)
+        return dataclasses.replace(merged, engine=" or ".join(engines) or DEFAULT_ENGINE.display)
 
     def _named(self, ids: Sequence[str]) -> str:
-        if len(ids) == self.selected and len(ids) > 1:
+        if len(ids) == self.selected and len(ids) == 2:
+            return "both fixes"
+        if len(ids) == self.selected and len(ids) > 2:
             return f"all {_COUNTS[len(ids)] if len(ids) < len(_COUNTS) else len(ids)} fixes"
         return ids[0] if len(ids) == 1 else ", ".join(ids[:-1]) + " and " + ids[-1]
 
@@ -520,7 +522,7 @@ def engine_json(report: Mapping[str, Any]) -> dict[str, Any]:
     """The ``engine`` block of a check report the tool wrote: v2's, or v1's (a vLLM tree's, under ``vllm``)."""
     if "engine" in report:
         return dict(report["engine"])
-    return {"name": VLLM.name, **report[VLLM.report_key]}
+    return {"name": DEFAULT_ENGINE.name, **report[DEFAULT_ENGINE.report_key]}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from .standalone import probe
-from .engines import VLLM, Engine
+from .engines import DEFAULT_ENGINE, Engine
 from .model import (
     ABSENT,
     NOT_APPLICABLE,
@@ -34,7 +34,7 @@ _COMMIT = re.compile(r"^g?([0-9a-f]{7,40})$")
 _SUFFIX_RANK = {".dev": 0, "a": 1, "b": 2, "rc": 3, "": 4, ".post": 5}
 
 
-def find_dist_info(root: Path, package: str = VLLM.package) -> Path | None:
+def find_dist_info(root: Path, package: str = DEFAULT_ENGINE.package) -> Path | None:
     """The .dist-info (or .egg-info) that owns ``root/package``, whatever the distribution's name."""
     found = probe.find_dist_info(str(root), package)
     return Path(found) if found else None

@@ -28,7 +28,7 @@ from typing import Any
 
 from . import __version__
 from .check import run_check
-from .engines import VLLM, Engine
+from .engines import DEFAULT_ENGINE, Engine
 from .model import EXIT_ERROR, EXIT_OK, PRESENT, UNKNOWN, BottomLine, ToolError, engine_json, exit_code_for
 from .provenance import version_key
 from .paths import cache_dir, OFFLINE, caches_disabled, releases_dir, write_atomically
@@ -81,7 +81,7 @@ class Matrix:
     rows: tuple[Row, ...]  # oldest first
     index_note: str  # where the list of releases came from
     rules_digest: str
-    engine: Engine = VLLM
+    engine: Engine = DEFAULT_ENGINE
 
     @property
     def fix_ids(self) -> tuple[str, ...]:
@@ -150,7 +150,7 @@ class Matrix:
         }
 
 
-def index_releases(engine: Engine = VLLM) -> list[str]:
+def index_releases(engine: Engine = DEFAULT_ENGINE) -> list[str]:
     """Every final release of the engine the configured package index lists, oldest first;
     ToolError when it cannot say."""
     project = engine.distribution
@@ -193,7 +193,7 @@ def index_releases(engine: Engine = VLLM) -> list[str]:
     raise ToolError(f"pip index versions {project}: {errors[-1] if errors else 'exit ' + str(proc.returncode)}")
 
 
-def cached_releases(digest: str, engine: Engine = VLLM) -> list[str]:
+def cached_releases(digest: str, engine: Engine = DEFAULT_ENGINE) -> list[str]:
     """Releases answerable without the network: a cached matrix row, or an extracted wheel."""
     names = [path.name.rsplit("-", 2)[0] for path in _matrix_dir(engine).glob(f"*-{digest[:16]}-{__version__}.json")]
     names += [path.parent.name for path in releases_dir(engine).glob(f"*/{COMPLETE}")]
@@ -204,7 +204,9 @@ def cached_releases(digest: str, engine: Engine = VLLM) -> list[str]:
     return sorted(found, key=version_key)
 
 
-def in_range(versions: Iterable[str], first: str | None, last: str | None, engine: Engine = VLLM) -> list[str]:
+def in_range(
+    versions: Iterable[str], first: str | None, last: str | None, engine: Engine = DEFAULT_ENGINE
+) -> list[str]:
     """The versions from ``first`` to ``last``. By default from the last of ``versions`` before the engine's
     first release with DFlash (its fixes not-applicable: where DFlash starts shows), else from that first one."""
     versions = sorted(versions, key=version_key)
@@ -219,7 +221,7 @@ def in_range(versions: Iterable[str], first: str | None, last: str | None, engin
 
 
 def plan(
-    first: str | None, last: str | None, offline: bool, digest: str, engine: Engine = VLLM
+    first: str | None, last: str | None, offline: bool, digest: str, engine: Engine = DEFAULT_ENGINE
 ) -> tuple[list[str], str]:
     """The releases to put in the matrix, and where their list came from."""
     # A bad bound is an error before any network use; v0.20.1 and 0.20 mean 0.20.1 and 0.20.0.
@@ -250,7 +252,7 @@ def _row_path(release: str, digest: str, engine: Engine) -> Path:
     return _matrix_dir(engine) / f"{release}-{digest[:16]}-{__version__}.json"
 
 
-def release_row(release: str, rules: tuple[Rule, ...], digest: str, engine: Engine = VLLM) -> Row:
+def release_row(release: str, rules: tuple[Rule, ...], digest: str, engine: Engine = DEFAULT_ENGINE) -> Row:
     """One release's verdicts: from the matrix cache, else by checking its wheel."""
     use_cache = not caches_disabled()
     path = _row_path(release, digest, engine)
@@ -276,7 +278,11 @@ def release_row(release: str, rules: tuple[Rule, ...], digest: str, engine: Engi
 
 
 def release_rows(
-    releases: list[str], rules: tuple[Rule, ...], digest: str, update: Callable[..., None], engine: Engine = VLLM
+    releases: list[str],
+    rules: tuple[Rule, ...],
+    digest: str,
+    update: Callable[..., None],
+    engine: Engine = DEFAULT_ENGINE,
 ) -> list[Row]:
     """``release_row`` of each release, ``JOBS`` at a time (their downloads, and their checks), in the order given;
     ``update`` says how many are done and which are being checked. Each runs in a copy of this context: a

@@ -13,7 +13,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from .engines import ENGINES, VLLM
+from .engines import ENGINES, DEFAULT_ENGINE
 from .model import ABSENT, DECIDERS, PARTIAL, PRESENT, VERDICTS, ToolError
 from .paths import cache_dir, caches_disabled, write_atomically
 from .rules import (
@@ -165,8 +165,9 @@ def load_rule(path: Path) -> Rule:
 
 
 def _engine(data: dict[str, Any], where: str) -> str:
-    """The engine a rule describes: its ``engine`` key, a registered engine's name; vLLM's when it has none."""
-    name = data.get("engine", VLLM.name)
+    """The engine a rule describes: its ``engine`` key, a registered engine's name; the default
+    engine's when it has none."""
+    name = data.get("engine", DEFAULT_ENGINE.name)
     if name not in ENGINES:
         raise ToolError(f"{where}: engine must be one of {', '.join(sorted(ENGINES))} (not {name!r})")
     return name

@@ -9,12 +9,12 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .engines import DEFAULT_ENGINE
 from .model import ABSENT, NOT_APPLICABLE, PARTIAL, PRESENT, UNKNOWN, Evidence, ToolError
 
 if TYPE_CHECKING:
     from .draft.config import DraftConfig
 
-DEFAULT_ENGINE = "vllm"  # a rule file without an ``engine`` key describes vLLM's code
 IGNORE = "ignore"  # a form that locates code off the DFlash path: evidence only
 FORM_VERDICTS = (PRESENT, ABSENT, PARTIAL, IGNORE)
 
@@ -27,7 +27,7 @@ def for_engine(rules: tuple[Rule, ...], engine: str) -> tuple[Rule, ...]:
     for rule in rules:
         mine = rule.engine == engine
         if (mine and (rule.id not in chosen or chosen[rule.id].engine != engine)) or (
-            rule.engine == DEFAULT_ENGINE and rule.id not in chosen
+            rule.engine == DEFAULT_ENGINE.name and rule.id not in chosen
         ):
             chosen[rule.id] = rule
     return tuple(chosen.values())
@@ -340,7 +340,7 @@ class Rule:
     behaviour: Behaviour | None = None
     fix_cases: tuple[FixCase, ...] = ()
     affects: Affects | None = None  # None: the defect can reach every DFlash drafter
-    engine: str = DEFAULT_ENGINE  # the engine whose code the rule describes (its ``engine`` key; vLLM when it has none)
+    engine: str = DEFAULT_ENGINE.name  # the engine whose code the rule describes (its ``engine`` key, else the default)
 
     def headline(self, status: str) -> str:
         return dict(self.headlines)[status]
@@ -370,7 +370,7 @@ class Rule:
     @property
     def page(self) -> str:
         """Its page under docs/fixes/: the default engine's by id, another engine's in a folder of its name."""
-        return f"{self.id}.md" if self.engine == DEFAULT_ENGINE else f"{self.engine}/{self.id}.md"
+        return f"{self.id}.md" if self.engine == DEFAULT_ENGINE.name else f"{self.engine}/{self.id}.md"
 
     @property
     def files(self) -> tuple[str, ...]:

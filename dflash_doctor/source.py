@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from . import stamp
 from .imports import loaded_instead
-from .engines import VLLM, Engine
+from .engines import DEFAULT_ENGINE, Engine
 from .model import ToolError
 from .plugins import Plugin, installed_plugins
 from .standalone.probe import metadata_path, python_texts, read_regular, scan_texts
@@ -234,7 +234,7 @@ class SourceTree:
     depended on, the record the results cache checks a hit against.
     """
 
-    engine: Engine = VLLM  # the engine whose package the tree holds (the target that made the tree says)
+    engine: Engine = DEFAULT_ENGINE  # the engine whose package the tree holds (the target that made the tree says)
     python = ""  # the interpreter a remote tree's code runs on ("": this machine's, the tool's own)
 
     def __init__(self) -> None:
@@ -384,7 +384,7 @@ WORD = re.compile(rb"\w+")  # a whole word, bounded as the mention pattern's \b 
 class DirectoryTree(SourceTree):
     """A tree on this machine: ``root`` holds the engine's package (``vllm/``; and maybe dist-info)."""
 
-    def __init__(self, root: Path, dist_info: Path | None, engine: Engine = VLLM) -> None:
+    def __init__(self, root: Path, dist_info: Path | None, engine: Engine = DEFAULT_ENGINE) -> None:
         super().__init__()
         self.engine = engine
         self._shadows: dict[str, str | None] = {}

@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from conftest import run_cli
@@ -96,9 +97,29 @@ def strace_ok() -> bool:
 
 
 def kill(proc: subprocess.Popen) -> None:
-    """SIGKILL to the process group of ``proc`` (started with a session of its own)."""
+    """SIGKILL to the process group of ``proc`` (started with a session of its own), and wait until
+    every process of the group has exited: ``proc`` may be strace, whose tracee dies after it and
+    holds the tree's lock until it does."""
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     for stream in (proc.stdout, proc.stderr):
         if stream is not None:
             stream.close()
+    deadline = time.monotonic() + 30
+    while _running_in_group(proc.pid):
+        assert time.monotonic() < deadline, f"process group {proc.pid} still running 30 s after SIGKILL"
+        time.sleep(0.01)
+
+
+def _running_in_group(group: int) -> bool:
+    """Whether a process of ``group`` has not exited yet (a zombie has: its files are closed)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:  # exited meanwhile
+            continue
+        if int(fields[2]) == group and fields[0] != "Z":  # after "pid (comm)": state, ppid, pgrp
+            return True
+    return False

@@ -30,6 +30,8 @@ def test_the_record_takes_the_newest_release_of_what_is_missing():
         [fix("layer-offset", PRESENT), fix("swa-config", ABSENT), fix("cache-drop", NOT_APPLICABLE)], FIRST
     )
     assert two.sentence() == "swa-config and cache-drop: vLLM 0.33.0 or later"
+    both = BottomLine.of([fix("layer-offset", ABSENT), fix("swa-config", ABSENT)], FIRST)
+    assert both.sentence() == "both fixes: vLLM 0.26.0 or later"  # two selected, two missing: never "all two"
     one = BottomLine.of([fix("layer-offset", ABSENT), fix("swa-config", PRESENT)], FIRST)
     assert one.sentence() == "layer-offset: vLLM 0.22.0 or later"
     waived = fix("cache-drop", ABSENT, waiver=Waiver("cache-drop", "prefix caching is off"))

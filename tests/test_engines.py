@@ -10,6 +10,7 @@ from the descriptor the tree carries."""
 
 from __future__ import annotations
 
+import ast
 import base64
 import hashlib
 import json
@@ -271,3 +272,25 @@ def test_an_unknown_engine_name_is_refused_naming_the_known_ones() -> None:
     assert engines.named("vllm") is VLLM
     with pytest.raises(LookupError, match=r"no engine called 'toyengine' \(known: sglang, vllm\)"):
         engines.named("toyengine")
+
+
+def test_no_engine_neutral_module_names_an_engine() -> None:
+    """Only an engine's own files name it: its descriptor (``engines/``) and its own passes
+    (``draft/<engine>.py``). Everything else reads the descriptor the tree carries, or the
+    default engine (``engines.DEFAULT_ENGINE``) where nothing names one."""
+    package = Path(engines.__file__).resolve().parent.parent
+    own = {f"draft/{name}.py" for name in engines.ENGINES}
+    descriptors = {name.upper() for name in engines.ENGINES}
+    names = {*engines.ENGINES, *(f"{engine.package}/" for engine in engines.ENGINES.values())}
+    named: list[str] = []
+    for path in sorted(package.rglob("*.py")):
+        relpath = path.relative_to(package).as_posix()
+        if relpath.startswith("engines/") or relpath in own:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and {alias.name for alias in node.names} & descriptors:
+                named.append(f"{relpath}:{node.lineno} imports an engine's descriptor")
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.lower() in names:
+                named.append(f"{relpath}:{node.lineno} names {node.value!r}")
+    assert len(own) == 2 and {"vllm", "sglang"} <= set(engines.ENGINES)  # the scan knows what it looks for
+    assert named == []

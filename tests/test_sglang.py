@@ -41,6 +41,7 @@ pytestmark = pytest.mark.release  # real SGLang wheels, fetched once into the us
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 CHECK_V2, CHECK_V1 = (json.loads((SCHEMAS / f"{name}.schema.json").read_text()) for name in ("check-v2", "check-v1"))
 LAST_WITHOUT, FIRST_WITH = "0.5.10.post1", "0.5.11"
+NEWEST_CHECKED = "0.5.23"  # the newest release in the user cache the tests fetch
 
 
 def string_constants(path: Path) -> set[str]:
@@ -436,3 +437,37 @@ def test_the_release_matrix_of_sglang_lists_every_release_on_the_index_from_the_
     assert all(list(row["fixes"]) == ids for row in matrix["releases"])  # a column per fix, in every row
     applies = {row["release"]: row["fixes"]["sglang-applies"] for row in matrix["releases"]}
     assert applies[LAST_WITHOUT] == "not-applicable" and applies[FIRST_WITH] != "not-applicable"
+
+
+def test_a_clone_of_sglang_is_judged_with_the_transformers_its_pyproject_pins(tmp_path: Path) -> None:
+    """A clone of SGLang's repository with nothing installed, as a CI building from source has it:
+    ``--path`` at the clone finds the package in python/sglang/, and the drafter's config is built
+    by the transformers python/pyproject.toml pins, as the wheel's Requires-Dist has it."""
+    release = release_tree(NEWEST_CHECKED, SGLANG)
+    clone = tmp_path / "sglang"
+    shutil.copytree(release / "sglang", clone / "python" / "sglang")
+    (pin,) = [
+        line.split(":", 1)[1].strip()
+        for line in (find_dist_info(release, "sglang") / "METADATA").read_text().splitlines()  # type: ignore[operator]
+        if line.startswith("Requires-Dist: transformers")
+    ]
+    only = ("--only", "rope-base", "--only", "swa-config", "--engine", "sglang")
+
+    def fixes(path: Path) -> dict[str, dict[str, Any]]:
+        report = json.loads(run_cli("check", "--path", str(path), *only, "--format", "json").stdout)
+        assert report["target"]["location"] == str((clone / "python").resolve())
+        return {fix["id"]: fix for fix in report["fixes"]}
+
+    bare = fixes(clone)
+    assert {fix["status"] for fix in bare.values()} == {UNKNOWN}
+    assert "nor a source checkout's pyproject.toml states a transformers" in bare["rope-base"]["reason"]
+    (clone / "python" / "pyproject.toml").write_text(
+        f'[project]\nname = "sglang"\nversion = "{NEWEST_CHECKED}"\ndependencies = ["requests", "{pin}", "uvicorn"]\n'
+    )
+    pinned = fixes(clone)
+    released = json.loads(run_cli("check", "--release", NEWEST_CHECKED, *only, "--format", "json").stdout)
+    assert {fix["id"]: fix["status"] for fix in released["fixes"]} == {
+        name: fix["status"] for name, fix in pinned.items()
+    }
+    assert {fix["decided_by"] for fix in pinned.values()} == {"behaviour"}
+    assert UNKNOWN not in {fix["status"] for fix in pinned.values()}

@@ -1,4 +1,4 @@
-"""Definitions of a vLLM tree read and copied with the stdlib ``ast``: where one
+"""Definitions of an engine's tree read and copied with the stdlib ``ast``: where one
 lives, what it reads, and a copy of it fit to run in the sandbox.
 
 A copied function loses its annotations (they would name torch and

@@ -1,5 +1,5 @@
-"""The drafter's config as vLLM sees it: its config.json turned into the object
-vLLM hands its code, by running the config class vLLM would use (for
+"""The drafter's config as the engine sees it: its config.json turned into the object
+the engine hands its code, by running the config class the engine would use (for
 ``model_type: qwen3``, transformers' ``Qwen3Config``) in the sandbox.
 
 The class's own code runs: its ``__init__`` (transformers 4.x), or, for a

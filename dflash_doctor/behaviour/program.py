@@ -1,8 +1,8 @@
-"""Build a program from definitions taken out of a vLLM tree, with what they need.
+"""Build a program from definitions taken out of an engine's tree, with what they need.
 
 Each free name a copied definition reads is looked up at the top of its own
 module: a function is copied too, a constant built from literals is copied, a
-``from vllm... import`` is followed into the tree. Anything else becomes a
+``from <the engine's package>... import`` is followed into the tree. Anything else becomes a
 gap: the sandbox binds it to an object that stops the run the moment the code
 touches it.
 """

@@ -3,17 +3,18 @@ class it uses for a ``model_type`` (``hf_config.py`` runs that class's code).
 
 Where transformers comes from, first that applies:
 
-* installed beside the ``vllm`` package (the same site-packages): the one that
-  runs. On this machine, in an image (its config sources are extracted with
-  vLLM's), or on an ssh host (the collector sends the files ``targets.probing.collected_files``
-  names with the vLLM files);
+* installed beside the engine's package (the same site-packages): the one that
+  runs. On this machine, in an image (its config sources are extracted with the
+  engine's), or on an ssh host (the collector sends the files ``targets.probing.collected_files``
+  names with the engine's files);
 * else the newest wheel satisfying the tree's own ``Requires-Dist: transformers``
-  (its dist-info METADATA), fetched from the package index into the user cache as
-  the vLLM wheels are (``targets/release.py``): what ``pip install vllm==X`` gets.
-  This is the case of ``--release``.
+  (its dist-info METADATA), or what a source checkout's requirements state
+  (``Engine.checkout_requirements``), fetched from the package index into the user
+  cache as the engine's wheels are (``targets/release.py``): what ``pip install`` of
+  the engine gets. This is the case of ``--release``.
 
-The class: the engine's own registry (the route's ``config_registry``: vLLM's
-``_CONFIG_REGISTRY``) first, as its loader does; else
+The class: the engine's own registry (the route's ``config_registry``, where the
+engine has one) first, as its loader does; else
 transformers' ``CONFIG_MAPPING_NAMES`` (model_type -> class name), in
 ``models/<module>/configuration_<module>.py``. Nothing is imported: the files are read.
 """
@@ -24,6 +25,7 @@ import ast
 import dataclasses
 import hashlib
 import re
+import tomllib
 import weakref
 from collections.abc import Mapping
 
@@ -81,9 +83,11 @@ def _find(tree: SourceTree) -> Transformers | str:
         )
     requirement = requires(tree.dist_info_text("METADATA") or "") or _checkout_requirement(tree)
     if requirement is None:
+        checkout = tree.engine.checkout_requirements
+        stated = f"nor a source checkout's {checkout} states" if checkout else "states"
         return (
-            f"no transformers is installed beside this {engine}, and neither its dist-info (Requires-Dist) nor "
-            f"a source checkout's {CHECKOUT_REQUIREMENTS} states a transformers of version specifiers to fetch one by"
+            f"no transformers is installed beside this {engine}, and neither its dist-info (Requires-Dist) "
+            f"{stated} a transformers of version specifiers to fetch one by"
         )
     # pip and the cache: only when needed
     from ..targets.release import transformers_tree
@@ -106,17 +110,28 @@ def _find(tree: SourceTree) -> Transformers | str:
     )
 
 
-CHECKOUT_REQUIREMENTS = "requirements/common.txt"  # where a vLLM source checkout states its dependencies
 MAX_REQUIREMENTS_BYTES = 64 * 1024
 
 
 def _checkout_requirement(tree: SourceTree) -> str | None:
-    """A source checkout's transformers requirement, read as a Requires-Dist line."""
-    if not isinstance(tree, DirectoryTree):
+    """A source checkout's transformers requirement (``Engine.checkout_requirements``), read as
+    Requires-Dist lines: a requirements file's lines, or a pyproject.toml's [project] dependencies."""
+    relpath = tree.engine.checkout_requirements
+    if not isinstance(tree, DirectoryTree) or not relpath:
         return None
-    data, _ = read_regular(str(tree.root / CHECKOUT_REQUIREMENTS), MAX_REQUIREMENTS_BYTES)  # type: ignore[no-untyped-call]
-    lines = (data or b"").decode("utf-8", "replace").splitlines()
+    data, _ = read_regular(str(tree.root / relpath), MAX_REQUIREMENTS_BYTES)  # type: ignore[no-untyped-call]
+    text = (data or b"").decode("utf-8", "replace")
+    lines = _pyproject_dependencies(text) if relpath.endswith(".toml") else text.splitlines()
     return requires("\n".join(f"Requires-Dist: {line.split('#', 1)[0].strip()}" for line in lines))
+
+
+def _pyproject_dependencies(text: str) -> list[str]:
+    """The ``[project] dependencies`` of a pyproject.toml ([] when it has none, or is not TOML)."""
+    try:
+        dependencies = tomllib.loads(text).get("project", {}).get("dependencies", [])
+    except (tomllib.TOMLDecodeError, AttributeError):
+        return []
+    return [line for line in dependencies if isinstance(line, str)] if isinstance(dependencies, list) else []
 
 
 def identity(tree: SourceTree) -> list[str]:
@@ -125,7 +140,8 @@ def identity(tree: SourceTree) -> list[str]:
     requirements, and the requirement its own dist-info states."""
     found = [requires(tree.dist_info_text("METADATA") or "") or ""]
     if isinstance(tree, DirectoryTree):
-        for path in [*sorted(tree.root.glob("transformers-*.dist-info/METADATA")), tree.root / CHECKOUT_REQUIREMENTS]:
+        checkout = [tree.root / tree.engine.checkout_requirements] if tree.engine.checkout_requirements else []
+        for path in [*sorted(tree.root.glob("transformers-*.dist-info/METADATA")), *checkout]:
             data, _ = read_regular(str(path), MAX_REQUIREMENTS_BYTES * 16)  # type: ignore[no-untyped-call]
             found.append(f"{path.relative_to(tree.root)}: {_digest(data)}")
     return found

@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from ..engines import ENGINE_NAMES
 from .options import emit
 
 
@@ -26,7 +27,7 @@ def accept(
         "auto",
         "--engine",
         help="The engine serving: auto (told by the series the endpoint exposes; an SGLang server without "
-        "--enable-metrics by its /server_info), vllm or sglang.",
+        f"--enable-metrics by its /server_info), {ENGINE_NAMES}.",
     ),
     model: Optional[str] = typer.Option(
         None, "--model", help="Only this served model (label model_name); also the model prompts are sent to."

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from ..engines import ENGINE_NAMES
 from .options import (
     IMAGE,
     SSH,
@@ -69,7 +70,7 @@ def ancestry(
         "auto",
         "--engine",
         help="Whose PRs are judged: auto (the engine whose package the clone holds at the commit: vllm/, or "
-        "python/sglang/), vllm or sglang. Also chooses the target's engine.",
+        f"python/sglang/), {ENGINE_NAMES}. Also chooses the target's engine.",
     ),
 ) -> int:
     """Say whether a commit contains each fix's PR. Decided with git: merge commit, patch-id, merge-tree.

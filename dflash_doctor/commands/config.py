@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+from ..engines import DEFAULT_ENGINE, ENGINE_NAMES
 from .options import emit
 
 
@@ -26,8 +27,8 @@ def config(
     engine: str = typer.Option(
         "auto",
         "--engine",
-        help="The engine that serves the drafter: auto (SGLang when --launch-flags are SGLang's, else vLLM), "
-        "vllm or sglang.",
+        help="The engine that serves the drafter: auto (the engine whose --launch-flags they are, else "
+        f"{DEFAULT_ENGINE.display}), {ENGINE_NAMES}.",
     ),
     launch_flags: Optional[str] = typer.Option(
         None,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
+from ..engines import DEFAULT_ENGINE, ENGINE_NAMES
 from ..paths import write_atomically
 
 if TYPE_CHECKING:  # imported where used: a warm check builds the sets' values only
@@ -100,7 +101,7 @@ EngineOption = typer.Option(
     "--engine",
     help=(
         "The engine whose tree is checked: auto (every engine whose package --path, --python, --host or --image "
-        "holds, each checked; vLLM for --release), vllm or sglang."
+        f"holds, each checked; {DEFAULT_ENGINE.display} for --release), {ENGINE_NAMES}."
     ),
 )
 RegistryTimeoutOption = typer.Option(

@@ -16,6 +16,7 @@ import typer
 
 from ..model import EXIT_MISSING, EXIT_OK, CheckReport, ToolError
 from ..terminal import clean
+from ..engines import DEFAULT_ENGINE, ENGINE_NAMES
 from .options import SSH, OnlyOption, PathOption, PythonOption, SingleHostOption, expand, target_spec
 
 if TYPE_CHECKING:
@@ -37,8 +38,8 @@ EngineOption = typer.Option(
     "auto",
     "--engine",
     help=(
-        "The engine whose tree is patched: auto (the one engine --path or --python holds; vLLM for --host), "
-        "vllm or sglang."
+        "The engine whose tree is patched: auto (the one engine --path or --python holds; "
+        f"{DEFAULT_ENGINE.display} for --host), {ENGINE_NAMES}."
     ),
 )
 

@@ -5,12 +5,15 @@ from typing import Optional
 import typer
 
 from ..model import EXIT_OK
+from ..engines import DEFAULT_ENGINE, ENGINE_NAMES
 from .options import OnlyOption
 
 
 def probe_script(
     only: Optional[list[str]] = OnlyOption,
-    engine: str = typer.Option("vllm", "--engine", help="Whose package the script collects: vllm or sglang."),
+    engine: str = typer.Option(
+        DEFAULT_ENGINE.name, "--engine", help=f"Whose package the script collects: {ENGINE_NAMES}."
+    ),
 ) -> int:
     """Print the probe as a standalone script. For a fleet engine: the script needs only the
     standard library. Run it on each server with the interpreter that runs vLLM or SGLang

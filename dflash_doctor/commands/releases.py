@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from ..terminal import clean
+from ..engines import DEFAULT_ENGINE, ENGINE_NAMES
 from .options import FullWheelOption
 
 
@@ -36,7 +37,7 @@ def releases(
         "reached is an error).",
     ),
     full_wheel: bool = FullWheelOption,
-    engine: str = typer.Option("vllm", "--engine", help="Whose releases: vllm or sglang."),
+    engine: str = typer.Option(DEFAULT_ENGINE.name, "--engine", help=f"Whose releases: {ENGINE_NAMES}."),
 ) -> int:
     """Check every release: the release x fix matrix. Each real wheel is checked (four at a time); the first
     release with each fix is named.

@@ -4,6 +4,7 @@ import sys
 
 import typer
 
+from ..engines import DEFAULT_ENGINE, ENGINE_NAMES
 from ..model import EXIT_MISSING, EXIT_OK, exit_code_for
 
 rules_app = typer.Typer(help="List, show and test the rules.", no_args_is_help=True, rich_markup_mode=None)
@@ -40,7 +41,7 @@ def rules_list() -> int:
 @rules_app.command("show")
 def rules_show(
     fix_id: str = typer.Argument(..., metavar="ID"),
-    engine: str = typer.Option("vllm", "--engine", help="Whose rule of this fix: vllm or sglang."),
+    engine: str = typer.Option(DEFAULT_ENGINE.name, "--engine", help=f"Whose rule of this fix: {ENGINE_NAMES}."),
 ) -> int:
     """Show one rule. What it checks, why it matters, the forms it knows, the remedy."""
     from ..docs import rule_markdown

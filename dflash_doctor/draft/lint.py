@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..engines import DEFAULT_ENGINE
 from ..model import EXIT_MISSING, EXIT_OK, ToolError, exit_code_for
 from .config import (
     FULL,
@@ -48,33 +49,42 @@ SEVERITIES = (ERROR, WARNING, INFO)
 DFLASH_SPECULATOR_TYPES = ("dflash", "dflash2")
 
 from .launch import LaunchFlags  # noqa: E402
-from .sglang import REPLACED, lint_sglang, says_sglang  # noqa: E402 - it reads the severities above
 
-# What an engine other than vLLM makes of the file (and of its launch flags): the generic findings its
-# pass says in its own terms, (code, severity), and the pass. vLLM's are the generic passes themselves.
 EnginePass = Callable[[DraftConfig, TargetLayers | None, LaunchFlags | None, Add], None]
-ENGINE_PASSES: dict[str, tuple[frozenset[tuple[str, str]], EnginePass]] = {
-    "sglang": (REPLACED, lint_sglang),
-}
-# The engines whose launch flags are linted, and what tells their flags.
-LAUNCH_FLAGS: dict[str, Callable[[LaunchFlags], bool]] = {"sglang": says_sglang}
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineLint:
+    """What an engine other than the default makes of the file and of its launch flags, in the
+    engine's own pass file (``draft/<engine>.py``): the generic findings its pass says in its own
+    terms (code, severity), the pass, and what tells its launch flags. The default engine's are
+    the generic passes themselves."""
+
+    engine: str
+    replaced: frozenset[tuple[str, str]]
+    lint: EnginePass
+    says: Callable[[LaunchFlags], bool]
+
+
+from . import sglang  # noqa: E402 - it reads the severities and EngineLint above
+
+ENGINE_LINTS: dict[str, EngineLint] = {each.engine: each for each in (sglang.LINT,)}
 
 
 def lint_engine(told: str, flags: LaunchFlags | None) -> str:
     """The engine to lint for: ``told`` (``--engine``, an engine's name), or for ``auto`` the engine whose
     launch flags were given, else vLLM; a ToolError for flags of no engine whose flags are read."""
-    from ..engines import VLLM
     from ..model import from_option
 
-    readers = ", ".join(sorted(LAUNCH_FLAGS))
+    readers = ", ".join(sorted(ENGINE_LINTS))
     if told != "auto":
         name = from_option(told).name
-        if flags is not None and name not in LAUNCH_FLAGS:
+        if flags is not None and name not in ENGINE_LINTS:
             raise ToolError(f"--launch-flags: only the launch flags of {readers} are linted, not {name}'s")
         return name
     if flags is None:
-        return VLLM.name
-    found = [name for name, says in LAUNCH_FLAGS.items() if says(flags)]
+        return DEFAULT_ENGINE.name
+    found = [name for name, each in ENGINE_LINTS.items() if each.says(flags)]
     if len(found) != 1:
         raise ToolError(
             f"--launch-flags: no speculative flags of {readers} in them (--speculative-algorithm, "
@@ -100,7 +110,7 @@ class LintReport:
     target: TargetLayers | None  # from --target-config, else num_target_layers in the config
     findings: tuple[Finding, ...]
     hf: HfView | None = None  # the hf_config a checked vLLM builds from the file, when there is one
-    engine: str = "vllm"  # the engine the file is linted for (``config --engine``)
+    engine: str = DEFAULT_ENGINE.name  # the engine the file is linted for (``config --engine``)
     launch: LaunchFlags | None = None  # the engine's launch flags linted with it (``config --launch-flags``)
 
     @property
@@ -131,7 +141,7 @@ class LintReport:
 
 
 def lint_report(
-    path: Path, target_config: Path | None = None, engine: str = "vllm", flags: LaunchFlags | None = None
+    path: Path, target_config: Path | None = None, engine: str = DEFAULT_ENGINE.name, flags: LaunchFlags | None = None
 ) -> LintReport:
     """Load and lint a drafter config for ``engine`` (with its launch ``flags``); raises ToolError when a
     file cannot be read."""
@@ -152,7 +162,7 @@ def lint(
     config: DraftConfig,
     target: TargetLayers | None = None,
     hf: HfView | None = None,
-    engine: str = "vllm",
+    engine: str = DEFAULT_ENGINE.name,
     flags: LaunchFlags | None = None,
 ) -> tuple[Finding, ...]:
     """Every finding, most severe first; ``target`` comes from --target-config;
@@ -167,10 +177,10 @@ def lint(
     _lint_layers(config, add, hf)
     _lint_mask_and_block(config, add)
     _lint_causality(config, add)
-    if engine in ENGINE_PASSES:
-        replaced, engine_pass = ENGINE_PASSES[engine]
-        findings[:] = [finding for finding in findings if (finding.code, finding.severity) not in replaced]
-        engine_pass(config, target_layer_count(config, target), flags, add)
+    if engine in ENGINE_LINTS:
+        own = ENGINE_LINTS[engine]
+        findings[:] = [finding for finding in findings if (finding.code, finding.severity) not in own.replaced]
+        own.lint(config, target_layer_count(config, target), flags, add)
     order = {severity: rank for rank, severity in enumerate(SEVERITIES)}
     return tuple(sorted(findings, key=lambda f: order[f.severity]))
 

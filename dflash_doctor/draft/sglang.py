@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 
+from ..engines import SGLANG
 from .config import SLIDING, SPECULATORS, ZLAB, DraftConfig, TargetLayers, draft_layer_count, int_list
 from .launch import LaunchFlags
-from .lint import ERROR, INFO, WARNING, Add  # lint reads this module after defining them
+from .lint import ERROR, INFO, WARNING, Add, EngineLint  # lint reads this module after defining them
 
 # The generic findings this pass says in SGLang's terms instead: (code, severity).
 REPLACED = frozenset(
@@ -254,3 +255,6 @@ def _draft_tokens(flags: LaunchFlags, block: int | None, add: Add) -> None:
         f"drafts a block of {count} and only logs the mismatch, capping the acceptance length at {count}",
         fix,
     )
+
+
+LINT: EngineLint = EngineLint(SGLANG.name, REPLACED, lint_sglang, says_sglang)

@@ -56,6 +56,9 @@ class Engine:
     # files under them are kept, and a site directory's .pth, editable finder or direct_url.json leads to them.
     checkouts: tuple[str, ...] = ()
     source_dir: str = ""  # the directory of the engine's own git repository that holds its package ("": the root)
+    # Where a source checkout states its dependencies, from the tree root: a requirements file, or a
+    # pyproject.toml (its [project] dependencies). "": nowhere the tool reads.
+    checkout_requirements: str = ""
 
     def kept(self) -> tuple[str, ...]:
         """What a release tree keeps of the engine's wheel, besides its dist-info."""
@@ -86,6 +89,11 @@ from .sglang import SGLANG  # noqa: E402 - each engine's file reads the interfac
 from .vllm import VLLM  # noqa: E402
 
 ENGINES: Mapping[str, Engine] = {engine.name: engine for engine in (VLLM, SGLANG)}
+ENGINE_NAMES = " or ".join(ENGINES)  # the names --engine takes, as help lists them
+# The engine assumed where nothing names one: the tool's first. Rule files without an ``engine`` key,
+# check/v1 reports, collector answers from before answers named their package, and ``--release`` or
+# ``releases`` without ``--engine`` are its.
+DEFAULT_ENGINE: Engine = VLLM
 
 
 def named(name: str) -> Engine:

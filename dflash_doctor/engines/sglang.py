@@ -65,4 +65,6 @@ SGLANG = Engine(
     # lmsysorg/sglang images: `pip install -e "python[all]"` in /sgl-workspace/sglang (the tree: its python/)
     checkouts=("sgl-workspace",),
     source_dir="python",  # github.com/sgl-project/sglang keeps the package in python/sglang/ (python/pyproject.toml)
+    # python/pyproject.toml, as the wheels' METADATA from 0.5.11 shows, pins transformers in [project] dependencies
+    checkout_requirements="pyproject.toml",
 )

@@ -25,6 +25,7 @@ VLLM = Engine(
     report_key="vllm",
     cache="",  # releases/<version>/, matrix/: the layout the cache had before a second engine
     first_dflash="0.20.0",
+    checkout_requirements="requirements/common.txt",
     route=Route(
         method="dflash",
         speculative_config=Where("vllm/config/speculative.py", "SpeculativeConfig"),

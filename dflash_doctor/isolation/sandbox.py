@@ -1,4 +1,4 @@
-"""Run functions taken from a vLLM tree in a separate, isolated interpreter.
+"""Run functions taken from an engine's tree in a separate, isolated interpreter.
 
 The child runs ``child_program()`` (lockdown.py + harness.py) as
 ``python -I -S -c``: empty environment, no inherited descriptors, an empty

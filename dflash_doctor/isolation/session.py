@@ -79,7 +79,7 @@ class Outcome:
 
     @property
     def unknowable(self) -> str | None:
-        """Why this outcome says nothing about vLLM (None when it does)."""
+        """Why this outcome says nothing about the engine (None when it does)."""
         if self.gap is not None:
             return f"the code reads {self.gap}, which running the tree's code cannot know"
         if self.missing_key is not None:

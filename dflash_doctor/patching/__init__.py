@@ -1,4 +1,4 @@
-"""Patch a missing fix into a vLLM tree in place, prove it, and undo it exactly.
+"""Patch a missing fix into an engine's tree in place, prove it, and undo it exactly.
 
 - ``codemod``: a form's declared patch applied on libcst trees (no I/O).
 - ``plan``: check verdicts -> new bytes per file, re-checked in memory.

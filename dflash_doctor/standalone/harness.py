@@ -16,7 +16,7 @@ fresh globals; the boundary goes up once, when the first request has arrived:
              | {"gap": str, "needs": [module, name or null]}   a definition of the
                                       tree looked up by its module's name, not sent yet
 
-The program holds functions taken out of a vLLM tree. It runs with a small
+The program holds functions taken out of an engine's tree. It runs with a small
 set of builtins (no open, no eval, no real import) under CPU, memory and file
 size limits. The built-ins the harness serves itself (getattr, hasattr,
 setattr, __import__) present themselves as the real ones (``disguised``). Each

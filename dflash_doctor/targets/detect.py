@@ -8,7 +8,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..engines import ENGINES, VLLM, Engine
+from ..engines import ENGINES, DEFAULT_ENGINE, Engine
 from ..model import ToolError
 from . import Target
 from .interpreter import InterpreterTarget, locate_in
@@ -69,6 +69,6 @@ def local_targets(
     if path is not None:
         return path_targets(path, engines)
     if release is not None:
-        chosen = engine or VLLM
+        chosen = engine or DEFAULT_ENGINE
         return [(chosen, ReleaseTarget(release, chosen))]
     return interpreter_targets(python, engines)

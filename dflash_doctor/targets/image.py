@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..engines import ENGINES, VLLM, Engine
+from ..engines import ENGINES, DEFAULT_ENGINE, Engine
 from ..model import TargetInfo
 from ..paths import cache_dir, caches_disabled
 from ..provenance import find_dist_info
@@ -38,7 +38,7 @@ class ImageOptions:
 
 
 class ImageTarget:
-    def __init__(self, reference: str, options: ImageOptions, engine: Engine | None = VLLM) -> None:
+    def __init__(self, reference: str, options: ImageOptions, engine: Engine | None = DEFAULT_ENGINE) -> None:
         self.reference = reference
         self.options = options
         self.engine = engine  # None: every registered engine whose package the image holds (the first, resolved alone)

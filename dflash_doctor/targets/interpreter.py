@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from ..engines import VLLM, Engine
+from ..engines import DEFAULT_ENGINE, Engine
 from ..model import TargetInfo, ToolError
 from ..provenance import find_dist_info
 from ..source import DirectoryTree
@@ -44,7 +44,7 @@ def locate_in(python: str, engine: Engine) -> dict:
 
 
 class InterpreterTarget:
-    def __init__(self, python: str, engine: Engine = VLLM, answer: dict | None = None) -> None:
+    def __init__(self, python: str, engine: Engine = DEFAULT_ENGINE, answer: dict | None = None) -> None:
         self.python = python
         self.engine = engine
         self.answer = answer  # what ``locate_in`` answered already (detecting the engine), else asked on resolving

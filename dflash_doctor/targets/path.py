@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..engines import VLLM, Engine
+from ..engines import DEFAULT_ENGINE, Engine
 from ..model import TargetInfo, ToolError
 from ..provenance import find_dist_info
 from ..source import DirectoryTree
@@ -29,6 +29,9 @@ def package_root(path: Path, engine: Engine) -> Path:
         return resolved
     if resolved.name == package and (resolved / "__init__.py").is_file():
         return resolved.parent
+    # a clone of the engine's repository, where it keeps the package below its root (SGLang: python/sglang/)
+    if engine.source_dir and (resolved / engine.source_dir / package / "__init__.py").is_file():
+        return (resolved / engine.source_dir).resolve()
     raise ToolError(
         f"no {package} package under {path} (give site-packages, a source checkout, or the {package} directory)"
     )
@@ -36,7 +39,7 @@ def package_root(path: Path, engine: Engine) -> Path:
 
 class PathTarget:
     def __init__(
-        self, path: Path, kind: str = "path", details: tuple[tuple[str, str], ...] = (), engine: Engine = VLLM
+        self, path: Path, kind: str = "path", details: tuple[tuple[str, str], ...] = (), engine: Engine = DEFAULT_ENGINE
     ) -> None:
         self.path = path
         self.kind = kind

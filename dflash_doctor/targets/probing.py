@@ -15,7 +15,7 @@ import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..engines import VLLM, Engine
+from ..engines import DEFAULT_ENGINE, Engine
 from ..model import ToolError
 from ..standalone.probe import MARKER
 from ..rules import Rule, reference_configs
@@ -68,7 +68,7 @@ def collected_files(model_types: Iterable[str]) -> list[str]:
     ]
 
 
-def probe_request(rules: tuple[Rule, ...], engine: Engine = VLLM) -> dict:
+def probe_request(rules: tuple[Rule, ...], engine: Engine = DEFAULT_ENGINE) -> dict:
     """The engine's package, the files the rules read, the transformers files beside them that
     build the reference drafters' configs, and the anchors the probe must search for if moved."""
     rules = tuple(rule for rule in rules if rule.engine == engine.name)  # another engine's rules read nothing here

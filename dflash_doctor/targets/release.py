@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ..engines import VLLM, Engine
+from ..engines import DEFAULT_ENGINE, Engine
 from ..model import ToolError
 from ..paths import FULL_WHEEL, OFFLINE, cache_dir, write_atomically
 from ..terminal import progress
@@ -61,7 +61,7 @@ def canonical_release(version: str) -> str:
     return ".".join(parts + ["0"] * (3 - len(parts))) + (suffix or "")
 
 
-def release_tree(version: str, engine: Engine = VLLM) -> Path:
+def release_tree(version: str, engine: Engine = DEFAULT_ENGINE) -> Path:
     """The extracted tree of the engine's release ``version``, fetching it if needed."""
     version = canonical_release(version)
     dest = releases_dir(engine) / version
@@ -236,7 +236,7 @@ def _matches(name: str, pattern: str) -> bool:
 
 
 class ReleaseTarget:
-    def __init__(self, version: str, engine: Engine = VLLM) -> None:
+    def __init__(self, version: str, engine: Engine = DEFAULT_ENGINE) -> None:
         self.version = canonical_release(version)
         self.engine = engine
 

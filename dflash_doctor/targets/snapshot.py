@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..engines import VLLM, Engine, of_package
+from ..engines import DEFAULT_ENGINE, Engine, of_package
 from ..model import TargetInfo, ToolError
 from ..standalone.probe import MAX_MORE_FILES, package_module
 from ..source import SourceError, SourceTree
@@ -44,7 +44,7 @@ class SnapshotTree(SourceTree):
     def __init__(
         self,
         answer: dict,
-        engine: Engine = VLLM,
+        engine: Engine = DEFAULT_ENGINE,
         contents: Contents | None = None,
         more: More | None = None,
         searcher: Search | None = None,
@@ -188,7 +188,7 @@ def snapshot_target(
     if "files" not in answer:
         raise ToolError(f"{who}: the probe answer has no files (was it made with `dflash-doctor probe-script`?)")
     try:  # the package the request named; an answer from before answers named it is vLLM's
-        engine = of_package(answer["package"]) if "package" in answer else VLLM
+        engine = of_package(answer["package"]) if "package" in answer else DEFAULT_ENGINE
     except LookupError as exc:
         raise ToolError(f"{who}: {exc}") from None
     host = answer.get("host") or who
