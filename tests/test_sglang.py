@@ -446,9 +446,11 @@ def test_a_clone_of_sglang_is_judged_with_the_transformers_its_pyproject_pins(tm
     release = release_tree(NEWEST_CHECKED, SGLANG)
     clone = tmp_path / "sglang"
     shutil.copytree(release / "sglang", clone / "python" / "sglang")
+    dist_info = find_dist_info(release, "sglang")
+    assert dist_info is not None
     (pin,) = [
         line.split(":", 1)[1].strip()
-        for line in (find_dist_info(release, "sglang") / "METADATA").read_text().splitlines()  # type: ignore[operator]
+        for line in (dist_info / "METADATA").read_text().splitlines()
         if line.startswith("Requires-Dist: transformers")
     ]
     only = ("--only", "rope-base", "--only", "swa-config", "--engine", "sglang")
