@@ -16,6 +16,7 @@ import hashlib
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import jsonschema
@@ -23,7 +24,8 @@ import pytest
 
 from dflash_doctor import engines
 from dflash_doctor.standalone import probe
-from dflash_doctor.engines import VLLM, Engine, PlatformKind
+from dflash_doctor.behaviour.transformers import MAX_REQUIREMENTS_BYTES, checkout_requirement
+from dflash_doctor.engines import SGLANG, VLLM, Engine, PlatformKind
 from dflash_doctor.images.layers import wanted
 from dflash_doctor.model import CheckReport, Provenance, TargetInfo, ToolError
 from dflash_doctor.patching.files import LocalFiles
@@ -294,3 +296,31 @@ def test_no_engine_neutral_module_names_an_engine() -> None:
                 named.append(f"{relpath}:{node.lineno} names {node.value!r}")
     assert len(own) == 2 and {"vllm", "sglang"} <= set(engines.ENGINES)  # the scan knows what it looks for
     assert named == []
+
+
+def test_a_checkouts_transformers_pin_is_read_where_its_engine_states_it(tmp_path: Path) -> None:
+    """vLLM's clone states it in requirements/common.txt, SGLang's in python/pyproject.toml (the tree
+    root: python/); each engine reads its own file only. A hostile pyproject is no pin, in bounded time."""
+    clone = tmp_path / "clone"
+    (clone / "requirements").mkdir(parents=True)
+    (clone / "requirements" / "common.txt").write_text("requests\ntransformers >= 5.1, < 6  # our own\n")
+    (clone / "pyproject.toml").write_text('[project]\nname = "x"\ndependencies = ["requests", "transformers==5.3.0"]\n')
+    assert checkout_requirement(DirectoryTree(clone, None, VLLM)) == "transformers>=5.1,<6"
+    assert checkout_requirement(DirectoryTree(clone, None, SGLANG)) == "transformers==5.3.0"
+    (clone / "requirements" / "common.txt").unlink()
+    assert checkout_requirement(DirectoryTree(clone, None, VLLM)) is None  # SGLang's file is not vLLM's
+    hostile = {
+        "nested arrays": "[project]\ndependencies = " + "[" * 30_000 + "]" * 30_000 + "\n",
+        "not TOML": "[project\ndependencies = ['transformers==5.3.0']\n",
+        "project not a table": 'project = 3\ndependencies = ["transformers==5.3.0"]\n',
+        "dependencies a string": '[project]\ndependencies = "transformers==5.3.0"\n',
+        "no strings": "[project]\ndependencies = [1, {a = 1}, [2]]\n",
+        "a URL": '[project]\ndependencies = ["transformers @ https://example.invalid/t.whl"]\n',
+        "extras only": '[project.optional-dependencies]\nsrt = ["transformers==5.3.0"]\n',
+        "too large": '[project]\ndependencies = ["transformers==5.3.0"]\n' + "#" * MAX_REQUIREMENTS_BYTES + "\n",
+    }
+    for name, text in hostile.items():
+        (clone / "pyproject.toml").write_text(text)
+        start = time.perf_counter()
+        assert checkout_requirement(DirectoryTree(clone, None, SGLANG)) is None, name
+        assert time.perf_counter() - start < 10, name  # a bound, not a speed figure: about 0.1 s here

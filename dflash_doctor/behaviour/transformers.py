@@ -81,7 +81,7 @@ def _find(tree: SourceTree) -> Transformers | str:
             _version(found),
             f"installed beside {package} on the host, in {getattr(tree, 'root', '?')} (sent by the collector)",
         )
-    requirement = requires(tree.dist_info_text("METADATA") or "") or _checkout_requirement(tree)
+    requirement = requires(tree.dist_info_text("METADATA") or "") or checkout_requirement(tree)
     if requirement is None:
         checkout = tree.engine.checkout_requirements
         stated = f"nor a source checkout's {checkout} states" if checkout else "states"
@@ -113,7 +113,7 @@ def _find(tree: SourceTree) -> Transformers | str:
 MAX_REQUIREMENTS_BYTES = 64 * 1024
 
 
-def _checkout_requirement(tree: SourceTree) -> str | None:
+def checkout_requirement(tree: SourceTree) -> str | None:
     """A source checkout's transformers requirement (``Engine.checkout_requirements``), read as
     Requires-Dist lines: a requirements file's lines, or a pyproject.toml's [project] dependencies."""
     relpath = tree.engine.checkout_requirements
@@ -129,7 +129,7 @@ def _pyproject_dependencies(text: str) -> list[str]:
     """The ``[project] dependencies`` of a pyproject.toml ([] when it has none, or is not TOML)."""
     try:
         dependencies = tomllib.loads(text).get("project", {}).get("dependencies", [])
-    except (tomllib.TOMLDecodeError, AttributeError):
+    except (tomllib.TOMLDecodeError, AttributeError, RecursionError):  # tomllib recurses into nested arrays
         return []
     return [line for line in dependencies if isinstance(line, str)] if isinstance(dependencies, list) else []
 
